@@ -1,0 +1,5 @@
+import sys
+
+from specwatch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,58 @@
+"""Command-line entry point: `specwatch <command> ...`.
+
+Each command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``.
+Modules are imported lazily so that `specwatch serve` never pays for matplotlib or scipy, and so
+that one command's optional dependency cannot break another command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from specwatch import __version__
+from specwatch.errors import SpecwatchError
+
+# command name -> (module, one-line help). Keep in the order a new user meets them.
+COMMANDS: dict[str, tuple[str, str]] = {
+}
+
+
+def _usage() -> str:
+    lines = [f"usage: specwatch <command> [options]   (specwatch {__version__})", "", "commands:"]
+    width = max((len(c) for c in COMMANDS), default=0)
+    for name, (_, help_text) in COMMANDS.items():
+        lines.append(f"  {name.ljust(width)}  {help_text}")
+    lines.append("")
+    lines.append("Run `specwatch <command> --help` for the options of one command.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"specwatch {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"specwatch: error: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"specwatch {name}", description=COMMANDS[name][1])
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    try:
+        return int(module.run(args) or 0)
+    except SpecwatchError as exc:
+        print(f"specwatch {name}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
