@@ -1,0 +1,783 @@
+"""The interpretable speculative-decoding latency model (pure, vectorised numpy).
+
+Every formula here is the one in the project's model reference (README "Latency model"),
+with its symbols: λ arrival rate, p/g mean prompt/generated tokens, k draft length, E mean
+acceptance length (tokens committed per verify cycle, bonus token included), α the per-token
+acceptance probability of the i.i.d. model.
+
+Why closed forms: with the linear cost model L = C1 + B·C2 and Little's law B = λ·L, the
+fixed point is L = C1 / (1 − λ·C2). Solving it exactly (instead of iterating on a batch
+size) is what makes one million what-if points cost milliseconds, and it makes saturation
+explicit: λ·C2 is the utilisation, and at 1 the queue grows without bound. Each system (with
+SD, without SD) is solved at its own fixed point; the batch observed with SD is never reused
+to price the no-SD counterfactual.
+
+Every public function broadcasts over numpy arrays of its numeric arguments and never raises
+on bad numbers: it returns NaN there with a `Reason` code, so one bad point in a sweep or one
+target with missing inputs cannot poison the others. Latencies are never negative or
+infinite: past saturation they are NaN with `Reason.SATURATED`.
+
+The mixture-of-experts form (share of experts touched φ(T) = 1 − (1 − m/M)^T) has no closed
+form; `solve_moe_latency` brackets the smallest fixed point and bisects a fixed number of
+times, so it always terminates and says when it did not converge or when no stable operating
+point exists.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from enum import IntEnum
+from typing import Union
+
+import numpy as np
+
+__all__ = [
+    "DEFAULT_K_MAX",
+    "DEFAULT_MAX_UTILIZATION",
+    "BreakEven",
+    "BreakEvenKind",
+    "Coefficients",
+    "ExpertCoefficients",
+    "MoECoefficients",
+    "MoESolution",
+    "OptimalDraft",
+    "Prediction",
+    "Reason",
+    "SystemLatency",
+    "acceptance_length_from_alpha",
+    "acceptance_length_from_profile",
+    "alpha_from_acceptance_length",
+    "breakeven",
+    "breakeven_arrival_rate",
+    "cost_terms",
+    "latency",
+    "moe_cost_terms",
+    "optimal_draft_length",
+    "predict",
+    "reason_text",
+    "solve_moe_latency",
+    "speedup",
+]
+
+DEFAULT_MAX_UTILIZATION = 0.9
+DEFAULT_K_MAX = 8
+# Acceptance lengths measured live carry rounding noise; accept E this far outside [1, k+1].
+_E_TOLERANCE = 1e-9
+# MoE solver: grid points used to bracket the smallest fixed point, bisection steps, and the
+# relative residual |L − G(L)| / L below which a solution counts as converged.
+_MOE_GRID = 64
+_MOE_BISECTIONS = 100
+_MOE_PRE_ITERATIONS = 8
+MOE_RESIDUAL_TOLERANCE = 1e-9
+
+ArrayLike = Union[float, int, np.ndarray, "list[float]"]
+
+
+class Reason(IntEnum):
+    """Why a prediction is not valid (OK when it is). Lower values win when several apply."""
+
+    OK = 0
+    BAD_INPUT = 1  # negative or non-finite arrival rate, prompt or generation length
+    BAD_DRAFT_LENGTH = 2  # k negative or non-finite
+    ALPHA_OUT_OF_RANGE = 3  # α outside [0, 1)
+    ACCEPTANCE_LENGTH_OUT_OF_RANGE = 4  # E outside [1, k + 1] (E must be 1 when k = 0)
+    DEGENERATE = 5  # zero isolated latency (all load-independent costs are zero)
+    SATURATED = 6  # λ·C2 ≥ 1: no stable operating point, the queue grows without bound
+    NOT_CONVERGED = 7  # MoE solver did not reach its residual tolerance
+    ABOVE_CEILING = 8  # below saturation but above the validity ceiling (default 0.9)
+
+
+_REASON_TEXT = {
+    Reason.OK: "ok",
+    Reason.BAD_INPUT: "arrival rate, prompt and generation tokens must be finite and >= 0",
+    Reason.BAD_DRAFT_LENGTH: "draft length must be a finite number >= 0",
+    Reason.ALPHA_OUT_OF_RANGE: "alpha must lie in [0, 1)",
+    Reason.ACCEPTANCE_LENGTH_OUT_OF_RANGE: (
+        "acceptance length must lie in [1, k + 1] (exactly 1 when k = 0)"
+    ),
+    Reason.DEGENERATE: "isolated latency is zero: the coefficients price nothing",
+    Reason.SATURATED: "arrival rate at or past saturation (utilisation >= 1)",
+    Reason.NOT_CONVERGED: "mixture-of-experts fixed point did not converge",
+    Reason.ABOVE_CEILING: "utilisation above the validity ceiling",
+}
+
+
+def reason_text(reason: int) -> str:
+    """A one-line human explanation of a `Reason` code (for JSON `reason` fields and logs)."""
+    return _REASON_TEXT[Reason(int(reason))]
+
+
+# --------------------------------------------------------------------------- coefficients
+
+
+def _check_seconds(owner: object) -> None:
+    for f in fields(owner):  # type: ignore[arg-type]
+        value = getattr(owner, f.name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise TypeError(f"{f.name}: expected a number of seconds, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{f.name}: expected a non-negative number of seconds, got {value}")
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Per-deployment costs in seconds, all >= 0 (what calibration fits).
+
+    a_* are load-independent, b_* are per request in flight. Prefill (p) is paid once per
+    request, verify (v) once per verify cycle, draft (d) once per draft token. Effective
+    b_v = b_v + b_v_context·(p + g/2): the KV-cache traffic of a verify pass grows with the
+    mean context length over a request's life.
+    """
+
+    a_p: float
+    b_p: float
+    a_v: float
+    b_v: float
+    a_d: float
+    b_d: float
+    b_v_context: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_seconds(self)
+
+
+@dataclass(frozen=True)
+class ExpertCoefficients:
+    """The expert part s of an MoE verifier's prefill and verify costs, in seconds, >= 0.
+
+    Only a fraction φ of it is paid: the share of experts the routed tokens touch.
+    """
+
+    a_p: float
+    b_p: float
+    a_v: float
+    b_v: float
+
+    def __post_init__(self) -> None:
+        _check_seconds(self)
+
+
+@dataclass(frozen=True)
+class MoECoefficients:
+    """An MoE verifier: `dense` is the dense part u (drafter included), `expert` the part s."""
+
+    dense: Coefficients
+    expert: ExpertCoefficients
+    experts: int
+    active_experts: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.experts, int) and self.experts >= 1):
+            raise ValueError(f"experts: expected an integer >= 1, got {self.experts!r}")
+        if not (
+            isinstance(self.active_experts, int) and 1 <= self.active_experts <= self.experts
+        ):
+            raise ValueError(
+                f"active_experts: expected an integer in [1, experts={self.experts}], "
+                f"got {self.active_experts!r}"
+            )
+
+    @property
+    def untouched_share(self) -> float:
+        """1 − m/M: the probability one routed token misses a given expert."""
+        return 1.0 - self.active_experts / self.experts
+
+    def expert_share(self, tokens: ArrayLike) -> np.ndarray:
+        """φ(T) = 1 − (1 − m/M)^T: expected share of experts T routed tokens touch."""
+        t = np.asarray(tokens, dtype=float)
+        keep = self.untouched_share
+        if keep == 0.0:
+            return np.where(t > 0, 1.0, 0.0)
+        with np.errstate(invalid="ignore"):
+            return -np.expm1(t * math.log(keep))
+
+
+Model = Coefficients | MoECoefficients
+
+
+def _dense(coef: Model) -> Coefficients:
+    return coef.dense if isinstance(coef, MoECoefficients) else coef
+
+
+# --------------------------------------------------------------------------- acceptance
+
+
+def acceptance_length_from_alpha(alpha: ArrayLike, k: ArrayLike) -> np.ndarray:
+    """E(α, k) = (1 − α^(k+1)) / (1 − α) = Σ_{i=0..k} α^i (i.i.d. acceptance, bonus token in).
+
+    Written with expm1/log so it stays accurate as α → 1 (where it tends to k + 1). NaN where
+    α is outside [0, 1) or k is negative/non-finite.
+    """
+    a, kk = np.broadcast_arrays(np.asarray(alpha, dtype=float), np.asarray(k, dtype=float))
+    ok = np.isfinite(a) & (a >= 0) & (a < 1) & np.isfinite(kk) & (kk >= 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = -np.expm1((kk + 1.0) * np.log(a)) / (1.0 - a)
+    e = np.where(a == 0, 1.0, e)
+    return np.where(ok, e, np.nan)
+
+
+def alpha_from_acceptance_length(e: ArrayLike, k: ArrayLike, iterations: int = 64) -> np.ndarray:
+    """Invert E(α, k) for α by vectorised bisection (E is increasing in α on [0, 1)).
+
+    E = 1 gives α = 0; E = k + 1 (every draft accepted) gives the limit α = 1. NaN when k = 0
+    (α is not identifiable without drafts) or E is outside [1, k + 1]. 64 halvings of [0, 1]
+    reach float resolution.
+    """
+    ee, kk = np.broadcast_arrays(np.asarray(e, dtype=float), np.asarray(k, dtype=float))
+    ok = (
+        np.isfinite(ee)
+        & np.isfinite(kk)
+        & (kk > 0)
+        & (ee >= 1 - _E_TOLERANCE)
+        & (ee <= kk + 1 + _E_TOLERANCE)
+    )
+    target = np.clip(ee, 1.0, kk + 1.0)
+    lo = np.zeros(ee.shape)
+    hi = np.ones(ee.shape)
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        below = acceptance_length_from_alpha(mid, np.where(ok, kk, 1.0)) < target
+        lo = np.where(below, mid, lo)
+        hi = np.where(below, hi, mid)
+    alpha = 0.5 * (lo + hi)
+    alpha = np.where(target <= 1.0, 0.0, alpha)
+    alpha = np.where(target >= kk + 1.0, 1.0, alpha)
+    return np.where(ok, alpha, np.nan)
+
+
+def acceptance_length_from_profile(profile: ArrayLike, k: ArrayLike) -> np.ndarray:
+    """E(k) = 1 + Σ_{i<k} profile[i], profile[i] = P(first i+1 drafts accepted).
+
+    Per-position acceptance usually decays, so this is the honest alternative to i.i.d.
+    extrapolation. NaN where k is not an integer in [0, len(profile)].
+    """
+    prof = np.asarray(profile, dtype=float).ravel()
+    cum = np.concatenate([[0.0], np.cumsum(prof)])
+    kk = np.asarray(k, dtype=float)
+    ok = np.isfinite(kk) & (kk >= 0) & (kk <= prof.size) & (kk == np.round(kk))
+    idx = np.where(ok, kk, 0).astype(int)
+    return np.where(ok, 1.0 + cum[idx], np.nan)
+
+
+# --------------------------------------------------------------------------- cost terms
+
+
+def cost_terms(
+    coef: Coefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    """(C1, C2) of one system: C1 = a_p + (g/E)(a_v + k·a_d), C2 = b_p + (g/E)(b_v + k·b_d).
+
+    g/E verify cycles per request, each one verify pass plus k draft steps; prefill once per
+    request. k = 0 with E = 1 is the no-SD system. For an MoE model use `moe_cost_terms`.
+    """
+    if isinstance(coef, MoECoefficients):
+        raise TypeError("cost_terms prices a dense model; use moe_cost_terms for MoE")
+    kk, ee, pp, gg = (np.asarray(x, dtype=float) for x in (k, e, p, g))
+    cycles = gg / ee
+    b_v = coef.b_v + coef.b_v_context * (pp + gg / 2.0)
+    c1 = coef.a_p + cycles * (coef.a_v + kk * coef.a_d)
+    c2 = coef.b_p + cycles * (b_v + kk * coef.b_d)
+    return c1, c2
+
+
+def moe_cost_terms(
+    coef: MoECoefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(C1_u, C2_u, C1_s, C2_s): dense part (drafter included) and expert part of one system."""
+    c1_u, c2_u = cost_terms(coef.dense, k, e, p, g)
+    ee, gg = np.asarray(e, dtype=float), np.asarray(g, dtype=float)
+    cycles = gg / ee
+    c1_s = coef.expert.a_p + cycles * coef.expert.a_v
+    c2_s = coef.expert.b_p + cycles * coef.expert.b_v
+    return c1_u, c2_u, c1_s, c2_s
+
+
+# --------------------------------------------------------------------------- MoE solver
+
+
+@dataclass(frozen=True)
+class MoESolution:
+    """Result of `solve_moe_latency` (arrays). latency is NaN unless converged."""
+
+    latency: np.ndarray
+    utilization: np.ndarray  # λ·(C2_u + φ·C2_s) at the solution; λ·(C2_u + C2_s) if saturated
+    residual: np.ndarray  # |L − G(L)| / L at the returned point (NaN when saturated)
+    converged: np.ndarray
+    saturated: np.ndarray
+    expert_share: np.ndarray  # φ(T) at the solution
+
+
+def solve_moe_latency(
+    coef: MoECoefficients,
+    arrival_rate: ArrayLike,
+    tokens_per_request: ArrayLike,
+    c1_u: ArrayLike,
+    c2_u: ArrayLike,
+    c1_s: ArrayLike,
+    c2_s: ArrayLike,
+) -> MoESolution:
+    """Smallest fixed point of L = G(L) = (C1_u + φ(T)·C1_s) / (1 − λ(C2_u + φ(T)·C2_s)).
+
+    T = λ·L·tokens_per_request (k + 1 with SD, 1 without) is the number of tokens routed per
+    step. G is increasing in L, so G^n(0) are lower bounds on the smallest fixed point (the
+    one a system reaches from empty) and any L with G(L) <= L is an upper bound. When
+    λ(C2_u + C2_s) < 1 the bound (C1_u + C1_s) / (1 − λ(C2_u + C2_s)) always brackets a root;
+    otherwise G has a pole where the denominator reaches 0 and there may be no fixed point
+    below it: that is saturation. A fixed grid scan finds the first sign change, and a fixed
+    number of bisections refines it, so the solver always terminates.
+    """
+    lam, tpr, c1u, c2u, c1s, c2s = np.broadcast_arrays(
+        *(np.asarray(x, dtype=float) for x in (arrival_rate, tokens_per_request, c1_u, c2_u,
+                                               c1_s, c2_s))
+    )
+    shape = lam.shape
+    lam, tpr, c1u, c2u, c1s, c2s = (x.ravel() for x in (lam, tpr, c1u, c2u, c1s, c2s))
+    n = lam.size
+
+    def g_of(x: np.ndarray, sel: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """G(L) with +inf past the pole; x broadcasts against the selected rows (+ grid axis)."""
+        lam_, tpr_ = lam[sel], tpr[sel]
+        c1u_, c2u_, c1s_, c2s_ = c1u[sel], c2u[sel], c1s[sel], c2s[sel]
+        if x.ndim == 2:
+            lam_, tpr_, c1u_, c2u_, c1s_, c2s_ = (
+                v[:, None] for v in (lam_, tpr_, c1u_, c2u_, c1s_, c2s_)
+            )
+        phi = coef.expert_share(lam_ * x * tpr_)
+        den = 1.0 - lam_ * (c2u_ + phi * c2s_)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            val = (c1u_ + phi * c1s_) / den
+        return np.where(den > 0, val, np.inf)
+
+    latency = np.full(n, np.nan)
+    residual = np.full(n, np.nan)
+    converged = np.zeros(n, dtype=bool)
+    saturated = np.zeros(n, dtype=bool)
+
+    # Lower bound by monotone iteration from the empty system.
+    lo = g_of(np.zeros(n))
+    for _ in range(_MOE_PRE_ITERATIONS):
+        lo = np.where(np.isfinite(lo), g_of(np.where(np.isfinite(lo), lo, 0.0)), lo)
+    # G^n(0) = inf means no fixed point exists (it would bound every iterate from above).
+    saturated |= ~np.isfinite(lo)
+
+    rho_max = lam * (c2u + c2s)
+    bounded = rho_max < 1.0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        hi_bounded = (c1u + c1s) / (1.0 - rho_max)
+        phi_pole = (1.0 - lam * c2u) / (lam * c2s)
+        keep = coef.untouched_share
+        if keep == 0.0:
+            t_pole = np.zeros(n)
+        else:
+            t_pole = np.log1p(-np.clip(phi_pole, 0.0, 1.0)) / math.log(keep)
+        l_pole = t_pole / (lam * tpr) * (1.0 - 1e-12)
+    hi = np.where(bounded, hi_bounded, l_pole)
+
+    todo = ~saturated & np.isfinite(lo)
+    # lo may already be (numerically) the fixed point: then there is nothing to bracket.
+    at_root = np.zeros(n, dtype=bool)
+    at_root[todo] = g_of(lo[todo], np.flatnonzero(todo)) <= lo[todo]
+    idx = np.flatnonzero(todo & ~at_root)
+    a = lo.copy()
+    b = lo.copy()
+    if idx.size:
+        lo_i, hi_i = lo[idx], np.maximum(hi[idx], lo[idx])
+        s = (np.arange(1, _MOE_GRID + 1) / _MOE_GRID) ** 2  # dense near lo, where the root is
+        grid = lo_i[:, None] + (hi_i - lo_i)[:, None] * s[None, :]
+        h = grid - g_of(grid, idx)
+        ge = h >= 0
+        found = ge.any(axis=1)
+        first = np.argmax(ge, axis=1)
+        left = np.where(first > 0, grid[np.arange(idx.size), first - 1], lo_i)
+        right = grid[np.arange(idx.size), first]
+        saturated[idx[~found]] = True
+        fidx = idx[found]
+        a_f, b_f = left[found], right[found]
+        for _ in range(_MOE_BISECTIONS):
+            mid = 0.5 * (a_f + b_f)
+            pos = mid - g_of(mid, fidx) >= 0
+            a_f = np.where(pos, a_f, mid)
+            b_f = np.where(pos, mid, b_f)
+        a[fidx], b[fidx] = a_f, b_f
+    solved = todo & ~saturated
+    # The upper end keeps G(L) <= L, i.e. the point is on the stable side of the root.
+    cand = np.where(at_root, lo, b)
+    g_cand = np.full(n, np.nan)
+    if solved.any():
+        g_cand[solved] = g_of(cand[solved], np.flatnonzero(solved))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        residual = np.where(solved, np.abs(cand - g_cand) / cand, np.nan)
+    converged = solved & (residual < MOE_RESIDUAL_TOLERANCE)
+    latency = np.where(converged & (cand > 0) & np.isfinite(cand), cand, np.nan)
+    phi = coef.expert_share(lam * np.where(solved, cand, 0.0) * tpr)
+    util = np.where(solved, lam * (c2u + phi * c2s), rho_max)
+    return MoESolution(
+        latency=latency.reshape(shape),
+        utilization=util.reshape(shape),
+        residual=residual.reshape(shape),
+        converged=converged.reshape(shape),
+        saturated=saturated.reshape(shape),
+        expert_share=np.where(solved, phi, np.nan).reshape(shape),
+    )
+
+
+# --------------------------------------------------------------------------- one system
+
+
+@dataclass(frozen=True)
+class SystemLatency:
+    """Mean latency of one system (SD at k, or no SD) at its own fixed point (arrays).
+
+    latency is finite wherever the system is below saturation (even above the validity
+    ceiling, for calibration's use) and NaN otherwise; `valid` also requires utilisation <=
+    the ceiling, and `reason` says why a point is not valid.
+    """
+
+    latency: np.ndarray
+    utilization: np.ndarray
+    valid: np.ndarray
+    reason: np.ndarray
+
+
+def _input_reason(
+    lam: np.ndarray, kk: np.ndarray, ee: np.ndarray, pp: np.ndarray, gg: np.ndarray
+) -> np.ndarray:
+    reason = np.full(lam.shape, int(Reason.OK), dtype=np.int8)
+
+    def mark(cond: np.ndarray, why: Reason) -> None:
+        np.copyto(reason, np.int8(why), where=(reason == Reason.OK) & cond)
+
+    with np.errstate(invalid="ignore"):
+        mark(~(np.isfinite(lam) & np.isfinite(pp) & np.isfinite(gg)), Reason.BAD_INPUT)
+        mark((lam < 0) | (pp < 0) | (gg < 0), Reason.BAD_INPUT)
+        mark(~np.isfinite(kk) | (kk < 0), Reason.BAD_DRAFT_LENGTH)
+        e_ok = np.isfinite(ee) & (ee >= 1 - _E_TOLERANCE) & (ee <= kk + 1 + _E_TOLERANCE)
+        e_ok &= ~((kk == 0) & (np.abs(ee - 1) > _E_TOLERANCE))
+        mark(~e_ok, Reason.ACCEPTANCE_LENGTH_OUT_OF_RANGE)
+    return reason
+
+
+def _validate_ceiling(max_utilization: float) -> float:
+    m = float(max_utilization)
+    if not (0.0 < m <= 1.0):
+        raise ValueError(f"max_utilization: expected a number in (0, 1], got {max_utilization}")
+    return m
+
+
+def latency(
+    coef: Model,
+    arrival_rate: ArrayLike,
+    k: ArrayLike,
+    e: ArrayLike,
+    p: ArrayLike,
+    g: ArrayLike,
+    max_utilization: float = DEFAULT_MAX_UTILIZATION,
+) -> SystemLatency:
+    """L = C1 / (1 − λ·C2) for one system (k = 0, E = 1 is no SD); MoE via the φ solver."""
+    ceiling = _validate_ceiling(max_utilization)
+    lam, kk, ee, pp, gg = np.broadcast_arrays(
+        *(np.asarray(x, dtype=float) for x in (arrival_rate, k, e, p, g))
+    )
+    reason = _input_reason(lam, kk, ee, pp, gg)
+    ok = reason == Reason.OK
+    # Evaluate on sanitised inputs so bad points cannot raise or warn; they are masked below.
+    s_lam, s_p, s_g = (np.where(ok, x, 0.0) for x in (lam, pp, gg))
+    s_k = np.where(ok, kk, 0.0)
+    s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if isinstance(coef, MoECoefficients):
+            c1u, c2u, c1s, c2s = moe_cost_terms(coef, s_k, s_e, s_p, s_g)
+            sol = solve_moe_latency(coef, s_lam, s_k + 1.0, c1u, c2u, c1s, c2s)
+            util = sol.utilization
+            lat = sol.latency
+            saturated = sol.saturated
+            not_conv = ~sol.converged & ~sol.saturated
+            c1 = c1u
+        else:
+            c1, c2 = cost_terms(coef, s_k, s_e, s_p, s_g)
+            util = s_lam * c2
+            saturated = util >= 1.0
+            lat = np.where(saturated, np.nan, c1 / (1.0 - util))
+            not_conv = np.zeros(lam.shape, dtype=bool)
+
+    def mark(cond: np.ndarray, why: Reason) -> None:
+        np.copyto(reason, np.int8(why), where=(reason == Reason.OK) & cond)
+
+    mark(c1 <= 0, Reason.DEGENERATE)
+    mark(saturated, Reason.SATURATED)
+    mark(not_conv, Reason.NOT_CONVERGED)
+    mark(util > ceiling, Reason.ABOVE_CEILING)
+    usable = (reason == Reason.OK) | (reason == Reason.ABOVE_CEILING)
+    return SystemLatency(
+        latency=np.where(usable, lat, np.nan),
+        utilization=np.where(ok, util, np.nan),
+        valid=reason == Reason.OK,
+        reason=reason,
+    )
+
+
+# --------------------------------------------------------------------------- both systems
+
+
+def speedup(
+    coef: Model, arrival_rate: ArrayLike, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+) -> np.ndarray:
+    """S(λ) = L_D / L_SD, each system at its own fixed point; NaN where either saturates.
+
+    For a dense model this equals (1/C1_R)·(1 + (1 − C2_R)·r/(1 − r)) with r = λ·C2_D.
+    """
+    sd = latency(coef, arrival_rate, k, e, p, g, max_utilization=1.0)
+    nosd = latency(coef, arrival_rate, 0.0, 1.0, p, g, max_utilization=1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return nosd.latency / sd.latency
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Everything `predict` knows about SD at one operating point (arrays).
+
+    `speedup` is NaN unless both systems are below saturation. `valid` requires both systems
+    below the validity ceiling; `reason` is the first problem found (SD system first).
+    """
+
+    sd: SystemLatency
+    nosd: SystemLatency
+    speedup: np.ndarray
+    valid: np.ndarray
+    reason: np.ndarray
+
+
+def predict(
+    coef: Model,
+    arrival_rate: ArrayLike,
+    k: ArrayLike,
+    e: ArrayLike,
+    p: ArrayLike,
+    g: ArrayLike,
+    max_utilization: float = DEFAULT_MAX_UTILIZATION,
+) -> Prediction:
+    """Latency with and without SD at arrival rate λ, and their ratio."""
+    sd = latency(coef, arrival_rate, k, e, p, g, max_utilization)
+    nosd = latency(coef, arrival_rate, 0.0, 1.0, p, g, max_utilization)
+    sd_reason, nosd_reason = np.broadcast_arrays(sd.reason, nosd.reason)
+    reason = np.where(sd_reason != Reason.OK, sd_reason, nosd_reason).astype(np.int8)
+    # An input error in the shared inputs belongs to both; an SD-only error stays SD's.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = nosd.latency / sd.latency
+    return Prediction(sd=sd, nosd=nosd, speedup=s, valid=reason == Reason.OK, reason=reason)
+
+
+class BreakEvenKind(IntEnum):
+    """How the speedup relates to 1 below saturation (the usual case is PAYS_BELOW)."""
+
+    PAYS_BELOW = 0  # S > 1 for λ < λ*, S < 1 above: SD should be off above λ*
+    PAYS_EVERYWHERE = 1  # S > 1 at every load below saturation: λ* = +inf
+    NEVER_PAYS = 2  # S <= 1 at every load: λ* = 0
+    PAYS_ABOVE = 3  # S < 1 below λ*, > 1 above (SD slower in isolation, cheaper under load)
+    UNDEFINED = 4  # invalid inputs, or SD and no-SD cost exactly the same: λ* = NaN
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """λ* (req/s) where S(λ*) = 1 and which side of it SD pays on (arrays)."""
+
+    rate: np.ndarray
+    kind: np.ndarray
+
+
+def breakeven(
+    coef: Model, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+) -> BreakEven:
+    """Break-even arrival rate λ* = r*/C2_D, r* = (1 − C1_R)/(C2_R − C1_R), with its kind.
+
+    Computed as λ* = (C1_D − C1_SD)/(C1_D·C2_SD − C1_SD·C2_D), the same value without the
+    divisions by C1_D and C2_D (so a load-free system, C2_D = 0, still has a break-even), and
+    kept only when it lies below saturation of both systems. MoE models have no closed form:
+    the crossing is found numerically along λ.
+    """
+    if isinstance(coef, MoECoefficients):
+        return _moe_breakeven(coef, k, e, p, g)
+    kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
+    reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
+    ok = reason == Reason.OK
+    s_k = np.where(ok, kk, 0.0)
+    s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
+    s_p, s_g = np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
+    c1_sd, c2_sd = cost_terms(coef, s_k, s_e, s_p, s_g)
+    c1_d, c2_d = cost_terms(coef, 0.0, 1.0, s_p, s_g)
+    num = c1_d - c1_sd
+    den = c1_d * c2_sd - c1_sd * c2_d
+    c2_max = np.maximum(c2_d, c2_sd)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        cross = num / den
+        lam_lim = np.where(c2_max > 0, 1.0 / c2_max, np.inf)
+    # A crossing at saturation itself (to rounding) is no crossing: S is undefined there.
+    crosses = (den != 0) & (cross > 0) & (cross < lam_lim * (1 - 1e-9))
+    pays_at_zero = (num > 0) | ((num == 0) & (den < 0))
+    kind = np.where(
+        crosses,
+        np.where(num > 0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
+        np.where(pays_at_zero, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
+    )
+    identical = (num == 0) & (den == 0)
+    kind = np.where(ok & ~identical & (c1_d > 0) & (c1_sd > 0), kind, BreakEvenKind.UNDEFINED)
+    rate = np.select(
+        [
+            kind == BreakEvenKind.PAYS_BELOW,
+            kind == BreakEvenKind.PAYS_ABOVE,
+            kind == BreakEvenKind.PAYS_EVERYWHERE,
+            kind == BreakEvenKind.NEVER_PAYS,
+        ],
+        [cross, cross, np.inf, 0.0],
+        default=np.nan,
+    )
+    return BreakEven(rate=rate, kind=kind.astype(np.int8))
+
+
+def breakeven_arrival_rate(
+    coef: Model, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+) -> np.ndarray:
+    """λ* alone: +inf when SD pays at every load below saturation, 0 when it never pays,
+    NaN when undefined. Use `breakeven` to also learn on which side of λ* SD pays."""
+    return breakeven(coef, k, e, p, g).rate
+
+
+def _saturation_rate_bound(coef: Model, k: np.ndarray, e: np.ndarray, p: np.ndarray,
+                           g: np.ndarray) -> np.ndarray:
+    """An arrival rate no stable system reaches: 1/C2 of the dense (u) part."""
+    c2 = cost_terms(_dense(coef), k, e, p, g)[1]
+    with np.errstate(divide="ignore"):
+        return np.where(c2 > 0, 1.0 / c2, np.inf)
+
+
+def _moe_breakeven(
+    coef: MoECoefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike,
+    grid: int = 48, bisections: int = 50,
+) -> BreakEven:
+    """First crossing of S(λ) = 1 along λ for an MoE model, by grid scan and bisection."""
+    kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
+    shape = kk.shape
+    kk, ee, pp, gg = (x.ravel() for x in (kk, ee, pp, gg))
+    reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
+    ok = reason == Reason.OK
+    s_k = np.where(ok, kk, 0.0)
+    s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
+    s_p, s_g = np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
+    lam_hi = np.minimum(
+        _saturation_rate_bound(coef, s_k, s_e, s_p, s_g),
+        _saturation_rate_bound(coef, np.zeros_like(s_k), np.ones_like(s_e), s_p, s_g),
+    )
+    # Load-free systems never saturate; their speedup is constant, so λ = 0 decides.
+    lam_hi = np.where(np.isfinite(lam_hi), lam_hi, 0.0)
+    s0 = speedup(coef, 0.0, s_k, s_e, s_p, s_g)
+    frac = np.arange(1, grid + 1) / (grid + 1)
+    lams = lam_hi[:, None] * frac[None, :]
+    s_grid = speedup(coef, lams, s_k[:, None], s_e[:, None], s_p[:, None], s_g[:, None])
+    above0 = s0 > 1
+    flipped = np.where(above0[:, None], s_grid <= 1, s_grid > 1) & np.isfinite(s_grid)
+    found = flipped.any(axis=1)
+    first = np.argmax(flipped, axis=1)
+    rows = np.arange(kk.size)
+    a = np.where(first > 0, lams[rows, np.maximum(first - 1, 0)], 0.0)
+    b = lams[rows, first]
+    for _ in range(bisections):
+        mid = 0.5 * (a + b)
+        s_mid = speedup(coef, mid, s_k, s_e, s_p, s_g)
+        same = np.where(above0, s_mid > 1, s_mid <= 1)
+        a = np.where(same, mid, a)
+        b = np.where(same, b, mid)
+    cross = 0.5 * (a + b)
+    kind = np.where(
+        found,
+        np.where(above0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
+        np.where(above0, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
+    )
+    kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
+    rate = np.select(
+        [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,
+         kind == BreakEvenKind.PAYS_EVERYWHERE, kind == BreakEvenKind.NEVER_PAYS],
+        [cross, cross, np.inf, 0.0],
+        default=np.nan,
+    )
+    return BreakEven(rate=rate.reshape(shape), kind=kind.astype(np.int8).reshape(shape))
+
+
+# --------------------------------------------------------------------------- draft length
+
+
+@dataclass(frozen=True)
+class OptimalDraft:
+    """Best draft length per point (arrays): k = 0 means SD off, -1 means no valid choice.
+
+    latency/speedup are those of the chosen k (speedup 1 when k = 0); `candidates` holds the
+    latency of every k = 0..k_max on the last axis (NaN where not valid) for tables and plots.
+    """
+
+    k: np.ndarray
+    latency: np.ndarray
+    speedup: np.ndarray
+    valid: np.ndarray
+    reason: np.ndarray
+    candidates: np.ndarray
+
+
+def optimal_draft_length(
+    coef: Model,
+    arrival_rate: ArrayLike,
+    alpha: ArrayLike | None = None,
+    p: ArrayLike = 0.0,
+    g: ArrayLike = 0.0,
+    k_max: int = DEFAULT_K_MAX,
+    profile: ArrayLike | None = None,
+    max_utilization: float = DEFAULT_MAX_UTILIZATION,
+) -> OptimalDraft:
+    """argmin over k in 0..k_max of L_SD(λ, k, E(k)), k = 0 being SD off.
+
+    E(k) comes from the i.i.d. formula for α, or from a per-position acceptance profile
+    (then k stops at len(profile): extrapolating it would be a guess). Only candidates
+    within the validity ceiling compete; ties go to the smaller k (less work for the same
+    latency). If no k is valid, k = -1 and `reason` says why (from the no-SD system).
+    """
+    if (alpha is None) == (profile is None):
+        raise ValueError("optimal_draft_length: give exactly one of alpha or profile")
+    if not (isinstance(k_max, (int, np.integer)) and k_max >= 0):
+        raise ValueError(f"k_max: expected an integer >= 0, got {k_max!r}")
+    if profile is not None:
+        prof = np.asarray(profile, dtype=float).ravel()
+        top = min(int(k_max), prof.size)
+        ks = np.arange(top + 1, dtype=float)
+        es = acceptance_length_from_profile(prof, ks)
+        lam, pp, gg = np.broadcast_arrays(
+            *(np.asarray(x, dtype=float) for x in (arrival_rate, p, g))
+        )
+        alpha_bad = np.zeros(lam.shape, dtype=bool)
+        e_grid = np.broadcast_to(es, (*lam.shape, ks.size))
+    else:
+        lam, pp, gg, aa = np.broadcast_arrays(
+            *(np.asarray(x, dtype=float) for x in (arrival_rate, p, g, alpha))
+        )
+        ks = np.arange(int(k_max) + 1, dtype=float)
+        alpha_bad = ~(np.isfinite(aa) & (aa >= 0) & (aa < 1))
+        e_grid = acceptance_length_from_alpha(np.where(alpha_bad, 0.0, aa)[..., None], ks)
+    cand = latency(
+        coef, lam[..., None], ks, e_grid, pp[..., None], gg[..., None], max_utilization
+    )
+    lat = np.where(cand.valid, cand.latency, np.inf)
+    best = np.argmin(lat, axis=-1)
+    best_lat = np.take_along_axis(lat, best[..., None], axis=-1)[..., 0]
+    any_valid = np.isfinite(best_lat)
+    nosd_lat = cand.latency[..., 0]
+    reason = np.where(any_valid, Reason.OK, cand.reason[..., 0]).astype(np.int8)
+    reason = np.where(alpha_bad, np.int8(Reason.ALPHA_OUT_OF_RANGE), reason).astype(np.int8)
+    valid = reason == Reason.OK
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = nosd_lat / best_lat
+    return OptimalDraft(
+        k=np.where(valid, best, -1),
+        latency=np.where(valid, best_lat, np.nan),
+        speedup=np.where(valid & np.isfinite(s), s, np.nan),
+        valid=valid,
+        reason=reason,
+        candidates=np.where(cand.valid, cand.latency, np.nan),
+    )

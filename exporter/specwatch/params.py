@@ -1,0 +1,411 @@
+"""The parameters file: one system's fitted latency-model coefficients (YAML).
+
+Calibration writes it, the what-if CLI, the exporter and the simulator read it. It is strict
+on purpose: a coefficient typed in milliseconds where seconds are expected, a negative cost
+or a misspelt key would silently turn every prediction into nonsense, so loading names the
+file, line and field and says what was expected (specwatch.errors.ConfigError, exit 2).
+
+Schema (README "Parameters file"):
+
+    system: qwen3-32b-h100-eagle3              # required, free text
+    coefficients: {a_p: .., b_p: .., a_v: .., b_v: .., a_d: .., b_d: ..}   # seconds, >= 0
+    b_v_context: 0.0                           # optional, seconds per context token
+    moe:                                       # optional: `coefficients` is then the dense part
+      experts: 128
+      active_experts: 8
+      expert_coefficients: {a_p: .., b_p: .., a_v: .., b_v: ..}
+    acceptance_profile: [0.78, 0.48, 0.27]     # optional, P(first i+1 drafts accepted)
+    max_utilization: 0.9                       # optional validity ceiling, (0, 1]
+    k_max: 8                                   # optional, largest draft length considered
+    provenance: {method: .., fitted_at: .., r2: .., mape: .., data: [..]}   # optional
+
+Numbers are seconds; a string with a unit ("25ms", "40us", "0.025s") is accepted and
+converted, because humans copy step times from profilers in milliseconds.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specwatch.errors import ConfigError
+from specwatch.model import (
+    DEFAULT_K_MAX,
+    DEFAULT_MAX_UTILIZATION,
+    Coefficients,
+    ExpertCoefficients,
+    MoECoefficients,
+)
+
+__all__ = ["MoEParams", "Params", "dump_params", "load_params", "params_from_mapping"]
+
+_COEFFICIENT_NAMES = ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d")
+_EXPERT_NAMES = ("a_p", "b_p", "a_v", "b_v")
+# Upper bounds that catch unit mistakes (milliseconds written as seconds): a prefill may
+# take minutes for huge prompts, one decode or draft step never takes a minute.
+_UPPER = {"a_p": 3600.0, "b_p": 3600.0, "a_v": 60.0, "b_v": 60.0, "a_d": 60.0, "b_d": 60.0}
+_TOP_KEYS = (
+    "system",
+    "coefficients",
+    "b_v_context",
+    "moe",
+    "acceptance_profile",
+    "max_utilization",
+    "k_max",
+    "provenance",
+)
+_UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)\s*$")
+
+
+@dataclass(frozen=True)
+class MoEParams:
+    """Mixture-of-experts block: M experts, m active per token, the expert cost part s."""
+
+    experts: int
+    active_experts: int
+    expert_coefficients: ExpertCoefficients
+
+
+@dataclass(frozen=True)
+class Params:
+    """A validated parameters file. `model()` gives what the model functions take."""
+
+    system: str
+    coefficients: Coefficients
+    moe: MoEParams | None = None
+    acceptance_profile: tuple[float, ...] | None = None
+    max_utilization: float = DEFAULT_MAX_UTILIZATION
+    k_max: int = DEFAULT_K_MAX
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    source: str = field(default="<params>", compare=False)
+
+    def model(self) -> Coefficients | MoECoefficients:
+        """Dense coefficients, or the MoE split when the file has a `moe` block."""
+        if self.moe is None:
+            return self.coefficients
+        return MoECoefficients(
+            dense=self.coefficients,
+            expert=self.moe.expert_coefficients,
+            experts=self.moe.experts,
+            active_experts=self.moe.active_experts,
+        )
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The YAML document for this object (the inverse of `params_from_mapping`)."""
+        c = self.coefficients
+        out: dict[str, Any] = {
+            "system": self.system,
+            "coefficients": {n: float(getattr(c, n)) for n in _COEFFICIENT_NAMES},
+        }
+        if c.b_v_context:
+            out["b_v_context"] = float(c.b_v_context)
+        if self.moe is not None:
+            e = self.moe.expert_coefficients
+            out["moe"] = {
+                "experts": self.moe.experts,
+                "active_experts": self.moe.active_experts,
+                "expert_coefficients": {n: float(getattr(e, n)) for n in _EXPERT_NAMES},
+            }
+        if self.acceptance_profile is not None:
+            out["acceptance_profile"] = [float(x) for x in self.acceptance_profile]
+        out["max_utilization"] = float(self.max_utilization)
+        out["k_max"] = int(self.k_max)
+        if self.provenance:
+            out["provenance"] = _plain(dict(self.provenance))
+        return out
+
+
+def _plain(value: Any) -> Any:
+    """Convert to types yaml.safe_dump writes (tuples to lists, dates to ISO strings)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (_dt.date, _dt.datetime)):
+        return value.isoformat()
+    return value
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class _Ctx:
+    """Where we are: file name and YAML node tree, to put a line number on each error."""
+
+    def __init__(self, source: str, root: yaml.Node | None) -> None:
+        self.source = source
+        self.root = root
+
+    def line(self, path: tuple[str | int, ...]) -> int | None:
+        node = self.root
+        line = None
+        for part in path:
+            if node is None:
+                break
+            nxt = None
+            if isinstance(node, yaml.MappingNode):
+                for key_node, value_node in node.value:
+                    if key_node.value == part:
+                        nxt = value_node
+                        line = key_node.start_mark.line + 1
+                        break
+            elif (
+                isinstance(node, yaml.SequenceNode)
+                and isinstance(part, int)
+                and 0 <= part < len(node.value)
+            ):
+                nxt = node.value[part]
+                line = nxt.start_mark.line + 1
+            node = nxt
+        return line
+
+    def fail(self, path: tuple[str | int, ...], message: str) -> ConfigError:
+        where = self.source
+        line = self.line(path)
+        if line is not None:
+            where = f"{where}:{line}"
+        dotted = ""
+        for part in path:
+            dotted += f"[{part}]" if isinstance(part, int) else (f".{part}" if dotted else part)
+        return ConfigError(f"{where}: {dotted}: {message}" if dotted else f"{where}: {message}")
+
+
+def _number(ctx: _Ctx, path: tuple[str | int, ...], value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ctx.fail(path, f"expected {what}, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ctx.fail(path, f"expected {what}, got {value!r}")
+    return v
+
+
+def _seconds(ctx: _Ctx, path: tuple[str | int, ...], value: Any, upper: float) -> float:
+    what = "a non-negative number of seconds"
+    if isinstance(value, str):
+        m = _DURATION_RE.match(value)
+        if not m:
+            raise ctx.fail(path, f"expected {what} (or a duration like '25ms'), got {value!r}")
+        v = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    else:
+        v = _number(ctx, path, value, what)
+    if v < 0:
+        raise ctx.fail(path, f"expected {what}, got {value!r}")
+    if v > upper:
+        raise ctx.fail(
+            path,
+            f"{v:g} s is above {upper:g} s: values are seconds, was this written in "
+            "milliseconds? (write '25ms' or 0.025)",
+        )
+    return v
+
+
+def _mapping(ctx: _Ctx, path: tuple[str | int, ...], value: Any, allowed: tuple[str, ...] | None,
+             required: tuple[str, ...] = ()) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ctx.fail(path, f"expected a mapping, got {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str):
+            raise ctx.fail(path, f"keys must be strings, got {key!r}")
+        if allowed is not None and key not in allowed:
+            raise ctx.fail((*path, key), f"unknown key; expected one of {', '.join(allowed)}")
+    for key in required:
+        if key not in value:
+            raise ctx.fail(path, f"missing required key {key!r}")
+    return value
+
+
+def _integer(ctx: _Ctx, path: tuple[str | int, ...], value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ctx.fail(path, f"expected an integer in [{lo}, {hi}], got {value!r}")
+    return int(value)
+
+
+def _coefficients(ctx: _Ctx, path: tuple[str, ...], value: Any,
+                  names: tuple[str, ...]) -> dict[str, float]:
+    m = _mapping(ctx, path, value, names, names)
+    return {n: _seconds(ctx, (*path, n), m[n], _UPPER[n]) for n in names}
+
+
+def _profile(ctx: _Ctx, value: Any) -> tuple[float, ...]:
+    path: tuple[str | int, ...] = ("acceptance_profile",)
+    if not isinstance(value, list) or not value:
+        raise ctx.fail(path, f"expected a non-empty list of probabilities, got {value!r}")
+    out: list[float] = []
+    for i, item in enumerate(value):
+        v = _number(ctx, (*path, i), item, "a probability in [0, 1]")
+        if not 0.0 <= v <= 1.0:
+            raise ctx.fail((*path, i), f"expected a probability in [0, 1], got {item!r}")
+        if out and v > out[-1] + 1e-9:
+            raise ctx.fail(
+                (*path, i),
+                f"{v:g} is above position {i - 1}'s {out[-1]:g}: entries are "
+                "P(first i+1 drafts accepted), which cannot grow with i",
+            )
+        out.append(v)
+    if len(out) > 64:
+        raise ctx.fail(path, f"expected at most 64 positions, got {len(out)}")
+    return tuple(out)
+
+
+def _provenance(ctx: _Ctx, value: Any) -> dict[str, Any]:
+    path: tuple[str | int, ...] = ("provenance",)
+    m = dict(_mapping(ctx, path, value, None))
+    if "method" in m and not isinstance(m["method"], str):
+        raise ctx.fail((*path, "method"), f"expected a string, got {m['method']!r}")
+    if "fitted_at" in m:
+        at = m["fitted_at"]
+        if isinstance(at, (_dt.date, _dt.datetime)):
+            m["fitted_at"] = at.isoformat()
+        elif not isinstance(at, str):
+            raise ctx.fail((*path, "fitted_at"), f"expected an ISO 8601 timestamp, got {at!r}")
+    if "r2" in m:
+        r2 = _number(ctx, (*path, "r2"), m["r2"], "a coefficient of determination <= 1")
+        if r2 > 1:
+            raise ctx.fail((*path, "r2"), f"expected a coefficient of determination <= 1, got {r2}")
+    if "mape" in m:
+        mape = _number(ctx, (*path, "mape"), m["mape"], "a non-negative fraction (0.02 = 2%)")
+        if mape < 0:
+            raise ctx.fail((*path, "mape"), f"expected a non-negative fraction, got {mape}")
+    if "data" in m:
+        data = m["data"]
+        if isinstance(data, str):
+            data = [data]
+        if not isinstance(data, list) or not all(isinstance(d, str) for d in data):
+            raise ctx.fail((*path, "data"), f"expected a list of strings, got {m['data']!r}")
+        m["data"] = data
+    return _plain(m)
+
+
+def _check_duplicates(ctx: _Ctx, node: yaml.Node | None, path: tuple[str | int, ...] = ()) -> None:
+    """PyYAML keeps the last of two equal keys silently; a params file must not."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                raise ConfigError(
+                    f"{ctx.source}:{key_node.start_mark.line + 1}: "
+                    f"{'.'.join(str(p) for p in (*path, key))}: duplicate key"
+                )
+            seen.add(key)
+            _check_duplicates(ctx, value_node, (*path, key))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicates(ctx, item, (*path, i))
+
+
+def _build(ctx: _Ctx, doc: Any) -> Params:
+    top = _mapping(ctx, (), doc, _TOP_KEYS, ("system", "coefficients"))
+    system = top["system"]
+    if not isinstance(system, str) or not system.strip():
+        raise ctx.fail(("system",), f"expected a non-empty name, got {system!r}")
+    coef = _coefficients(ctx, ("coefficients",), top["coefficients"], _COEFFICIENT_NAMES)
+    b_v_context = 0.0
+    if top.get("b_v_context") is not None:
+        b_v_context = _seconds(ctx, ("b_v_context",), top["b_v_context"], 1.0)
+    coefficients = Coefficients(**coef, b_v_context=b_v_context)
+    if coefficients.a_p == 0 and coefficients.a_v == 0:
+        raise ctx.fail(
+            ("coefficients",),
+            "a_p and a_v are both 0: an isolated request would take no time; "
+            "at least one load-independent prefill or verify cost must be positive",
+        )
+
+    moe = None
+    if top.get("moe") is not None:
+        mp = ("moe",)
+        mm = _mapping(ctx, mp, top["moe"], ("experts", "active_experts", "expert_coefficients"),
+                      ("experts", "active_experts", "expert_coefficients"))
+        experts = _integer(ctx, (*mp, "experts"), mm["experts"], 1, 1_000_000)
+        active = _integer(ctx, (*mp, "active_experts"), mm["active_experts"], 1, experts)
+        ec = _coefficients(ctx, (*mp, "expert_coefficients"), mm["expert_coefficients"],
+                           _EXPERT_NAMES)
+        moe = MoEParams(experts=experts, active_experts=active,
+                        expert_coefficients=ExpertCoefficients(**ec))
+
+    profile = None
+    if top.get("acceptance_profile") is not None:
+        profile = _profile(ctx, top["acceptance_profile"])
+
+    max_util = DEFAULT_MAX_UTILIZATION
+    if top.get("max_utilization") is not None:
+        max_util = _number(ctx, ("max_utilization",), top["max_utilization"],
+                           "a utilisation ceiling in (0, 1]")
+        if not 0.0 < max_util <= 1.0:
+            raise ctx.fail(("max_utilization",),
+                           f"expected a utilisation ceiling in (0, 1], got {max_util:g}")
+
+    k_max = DEFAULT_K_MAX
+    if top.get("k_max") is not None:
+        k_max = _integer(ctx, ("k_max",), top["k_max"], 1, 64)
+
+    provenance: dict[str, Any] = {}
+    if top.get("provenance") is not None:
+        provenance = _provenance(ctx, top["provenance"])
+
+    return Params(
+        system=system.strip(),
+        coefficients=coefficients,
+        moe=moe,
+        acceptance_profile=profile,
+        max_utilization=max_util,
+        k_max=k_max,
+        provenance=provenance,
+        source=ctx.source,
+    )
+
+
+def params_from_mapping(doc: Mapping[str, Any], source: str = "<params>") -> Params:
+    """Validate an already-parsed document (what calibration builds before dumping it)."""
+    return _build(_Ctx(source, None), doc)
+
+
+def load_params(path: str | os.PathLike[str]) -> Params:
+    """Read and validate a parameters file; any problem is a ConfigError naming the field."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: parameters file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: cannot read parameters file: {exc}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+    ctx = _Ctx(source, root)
+    if doc is None:
+        raise ConfigError(f"{source}: empty parameters file (expected system and coefficients)")
+    _check_duplicates(ctx, root)
+    return _build(ctx, doc)
+
+
+def dump_params(params: Params, path: str | os.PathLike[str]) -> None:
+    """Write a parameters file atomically (a reader never sees half a file).
+
+    Floats are written with repr precision, so load_params(dump_params(p)) == p.
+    """
+    text = yaml.safe_dump(params.to_mapping(), sort_keys=False, allow_unicode=True)
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
