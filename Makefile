@@ -41,6 +41,9 @@ lint: $(STAMP)
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix exporter tests bench scripts
 
+bench: $(STAMP)
+	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
 demo: setup
 	$(BIN)/specwatch demo
 

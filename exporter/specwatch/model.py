@@ -443,18 +443,20 @@ class SystemLatency:
 def _input_reason(
     lam: np.ndarray, kk: np.ndarray, ee: np.ndarray, pp: np.ndarray, gg: np.ndarray
 ) -> np.ndarray:
-    reason = np.full(lam.shape, int(Reason.OK), dtype=np.int8)
-
-    def mark(cond: np.ndarray, why: Reason) -> None:
-        np.copyto(reason, np.int8(why), where=(reason == Reason.OK) & cond)
-
+    """Reason codes for bad inputs, computed at each input's own shape (scalars stay cheap)
+    and written in descending code order so the lowest applicable code wins."""
+    shape = np.broadcast_shapes(lam.shape, kk.shape, ee.shape, pp.shape, gg.shape)
     with np.errstate(invalid="ignore"):
-        mark(~(np.isfinite(lam) & np.isfinite(pp) & np.isfinite(gg)), Reason.BAD_INPUT)
-        mark((lam < 0) | (pp < 0) | (gg < 0), Reason.BAD_INPUT)
-        mark(~np.isfinite(kk) | (kk < 0), Reason.BAD_DRAFT_LENGTH)
-        e_ok = np.isfinite(ee) & (ee >= 1 - _E_TOLERANCE) & (ee <= kk + 1 + _E_TOLERANCE)
-        e_ok &= ~((kk == 0) & (np.abs(ee - 1) > _E_TOLERANCE))
-        mark(~e_ok, Reason.ACCEPTANCE_LENGTH_OUT_OF_RANGE)
+        bad_lam = ~(np.isfinite(lam) & (lam >= 0))
+        bad_len = ~(np.isfinite(pp) & (pp >= 0) & np.isfinite(gg) & (gg >= 0))
+        bad_k = ~(np.isfinite(kk) & (kk >= 0))
+        # NaN/inf fail these comparisons, so non-finite E is out of range too.
+        e_ok = (ee >= 1 - _E_TOLERANCE) & (ee <= kk + 1 + _E_TOLERANCE)
+        e_ok &= (kk != 0) | (np.abs(ee - 1) <= _E_TOLERANCE)
+    reason = np.zeros(shape, dtype=np.int8)
+    np.copyto(reason, np.int8(Reason.ACCEPTANCE_LENGTH_OUT_OF_RANGE), where=~e_ok)
+    np.copyto(reason, np.int8(Reason.BAD_DRAFT_LENGTH), where=bad_k)
+    np.copyto(reason, np.int8(Reason.BAD_INPUT), where=bad_lam | bad_len)
     return reason
 
 
@@ -476,43 +478,41 @@ def latency(
 ) -> SystemLatency:
     """L = C1 / (1 − λ·C2) for one system (k = 0, E = 1 is no SD); MoE via the φ solver."""
     ceiling = _validate_ceiling(max_utilization)
-    lam, kk, ee, pp, gg = np.broadcast_arrays(
-        *(np.asarray(x, dtype=float) for x in (arrival_rate, k, e, p, g))
-    )
+    lam, kk, ee, pp, gg = (np.asarray(x, dtype=float) for x in (arrival_rate, k, e, p, g))
     reason = _input_reason(lam, kk, ee, pp, gg)
     ok = reason == Reason.OK
-    # Evaluate on sanitised inputs so bad points cannot raise or warn; they are masked below.
-    s_lam, s_p, s_g = (np.where(ok, x, 0.0) for x in (lam, pp, gg))
-    s_k = np.where(ok, kk, 0.0)
-    s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
+    all_ok = bool(ok.all())
+    if not all_ok:
+        # Evaluate on sanitised inputs so bad points cannot raise or warn; masked below.
+        lam, pp, gg, kk = (np.where(ok, x, 0.0) for x in (lam, pp, gg, kk))
+        ee = np.where(ok, np.clip(ee, 1.0, kk + 1.0), 1.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if isinstance(coef, MoECoefficients):
-            c1u, c2u, c1s, c2s = moe_cost_terms(coef, s_k, s_e, s_p, s_g)
-            sol = solve_moe_latency(coef, s_lam, s_k + 1.0, c1u, c2u, c1s, c2s)
-            util = sol.utilization
+            c1u, c2u, c1s, c2s = moe_cost_terms(coef, kk, ee, pp, gg)
+            sol = solve_moe_latency(coef, lam, kk + 1.0, c1u, c2u, c1s, c2s)
+            util = np.broadcast_to(sol.utilization, reason.shape)
             lat = sol.latency
             saturated = sol.saturated
             not_conv = ~sol.converged & ~sol.saturated
             c1 = c1u
         else:
-            c1, c2 = cost_terms(coef, s_k, s_e, s_p, s_g)
-            util = s_lam * c2
+            c1, c2 = cost_terms(coef, kk, ee, pp, gg)
+            util = np.broadcast_to(lam * c2, reason.shape)
             saturated = util >= 1.0
-            lat = np.where(saturated, np.nan, c1 / (1.0 - util))
-            not_conv = np.zeros(lam.shape, dtype=bool)
-
-    def mark(cond: np.ndarray, why: Reason) -> None:
-        np.copyto(reason, np.int8(why), where=(reason == Reason.OK) & cond)
-
-    mark(c1 <= 0, Reason.DEGENERATE)
-    mark(saturated, Reason.SATURATED)
-    mark(not_conv, Reason.NOT_CONVERGED)
-    mark(util > ceiling, Reason.ABOVE_CEILING)
-    usable = (reason == Reason.OK) | (reason == Reason.ABOVE_CEILING)
+            lat = c1 / (1.0 - util)
+            not_conv = None
+    free = reason == Reason.OK
+    np.copyto(reason, np.int8(Reason.ABOVE_CEILING), where=free & (util > ceiling))
+    if not_conv is not None:
+        np.copyto(reason, np.int8(Reason.NOT_CONVERGED), where=free & not_conv)
+    np.copyto(reason, np.int8(Reason.SATURATED), where=free & saturated)
+    np.copyto(reason, np.int8(Reason.DEGENERATE), where=free & (c1 <= 0))
+    valid = reason == Reason.OK
+    usable = valid | (reason == Reason.ABOVE_CEILING)
     return SystemLatency(
         latency=np.where(usable, lat, np.nan),
-        utilization=np.where(ok, util, np.nan),
-        valid=reason == Reason.OK,
+        utilization=util.copy() if all_ok else np.where(ok, util, np.nan),
+        valid=valid,
         reason=reason,
     )
 
