@@ -16,6 +16,7 @@ from specwatch.errors import SpecwatchError
 
 # command name -> (module, one-line help). Keep in the order a new user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("specwatch.serve_cli", "poll vLLM/SGLang /metrics, derive SD signals, serve them"),
 }
 
 

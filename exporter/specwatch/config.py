@@ -1,0 +1,373 @@
+"""`specwatch serve` configuration: YAML file and/or flags, strictly validated.
+
+Validation is driven by a schema table (:data:`TOP_SCHEMA`, :data:`GLOBAL_SCHEMA`,
+:data:`TARGET_SCHEMA`, :data:`AUTH_SCHEMA`) of :class:`Key` entries, not by ad-hoc checks, so a
+later feature adds its key with one line (issue 3: ``TARGET_SCHEMA["params"] = Key(...)``;
+issue 7: ``TOP_SCHEMA["controller"] = Key(...)``) and reads the validated value from
+``TargetConfig.raw`` / ``ServeConfig.raw``. Every error names the file and the key path, e.g.
+``specwatch.yaml: targets[1].url: expected an http(s) URL, got 'foo'``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+
+from specwatch.errors import ConfigError
+from specwatch.sources import ENGINE_KINDS
+
+DEFAULT_LISTEN = "0.0.0.0:10440"
+DEFAULT_POLL_INTERVAL = 5.0
+DEFAULT_TIMEOUT = 3.0
+DEFAULT_WINDOWS = ("1m", "5m", "15m")
+DEFAULT_COUNT_WINDOW = 1000
+DEFAULT_MIN_DRAFTS = 50
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_MIN_BIMODALITY_SAMPLES = 10
+
+
+class CheckError(Exception):
+    """Raised by a check: the message says what was expected (wrapped into ConfigError)."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One schema entry. ``kind`` is the YAML type; ``check`` converts or raises CheckError.
+
+    For ``kind=dict``: ``children`` is the nested schema (unknown keys are errors) or, with
+    ``values`` set, a free mapping whose values follow ``values``. For ``kind=list``:
+    ``items`` is the schema of each element.
+    """
+
+    kind: type | tuple[type, ...]
+    required: bool = False
+    check: Callable[[Any], Any] | None = None
+    children: Mapping[str, Key] | None = None
+    values: Key | None = None
+    items: Key | None = None
+    doc: str = ""
+
+
+_DURATION_RE = re.compile(r"^((\d+)h)?((\d+)m(?!s))?((\d+)s)?((\d+)ms)?$")
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a Prometheus-style duration ("500ms", "30s", "1m30s", "1h")."""
+    if isinstance(value, bool):
+        raise CheckError(f"expected a duration, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        m = _DURATION_RE.match(value.strip())
+        if not m or not value.strip():
+            raise CheckError(f"expected a duration like 30s, 1m or 1h30m, got {value!r}")
+        h, mi, s, ms = (int(g) if g else 0 for g in m.group(2, 4, 6, 8))
+        seconds = h * 3600 + mi * 60 + s + ms / 1000.0
+    else:
+        raise CheckError(f"expected a duration, got {type(value).__name__}")
+    if not seconds > 0:
+        raise CheckError(f"expected a positive duration, got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The Prometheus spelling of a duration (used as the ``window`` label)."""
+    ms = round(seconds * 1000)
+    if ms % 1000:
+        return f"{ms}ms"
+    s = ms // 1000
+    out = ""
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if s >= size:
+            out += f"{s // size}{unit}"
+            s %= size
+    return out or "0s"
+
+
+def check_url(value: str) -> str:
+    """An http(s) URL with a host; an empty path means ``/metrics``."""
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CheckError(f"expected an http(s) URL like http://host:8000/metrics, got {value!r}")
+    try:
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError as exc:
+        raise CheckError(f"bad port in URL {value!r}") from exc
+    path = parts.path if parts.path not in ("", "/") else "/metrics"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def check_listen(value: str) -> str:
+    _host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise CheckError(f"expected HOST:PORT, got {value!r}")
+    return value
+
+
+def _positive_int(minimum: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise CheckError(f"expected an integer >= {minimum}, got {value!r}")
+        return value
+    return check
+
+
+def _non_negative(value: Any) -> float:
+    if isinstance(value, bool) or value < 0:
+        raise CheckError(f"expected a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _one_of(*choices: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in choices:
+            raise CheckError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+    return check
+
+
+def _name(value: str) -> str:
+    if not value or not re.match(r"^[A-Za-z0-9_.:@/-]+$", value):
+        raise CheckError(f"expected a target name of letters, digits and _.:@/-, got {value!r}")
+    return value
+
+
+_NUM = (int, float)
+
+AUTH_SCHEMA: dict[str, Key] = {
+    "type": Key(str, required=True, check=_one_of("bearer", "basic"), doc="bearer | basic"),
+    "token_file": Key(str, doc="bearer: file holding the token"),
+    "token_env": Key(str, doc="bearer: environment variable holding the token"),
+    "username": Key(str, doc="basic: user name"),
+    "password_file": Key(str, doc="basic: file holding the password"),
+    "password_env": Key(str, doc="basic: environment variable holding the password"),
+}
+TARGET_SCHEMA: dict[str, Key] = {
+    "name": Key(str, check=_name, doc="label value of `target` (default: host:port)"),
+    "url": Key(str, required=True, check=check_url, doc="the /metrics URL"),
+    "engine": Key(str, check=_one_of(*ENGINE_KINDS), doc="vllm | sglang | auto"),
+    "timeout": Key((*_NUM, str), check=parse_duration, doc="total deadline of one poll"),
+    "max_body_bytes": Key(int, check=_positive_int(1024), doc="largest page accepted"),
+    "headers": Key(dict, values=Key(str), doc="extra request headers"),
+    "auth": Key(dict, children=AUTH_SCHEMA, doc="bearer token or basic auth"),
+}
+GLOBAL_SCHEMA: dict[str, Key] = {
+    "listen": Key(str, check=check_listen, doc="HOST:PORT of the exporter"),
+    "poll_interval": Key((*_NUM, str), check=parse_duration, doc="seconds between polls"),
+    "timeout": Key((*_NUM, str), check=parse_duration, doc="default poll deadline"),
+    "max_body_bytes": Key(int, check=_positive_int(1024), doc="default page size cap"),
+    "windows": Key(list, items=Key((*_NUM, str), check=parse_duration), doc="time windows"),
+    "count_window": Key(int, check=_positive_int(0), doc="requests in the count window"),
+    "min_drafts_per_sample": Key(_NUM, check=_non_negative, doc="drafts per sample"),
+    "min_bimodality_samples": Key(int, check=_positive_int(4), doc="samples for the BC"),
+}
+TOP_SCHEMA: dict[str, Key] = {
+    "global": Key(dict, children=GLOBAL_SCHEMA),
+    "targets": Key(list, items=Key(dict, children=TARGET_SCHEMA)),
+}
+
+
+def validate(value: Any, key: Key, path: str, where: str) -> Any:
+    """Check ``value`` against ``key``; return the converted value or raise ConfigError."""
+    def fail(msg: str) -> ConfigError:
+        return ConfigError(f"{where}: {path}: {msg}")
+
+    kinds = key.kind if isinstance(key.kind, tuple) else (key.kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise fail(f"expected {_kind_name(key.kind)}, got a boolean")
+    if not isinstance(value, kinds):
+        raise fail(f"expected {_kind_name(key.kind)}, got {_yaml_type(value)}")
+    if key.kind is dict and key.children is not None:
+        out = {}
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in key.children:
+                allowed = ", ".join(key.children)
+                raise ConfigError(f"{where}: {sub}: unknown key (allowed: {allowed})")
+            out[k] = validate(v, key.children[k], sub, where)
+        for k, child in key.children.items():
+            if child.required and k not in value:
+                raise fail(f"missing required key {k!r}")
+        return out
+    if key.kind is dict and key.values is not None:
+        return {str(k): validate(v, key.values, f"{path}.{k}", where) for k, v in value.items()}
+    if key.kind is list and key.items is not None:
+        return [validate(v, key.items, f"{path}[{i}]", where) for i, v in enumerate(value)]
+    if key.check is not None:
+        try:
+            return key.check(value)
+        except CheckError as exc:
+            raise fail(str(exc)) from None
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {int: "a number", float: "a number", str: "a string", dict: "a mapping",
+             list: "a list"}
+    return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
+
+
+def _yaml_type(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", int: "a number",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__) \
+        + (f" {value!r}" if isinstance(value, int | float | str) else "")
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    name: str
+    url: str
+    engine: str = "auto"
+    timeout: float = DEFAULT_TIMEOUT
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    targets: tuple[TargetConfig, ...]
+    listen: str = DEFAULT_LISTEN
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    windows: tuple[tuple[str, float], ...] = tuple(
+        (w, parse_duration(w)) for w in DEFAULT_WINDOWS)
+    count_window: int = DEFAULT_COUNT_WINDOW
+    min_drafts_per_sample: float = DEFAULT_MIN_DRAFTS
+    min_bimodality_samples: int = DEFAULT_MIN_BIMODALITY_SAMPLES
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+def _read_secret(auth: Mapping[str, str], file_key: str, env_key: str, path: str,
+                 where: str) -> str:
+    if (file_key in auth) == (env_key in auth):
+        raise ConfigError(f"{where}: {path}: set exactly one of {file_key} or {env_key}")
+    if file_key in auth:
+        try:
+            with open(auth[file_key], encoding="utf-8") as fh:
+                secret = fh.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"{where}: {path}.{file_key}: cannot read {auth[file_key]!r}: "
+                              f"{exc.strerror}") from exc
+    else:
+        secret = os.environ.get(auth[env_key], "")
+        if not secret:
+            raise ConfigError(f"{where}: {path}.{env_key}: environment variable "
+                              f"{auth[env_key]!r} is not set or empty")
+    if not secret:
+        raise ConfigError(f"{where}: {path}.{file_key}: the file is empty")
+    return secret
+
+
+def default_target_name(url: str) -> str:
+    parts = urlsplit(url)
+    return parts.netloc.rsplit("@", 1)[-1] or url
+
+
+def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout: float,
+                 default_max_body: int) -> TargetConfig:
+    """Turn one validated target mapping into a TargetConfig (reads auth secrets)."""
+    headers = dict(raw.get("headers", {}))
+    basic = None
+    auth = raw.get("auth")
+    if auth is not None:
+        apath = f"{path}.auth"
+        if auth["type"] == "bearer":
+            extra = {"username"} & set(auth)
+            if extra:
+                raise ConfigError(f"{where}: {apath}.username: not used with type bearer")
+            token = _read_secret(auth, "token_file", "token_env", apath, where)
+            headers["Authorization"] = f"Bearer {token}"
+        else:
+            if "username" not in auth:
+                raise ConfigError(f"{where}: {apath}: missing required key 'username'")
+            basic = (auth["username"],
+                     _read_secret(auth, "password_file", "password_env", apath, where))
+    url = raw["url"]
+    return TargetConfig(
+        name=raw.get("name") or default_target_name(url), url=url,
+        engine=raw.get("engine", "auto"), timeout=raw.get("timeout", default_timeout),
+        max_body_bytes=raw.get("max_body_bytes", default_max_body), headers=headers,
+        basic_auth=basic, raw=raw)
+
+
+def load_file(path: str) -> Mapping[str, Any]:
+    """Read and validate a YAML config file; return the validated mapping."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else path
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    if data is None:
+        data = {}
+    return validate(data, Key(dict, children=TOP_SCHEMA), "", path)
+
+
+def parse_target_flag(flag: str) -> dict[str, Any]:
+    """``[NAME=]URL`` from --target into a target mapping validated like the file's."""
+    name, sep, url = flag.partition("=")
+    if not sep or "://" in name:
+        name, url = "", flag
+    raw: dict[str, Any] = {"url": url}
+    if name:
+        raw["name"] = name
+    return validate(raw, Key(dict, children=TARGET_SCHEMA), "", f"--target {flag}")
+
+
+def build_config(config_file: str | None, target_flags: list[str], listen: str | None,
+                 poll_interval: float | None) -> ServeConfig:
+    """Merge the file and the flags (flags win for listen and poll interval)."""
+    raw = load_file(config_file) if config_file else {}
+    where = config_file or "command line"
+    g = raw.get("global", {})
+    timeout = g.get("timeout", DEFAULT_TIMEOUT)
+    max_body = g.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)
+    targets: list[TargetConfig] = []
+    for i, t in enumerate(raw.get("targets", [])):
+        targets.append(build_target(t, f"targets[{i}]", where, timeout, max_body))
+    for flag in target_flags:
+        targets.append(build_target(parse_target_flag(flag), "target", f"--target {flag}",
+                                    timeout, max_body))
+    seen: dict[str, int] = {}
+    for i, t in enumerate(targets):
+        if t.name in seen:
+            loc = f"targets[{i}].name" if i < len(raw.get("targets", [])) else "--target"
+            raise ConfigError(f"{where}: {loc}: duplicate target name {t.name!r} (also "
+                              f"targets[{seen[t.name]}]); give each target a unique name")
+        seen[t.name] = i
+    if not targets:
+        raise ConfigError("no targets: give --target [NAME=]URL or a --config file with "
+                          "targets")
+    if poll_interval is not None and not poll_interval > 0:
+        raise ConfigError(f"--poll-interval: expected a positive number, got {poll_interval}")
+    windows_raw = g.get("windows")
+    windows = tuple((format_duration(s), s) for s in windows_raw) if windows_raw is not None \
+        else ServeConfig.__dataclass_fields__["windows"].default
+    labels = [w for w, _ in windows]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"{where}: global.windows: duplicate window {labels}")
+    listen_value = listen if listen is not None else g.get("listen", DEFAULT_LISTEN)
+    if listen is not None:
+        try:
+            check_listen(listen)
+        except CheckError as exc:
+            raise ConfigError(f"--listen: {exc}") from None
+    return ServeConfig(
+        targets=tuple(targets), listen=listen_value,
+        poll_interval=poll_interval if poll_interval is not None
+        else g.get("poll_interval", DEFAULT_POLL_INTERVAL),
+        windows=windows, count_window=g.get("count_window", DEFAULT_COUNT_WINDOW),
+        min_drafts_per_sample=g.get("min_drafts_per_sample", DEFAULT_MIN_DRAFTS),
+        min_bimodality_samples=g.get("min_bimodality_samples", DEFAULT_MIN_BIMODALITY_SAMPLES),
+        raw=raw)

@@ -1,0 +1,132 @@
+"""The poll cycle: fetched body → sources → history → derive → hooks → published snapshot.
+
+The poller calls :meth:`Pipeline.apply` from its worker thread when a poll of one target
+ends (success or failure). The pipeline updates that target's state, derives its
+:class:`~specwatch.snapshot.TargetSnapshot`, runs the target hooks, and publishes a new
+:class:`~specwatch.snapshot.Snapshot` by swapping one reference, so the collector reads a
+consistent object without locking.
+
+Extension point: ``add_target_hook(fn)`` with ``fn(target: TargetSnapshot) -> TargetSnapshot``.
+Hooks run in registration order after derive, on every poll of every target (also when the
+target is down: ``up`` is False and ``models`` is empty, so a controller can see "no data").
+A hook returns a new snapshot (use :func:`dataclasses.replace` or
+:meth:`TargetSnapshot.with_model`); it must not block (no network I/O: that belongs to an
+actuator thread). A hook that raises is logged and skipped; the previous value is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from specwatch import __version__, derive, history, sources
+from specwatch.snapshot import POLL_ERROR_REASONS, Snapshot, TargetSnapshot
+
+log = logging.getLogger(__name__)
+
+TargetHook = Callable[[TargetSnapshot], TargetSnapshot]
+
+
+@dataclass(frozen=True)
+class PollResult:
+    """What one poll produced: a body, or the reason it failed (one of POLL_ERROR_REASONS)."""
+
+    target: str
+    started: float  # poll clock (wall time, for timestamps)
+    finished: float
+    duration_seconds: float
+    body: str | None = None
+    error_reason: str | None = None
+    error_message: str = ""
+
+
+@dataclass
+class _TargetState:
+    name: str
+    engine: str
+    history: history.TargetHistory
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(POLL_ERROR_REASONS, 0))
+    last_success: float | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Pipeline:
+    """Owns all per-target state and the latest snapshot."""
+
+    def __init__(self, targets: Sequence[tuple[str, str]], derive_config: derive.DeriveConfig,
+                 poll_interval: float, history_retention: float | None = None) -> None:
+        """``targets``: (name, engine kind) in display order."""
+        self.derive_config = derive_config
+        longest = max([s for _, s in derive_config.windows] or [0.0])
+        retention = history_retention if history_retention is not None \
+            else max(longest, 3600.0) + 2 * poll_interval
+        max_entries = math.ceil(retention / max(poll_interval, 0.05)) * 4 + 16
+        self._states = {
+            name: _TargetState(name, engine, history.TargetHistory(
+                retention, max_entries, derive_config.min_drafts_per_sample))
+            for name, engine in targets}
+        self._hooks: list[TargetHook] = []
+        self._publish_lock = threading.Lock()
+        self._snapshot = Snapshot(version=__version__, targets={
+            name: TargetSnapshot(name=name, up=False) for name, _ in targets})
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The latest published snapshot (an immutable object)."""
+        return self._snapshot
+
+    def add_target_hook(self, hook: TargetHook) -> None:
+        """Register a post-derive hook (see the module docstring)."""
+        self._hooks.append(hook)
+
+    def apply(self, result: PollResult) -> TargetSnapshot:
+        """Fold one poll result into the target's state and publish a new snapshot."""
+        state = self._states[result.target]
+        with state.lock:
+            target = self._build(state, result)
+            for hook in self._hooks:
+                try:
+                    target = hook(target)
+                except Exception:  # a broken extension must not stop polling
+                    log.exception("target hook %r failed for %s", hook, state.name)
+            with self._publish_lock:
+                targets = dict(self._snapshot.targets)
+                targets[state.name] = target
+                self._snapshot = Snapshot(version=__version__, targets=targets,
+                                          created_at=result.finished)
+        return target
+
+    def _build(self, state: _TargetState, result: PollResult) -> TargetSnapshot:
+        reason, message = result.error_reason, result.error_message
+        page = None
+        if reason is None:
+            try:
+                page = sources.parse_page(result.body or "", state.engine)
+            except sources.PageParseError as exc:
+                reason, message = "parse", str(exc)
+        if reason is not None or page is None:
+            reason = reason or "parse"
+            state.errors[reason] = state.errors.get(reason, 0) + 1
+            log.warning("poll of %s failed (%s): %s", state.name, reason, message)
+            return TargetSnapshot(
+                name=state.name, up=False, timestamp=result.finished,
+                poll_duration_seconds=result.duration_seconds, errors_total=dict(state.errors),
+                counter_resets_total=state.history.resets_total,
+                last_success_timestamp=state.last_success, last_error=f"{reason}: {message}",
+                engine=state.history.engine)
+        hist = state.history
+        hist.update(page, result.finished)
+        state.last_success = result.finished
+        models = {}
+        for name in sorted(hist.present_models):
+            mh = hist.models.get(name)
+            if mh is not None and mh.entries:
+                models[name] = derive.derive_model(mh, self.derive_config, page.engine)
+        return TargetSnapshot(
+            name=state.name, up=True, timestamp=result.finished,
+            poll_duration_seconds=result.duration_seconds, errors_total=dict(state.errors),
+            counter_resets_total=hist.resets_total, last_success_timestamp=result.finished,
+            engine=page.engine, models=models)

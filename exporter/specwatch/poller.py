@@ -1,0 +1,221 @@
+"""Background poller: every target every interval, concurrently, one poll in flight per target.
+
+Why each rule:
+
+* **Total deadline per poll** (connect + headers + body): ``requests`` timeouts apply per
+  socket operation, so a server trickling one byte a second would never time out. The body
+  is read with ``read1`` (at most one ``recv`` per call) and the socket timeout is lowered
+  to the time left before every read, so a poll never outlives its deadline by more than
+  scheduling noise.
+* **Maximum body size**: a runaway page (LoRA label explosion, a misrouted URL serving a
+  file) is cut off and counted as ``too_large`` instead of filling memory. The body is
+  requested with ``Accept-Encoding: identity`` so the cap counts the bytes we parse (no
+  decompression bomb), and a body shorter than its Content-Length is an error, never a
+  silently truncated page.
+* **One session per target** reuses its keep-alive connection; sessions are never shared,
+  so a stuck target cannot hold a connection another target needs.
+* **One poll in flight per target**: a slow target is skipped, not stacked, so specwatch
+  never piles load on a struggling inference server, and a slow target never delays the
+  others (each has its own worker).
+* Secrets (bearer tokens, passwords) go into the session only; they are never logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import requests
+
+from specwatch import __version__
+from specwatch.pipeline import PollResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PollTarget:
+    """How to fetch one target. ``basic_auth`` is (user, password); ``headers`` may carry a
+    bearer token. Both are kept out of ``repr`` so they never reach a log line."""
+
+    name: str
+    url: str
+    timeout_seconds: float = 3.0
+    max_body_bytes: int = 16 * 1024 * 1024
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+
+
+class PollError(Exception):
+    """A failed poll: ``reason`` is one of POLL_ERROR_REASONS."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _set_socket_timeout(raw: object, seconds: float) -> None:
+    """Lower the read timeout of the response's socket (best effort: urllib3 internals)."""
+    conn = getattr(raw, "_connection", None)
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.settimeout(max(seconds, 0.001))
+
+
+def fetch(session: requests.Session, target: PollTarget,
+          monotonic: Callable[[], float] = time.monotonic) -> str:
+    """GET the target's page within its deadline and size cap; raise PollError otherwise."""
+    deadline = monotonic() + target.timeout_seconds
+    headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+               "Accept-Encoding": "identity",
+               "User-Agent": f"specwatch/{__version__}", **target.headers}
+    try:
+        resp = session.get(target.url, headers=headers, stream=True, allow_redirects=True,
+                           timeout=(target.timeout_seconds, target.timeout_seconds),
+                           auth=target.basic_auth)
+    except requests.exceptions.Timeout as exc:
+        raise PollError("timeout", f"no response within {target.timeout_seconds:g}s") from exc
+    except requests.exceptions.RequestException as exc:
+        raise PollError("connection", type(exc).__name__ + ": " + _short(exc)) from exc
+    with resp:
+        if resp.status_code != 200:
+            raise PollError("http_status", f"HTTP {resp.status_code}")
+        length = resp.headers.get("Content-Length")
+        if length and length.isdigit() and int(length) > target.max_body_bytes:
+            raise PollError("too_large", f"Content-Length {length} > {target.max_body_bytes}")
+        chunks: list[bytes] = []
+        total = 0
+        raw = resp.raw
+        try:
+            while True:
+                left = deadline - monotonic()
+                if left <= 0:
+                    raise PollError("timeout",
+                                      f"body not complete within {target.timeout_seconds:g}s")
+                _set_socket_timeout(raw, left)
+                data = raw.read1(65536, decode_content=False)
+                if not data:
+                    break
+                total += len(data)
+                if total > target.max_body_bytes:
+                    raise PollError("too_large", f"body over {target.max_body_bytes} bytes")
+                chunks.append(data)
+        except PollError:
+            raise
+        except Exception as exc:  # socket timeout, reset, short body (urllib3 ProtocolError)
+            if "timed out" in str(exc).lower() or isinstance(exc, TimeoutError):
+                raise PollError("timeout", f"body not complete within "
+                                  f"{target.timeout_seconds:g}s") from exc
+            raise PollError("connection", type(exc).__name__ + ": " + _short(exc)) from exc
+    body = b"".join(chunks)
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PollError("parse", f"body is not UTF-8 ({exc.reason} at byte {exc.start})") \
+            from exc
+
+
+def _short(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class Poller:
+    """Schedules polls and hands each :class:`PollResult` to ``on_result``.
+
+    ``clock`` gives the wall time stamped on results (inject a fake one in tests);
+    scheduling always uses ``time.monotonic``.
+    """
+
+    def __init__(self, targets: Sequence[PollTarget], interval: float,
+                 on_result: Callable[[PollResult], object],
+                 clock: Callable[[], float] = time.time) -> None:
+        self.targets = {t.name: t for t in targets}
+        self.interval = float(interval)
+        self.on_result = on_result
+        self.clock = clock
+        self._sessions = {t.name: requests.Session() for t in targets}
+        self._executor = ThreadPoolExecutor(max_workers=max(1, min(64, len(targets))),
+                                            thread_name_prefix="specwatch-poll")
+        self._inflight: dict[str, Future[PollResult]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll_now(self, name: str) -> PollResult:
+        """Poll one target synchronously in the calling thread and deliver the result."""
+        target = self.targets[name]
+        started_wall = self.clock()
+        t0 = time.monotonic()
+        body, reason, message = None, None, ""
+        try:
+            body = fetch(self._sessions[name], target)
+        except PollError as exc:
+            reason, message = exc.reason, str(exc)
+        except Exception as exc:  # never let a poll kill its worker
+            reason, message = "connection", f"{type(exc).__name__}: {_short(exc)}"
+        duration = time.monotonic() - t0
+        result = PollResult(target=name, started=started_wall, finished=self.clock(),
+                            duration_seconds=duration, body=body, error_reason=reason,
+                            error_message=message)
+        try:
+            self.on_result(result)
+        except Exception:
+            log.exception("handling the poll result of %s failed", name)
+        return result
+
+    def start(self) -> None:
+        """Start the scheduler thread (first polls go out at once)."""
+        self._thread = threading.Thread(target=self._run, name="specwatch-scheduler",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop scheduling, wait for polls in flight (each ends within its deadline)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        for s in self._sessions.values():
+            s.close()
+
+    def _done(self, name: str, fut: Future[PollResult]) -> None:
+        with self._lock:
+            if self._inflight.get(name) is fut:
+                del self._inflight[name]
+
+    def _run(self) -> None:
+        now = time.monotonic()
+        due = dict.fromkeys(self.targets, now)
+        while not self._stop.is_set():
+            now = time.monotonic()
+            for name in self.targets:
+                if now < due[name]:
+                    continue
+                with self._lock:
+                    busy = name in self._inflight
+                if busy:
+                    # Still running from the last interval: skip this slot, never stack.
+                    due[name] = now + self.interval
+                    continue
+                try:
+                    fut = self._executor.submit(self.poll_now, name)
+                except RuntimeError:  # executor shut down
+                    return
+                with self._lock:
+                    self._inflight[name] = fut
+                fut.add_done_callback(lambda f, n=name: self._done(n, f))
+                due[name] += self.interval
+                if due[name] <= now:
+                    due[name] = now + self.interval
+            wait = max(0.0, min(due.values()) - time.monotonic()) if due else 1.0
+            self._wake.wait(min(wait, 1.0))
+            self._wake.clear()

@@ -1,0 +1,121 @@
+"""The immutable objects the collector renders: one :class:`Snapshot` per poll cycle.
+
+Why immutable: the poller threads publish a new snapshot by swapping one reference, and any
+number of concurrent scrapes read the snapshot they got without locks, never a half-updated
+mix of two polls.
+
+Extension points (for later features; none of them needs a change in this module):
+
+* **Per-model data** (issue 3, live model predictions; issue 7, controller state): the typed
+  optional fields :attr:`ModelSnapshot.predictions` and :attr:`ModelSnapshot.controller`
+  (``None`` until a hook fills them), plus :attr:`ModelSnapshot.extensions`, a free mapping
+  for anything else. Fill them from a *target hook* registered on
+  :class:`specwatch.pipeline.Pipeline` (``pipeline.add_target_hook(fn)``) with
+  :func:`dataclasses.replace`; see :meth:`TargetSnapshot.with_model`.
+* **Per-target data** (e.g. ``specwatch_model_configured{target}``): :attr:`TargetSnapshot.model`
+  and :attr:`TargetSnapshot.extensions`.
+* **Rendering**: a family builder ``fn(snapshot) -> Iterable[Metric]`` registered with
+  ``SpecwatchCollector.add_family_builder(fn)`` turns those fields into metric families.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The reasons a poll fails, exposed as ``specwatch_target_poll_errors_total{reason}``.
+POLL_ERROR_REASONS: tuple[str, ...] = ("timeout", "connection", "http_status", "parse",
+                                       "too_large")
+
+
+@dataclass(frozen=True)
+class WindowSignals:
+    """Derived signals of one model over one window.
+
+    ``values`` maps a metric name (``sd_acceptance_rate``...) to its value and holds only the
+    signals that have data in this window: a missing key means "absent", never 0.
+    ``positions`` maps a per-position metric name to ``{position: value}``.
+    ``span_seconds`` and ``requests`` describe the window actually used (the count window's
+    span varies; a time window at start-up may be shorter than its nominal length).
+    """
+
+    window: str
+    values: Mapping[str, float]
+    positions: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    span_seconds: float = 0.0
+    requests: float = 0.0
+
+
+@dataclass(frozen=True)
+class SampleHistogram:
+    """Lifetime histogram of per-poll-interval acceptance rates (cumulative bucket counts)."""
+
+    bounds: tuple[float, ...]
+    cumulative_counts: tuple[int, ...]  # one per bound, then +Inf (== count)
+    sum: float
+    count: int
+
+
+@dataclass(frozen=True)
+class ModelSnapshot:
+    """Everything exposed for one model of one target."""
+
+    model_name: str
+    engine: str
+    configured_k: int | None
+    windows: tuple[WindowSignals, ...]
+    samples: SampleHistogram | None = None
+    gauges: Mapping[str, float] = field(default_factory=dict)
+    #: Issue 3 fills this (live predictions from the 5m window); None means "not computed".
+    predictions: Any = None
+    #: Issue 7 fills this (controller state for this target/model).
+    controller: Any = None
+    extensions: Mapping[str, Any] = field(default_factory=dict)
+
+    def window(self, label: str) -> WindowSignals | None:
+        """The window with this label (``"5m"``, ``"1000req"``), or None when absent."""
+        for w in self.windows:
+            if w.window == label:
+                return w
+        return None
+
+
+@dataclass(frozen=True)
+class TargetSnapshot:
+    """Health and derived data of one target.
+
+    A target that is down has ``up=False`` and an empty ``models`` mapping: no derived
+    series are exposed for it (no stale values) until a poll succeeds again.
+    """
+
+    name: str
+    up: bool
+    timestamp: float | None = None  # poll clock time of the last poll (success or failure)
+    poll_duration_seconds: float | None = None
+    errors_total: Mapping[str, int] = field(
+        default_factory=lambda: dict.fromkeys(POLL_ERROR_REASONS, 0))
+    counter_resets_total: int = 0
+    last_success_timestamp: float | None = None
+    last_error: str | None = None
+    engine: str = "unknown"
+    models: Mapping[str, ModelSnapshot] = field(default_factory=dict)
+    #: Issue 3: per-target model state (e.g. whether a parameters file is configured).
+    model: Any = None
+    extensions: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_model(self, model_name: str, **changes: Any) -> TargetSnapshot:
+        """A copy with one model's fields replaced (for hooks): the original is unchanged."""
+        models = dict(self.models)
+        models[model_name] = dataclasses.replace(models[model_name], **changes)
+        return dataclasses.replace(self, models=models)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The whole exporter state at one instant; ``targets`` keeps configuration order."""
+
+    version: str
+    targets: Mapping[str, TargetSnapshot]
+    created_at: float = 0.0

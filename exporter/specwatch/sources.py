@@ -1,0 +1,259 @@
+"""The only module that knows vLLM and SGLang metric names.
+
+It turns one `/metrics` page into *canonical signals*: per-series cumulative values keyed by
+``(model_name, signal, identity)``, where ``identity`` is every label except ``model_name``
+(``engine``, ``position``, ``finished_reason``, ``is_streaming``, SGLang's ranks...). Keeping
+every series apart is what lets :mod:`specwatch.history` detect a counter reset per series
+*before* summing over ``engine`` (one data-parallel rank restarting among eight is invisible
+in the sum).
+
+Engines and what each one can give (details in the README, "Exporter"):
+
+* **vLLM v1 engine (0.8.5 to 0.33)**: drafts, draft tokens, accepted tokens, accepted tokens
+  per position (so the configured k = number of ``position`` series), finished requests,
+  e2e latency / prompt / generation / TTFT histograms. Everything specwatch derives.
+* **vLLM v1 0.8.3 / 0.8.4**: draft and accepted tokens only (no drafts counter, no
+  per-position): acceptance rate only among the SD signals.
+* **vLLM v0 engine (up to 0.9.2)**: draft, accepted and emitted token counters plus two
+  interval gauges. No drafts counter and no ``engine`` label. Acceptance rate is available
+  (v0 counts every token the verifier accepted, even after a rejected prefix, so it reads a
+  little higher than v1's); acceptance length, draft length, α and per-position are absent.
+* **SGLang (0.5.x)**: no accepted/proposed counters. The cumulative
+  ``sglang:spec_verify_calls_total`` and ``sglang:generation_tokens_total`` give a windowed
+  acceptance length (see :func:`specwatch.derive.derive_window`); the configured chain length
+  comes from the ``sglang:spec_num_steps`` gauge and the proposed tokens per verify call from
+  ``sglang:spec_num_draft_tokens`` − 1. No per-position data, so no position or heterogeneity
+  signals.
+
+Pitfalls handled here (reference: vllm-metrics.md §7): samples are matched on the *sample*
+name (prometheus_client returns counters under the base family name), ``*_created`` samples
+are kept apart (they mark resets, they are not values), and ``vllm:iteration_tokens_total``
+is a histogram whose samples never match a counter name here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from prometheus_client.parser import text_string_to_metric_families
+
+EngineKind = Literal["vllm", "sglang", "auto"]
+ENGINE_KINDS: tuple[str, ...] = ("vllm", "sglang", "auto")
+
+# ---- canonical signal names (cumulative counters) -------------------------------------------
+DRAFTS = "drafts"  # verify steps with >= 1 draft token (vLLM v1 >= 0.8.5)
+DRAFT_TOKENS = "draft_tokens"  # proposed draft tokens
+ACCEPTED_TOKENS = "accepted_tokens"  # accepted draft tokens (bonus token excluded)
+ACCEPTED_PER_POSITION = "accepted_tokens_per_position"  # identity carries `position`
+EMITTED_TOKENS = "emitted_tokens"  # vLLM v0 only
+VERIFY_CALLS = "verify_calls"  # SGLang: verification forward passes of finished requests
+GENERATION_TOKENS = "generation_tokens"  # all output tokens
+PROMPT_TOKENS = "prompt_tokens"  # all prompt tokens
+REQUESTS_FINISHED = "requests_finished"  # finished requests (any reason)
+E2E_LATENCY_SUM = "e2e_latency_seconds_sum"
+E2E_LATENCY_COUNT = "e2e_latency_seconds_count"
+PROMPT_LEN_SUM = "request_prompt_tokens_sum"
+PROMPT_LEN_COUNT = "request_prompt_tokens_count"
+GENERATION_LEN_SUM = "request_generation_tokens_sum"
+GENERATION_LEN_COUNT = "request_generation_tokens_count"
+TTFT_SUM = "ttft_seconds_sum"
+TTFT_COUNT = "ttft_seconds_count"
+
+# ---- canonical gauges ---------------------------------------------------------------------
+RUNNING = "requests_running"
+WAITING = "requests_waiting"
+SGLANG_SPEC_STEPS = "sglang_spec_num_steps"
+SGLANG_SPEC_DRAFT_TOKENS = "sglang_spec_num_draft_tokens"
+V0_ACCEPTANCE_RATE = "v0_draft_acceptance_rate"
+V0_EFFICIENCY = "v0_efficiency"
+
+_VLLM_COUNTERS: dict[str, str] = {
+    "vllm:spec_decode_num_drafts_total": DRAFTS,
+    "vllm:spec_decode_num_draft_tokens_total": DRAFT_TOKENS,
+    "vllm:spec_decode_num_accepted_tokens_total": ACCEPTED_TOKENS,
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total": ACCEPTED_PER_POSITION,
+    "vllm:spec_decode_num_emitted_tokens_total": EMITTED_TOKENS,
+    "vllm:request_success_total": REQUESTS_FINISHED,
+    "vllm:generation_tokens_total": GENERATION_TOKENS,
+    "vllm:prompt_tokens_total": PROMPT_TOKENS,
+    "vllm:e2e_request_latency_seconds_sum": E2E_LATENCY_SUM,
+    "vllm:e2e_request_latency_seconds_count": E2E_LATENCY_COUNT,
+    "vllm:request_prompt_tokens_sum": PROMPT_LEN_SUM,
+    "vllm:request_prompt_tokens_count": PROMPT_LEN_COUNT,
+    "vllm:request_generation_tokens_sum": GENERATION_LEN_SUM,
+    "vllm:request_generation_tokens_count": GENERATION_LEN_COUNT,
+    "vllm:time_to_first_token_seconds_sum": TTFT_SUM,
+    "vllm:time_to_first_token_seconds_count": TTFT_COUNT,
+}
+_VLLM_GAUGES: dict[str, str] = {
+    "vllm:num_requests_running": RUNNING,
+    "vllm:num_requests_waiting": WAITING,
+    "vllm:spec_decode_draft_acceptance_rate": V0_ACCEPTANCE_RATE,
+    "vllm:spec_decode_efficiency": V0_EFFICIENCY,
+}
+_SGLANG_COUNTERS: dict[str, str] = {
+    "sglang:spec_verify_calls_total": VERIFY_CALLS,
+    "sglang:generation_tokens_total": GENERATION_TOKENS,
+    "sglang:prompt_tokens_total": PROMPT_TOKENS,
+    "sglang:num_requests_total": REQUESTS_FINISHED,
+    "sglang:e2e_request_latency_seconds_sum": E2E_LATENCY_SUM,
+    "sglang:e2e_request_latency_seconds_count": E2E_LATENCY_COUNT,
+    "sglang:prompt_tokens_histogram_sum": PROMPT_LEN_SUM,
+    "sglang:prompt_tokens_histogram_count": PROMPT_LEN_COUNT,
+    "sglang:generation_tokens_histogram_sum": GENERATION_LEN_SUM,
+    "sglang:generation_tokens_histogram_count": GENERATION_LEN_COUNT,
+    "sglang:time_to_first_token_seconds_sum": TTFT_SUM,
+    "sglang:time_to_first_token_seconds_count": TTFT_COUNT,
+}
+_SGLANG_GAUGES: dict[str, str] = {
+    "sglang:num_running_reqs": RUNNING,
+    "sglang:num_queue_reqs": WAITING,
+    "sglang:spec_num_steps": SGLANG_SPEC_STEPS,
+    "sglang:spec_num_draft_tokens": SGLANG_SPEC_DRAFT_TOKENS,
+}
+# Gauges that describe a configuration, the same on every rank: aggregate with max, not sum.
+_MAX_GAUGES = frozenset({SGLANG_SPEC_STEPS, SGLANG_SPEC_DRAFT_TOKENS, V0_ACCEPTANCE_RATE,
+                         V0_EFFICIENCY})
+
+_TABLES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "vllm": (_VLLM_COUNTERS, _VLLM_GAUGES),
+    "sglang": (_SGLANG_COUNTERS, _SGLANG_GAUGES),
+}
+_COUNTER_TO_CREATED = {
+    name[: -len("_total")] + "_created": sig
+    for name, sig in {**_VLLM_COUNTERS, **_SGLANG_COUNTERS}.items()
+    if name.endswith("_total")
+}
+
+#: Label set of one series minus ``model_name``, sorted: what makes the series unique.
+Identity = tuple[tuple[str, str], ...]
+#: (model_name, canonical signal, identity)
+SeriesKey = tuple[str, str, Identity]
+
+
+class PageParseError(ValueError):
+    """The body is not a Prometheus text page (the poller counts reason="parse")."""
+
+
+@dataclass(frozen=True)
+class ParsedPage:
+    """Everything specwatch reads from one page, in canonical names.
+
+    ``counters`` and ``created`` are per series (never summed here); ``gauges`` are already
+    aggregated per model because gauges have no reset problem. ``engine`` is the detected
+    kind: "vllm", "vllm-v0", "sglang" or "unknown" (a page with no known family).
+    """
+
+    engine: str
+    counters: Mapping[SeriesKey, float]
+    created: Mapping[SeriesKey, float] = field(default_factory=dict)
+    gauges: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    configured_k: Mapping[str, int] = field(default_factory=dict)
+    process_start_time: float | None = None
+
+    @property
+    def models(self) -> frozenset[str]:
+        """Model names with at least one recognised series on this page."""
+        return frozenset({k[0] for k in self.counters} | {m for m, _ in self.gauges})
+
+
+def _tables_for(engine: str) -> list[tuple[dict[str, str], dict[str, str]]]:
+    if engine == "auto":
+        return list(_TABLES.values())
+    return [_TABLES[engine]]
+
+
+def parse_page(text: str, engine: str = "auto") -> ParsedPage:
+    """Parse a `/metrics` body into canonical signals.
+
+    ``engine`` restricts the names considered ("vllm", "sglang") or accepts both ("auto";
+    the prefixes never collide). Non-finite or negative counter values are dropped (a
+    counter cannot be NaN or negative; keeping them would poison every window).
+    Raises :class:`PageParseError` when prometheus_client's parser rejects the text.
+    """
+    if engine not in ENGINE_KINDS:
+        raise ValueError(f"unknown engine kind {engine!r}")
+    counter_names: dict[str, str] = {}
+    gauge_names: dict[str, str] = {}
+    for c, g in _tables_for(engine):
+        counter_names.update(c)
+        gauge_names.update(g)
+    created_names = {n: s for n, s in _COUNTER_TO_CREATED.items()
+                     if n.replace("_created", "_total") in counter_names}
+
+    counters: dict[SeriesKey, float] = {}
+    created: dict[SeriesKey, float] = {}
+    gauge_series: dict[tuple[str, str, Identity], float] = {}
+    positions: dict[str, set[str]] = {}
+    process_start: float | None = None
+    seen_prefixes: set[str] = set()
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                if name == "process_start_time_seconds":
+                    process_start = sample.value
+                    continue
+                if name.startswith("vllm:"):
+                    seen_prefixes.add("vllm")
+                elif name.startswith("sglang:"):
+                    seen_prefixes.add("sglang")
+                labels = sample.labels
+                model = labels.get("model_name", "")
+                identity: Identity = tuple(sorted(
+                    (k, v) for k, v in labels.items() if k != "model_name"))
+                value = sample.value
+                if name in counter_names:
+                    if not math.isfinite(value) or value < 0:
+                        continue
+                    sig = counter_names[name]
+                    counters[(model, sig, identity)] = value
+                    if sig == ACCEPTED_PER_POSITION and "position" in labels:
+                        positions.setdefault(model, set()).add(labels["position"])
+                elif name in created_names:
+                    if math.isfinite(value):
+                        created[(model, created_names[name], identity)] = value
+                elif name in gauge_names and math.isfinite(value):
+                    gauge_series[(model, gauge_names[name], identity)] = value
+    except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
+        raise PageParseError(f"not a Prometheus text exposition: {exc}") from exc
+
+    gauges: dict[tuple[str, str], float] = {}
+    for (model, sig, identity), value in gauge_series.items():
+        ident = dict(identity)
+        if sig in _MAX_GAUGES:
+            gauges[(model, sig)] = max(value, gauges.get((model, sig), -math.inf))
+            continue
+        # SGLang reports scheduler gauges on every tensor/pipeline rank of a replica; only
+        # rank 0 carries the replica's count. vLLM has one series per engine (sum them).
+        if ident.get("tp_rank", "0") != "0" or ident.get("pp_rank", "0") != "0":
+            continue
+        gauges[(model, sig)] = gauges.get((model, sig), 0.0) + value
+
+    configured_k: dict[str, int] = {m: len(p) for m, p in positions.items()}
+    for (model, sig), value in gauges.items():
+        if sig == SGLANG_SPEC_STEPS and value >= 1 and model not in configured_k:
+            configured_k[model] = int(value)
+
+    sigs = {k[1] for k in counters} | {s for _, s in gauges}
+    if "sglang" in seen_prefixes and "vllm" not in seen_prefixes:
+        kind = "sglang"
+    elif "vllm" in seen_prefixes:
+        v0 = ({EMITTED_TOKENS, V0_ACCEPTANCE_RATE, V0_EFFICIENCY} & sigs) and DRAFTS not in sigs
+        kind = "vllm-v0" if v0 else "vllm"
+    else:
+        kind = "unknown"
+    return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
+                      configured_k=configured_k, process_start_time=process_start)
+
+
+def source_metric_names(engine: str = "auto") -> frozenset[str]:
+    """Every source sample name specwatch reads (for docs, pre-filters and tests)."""
+    names: set[str] = set()
+    for c, g in _tables_for(engine):
+        names.update(c)
+        names.update(g)
+    return frozenset(names)
