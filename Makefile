@@ -44,6 +44,14 @@ fmt: $(STAMP)
 bench: $(STAMP)
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
+# Deploy manifests that carry the mixin's output (deploy/kubernetes/mixin/); runs after the
+# mixin rendering so the PrometheusRule and dashboard ConfigMaps follow alerts/ and dashboards/.
+generate: $(STAMP)
+	$(BIN)/python scripts/generate_deploy.py
+
+check-generated: $(STAMP)
+	$(BIN)/python scripts/generate_deploy.py --check
+
 demo: setup
 	$(BIN)/specwatch demo
 

