@@ -29,6 +29,20 @@ COMPOSE_FILE = DEPLOY / "compose" / "compose.yaml"
 PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
 ALERTMANAGER_CONFIG = DEPLOY / "alertmanager" / "alertmanager.yml"
 KUBERNETES = DEPLOY / "kubernetes"
+# The mixin's generated output (alerts/*.yaml, dashboards/*.json) that the image and the
+# compose stack carry. Before the mixin exists in the repository there is nothing to carry;
+# once it does, its output must be there.
+MIXIN_OUTPUT_DIRS = ("alerts", "dashboards")
+
+
+def mixin_present() -> bool:
+    return (REPO / "mixin.libsonnet").exists()
+
+
+def is_mixin_output(path: str | Path) -> bool:
+    """Whether a repository path (or COPY source) is the mixin's generated output."""
+    rel = Path(path).resolve().relative_to(REPO) if Path(path).is_absolute() else Path(path)
+    return rel.parts[:1] in [(d,) for d in MIXIN_OUTPUT_DIRS]
 
 
 def venv_tool(name: str) -> Path:
@@ -93,7 +107,7 @@ def compose_config(*profiles: str, env: dict[str, str] | None = None,
     return json.loads(result.stdout)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cached_compose_config(*profiles: str) -> dict[str, Any]:
     return compose_config(*profiles)
 
@@ -105,6 +119,8 @@ def mirror_binds(service: dict[str, Any], root: Path) -> None:
         if volume["type"] != "bind":
             continue
         source, target = Path(volume["source"]), root / volume["target"].lstrip("/")
+        if not source.exists() and is_mixin_output(source) and not mixin_present():
+            continue
         assert source.exists(), f"bind mount source {source} does not exist"
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
@@ -113,7 +129,7 @@ def mirror_binds(service: dict[str, Any], root: Path) -> None:
             shutil.copy2(source, target)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def generator() -> ModuleType:
     """scripts/generate_deploy.py as a module (it is a script, not part of the package)."""
     path = REPO / "scripts" / "generate_deploy.py"

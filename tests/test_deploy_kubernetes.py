@@ -310,7 +310,7 @@ def test_services_and_servicemonitors_resolve_to_the_pods(variant: str):
 def test_sidecar_polls_vllm_over_the_pod_loopback():
     """In the sidecar variant the specwatch container polls the vLLM container of its own pod
     (127.0.0.1 at the port vLLM listens on), and vLLM gets a GPU and SD configuration."""
-    deployment, container = _pod_spec("sidecar")
+    deployment, _ = _pod_spec("sidecar")
     (vllm,) = [c for c in deployment["spec"]["template"]["spec"]["containers"]
                if c["name"] == "vllm"]
     vllm_port = {p["name"]: p["containerPort"] for p in vllm["ports"]}["http"]
