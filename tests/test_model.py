@@ -282,3 +282,10 @@ def test_naive_seed_form_disagrees_with_the_corrected_model():
     naive = naive_speedup_scalar(COEF, 0.5, K, ALPHA, G)
     assert math.isfinite(naive)
     assert abs(naive - float(speedup(COEF, 0.5, K, E, P, G))) > 0.1
+
+
+def test_optimal_draft_length_over_a_restricted_set():
+    """Restricted to {2, 4} (plus SD off), λ = 0 picks 2 (C1: k=2 1.471429 < k=4 1.545161)."""
+    opt = optimal_draft_length(COEF, 0.0, alpha=0.5, p=P, g=G, draft_lengths=[4, 2])
+    assert opt.draft_lengths.tolist() == [0, 2, 4]
+    assert int(opt.k) == 2

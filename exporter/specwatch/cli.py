@@ -17,6 +17,9 @@ from specwatch.errors import SpecwatchError
 # command name -> (module, one-line help). Keep in the order a new user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("specwatch.serve_cli", "poll vLLM/SGLang /metrics, derive SD signals, serve them"),
+    "predict": ("specwatch.whatif.predict", "predict SD and no-SD latency, speedup, break-even"),
+    "sweep": ("specwatch.whatif.sweep", "speedup vs arrival rate for each draft length"),
+    "advise": ("specwatch.whatif.advise", "enable SD or not, which k, at your load percentiles"),
 }
 
 

@@ -720,6 +720,7 @@ class OptimalDraft:
     valid: np.ndarray
     reason: np.ndarray
     candidates: np.ndarray
+    draft_lengths: np.ndarray  # the k of each `candidates` column (0 first)
 
 
 def optimal_draft_length(
@@ -731,6 +732,7 @@ def optimal_draft_length(
     k_max: int = DEFAULT_K_MAX,
     profile: ArrayLike | None = None,
     max_utilization: float = DEFAULT_MAX_UTILIZATION,
+    draft_lengths: ArrayLike | None = None,
 ) -> OptimalDraft:
     """argmin over k in 0..k_max of L_SD(λ, k, E(k)), k = 0 being SD off.
 
@@ -738,15 +740,23 @@ def optimal_draft_length(
     (then k stops at len(profile): extrapolating it would be a guess). Only candidates
     within the validity ceiling compete; ties go to the smaller k (less work for the same
     latency). If no k is valid, k = -1 and `reason` says why (from the no-SD system).
+    `draft_lengths` restricts the candidates (k = 0 is always one), e.g. to the k a sweep
+    draws.
     """
     if (alpha is None) == (profile is None):
         raise ValueError("optimal_draft_length: give exactly one of alpha or profile")
     if not (isinstance(k_max, (int, np.integer)) and k_max >= 0):
         raise ValueError(f"k_max: expected an integer >= 0, got {k_max!r}")
+    if draft_lengths is None:
+        ks = np.arange(int(k_max) + 1, dtype=float)
+    else:
+        chosen = np.unique(np.asarray(draft_lengths, dtype=int).ravel())
+        if chosen.size and chosen.min() < 0:
+            raise ValueError(f"draft_lengths: expected integers >= 0, got {chosen.tolist()}")
+        ks = np.unique(np.concatenate([[0], chosen])).astype(float)
     if profile is not None:
         prof = np.asarray(profile, dtype=float).ravel()
-        top = min(int(k_max), prof.size)
-        ks = np.arange(top + 1, dtype=float)
+        ks = ks[ks <= prof.size]
         es = acceptance_length_from_profile(prof, ks)
         lam, pp, gg = np.broadcast_arrays(
             *(np.asarray(x, dtype=float) for x in (arrival_rate, p, g))
@@ -757,7 +767,6 @@ def optimal_draft_length(
         lam, pp, gg, aa = np.broadcast_arrays(
             *(np.asarray(x, dtype=float) for x in (arrival_rate, p, g, alpha))
         )
-        ks = np.arange(int(k_max) + 1, dtype=float)
         alpha_bad = ~(np.isfinite(aa) & (aa >= 0) & (aa < 1))
         e_grid = acceptance_length_from_alpha(np.where(alpha_bad, 0.0, aa)[..., None], ks)
     cand = latency(
@@ -774,10 +783,11 @@ def optimal_draft_length(
     with np.errstate(invalid="ignore", divide="ignore"):
         s = nosd_lat / best_lat
     return OptimalDraft(
-        k=np.where(valid, best, -1),
+        k=np.where(valid, ks.astype(int)[best], -1),
         latency=np.where(valid, best_lat, np.nan),
         speedup=np.where(valid & np.isfinite(s), s, np.nan),
         valid=valid,
         reason=reason,
         candidates=np.where(cand.valid, cand.latency, np.nan),
+        draft_lengths=ks.astype(int),
     )

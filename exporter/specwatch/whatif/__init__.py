@@ -1,0 +1,1 @@
+"""What-if commands over the latency model: `specwatch predict | sweep | advise`."""

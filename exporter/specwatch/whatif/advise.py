@@ -1,0 +1,304 @@
+"""`specwatch advise`: turn the model into the decision an operator has to make.
+
+Input: the arrival rate at the p50, p95 and p99 of the operator's load (req/s), acceptance,
+lengths. Output, in plain language: enable SD or not, with which static k, the expected gain
+at each percentile, the arrival rate above which SD should be off, and a batch-size schedule
+for vLLM's `num_speculative_tokens_per_batch_size` ([[start_bs, end_bs, K], ...], K = 0
+meaning no drafts at that batch size) that follows the best k as load rises.
+
+The static k minimises the load-weighted relative latency L_SD/L_D, weighting each
+percentile by the share of time the load spends up to it (p50: 0.50, p95: 0.45, p99: 0.05),
+among the k that stay valid at every percentile and do not make p99 slower than no SD (a
+tail regression is the failure operators notice). The schedule maps the model's mean number
+of requests in flight B = λ·L (Little's law) to the best k at that load; vLLM caps its batch
+at max_num_seqs, so where the model would switch SD off beyond that cap the schedule cannot
+express it and the advice says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+from specwatch.model import (
+    BreakEvenKind,
+    Reason,
+    breakeven,
+    latency,
+    optimal_draft_length,
+    predict,
+)
+from specwatch.whatif import common
+from specwatch.whatif.predict import KIND_NAMES
+
+PERCENTILES = ("p50", "p95", "p99")
+# Share of time the load spends up to each percentile (the top 1% goes with p99).
+WEIGHTS = np.array([0.50, 0.45, 0.05])
+SCHEDULE_GRID = 4000
+EMPTY: dict[str, Any] = {"enable": None, "draft_length": None, "schedule": None}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_params_argument(parser)
+    for q in PERCENTILES:
+        parser.add_argument(f"--arrival-rate-{q}", type=float, required=True, metavar="R",
+                            help=f"arrival rate at the {q} of your load (req/s)")
+    acc = parser.add_mutually_exclusive_group()
+    acc.add_argument("--alpha", type=float, metavar="A",
+                     help="per-token acceptance probability of the i.i.d. model, in [0, 1)")
+    acc.add_argument("--acceptance-length", type=float, metavar="E",
+                     help="measured tokens per verify cycle at --draft-length")
+    parser.add_argument("--draft-length", type=float, metavar="K",
+                        help="the k --acceptance-length was measured at")
+    common.add_length_arguments(parser)
+    common.add_k_max_argument(parser)
+    parser.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
+                        help="vLLM max_num_seqs: the schedule's last range ends here "
+                             "(default 256)")
+    common.add_json_argument(parser)
+
+
+def _schedule(model: Any, acc: common.Acceptance, p: float, g: float, k_max: int,
+              ceiling: float, max_num_seqs: int) -> tuple[list[list[int]], float | None]:
+    """[[start_bs, end_bs, K], ...] from B(λ) = λ·L_best(λ) along the best-k path.
+
+    L is continuous where the best k switches (the two candidates tie there), so B grows
+    continuously with λ and each batch size maps to one best k. Beyond the last valid load
+    the last K is kept, as vLLM does for batch sizes past the last range. Returns the
+    schedule and the batch size from which the best choice is SD off (None if never).
+    """
+    nosd_c2 = latency(model, 1.0, 0, 1.0, p, g, max_utilization=1.0).utilization  # C2_D
+    lam_top = float(1.0 / nosd_c2) if float(nosd_c2) > 0 else 1000.0
+    lams = np.linspace(0.0, lam_top, SCHEDULE_GRID)
+    opt = optimal_draft_length(model, lams, p=p, g=g, k_max=k_max, max_utilization=ceiling,
+                               **acc.optimal_kwargs())
+    ok = opt.valid
+    lams, ks, lat = lams[ok], opt.k[ok], opt.latency[ok]
+    batch = lams * lat
+    on = np.flatnonzero(ks > 0)
+    b_off = None
+    if on.size and on[-1] + 1 < ks.size:
+        b_off = float(batch[on[-1] + 1])
+    elif not on.size:
+        b_off = 0.0
+    ranges: list[list[int]] = []
+    last_k = int(ks[-1]) if ks.size else 0
+    for bs in range(1, max_num_seqs + 1):
+        idx = np.searchsorted(batch, bs)
+        k = int(ks[idx]) if idx < ks.size else last_k
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = bs
+        else:
+            ranges.append([bs, bs, k])
+    return ranges, b_off
+
+
+def compute(args: argparse.Namespace) -> dict[str, Any]:
+    params = common.load(args)
+    rates = {
+        q: common.finite_nonnegative(f"--arrival-rate-{q}", getattr(args, f"arrival_rate_{q}"))
+        for q in PERCENTILES
+    }
+    if not rates["p50"] <= rates["p95"] <= rates["p99"]:
+        raise common.InputError(
+            "--arrival-rate-p95: percentiles must not decrease: expected p50 <= p95 <= p99, "
+            f"got {rates['p50']:g}, {rates['p95']:g}, {rates['p99']:g}"
+        )
+    p = common.finite_nonnegative("--prompt-tokens", args.prompt_tokens)
+    g = common.finite_nonnegative("--generation-tokens", args.generation_tokens)
+    if args.max_num_seqs < 1:
+        raise common.InputError(
+            f"--max-num-seqs: expected an integer >= 1, got {args.max_num_seqs}"
+        )
+    k_meas = None
+    if args.draft_length is not None:
+        k_meas = common.finite_nonnegative("--draft-length", args.draft_length)
+    acc = common.acceptance_from(args, params, k_meas)
+    ceiling = common.ceiling_of(args, params)
+    k_max = common.k_max_of(args, params)
+    if acc.profile is not None:
+        k_max = min(k_max, len(acc.profile))
+    model = params.model()
+
+    lam = np.array([rates[q] for q in PERCENTILES])
+    ks = np.arange(1, k_max + 1, dtype=float)
+    es = acc.length(ks)
+    grid = predict(model, lam[:, None], ks[None, :], es[None, :], p, g, max_utilization=ceiling)
+    best = optimal_draft_length(model, lam, p=p, g=g, k_max=k_max, max_utilization=ceiling,
+                                **acc.optimal_kwargs())
+    nosd = grid.nosd
+    for i, q in enumerate(PERCENTILES):
+        if not bool(best.valid[i]):
+            util = float(nosd.utilization[i, 0])
+            raise common.InputError(
+                f"--arrival-rate-{q}: {rates[q]:g} req/s leaves no valid operating point with "
+                f"or without SD (no-SD utilisation λ·C2 = {util:.3g}, ceiling {ceiling:g}): "
+                "this is a capacity problem SD cannot fix; add replicas"
+            )
+
+    # Static k: the lowest load-weighted relative latency among the k valid at every
+    # percentile that do not make p99 slower than no SD; SD off (relative latency 1) unless
+    # some k beats it.
+    s = np.where(grid.valid, grid.speedup, np.nan)
+    eligible = np.all(grid.valid, axis=0) & (s[2] >= 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        relative = WEIGHTS @ np.where(eligible[None, :], 1.0 / s, np.inf)
+    static_k = 0
+    if eligible.any() and float(np.min(relative)) < 1.0:
+        static_k = int(ks[int(np.argmin(relative))])
+    schedule, b_off = _schedule(model, acc, p, g, k_max, ceiling, args.max_num_seqs)
+    schedule_k = max(r[2] for r in schedule)
+
+    per_q: dict[str, Any] = {}
+    for i, q in enumerate(PERCENTILES):
+        j = static_k - 1
+        per_q[q] = {
+            "arrival_rate": rates[q],
+            "latency_nosd_s": float(nosd.latency[i, 0]) if bool(nosd.valid[i, 0]) else None,
+            "latency_sd_s": float(grid.sd.latency[i, j]) if static_k and bool(grid.valid[i, j])
+            else None,
+            "speedup": float(s[i, j]) if static_k else 1.0,
+            "optimal_draft_length": int(best.k[i]),
+            "optimal_speedup": float(best.speedup[i]),
+            "utilization": float(grid.sd.utilization[i, j]) if static_k
+            else float(nosd.utilization[i, 0]),
+        }
+    off_rate = None
+    be_kind = None
+    if static_k:
+        be = breakeven(model, static_k, float(es[static_k - 1]), p, g)
+        be_kind = KIND_NAMES[int(be.kind)]
+        if int(be.kind) == BreakEvenKind.PAYS_BELOW:
+            off_rate = float(be.rate)
+
+    # The arrival rate from which the best choice is SD off (any k), if below saturation.
+    nosd_c2 = float(latency(model, 1.0, 0, 1.0, p, g, max_utilization=1.0).utilization)
+    lam_top = ceiling / nosd_c2 if nosd_c2 > 0 else 1000.0
+    scan = np.linspace(0.0, lam_top, SCHEDULE_GRID)
+    scan_best = optimal_draft_length(model, scan, p=p, g=g, k_max=k_max,
+                                     max_utilization=ceiling, **acc.optimal_kwargs())
+    on = scan_best.valid & (scan_best.k > 0)
+    any_off_rate = None
+    if on.any() and int(np.flatnonzero(on)[-1]) + 1 < scan.size:
+        any_off_rate = float(scan[int(np.flatnonzero(on)[-1]) + 1])
+    elif not on.any():
+        any_off_rate = 0.0
+
+    out = {
+        "system": params.system,
+        "acceptance_source": acc.source,
+        "alpha": acc.alpha,
+        "prompt_tokens": p,
+        "generation_tokens": g,
+        "max_utilization": ceiling,
+        "enable": static_k > 0,
+        "draft_length": static_k,
+        "load_weighted_speedup": float(1.0 / relative[static_k - 1]) if static_k else 1.0,
+        "num_speculative_tokens": schedule_k,
+        "schedule": schedule,
+        "sd_off_above_batch_size": b_off,
+        "max_num_seqs": args.max_num_seqs,
+        "percentiles": per_q,
+        "breakeven_arrival_rate": off_rate,
+        "breakeven_kind": be_kind,
+        "sd_off_above_arrival_rate": any_off_rate,
+        "valid": True,
+    }
+    out["advice"] = advice_lines(out)
+    return out
+
+
+def _gain(item: dict[str, Any]) -> str:
+    s = item["speedup"]
+    if item["latency_sd_s"] is None or item["latency_nosd_s"] is None:
+        return "no valid prediction"
+    change = (1.0 - 1.0 / s) * 100.0
+    verb = "lower" if change >= 0 else "higher"
+    return (f"{item['latency_nosd_s']:.3g} s → {item['latency_sd_s']:.3g} s mean latency "
+            f"({s:.2f}x, {abs(change):.0f}% {verb})")
+
+
+def advice_lines(out: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    k = out["draft_length"]
+    pq = out["percentiles"]
+    if k:
+        lines.append(
+            f"Enable speculative decoding with k = {k} (num_speculative_tokens={k}): "
+            f"{out['load_weighted_speedup']:.2f}x load-weighted speedup."
+        )
+        for q in PERCENTILES:
+            lines.append(f"  at {q} load ({pq[q]['arrival_rate']:g} req/s): {_gain(pq[q])}")
+        if out["breakeven_arrival_rate"] is not None:
+            lines.append(
+                f"With k = {k}, SD stops paying above {out['breakeven_arrival_rate']:.3g} req/s: "
+                "above that arrival rate turn it off (or use the schedule below)."
+            )
+        elif out["breakeven_kind"] == "pays_everywhere":
+            lines.append(f"With k = {k}, SD pays at every load below saturation.")
+    else:
+        best50 = pq["p50"]["optimal_draft_length"]
+        if best50 == 0:
+            lines.append("Keep speculative decoding off: at your p50 load no draft length beats "
+                         "plain decoding.")
+        else:
+            lines.append(
+                "No single draft length helps at p50 without slowing down p99: keep SD off, or "
+                "use the batch-size schedule below so drafting stops as the batch grows."
+            )
+    if out["sd_off_above_arrival_rate"] is not None and out["sd_off_above_arrival_rate"] > 0:
+        lines.append(f"Whatever k: above {out['sd_off_above_arrival_rate']:.3g} req/s the best "
+                     "choice is SD off.")
+    if out["num_speculative_tokens"] > 0:
+        sched = ", ".join(f"[{a}, {b}, {c}]" for a, b, c in out["schedule"])
+        lines.append(
+            "Batch-size schedule for vLLM (speculative config, batch size = requests in "
+            f'flight B = λ·L): "num_speculative_tokens": {out["num_speculative_tokens"]}, '
+            f'"num_speculative_tokens_per_batch_size": [{sched}]'
+        )
+        b_off = out["sd_off_above_batch_size"]
+        if b_off is not None and b_off > out["max_num_seqs"]:
+            lines.append(
+                f"  Caution: the model turns SD off only at B ≈ {b_off:.0f} requests in flight, "
+                f"beyond max_num_seqs = {out['max_num_seqs']}; vLLM queues the rest, so a "
+                "batch-size schedule cannot express it: switch on the arrival rate instead "
+                "(specwatch controller)."
+            )
+    return lines
+
+
+def render(out: dict[str, Any]) -> None:
+    f = common.fmt
+    rows = []
+    for q in PERCENTILES:
+        item = out["percentiles"][q]
+        rows.append([q, f(item["arrival_rate"], ".4g"), f(item["latency_nosd_s"], ".3f"),
+                     f(item["latency_sd_s"], ".3f"), f(item["speedup"], ".3f"),
+                     str(item["optimal_draft_length"]), f(item["optimal_speedup"], ".3f")])
+    k = out["draft_length"]
+    title = (f"specwatch advise · {out['system']} · p = {f(out['prompt_tokens'])}, "
+             f"g = {f(out['generation_tokens'])}")
+    common.render_table(
+        title,
+        ["load", "λ (req/s)", "L no SD (s)", f"L k={k} (s)" if k else "L SD (s)",
+         "speedup", "best k here", "best S here"],
+        rows,
+        ["", *out["advice"]],
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    def body() -> int:
+        out = compute(args)
+        if args.json:
+            common.print_json(out)
+        else:
+            render(out)
+        return 0
+
+    return common.run_guarded(args, body, EMPTY)
+
+
+__all__ = ["Reason", "add_arguments", "run"]

@@ -1,0 +1,257 @@
+"""Shared plumbing of the what-if commands (predict, sweep, advise).
+
+Why one module: the three commands take the same parameters file, acceptance and length
+options, validate them the same way (an error names the option, exit 2, and `--json`
+still prints a machine-readable `valid: false` object), and print tables the same way
+(rich when installed, plain aligned text otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specwatch.errors import ConfigError
+from specwatch.model import (
+    Reason,
+    acceptance_length_from_alpha,
+    acceptance_length_from_profile,
+    alpha_from_acceptance_length,
+    reason_text,
+)
+from specwatch.params import Params, load_params
+
+
+class InputError(ConfigError):
+    """A bad command-line value; the message starts with the option name."""
+
+
+# --------------------------------------------------------------------------- arguments
+
+
+def add_params_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--params", required=True, metavar="FILE",
+                        help="parameters file (YAML) with the fitted coefficients")
+    parser.add_argument("--max-utilization", type=float, metavar="U",
+                        help="validity ceiling on λ·C2 (default: the file's, else 0.9)")
+
+
+def add_length_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompt-tokens", type=float, required=True, metavar="P",
+                        help="mean prompt tokens per request")
+    parser.add_argument("--generation-tokens", type=float, required=True, metavar="G",
+                        help="mean generated tokens per request")
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of a table")
+
+
+def add_k_max_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--k-max", type=int, metavar="K",
+                        help="largest draft length considered (default: the file's, else 8)")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def finite_nonnegative(option: str, value: float) -> float:
+    if value is None or not math.isfinite(value) or value < 0:
+        raise InputError(f"{option}: expected a finite number >= 0, got {value}")
+    return float(value)
+
+
+def check_alpha(option: str, value: float) -> float:
+    if not math.isfinite(value) or not 0.0 <= value < 1.0:
+        raise InputError(
+            f"{option}: expected a per-token acceptance probability in [0, 1), got {value} "
+            "(this is the i.i.d. α, not vLLM's acceptance rate; use --acceptance-length "
+            "for the measured tokens per verify cycle)"
+        )
+    return float(value)
+
+
+def check_acceptance_length(option: str, value: float, k: float) -> float:
+    if not math.isfinite(value) or not 1.0 <= value <= k + 1.0:
+        raise InputError(
+            f"{option}: expected tokens per verify cycle in [1, k + 1] = [1, {k + 1:g}] "
+            f"for draft length {k:g}, got {value}"
+        )
+    return float(value)
+
+
+def load(args: argparse.Namespace) -> Params:
+    """Load the parameters file and apply the command-line overrides."""
+    params = load_params(args.params)
+    ceiling = getattr(args, "max_utilization", None)
+    if ceiling is not None and not (math.isfinite(ceiling) and 0.0 < ceiling <= 1.0):
+        raise InputError(f"--max-utilization: expected a number in (0, 1], got {ceiling}")
+    k_max = getattr(args, "k_max", None)
+    if k_max is not None and not 1 <= k_max <= 64:
+        raise InputError(f"--k-max: expected an integer in [1, 64], got {k_max}")
+    return params
+
+
+def ceiling_of(args: argparse.Namespace, params: Params) -> float:
+    value = getattr(args, "max_utilization", None)
+    return params.max_utilization if value is None else float(value)
+
+
+def k_max_of(args: argparse.Namespace, params: Params) -> int:
+    value = getattr(args, "k_max", None)
+    return params.k_max if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """How acceptance is known: an i.i.d. α, or the parameters file's per-position profile."""
+
+    source: str  # "alpha", "acceptance_length" or "profile"
+    alpha: float | None
+    profile: tuple[float, ...] | None
+
+    def length(self, k: Any) -> np.ndarray:
+        """E(k) under this acceptance model."""
+        if self.profile is not None:
+            return acceptance_length_from_profile(self.profile, k)
+        return acceptance_length_from_alpha(self.alpha, k)
+
+    def optimal_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for model.optimal_draft_length."""
+        if self.profile is not None:
+            return {"profile": self.profile}
+        return {"alpha": self.alpha}
+
+    def describe(self) -> str:
+        if self.profile is not None:
+            return "per-position profile " + ", ".join(f"{p:g}" for p in self.profile)
+        return f"i.i.d. α = {self.alpha:.4g}"
+
+
+def acceptance_from(args: argparse.Namespace, params: Params, k: float | None) -> Acceptance:
+    """α from --alpha, or from --acceptance-length at draft length k, or the file's profile."""
+    alpha = getattr(args, "alpha", None)
+    e = getattr(args, "acceptance_length", None)
+    if alpha is not None:
+        return Acceptance("alpha", check_alpha("--alpha", alpha), None)
+    if e is not None:
+        if k is None:
+            raise InputError("--acceptance-length: needs --draft-length (the k it was measured at)")
+        check_acceptance_length("--acceptance-length", e, k)
+        if k == 0:
+            raise InputError("--draft-length: 0 means SD off; α cannot be derived from it")
+        return Acceptance("acceptance_length",
+                          float(alpha_from_acceptance_length(e, k)), None)
+    if params.acceptance_profile is not None:
+        return Acceptance("profile", None, params.acceptance_profile)
+    raise InputError(
+        "--alpha: give --alpha or --acceptance-length (the parameters file has no "
+        "acceptance_profile to fall back on)"
+    )
+
+
+# --------------------------------------------------------------------------- output
+
+
+def clean(value: Any) -> Any:
+    """JSON-safe: numpy scalars to Python, NaN and ±inf to null (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return clean(value.tolist())
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    return value
+
+
+def print_json(obj: dict[str, Any]) -> None:
+    print(json.dumps(clean(obj), indent=2, allow_nan=False, ensure_ascii=False))
+
+
+def invalid_reason(code: int, utilization: float | None = None, ceiling: float | None = None,
+                   arrival_option: str = "--arrival-rate") -> str:
+    """A reason string with the numbers that make it actionable."""
+    code = Reason(int(code))
+    if code == Reason.SATURATED and utilization is not None and math.isfinite(utilization):
+        return (f"{arrival_option}: at or past saturation (utilisation λ·C2 = "
+                f"{utilization:.3g} >= 1): the queue grows without bound")
+    if code == Reason.ABOVE_CEILING and utilization is not None and ceiling is not None:
+        return (f"{arrival_option}: utilisation λ·C2 = {utilization:.3g} is above the validity "
+                f"ceiling {ceiling:g}; the model is not trusted this close to saturation")
+    return reason_text(code)
+
+
+def run_guarded(args: argparse.Namespace, body: Callable[[], int],
+                empty: dict[str, Any]) -> int:
+    """Run a command body; with --json a bad input still prints `valid: false` + reason.
+
+    Without --json the error propagates to cli.py, which prints it and exits 2.
+    """
+    try:
+        return body()
+    except ConfigError as exc:
+        if not getattr(args, "json", False):
+            raise
+        print_json({**empty, "valid": False, "reason": str(exc)})
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def fmt(value: Any, spec: str = ".3g", none: str = "—") -> str:
+    if value is None:
+        return none
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if math.isnan(v):
+        return none
+    if math.isinf(v):
+        return "∞" if v > 0 else "-∞"
+    return format(v, spec)
+
+
+def render_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]],
+                 notes: Sequence[str] = ()) -> None:
+    """Print a table: rich when installed (the `analysis` extra), aligned text otherwise."""
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:  # pragma: no cover - exercised by test with rich hidden
+        Console = None  # noqa: N806
+    if Console is not None:
+        table = Table()
+        for i, h in enumerate(headers):
+            table.add_column(h, justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*row)
+        console = Console(file=sys.stdout, width=120)
+        console.print(title, highlight=False, markup=False)
+        console.print(table)
+        for note in notes:
+            console.print(note, highlight=False, markup=False)
+        return
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    print(title)
+    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w)
+                    for i, (h, w) in enumerate(zip(headers, widths, strict=True))))
+    for row in rows:
+        print("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                        for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    for note in notes:
+        print(note)

@@ -1,0 +1,179 @@
+"""`specwatch predict`: SD and no-SD latency, speedup, utilisation, break-even, best k.
+
+One operating point in, every number the model knows about it out, so an operator can
+answer "does SD make my requests faster at this load?" from the parameters file alone.
+Exit 0 when the prediction is valid; exit 2 (with `valid: false` and a reason under
+`--json`) on bad input, at or past saturation, or above the validity ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from specwatch.model import BreakEvenKind, Reason, breakeven, optimal_draft_length, predict
+from specwatch.whatif import common
+
+KIND_NAMES = {
+    BreakEvenKind.PAYS_BELOW: "pays_below",
+    BreakEvenKind.PAYS_EVERYWHERE: "pays_everywhere",
+    BreakEvenKind.NEVER_PAYS: "never_pays",
+    BreakEvenKind.PAYS_ABOVE: "pays_above",
+    BreakEvenKind.UNDEFINED: "undefined",
+}
+
+EMPTY: dict[str, Any] = {
+    "latency_sd_s": None,
+    "latency_nosd_s": None,
+    "speedup": None,
+    "utilization": None,
+    "valid": False,
+    "breakeven_arrival_rate": None,
+    "optimal_draft_length": None,
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_params_argument(parser)
+    parser.add_argument("--arrival-rate", type=float, required=True, metavar="R",
+                        help="request arrival rate λ (req/s)")
+    parser.add_argument("--draft-length", type=float, required=True, metavar="K",
+                        help="draft length k (tokens proposed per draft; 0 = SD off)")
+    acc = parser.add_mutually_exclusive_group()
+    acc.add_argument("--acceptance-length", type=float, metavar="E",
+                     help="mean tokens committed per verify cycle, bonus token included")
+    acc.add_argument("--alpha", type=float, metavar="A",
+                     help="per-token acceptance probability of the i.i.d. model, in [0, 1)")
+    common.add_length_arguments(parser)
+    common.add_k_max_argument(parser)
+    common.add_json_argument(parser)
+
+
+def breakeven_text(rate: float, kind: int) -> str:
+    kind = BreakEvenKind(int(kind))
+    if kind == BreakEvenKind.PAYS_BELOW:
+        return f"{rate:.3g} req/s (SD pays below it)"
+    if kind == BreakEvenKind.PAYS_ABOVE:
+        return f"{rate:.3g} req/s (SD pays only above it)"
+    if kind == BreakEvenKind.PAYS_EVERYWHERE:
+        return "none: SD pays at every load below saturation"
+    if kind == BreakEvenKind.NEVER_PAYS:
+        return "none: SD never pays"
+    return "undefined"
+
+
+def compute(args: argparse.Namespace) -> dict[str, Any]:
+    """The prediction as a JSON-ready dict (raises InputError on bad input)."""
+    params = common.load(args)
+    lam = common.finite_nonnegative("--arrival-rate", args.arrival_rate)
+    k = common.finite_nonnegative("--draft-length", args.draft_length)
+    p = common.finite_nonnegative("--prompt-tokens", args.prompt_tokens)
+    g = common.finite_nonnegative("--generation-tokens", args.generation_tokens)
+    ceiling = common.ceiling_of(args, params)
+    k_max = common.k_max_of(args, params)
+    if k == 0:
+        if args.acceptance_length is not None:
+            common.check_acceptance_length("--acceptance-length", args.acceptance_length, 0)
+        if args.alpha is not None:
+            common.check_alpha("--alpha", args.alpha)
+        acc = None
+        e = 1.0
+    else:
+        acc = common.acceptance_from(args, params, k)
+        if args.acceptance_length is not None:
+            e = float(args.acceptance_length)
+        else:
+            if acc.profile is not None and (k != round(k) or k > len(acc.profile)):
+                raise common.InputError(
+                    f"--draft-length: the parameters file's acceptance_profile covers k <= "
+                    f"{len(acc.profile)} (integers); give --alpha or --acceptance-length"
+                )
+            e = float(acc.length(k))
+    model = params.model()
+    pred = predict(model, lam, k, e, p, g, max_utilization=ceiling)
+    be = breakeven(model, k, e, p, g)
+    out: dict[str, Any] = {
+        "system": params.system,
+        "arrival_rate": lam,
+        "draft_length": k,
+        "acceptance_length": e,
+        "alpha": acc.alpha if acc is not None else None,
+        "acceptance_source": acc.source if acc is not None else "sd_off",
+        "prompt_tokens": p,
+        "generation_tokens": g,
+        "max_utilization": ceiling,
+    }
+    valid = bool(pred.valid)
+    usable_sd = bool(pred.sd.valid)
+    usable_nosd = bool(pred.nosd.valid)
+    out.update(
+        latency_sd_s=float(pred.sd.latency) if usable_sd else None,
+        latency_nosd_s=float(pred.nosd.latency) if usable_nosd else None,
+        speedup=float(pred.speedup) if valid else None,
+        utilization=float(pred.sd.utilization),
+        utilization_nosd=float(pred.nosd.utilization),
+        valid=valid,
+        breakeven_arrival_rate=float(be.rate) if math.isfinite(be.rate) else None,
+        breakeven_kind=KIND_NAMES[BreakEvenKind(int(be.kind))],
+    )
+    if acc is not None:
+        opt = optimal_draft_length(model, lam, p=p, g=g, k_max=k_max,
+                                   max_utilization=ceiling, **acc.optimal_kwargs())
+        out["optimal_draft_length"] = int(opt.k) if bool(opt.valid) else None
+        out["optimal_speedup"] = float(opt.speedup) if bool(opt.valid) else None
+    else:
+        out["optimal_draft_length"] = None
+        out["optimal_speedup"] = None
+    if not valid:
+        sd_bad = int(pred.sd.reason) != Reason.OK
+        util = float(pred.sd.utilization if sd_bad else pred.nosd.utilization)
+        which = "with SD" if sd_bad else "without SD"
+        out["reason"] = (
+            f"{common.invalid_reason(int(pred.reason), util, ceiling)} ({which})"
+        )
+    return out
+
+
+def render(out: dict[str, Any]) -> None:
+    f = common.fmt
+    rows = [
+        ["mean latency (s)", f(out["latency_sd_s"], ".3f"), f(out["latency_nosd_s"], ".3f")],
+        ["utilisation λ·C2", f(out["utilization"]), f(out["utilization_nosd"])],
+    ]
+    alpha = "" if out["alpha"] is None else f" (α = {out['alpha']:.3g})"
+    title = (f"specwatch predict · {out['system']} · λ = {f(out['arrival_rate'])} req/s, "
+             f"k = {f(out['draft_length'])}, E = {f(out['acceptance_length'], '.4g')}{alpha}, "
+             f"p = {f(out['prompt_tokens'])}, g = {f(out['generation_tokens'])}")
+    notes = []
+    if out["speedup"] is not None:
+        notes.append(f"speedup: {out['speedup']:.3f}x "
+                     f"({'faster' if out['speedup'] > 1 else 'slower'} with SD)")
+    rate = out["breakeven_arrival_rate"]
+    kind = {v: k for k, v in KIND_NAMES.items()}[out["breakeven_kind"]]
+    notes.append("break-even arrival rate: " + breakeven_text(rate if rate is not None
+                                                               else math.inf, kind))
+    if out["optimal_draft_length"] is not None:
+        k_opt = out["optimal_draft_length"]
+        notes.append(
+            "optimal draft length at this load: "
+            + ("0 (SD off)" if k_opt == 0 else f"{k_opt} ({out['optimal_speedup']:.3f}x)")
+        )
+    notes.append("valid: yes" if out["valid"] else f"valid: NO: {out['reason']}")
+    common.render_table(title, ["", "with SD", "without SD"], rows, notes)
+
+
+def run(args: argparse.Namespace) -> int:
+    def body() -> int:
+        out = compute(args)
+        if args.json:
+            common.print_json(out)
+        else:
+            render(out)
+        if not out["valid"]:
+            if args.json:
+                return 2
+            raise common.InputError(out["reason"])
+        return 0
+
+    return common.run_guarded(args, body, EMPTY)

@@ -1,0 +1,314 @@
+"""`specwatch sweep`: predicted speedup against arrival rate for each draft length.
+
+Draws the whole picture `predict` gives one point of: where each k stops paying (its
+break-even), which k is best at each load, and from which load on SD should be off. The
+table goes to stdout; `--csv` writes every (λ, k) point in long form for other tools, and
+`--plot` a PNG (matplotlib, Agg backend: no display needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import re
+from typing import Any
+
+import numpy as np
+
+from specwatch.model import Reason, breakeven, optimal_draft_length, predict, reason_text, speedup
+from specwatch.whatif import common
+from specwatch.whatif.predict import KIND_NAMES
+
+MAX_POINTS = 10_000
+EMPTY: dict[str, Any] = {"arrival_rates": [], "curves": [], "best_draft_length": []}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_params_argument(parser)
+    parser.add_argument("--alpha", type=float, metavar="A",
+                        help="per-token acceptance probability (i.i.d.), in [0, 1); default: "
+                             "the parameters file's acceptance_profile")
+    common.add_length_arguments(parser)
+    parser.add_argument("--draft-lengths", default="1-8", metavar="LIST",
+                        help="draft lengths to draw: '1-8', '1,2,4' or '1-3,6' (default 1-8)")
+    parser.add_argument("--arrival-rates", required=True, metavar="START:STOP:N",
+                        help="N evenly spaced arrival rates from START to STOP req/s, "
+                             "e.g. 0:40:81")
+    parser.add_argument("--csv", metavar="OUT", help="write every (λ, k) point as CSV")
+    parser.add_argument("--plot", metavar="OUT.png", help="write a speedup plot (PNG)")
+    common.add_json_argument(parser)
+
+
+def parse_draft_lengths(text: str) -> list[int]:
+    """'1-8' / '1,2,4' / '1-3,6' → sorted distinct integers in [1, 64]."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
+        if not m:
+            raise common.InputError(
+                f"--draft-lengths: expected integers and ranges like '1-8' or '1,2,4', "
+                f"got {text!r}"
+            )
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        if lo > hi:
+            raise common.InputError(f"--draft-lengths: range {part!r} runs backwards")
+        out.update(range(lo, hi + 1))
+    if not out or min(out) < 1 or max(out) > 64:
+        raise common.InputError(
+            f"--draft-lengths: expected draft lengths in [1, 64] (0, SD off, is always the "
+            f"baseline), got {text!r}"
+        )
+    return sorted(out)
+
+
+def parse_arrival_rates(text: str) -> np.ndarray:
+    """'START:STOP:N' → N evenly spaced rates, both ends included."""
+    parts = text.split(":")
+    try:
+        if len(parts) != 3:
+            raise ValueError
+        start, stop, n = float(parts[0]), float(parts[1]), int(parts[2])
+    except ValueError:
+        raise common.InputError(
+            f"--arrival-rates: expected START:STOP:N (req/s, req/s, points), got {text!r}"
+        ) from None
+    if not (math.isfinite(start) and math.isfinite(stop)) or start < 0 or stop <= start:
+        raise common.InputError(
+            f"--arrival-rates: expected 0 <= START < STOP (finite req/s), got {text!r}"
+        )
+    if not 2 <= n <= MAX_POINTS:
+        raise common.InputError(f"--arrival-rates: N must be in [2, {MAX_POINTS}], got {n}")
+    return np.linspace(start, stop, n)
+
+
+def _sd_off_above(lams: np.ndarray, best: np.ndarray, valid: np.ndarray) -> float | None:
+    """Smallest swept λ from which on the best choice is SD off (k = 0) wherever valid."""
+    on = valid & (best > 0)
+    if not on.any():
+        return float(lams[0]) if (valid & (best == 0)).any() else None
+    last_on = int(np.flatnonzero(on)[-1])
+    after = np.flatnonzero(valid & (best == 0) & (np.arange(lams.size) > last_on))
+    return float(lams[after[0]]) if after.size else None
+
+
+def compute(args: argparse.Namespace) -> dict[str, Any]:
+    params = common.load(args)
+    p = common.finite_nonnegative("--prompt-tokens", args.prompt_tokens)
+    g = common.finite_nonnegative("--generation-tokens", args.generation_tokens)
+    ks = parse_draft_lengths(args.draft_lengths)
+    lams = parse_arrival_rates(args.arrival_rates)
+    ceiling = common.ceiling_of(args, params)
+    acc = common.acceptance_from(args, params, None)
+    if acc.profile is not None and max(ks) > len(acc.profile):
+        raise common.InputError(
+            f"--draft-lengths: the parameters file's acceptance_profile covers k <= "
+            f"{len(acc.profile)}; give --alpha to extrapolate with the i.i.d. model"
+        )
+    model = params.model()
+    k_arr = np.asarray(ks, dtype=float)
+    e_arr = acc.length(k_arr)
+    pred = predict(model, lams[:, None], k_arr[None, :], e_arr[None, :], p, g,
+                   max_utilization=ceiling)
+    be = breakeven(model, k_arr, e_arr, p, g)
+    s0 = speedup(model, 0.0, k_arr, e_arr, p, g)
+    best = optimal_draft_length(model, lams, p=p, g=g, draft_lengths=ks,
+                                max_utilization=ceiling, **acc.optimal_kwargs())
+    curves = []
+    for j, k in enumerate(ks):
+        valid = pred.valid[:, j]
+        curves.append({
+            "draft_length": k,
+            "acceptance_length": float(e_arr[j]),
+            "isolated_speedup": float(s0[j]),
+            "breakeven_arrival_rate": float(be.rate[j]),
+            "breakeven_kind": KIND_NAMES[int(be.kind[j])],
+            "speedup": np.where(valid, pred.speedup[:, j], np.nan),
+            "latency_sd_s": np.where(pred.sd.valid[:, j], pred.sd.latency[:, j], np.nan),
+            "utilization": pred.sd.utilization[:, j],
+            "valid": valid,
+            "reason": [reason_text(r) for r in pred.reason[:, j]],
+        })
+    nosd_valid = pred.nosd.valid[:, 0]
+    return {
+        "system": params.system,
+        "acceptance_source": acc.source,
+        "alpha": acc.alpha,
+        "acceptance_profile": list(acc.profile) if acc.profile else None,
+        "prompt_tokens": p,
+        "generation_tokens": g,
+        "max_utilization": ceiling,
+        "arrival_rates": lams,
+        "draft_lengths": ks,
+        "latency_nosd_s": np.where(nosd_valid, pred.nosd.latency[:, 0], np.nan),
+        "utilization_nosd": pred.nosd.utilization[:, 0],
+        "curves": curves,
+        "best_draft_length": np.where(best.valid, best.k, -1),
+        "best_speedup": best.speedup,
+        "sd_off_above_arrival_rate": _sd_off_above(lams, best.k, best.valid),
+        "valid": True,
+    }
+
+
+def write_csv(out: dict[str, Any], path: str) -> None:
+    fields = ["arrival_rate", "draft_length", "acceptance_length", "latency_sd_s",
+              "latency_nosd_s", "speedup", "utilization_sd", "utilization_nosd", "valid",
+              "reason", "best_draft_length"]
+    try:
+        fh = open(path, "w", newline="", encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        raise common.InputError(f"--csv: cannot write {path}: {exc.strerror}") from None
+    with fh:
+        w = csv.writer(fh)
+        w.writerow(fields)
+        for i, lam in enumerate(out["arrival_rates"]):
+            for c in out["curves"]:
+                row = [lam, c["draft_length"], c["acceptance_length"], c["latency_sd_s"][i],
+                       out["latency_nosd_s"][i], c["speedup"][i], c["utilization"][i],
+                       out["utilization_nosd"][i], int(c["valid"][i]), c["reason"][i],
+                       out["best_draft_length"][i]]
+                w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
+                            (f"{v:.9g}" if isinstance(v, (float, np.floating)) else v)
+                            for v in (common.clean(x) if not isinstance(x, str) else x
+                                      for x in row)])
+
+
+def _spans(lams: np.ndarray, mask: np.ndarray) -> list[tuple[float, float]]:
+    """Contiguous λ intervals where mask holds (half a grid step beyond each end)."""
+    if lams.size < 2:
+        return []
+    half = (lams[1] - lams[0]) / 2
+    spans = []
+    i = 0
+    while i < mask.size:
+        if mask[i]:
+            j = i
+            while j + 1 < mask.size and mask[j + 1]:
+                j += 1
+            spans.append((max(lams[0], lams[i] - half), min(lams[-1], lams[j] + half)))
+            i = j + 1
+        else:
+            i += 1
+    return spans
+
+
+def write_plot(out: dict[str, Any], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise common.InputError(
+            "--plot: needs matplotlib (pip install 'specwatch[analysis]')"
+        ) from None
+    lams = out["arrival_rates"]
+    best = np.asarray(out["best_draft_length"])
+    fig, (ax, axk) = plt.subplots(
+        2, 1, sharex=True, figsize=(9, 6.5), gridspec_kw={"height_ratios": [3, 1]},
+        constrained_layout=True,
+    )
+    cmap = plt.get_cmap("viridis")
+    n = len(out["curves"])
+    for j, c in enumerate(out["curves"]):
+        color = cmap(j / max(1, n - 1) * 0.9)
+        ax.plot(lams, c["speedup"], color=color, lw=1.8,
+                label=f"k = {c['draft_length']} (E = {c['acceptance_length']:.2f})")
+        rate = c["breakeven_arrival_rate"]
+        if c["breakeven_kind"] in ("pays_below", "pays_above") and lams[0] <= rate <= lams[-1]:
+            # Hollow when λ* lies past the last valid point of its curve (above the ceiling).
+            ok_lams = lams[np.asarray(c["valid"])]
+            inside = ok_lams.size > 0 and rate <= ok_lams[-1] + (lams[1] - lams[0])
+            ax.plot([rate], [1.0], marker="o", ms=7, mec=color if not inside else "black",
+                    mfc=color if inside else "white", mew=1.5, ls="", zorder=5)
+    ax.axhline(1.0, color="black", lw=0.8, ls="--")
+    off = _spans(lams, best == 0)
+    none = _spans(lams, best < 0)
+    for i, (a, b) in enumerate(off):
+        ax.axvspan(a, b, color="tab:red", alpha=0.12, lw=0,
+                   label="SD off (no k beats no-SD)" if i == 0 else None)
+        axk.axvspan(a, b, color="tab:red", alpha=0.12, lw=0)
+    for i, (a, b) in enumerate(none):
+        ax.axvspan(a, b, color="grey", alpha=0.25, lw=0, hatch="//",
+                   label=f"no valid prediction (utilisation > {out['max_utilization']:g})"
+                   if i == 0 else None)
+        axk.axvspan(a, b, color="grey", alpha=0.25, lw=0, hatch="//")
+    ax.plot([], [], marker="o", ls="", color="grey", mec="black", label="break-even λ*")
+    ax.plot([], [], marker="o", ls="", mfc="white", mec="grey",
+            label="λ* past the validity ceiling")
+    acc = (f"α = {out['alpha']:.3g}" if out["alpha"] is not None
+           else "per-position acceptance profile")
+    ax.set_title(f"{out['system']}: predicted speedup vs arrival rate "
+                 f"({acc}, p = {out['prompt_tokens']:g}, g = {out['generation_tokens']:g})",
+                 fontsize=10)
+    ax.set_ylabel("speedup L_noSD / L_SD")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right", ncol=2)
+    shown = np.where(best >= 0, best, np.nan)
+    axk.step(lams, shown, where="mid", color="black", lw=1.5)
+    axk.set_ylabel("best k")
+    axk.set_xlabel("arrival rate λ (req/s)")
+    axk.set_ylim(-0.5, max(out["draft_lengths"]) + 0.5)
+    axk.grid(alpha=0.3)
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:
+        raise common.InputError(f"--plot: cannot write {path}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+def render(out: dict[str, Any]) -> None:
+    f = common.fmt
+    ks = out["draft_lengths"]
+    headers = ["λ (req/s)", *[f"S k={k}" for k in ks], "best k", "best S"]
+    rows = []
+    for i, lam in enumerate(out["arrival_rates"]):
+        b = int(out["best_draft_length"][i])
+        rows.append([f(lam, ".4g"), *[f(c["speedup"][i], ".3f") for c in out["curves"]],
+                     "—" if b < 0 else ("0 (off)" if b == 0 else str(b)),
+                     f(out["best_speedup"][i], ".3f")])
+    acc = (f"α = {out['alpha']:.4g}" if out["alpha"] is not None
+           else "acceptance profile " + ", ".join(f"{x:g}" for x in out["acceptance_profile"]))
+    title = (f"specwatch sweep · {out['system']} · {acc}, p = {f(out['prompt_tokens'])}, "
+             f"g = {f(out['generation_tokens'])} · speedup L_noSD/L_SD (— = not valid)")
+    notes = ["break-even per draft length:"]
+    for c in out["curves"]:
+        kind = c["breakeven_kind"]
+        if kind == "pays_below":
+            text = f"SD pays below {c['breakeven_arrival_rate']:.4g} req/s"
+        elif kind == "pays_above":
+            text = f"SD pays only above {c['breakeven_arrival_rate']:.4g} req/s"
+        elif kind == "pays_everywhere":
+            text = "SD pays at every load below saturation"
+        elif kind == "never_pays":
+            text = "SD never pays"
+        else:
+            text = "undefined"
+        notes.append(f"  k = {c['draft_length']} (E = {c['acceptance_length']:.3f}, isolated "
+                     f"speedup {c['isolated_speedup']:.3f}x): {text}")
+    if out["sd_off_above_arrival_rate"] is not None:
+        notes.append(f"best choice is SD off from {out['sd_off_above_arrival_rate']:.4g} req/s "
+                     "on (within the swept range)")
+    common.render_table(title, headers, rows, notes)
+
+
+def run(args: argparse.Namespace) -> int:
+    def body() -> int:
+        out = compute(args)
+        if args.csv:
+            write_csv(out, args.csv)
+        if args.plot:
+            write_plot(out, args.plot)
+        if args.json:
+            common.print_json(out)
+        else:
+            render(out)
+        return 0
+
+    return common.run_guarded(args, body, EMPTY)
+
+
+__all__ = ["Reason", "add_arguments", "run"]
