@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("specwatch.whatif.predict", "predict SD and no-SD latency, speedup, break-even"),
     "sweep": ("specwatch.whatif.sweep", "speedup vs arrival rate for each draft length"),
     "advise": ("specwatch.whatif.advise", "enable SD or not, which k, at your load percentiles"),
+    "calibrate": ("specwatch.calibrate", "fit the latency model from benchmarks or Prometheus"),
 }
 
 

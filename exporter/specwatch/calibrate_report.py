@@ -1,0 +1,563 @@
+"""What `specwatch calibrate` tells people: JSON, terminal tables, Markdown, PNG plots, drift.
+
+Kept apart from the fit so the fit stays pure numbers, and so matplotlib is imported only when
+`--report` asks for plots.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specwatch import __version__, model
+from specwatch.calibrate_fit import COEFFICIENTS, SystemFit, k_key, workload_labels
+from specwatch.params import Params, params_from_mapping
+
+#: Coefficients in the order the model reference lists them (params file order).
+PARAMS_ORDER = ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d")
+
+#: Default tolerance of `--compare`: largest relative change of a predicted latency.
+DEFAULT_DRIFT_TOLERANCE = 0.10
+
+
+def _num(value: float | None) -> float | None:
+    """JSON has no NaN or infinity: those become null (the `*_kind` fields say which)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _k_label(k: float) -> str:
+    return f"{k:g}"
+
+
+def slug(name: str) -> str:
+    """A file-name-safe form of a system name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-").lower() or "system"
+
+
+# --------------------------------------------------------------------------------------------
+# JSON
+
+
+def system_json(fit: SystemFit) -> dict[str, Any]:
+    """The per-system JSON report (the issue's fields first, then the detail)."""
+    coef = fit.coefficients
+    out: dict[str, Any] = {
+        "r2": _num(fit.r2),
+        "mape": _num(fit.mape),
+        "leave_one_k_out_mape": _num(fit.leave_one_k_out_mape),
+        "n_points": fit.n_points,
+        "n_excluded": fit.n_excluded,
+        "coefficients": (
+            {n: float(getattr(coef, n)) for n in PARAMS_ORDER} if coef is not None else None
+        ),
+        "breakeven_arrival_rate": {
+            _k_label(d.k): _num(d.breakeven_arrival_rate) for d in fit.draft_lengths
+        },
+        "breakeven_kind": {_k_label(d.k): d.breakeven_kind for d in fit.draft_lengths},
+        "zero_load_speedup": {_k_label(d.k): _num(d.zero_load_speedup) for d in fit.draft_lengths},
+        "mode": fit.mode,
+        "identifiable": not fit.not_identifiable and fit.mode == "six-coefficient",
+        "not_identifiable": list(fit.not_identifiable),
+        "fallback_reason": fit.fallback_reason,
+        "variance_inflation": {n: _num(v) for n, v in fit.vif.items()},
+        "leave_one_k_out_mape_by_k": {
+            _k_label(k): _num(v) for k, v in sorted(fit.leave_one_k_out_by_k.items())
+        },
+        "leave_one_k_out_note": fit.leave_one_k_out_note,
+        "draft_lengths": [
+            {
+                "k": d.k,
+                "acceptance_length": _num(d.acceptance_length),
+                "prompt_tokens": _num(d.prompt_tokens),
+                "generation_tokens": _num(d.generation_tokens),
+                "zero_load_speedup": _num(d.zero_load_speedup),
+                "breakeven_arrival_rate": _num(d.breakeven_arrival_rate),
+                "breakeven_kind": d.breakeven_kind,
+            }
+            for d in fit.draft_lengths
+        ],
+        "measured_speedups": [
+            {
+                "k": m.k,
+                "workload": m.workload,
+                "concurrency": m.concurrency,
+                "measured": _num(m.measured),
+                "predicted": _num(m.predicted),
+            }
+            for m in fit.measured_speedups
+        ],
+        "configurations": [
+            {
+                "k": c.k,
+                "workload": c.workload,
+                "c1_s": c.c1,
+                "c2_s": c.c2,
+                "n_points": c.n_points,
+                "acceptance_length": _num(c.acceptance_length),
+            }
+            for c in fit.configurations
+        ],
+        "acceptance_profile": list(fit.acceptance_profile) if fit.acceptance_profile else None,
+        "excluded": [{"source": e.point.source, "reason": e.reason} for e in fit.excluded],
+        "notes": list(fit.notes),
+    }
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# parameters file
+
+
+def reference_points(fit: SystemFit) -> list[dict[str, float]]:
+    """Operating points the fit was measured at, per draft length (kept in provenance so a
+    later `--compare` can price old and new coefficients where they matter)."""
+    by_k: dict[float, list] = defaultdict(list)
+    for p in fit.points:
+        by_k[k_key(p)].append(p)
+    out = []
+    for k in sorted(by_k):
+        pts = by_k[k]
+        out.append(
+            {
+                "k": k,
+                "acceptance_length": round(float(np.mean([p.acceptance_length for p in pts])), 4),
+                "prompt_tokens": round(float(np.mean([p.prompt_tokens or 0.0 for p in pts])), 2),
+                "generation_tokens": round(
+                    float(np.mean([p.generation_tokens for p in pts])), 2
+                ),
+                "max_arrival_rate": round(max(p.arrival_rate for p in pts), 4),
+            }
+        )
+    return out
+
+
+def build_params(
+    fit: SystemFit,
+    *,
+    system_name: str,
+    data: Sequence[str],
+    options: Mapping[str, Any],
+    now: _dt.datetime | None = None,
+) -> Params:
+    """The parameters file for a six-coefficient fit, provenance filled from the fit."""
+    if fit.coefficients is None:
+        raise ValueError("per-configuration fits have no six coefficients to write")
+    coef = fit.coefficients
+    now = now or _dt.datetime.now(_dt.UTC)
+    doc: dict[str, Any] = {
+        "system": system_name,
+        "coefficients": {n: float(getattr(coef, n)) for n in PARAMS_ORDER},
+    }
+    if fit.acceptance_profile:
+        doc["acceptance_profile"] = list(fit.acceptance_profile)
+        doc["k_max"] = len(fit.acceptance_profile)
+    doc["max_utilization"] = float(options.get("max_utilization", model.DEFAULT_MAX_UTILIZATION))
+    doc["provenance"] = {
+        "method": (
+            f"specwatch calibrate {__version__}: non-negative least squares of the"
+            " six-coefficient linear form (model.md, Fitting)"
+        ),
+        "fitted_at": now.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "r2": round(fit.r2, 6),
+        "mape": round(fit.mape, 6),
+        "leave_one_k_out_mape": (
+            round(fit.leave_one_k_out_mape, 6) if fit.leave_one_k_out_mape is not None else None
+        ),
+        "n_points": fit.n_points,
+        "n_excluded": fit.n_excluded,
+        "data": list(data),
+        "options": {k: v for k, v in options.items() if v is not None},
+        "reference_points": reference_points(fit),
+    }
+    return params_from_mapping(doc, source="<calibrate>")
+
+
+# --------------------------------------------------------------------------------------------
+# drift
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How far a new fit moved from an earlier one."""
+
+    coefficients: dict[str, tuple[float, float, float | None]]  # name -> old, new, rel change
+    latency_drift: float | None  # largest relative change of predicted latency
+    worst_point: str | None
+    tolerance: float
+    basis: str
+
+    @property
+    def drifted(self) -> bool:
+        if self.latency_drift is not None:
+            return self.latency_drift > self.tolerance
+        return any(
+            rel is not None and abs(rel) > self.tolerance
+            for _, _, rel in self.coefficients.values()
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": "drifted" if self.drifted else "within_tolerance",
+            "tolerance": self.tolerance,
+            "latency_drift": _num(self.latency_drift),
+            "worst_point": self.worst_point,
+            "basis": self.basis,
+            "coefficients": {
+                n: {"old": o, "new": w, "relative_change": _num(r) if r is not None else None}
+                for n, (o, w, r) in self.coefficients.items()
+            },
+        }
+
+
+def compare_params(old: Params, new: Params, tolerance: float = DEFAULT_DRIFT_TOLERANCE) -> Drift:
+    """Coefficient drift, and the verdict from what operators feel: predicted latency.
+
+    Relative changes of single coefficients mislead (a b_p of 1e-6 s doubling is noise), so
+    the verdict prices both coefficient sets at the operating points recorded in the new
+    file's provenance (else the old file's): no SD and each measured k, at zero load, half and
+    full measured arrival rate. Without recorded operating points it falls back to the
+    largest relative change of a coefficient.
+    """
+    coefs: dict[str, tuple[float, float, float | None]] = {}
+    for n in PARAMS_ORDER:
+        o = float(getattr(old.coefficients, n))
+        w = float(getattr(new.coefficients, n))
+        rel = (w - o) / o if o > 0 else (None if w == 0 else math.inf)
+        coefs[n] = (o, w, rel)
+    refs = new.provenance.get("reference_points") or old.provenance.get("reference_points")
+    basis = "reference_points of the new fit" if new.provenance.get("reference_points") else (
+        "reference_points of the old fit" if refs else "coefficients (no reference points)"
+    )
+    worst: float | None = None
+    worst_at: str | None = None
+    if refs:
+        for ref in refs:
+            k = float(ref["k"])
+            e = float(ref["acceptance_length"])
+            p = float(ref.get("prompt_tokens", 0.0))
+            g = float(ref["generation_tokens"])
+            lam_max = float(ref.get("max_arrival_rate", 0.0))
+            for lam in (0.0, lam_max / 2, lam_max):
+                lo = model.latency(old.model(), lam, k, e, p, g, max_utilization=1.0).latency
+                ln = model.latency(new.model(), lam, k, e, p, g, max_utilization=1.0).latency
+                lo, ln = float(lo), float(ln)
+                change = abs(ln - lo) / lo if math.isfinite(lo) and math.isfinite(ln) else math.inf
+                if worst is None or change > worst:
+                    worst = change
+                    worst_at = f"k={k:g}, E={e:g}, g={g:g}, λ={lam:.3g} req/s"
+    return Drift(coefs, worst, worst_at, tolerance, basis)
+
+
+# --------------------------------------------------------------------------------------------
+# terminal
+
+
+def print_report(fits: Sequence[SystemFit], written: Mapping[str, str], drift: Drift | None) -> None:
+    """Human tables on stdout (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for fit in fits:
+        console.rule(f"[bold]{fit.system}")
+        summary = Table(show_header=False, box=None)
+        summary.add_row("mode", fit.mode)
+        summary.add_row("points", f"{fit.n_points} used, {fit.n_excluded} excluded")
+        summary.add_row("R²", f"{fit.r2:.4f}")
+        summary.add_row("MAPE", f"{fit.mape:.2%}")
+        loko = (
+            f"{fit.leave_one_k_out_mape:.2%}"
+            if fit.leave_one_k_out_mape is not None
+            else f"n/a ({fit.leave_one_k_out_note})"
+        )
+        summary.add_row("leave-one-k-out MAPE", loko)
+        if fit.fallback_reason:
+            summary.add_row("fallback", fit.fallback_reason)
+        if fit.coefficients is not None:
+            c = fit.coefficients
+            summary.add_row(
+                "coefficients",
+                "  ".join(f"{n}={getattr(c, n) * 1e3:.4g} ms" for n in PARAMS_ORDER),
+            )
+        if fit.system in written:
+            summary.add_row("written", written[fit.system])
+        console.print(summary)
+        if fit.draft_lengths:
+            t = Table(title="per draft length")
+            for col in ("k", "E", "zero-load speedup", "break-even λ* (req/s)", "kind"):
+                t.add_column(col, justify="right")
+            for d in fit.draft_lengths:
+                t.add_row(
+                    _k_label(d.k),
+                    f"{d.acceptance_length:.2f}",
+                    f"{d.zero_load_speedup:.3f}",
+                    _rate(d.breakeven_arrival_rate),
+                    d.breakeven_kind,
+                )
+            console.print(t)
+        if fit.measured_speedups:
+            t = Table(title="speedup at the lowest common concurrency: measured vs predicted")
+            for col in ("k", "workload", "concurrency", "measured", "predicted (λ=0)"):
+                t.add_column(col, justify="right")
+            for m in fit.measured_speedups:
+                t.add_row(_k_label(m.k), m.workload, f"{m.concurrency:g}", f"{m.measured:.3f}",
+                          f"{m.predicted:.3f}")
+            console.print(t)
+        if fit.excluded:
+            t = Table(title=f"excluded points ({fit.n_excluded})")
+            t.add_column("source")
+            t.add_column("reason")
+            for e in fit.excluded:
+                t.add_row(e.point.source, e.reason)
+            console.print(t)
+        for note in fit.notes:
+            console.print(f"note: {note}")
+    if drift is not None:
+        print_drift(drift, console)
+
+
+def print_drift(drift: Drift, console: Any | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    console.rule("[bold]drift against the earlier fit")
+    t = Table()
+    for col in ("coefficient", "old (ms)", "new (ms)", "change"):
+        t.add_column(col, justify="right")
+    for n, (o, w, rel) in drift.coefficients.items():
+        t.add_row(n, f"{o * 1e3:.4g}", f"{w * 1e3:.4g}", "n/a" if rel is None else f"{rel:+.1%}")
+    console.print(t)
+    if drift.latency_drift is not None:
+        console.print(
+            f"largest change of predicted latency: {drift.latency_drift:.1%} at {drift.worst_point}"
+            f" ({drift.basis})"
+        )
+    verdict = "DRIFTED" if drift.drifted else "within tolerance"
+    console.print(f"verdict: [bold]{verdict}[/bold] (tolerance {drift.tolerance:.0%})")
+
+
+def _rate(rate: float) -> str:
+    if math.isnan(rate):
+        return "n/a"
+    if math.isinf(rate):
+        return "∞"
+    return f"{rate:.2f}"
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown + PNG
+
+
+def write_report_dir(
+    directory: Path, fits: Sequence[SystemFit], report: Mapping[str, Any], drift: Drift | None
+) -> list[Path]:
+    """PNG plots per system plus summary.md and report.json; returns the files written."""
+    import json
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    lines = ["# specwatch calibrate report", ""]
+    for fit in fits:
+        fit_png = directory / f"{slug(fit.system)}-fit.png"
+        res_png = directory / f"{slug(fit.system)}-residuals.png"
+        plot_fit(fit, fit_png)
+        plot_residuals(fit, res_png)
+        written += [fit_png, res_png]
+        lines += _markdown_system(fit, fit_png.name, res_png.name)
+    if drift is not None:
+        lines += ["## Drift against the earlier fit", ""]
+        verdict = "**drifted**" if drift.drifted else "within tolerance"
+        lines.append(f"Verdict: {verdict} (tolerance {drift.tolerance:.0%}, {drift.basis}).")
+        if drift.latency_drift is not None:
+            lines.append(
+                f"Largest change of predicted latency: {drift.latency_drift:.1%} at"
+                f" {drift.worst_point}."
+            )
+        lines += ["", "| coefficient | old (ms) | new (ms) | change |", "|---|---:|---:|---:|"]
+        for n, (o, w, rel) in drift.coefficients.items():
+            change = "n/a" if rel is None else f"{rel:+.1%}"
+            lines.append(f"| {n} | {o * 1e3:.4g} | {w * 1e3:.4g} | {change} |")
+        lines.append("")
+    md = directory / "summary.md"
+    md.write_text("\n".join(lines), encoding="utf-8")
+    js = directory / "report.json"
+    js.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return [*written, md, js]
+
+
+def _markdown_system(fit: SystemFit, fit_png: str, res_png: str) -> list[str]:
+    lines = [f"## {fit.system}", ""]
+    loko = (
+        f"{fit.leave_one_k_out_mape:.2%}"
+        if fit.leave_one_k_out_mape is not None
+        else f"n/a ({fit.leave_one_k_out_note})"
+    )
+    lines += [
+        f"- mode: {fit.mode}",
+        f"- points: {fit.n_points} used, {fit.n_excluded} excluded",
+        f"- R² {fit.r2:.4f}, MAPE {fit.mape:.2%}, leave-one-k-out MAPE {loko}",
+    ]
+    if fit.fallback_reason:
+        lines.append(f"- fallback: {fit.fallback_reason}")
+    if fit.coefficients is not None:
+        c = fit.coefficients
+        lines.append(
+            "- coefficients (ms): "
+            + ", ".join(f"{n} = {getattr(c, n) * 1e3:.4g}" for n in PARAMS_ORDER)
+        )
+    lines.append("")
+    if fit.draft_lengths:
+        lines += [
+            "| k | E | zero-load speedup | break-even λ* (req/s) | kind |",
+            "|---:|---:|---:|---:|---|",
+        ]
+        for d in fit.draft_lengths:
+            lines.append(
+                f"| {_k_label(d.k)} | {d.acceptance_length:.2f} | {d.zero_load_speedup:.3f} |"
+                f" {_rate(d.breakeven_arrival_rate)} | {d.breakeven_kind} |"
+            )
+        lines.append("")
+    if fit.measured_speedups:
+        lines += [
+            "Speedup at the lowest concurrency both systems ran:",
+            "",
+            "| k | workload | concurrency | measured | predicted (λ = 0) |",
+            "|---:|---|---:|---:|---:|",
+        ]
+        for m in fit.measured_speedups:
+            lines.append(
+                f"| {_k_label(m.k)} | {m.workload} | {m.concurrency:g} | {m.measured:.3f} |"
+                f" {m.predicted:.3f} |"
+            )
+        lines.append("")
+    lines += [f"![fit]({fit_png})", "", f"![residuals]({res_png})", ""]
+    if fit.excluded:
+        lines += [f"Excluded points ({fit.n_excluded}):", ""]
+        reasons: dict[str, int] = defaultdict(int)
+        for e in fit.excluded:
+            reasons[_reason_kind(e.reason)] += 1
+        lines += [f"- {n} × {why}" for why, n in sorted(reasons.items())]
+        lines.append("")
+    return lines
+
+
+def _reason_kind(reason: str) -> str:
+    return reason.split(":")[0] if ":" in reason else reason
+
+
+def _curve(fit: SystemFit, k: float, e: float, p: float, g: float, lam: np.ndarray,
+           workload: str) -> np.ndarray:
+    if fit.coefficients is not None:
+        return model.latency(fit.coefficients, lam, k, e, p, g, max_utilization=1.0).latency
+    for c in fit.configurations:
+        if c.k == k and c.workload == workload:
+            return model.latency_from_costs(c.c1, c.c2, lam)
+    return np.full_like(lam, np.nan)
+
+
+def plot_fit(fit: SystemFit, path: Path) -> None:
+    """Measured (markers) and predicted (lines) mean latency against arrival rate, per k, one
+    panel per workload; excluded points as grey crosses."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    excluded = [e.point for e in fit.excluded]
+    all_labels = workload_labels([*fit.points, *excluded])
+    labels = all_labels[: len(fit.points)]
+    excluded_labels = all_labels[len(fit.points) :]
+    workloads = sorted(set(labels))
+    ks = sorted({k_key(p) for p in fit.points})
+    cmap = plt.get_cmap("viridis", max(len(ks), 2))
+    colour = {k: cmap(i) for i, k in enumerate(ks)}
+    fig, axes = plt.subplots(
+        1, len(workloads), figsize=(6.2 * len(workloads), 4.6), squeeze=False, sharey=True
+    )
+    for ax, workload in zip(axes[0], workloads, strict=True):
+        pts = [p for p, w in zip(fit.points, labels, strict=True) if w == workload]
+        for k in ks:
+            group = [p for p in pts if k_key(p) == k]
+            if not group:
+                continue
+            lam = np.array([p.arrival_rate for p in group])
+            lat = np.array([p.latency_s for p in group])
+            name = "no SD" if k == 0 else f"k={_k_label(k)}"
+            ax.scatter(lam, lat, color=colour[k], s=22, label=name, zorder=3)
+            e = float(np.mean([p.acceptance_length for p in group]))
+            pm = float(np.mean([p.prompt_tokens or 0.0 for p in group]))
+            gm = float(np.mean([p.generation_tokens or 0.0 for p in group]))
+            grid = np.linspace(0.0, lam.max() * 1.05, 120)
+            ax.plot(grid, _curve(fit, k, e, pm, gm, grid, workload), color=colour[k], lw=1.2)
+        ex_w = [p for p, w in zip(excluded, excluded_labels, strict=True) if w == workload]
+        if ex_w and pts:
+            # Far-saturated points (10x the latency) would squash the fitted range flat.
+            top = 2.0 * max(p.latency_s for p in pts)
+            shown = [p for p in ex_w if p.latency_s <= top]
+            if shown:
+                ax.scatter([p.arrival_rate for p in shown], [p.latency_s for p in shown],
+                           marker="x", color="0.55", s=22, label="excluded", zorder=2)
+        ax.set_title(workload)
+        ax.set_xlabel("arrival rate λ (req/s)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("mean end-to-end latency (s)")
+    axes[0][-1].legend(fontsize=8, loc="upper left", ncol=2)
+    fig.suptitle(
+        f"{fit.system}: measured (points) vs model (lines), R² {fit.r2:.3f}, MAPE {fit.mape:.1%}"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_residuals(fit: SystemFit, path: Path) -> None:
+    """Relative residual (predicted − measured)/measured against arrival rate, per k."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    res = fit.residuals() * 100
+    ks = sorted({k_key(p) for p in fit.points})
+    cmap = plt.get_cmap("viridis", max(len(ks), 2))
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for i, k in enumerate(ks):
+        idx = [j for j, p in enumerate(fit.points) if k_key(p) == k]
+        ax.scatter([fit.points[j].arrival_rate for j in idx], res[idx], color=cmap(i), s=18,
+                   label="no SD" if k == 0 else f"k={_k_label(k)}")
+    ax.axhline(0, color="black", lw=0.8)
+    ax.axhspan(-5, 5, color="tab:green", alpha=0.08, label="±5%")
+    ax.set_xlabel("arrival rate λ (req/s)")
+    ax.set_ylabel("(predicted − measured) / measured (%)")
+    ax.set_title(f"{fit.system}: residuals (MAPE {fit.mape:.1%})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+__all__ = [
+    "COEFFICIENTS",
+    "DEFAULT_DRIFT_TOLERANCE",
+    "Drift",
+    "build_params",
+    "compare_params",
+    "print_drift",
+    "print_report",
+    "reference_points",
+    "slug",
+    "system_json",
+    "write_report_dir",
+]
