@@ -50,8 +50,10 @@ __all__ = [
     "alpha_from_acceptance_length",
     "breakeven",
     "breakeven_arrival_rate",
+    "breakeven_from_costs",
     "cost_terms",
     "latency",
+    "latency_from_costs",
     "moe_cost_terms",
     "optimal_draft_length",
     "predict",
@@ -606,22 +608,43 @@ def breakeven(
     s_p, s_g = np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
     c1_sd, c2_sd = cost_terms(coef, s_k, s_e, s_p, s_g)
     c1_d, c2_d = cost_terms(coef, 0.0, 1.0, s_p, s_g)
+    found = breakeven_from_costs(c1_d, c2_d, c1_sd, c2_sd)
+    kind = np.where(ok, found.kind, BreakEvenKind.UNDEFINED).astype(np.int8)
+    return BreakEven(rate=np.where(ok, found.rate, np.nan), kind=kind)
+
+
+def breakeven_from_costs(
+    c1_d: ArrayLike, c2_d: ArrayLike, c1_sd: ArrayLike, c2_sd: ArrayLike
+) -> BreakEven:
+    """Break-even from the cost terms (C1, C2) of the no-SD and the SD system directly.
+
+    What `breakeven` computes once it has priced both systems. Calibration needs it on its
+    own: when the data cannot separate the six coefficients it fits (C1, C2) per
+    configuration, and break-even must still come from this one formula. UNDEFINED where a
+    cost term is negative or not finite, or an isolated latency is zero.
+    """
+    c1_d, c2_d, c1_sd, c2_sd = np.broadcast_arrays(
+        *(np.asarray(x, dtype=float) for x in (c1_d, c2_d, c1_sd, c2_sd))
+    )
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(c1_d) & np.isfinite(c2_d) & np.isfinite(c1_sd) & np.isfinite(c2_sd)
+        ok &= (c2_d >= 0) & (c2_sd >= 0)
     num = c1_d - c1_sd
     den = c1_d * c2_sd - c1_sd * c2_d
     c2_max = np.maximum(c2_d, c2_sd)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         cross = num / den
         lam_lim = np.where(c2_max > 0, 1.0 / c2_max, np.inf)
-    # A crossing at saturation itself (to rounding) is no crossing: S is undefined there.
-    crosses = (den != 0) & (cross > 0) & (cross < lam_lim * (1 - 1e-9))
-    pays_at_zero = (num > 0) | ((num == 0) & (den < 0))
-    kind = np.where(
-        crosses,
-        np.where(num > 0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
-        np.where(pays_at_zero, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
-    )
-    identical = (num == 0) & (den == 0)
-    kind = np.where(ok & ~identical & (c1_d > 0) & (c1_sd > 0), kind, BreakEvenKind.UNDEFINED)
+        # A crossing at saturation itself (to rounding) is no crossing: S is undefined there.
+        crosses = (den != 0) & (cross > 0) & (cross < lam_lim * (1 - 1e-9))
+        pays_at_zero = (num > 0) | ((num == 0) & (den < 0))
+        kind = np.where(
+            crosses,
+            np.where(num > 0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
+            np.where(pays_at_zero, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
+        )
+        identical = (num == 0) & (den == 0)
+        kind = np.where(ok & ~identical & (c1_d > 0) & (c1_sd > 0), kind, BreakEvenKind.UNDEFINED)
     rate = np.select(
         [
             kind == BreakEvenKind.PAYS_BELOW,
@@ -633,6 +656,21 @@ def breakeven(
         default=np.nan,
     )
     return BreakEven(rate=rate, kind=kind.astype(np.int8))
+
+
+def latency_from_costs(c1: ArrayLike, c2: ArrayLike, arrival_rate: ArrayLike) -> np.ndarray:
+    """L = C1 / (1 − λ·C2) from one dense system's cost terms; NaN at or past saturation.
+
+    The fixed point without coefficients: calibration's per-configuration fallback fits
+    (C1, C2) directly and predicts with this (never with a copy of the formula).
+    """
+    c1, c2, lam = np.broadcast_arrays(
+        *(np.asarray(x, dtype=float) for x in (c1, c2, arrival_rate))
+    )
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        util = lam * c2
+        ok = np.isfinite(c1) & (c1 >= 0) & np.isfinite(util) & (util < 1.0) & (lam >= 0)
+        return np.where(ok, c1 / (1.0 - util), np.nan)
 
 
 def breakeven_arrival_rate(
