@@ -82,10 +82,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the system to calibrate: selects it when the inputs hold several (exact name or a"
         " unique part of it), names it when they hold one",
     )
-    parser.add_argument("--max-utilization", type=_ceiling, default=0.9, metavar="U",
-                        help="exclude points whose fitted utilisation λ·C2 is above U (0.9)")
-    parser.add_argument("--max-concurrency", type=_positive, metavar="N",
-                        help="exclude runs whose benchmark concurrency is above N")
+    parser.add_argument(
+        "--max-utilization",
+        type=_ceiling,
+        default=0.9,
+        metavar="U",
+        help="exclude points whose fitted utilisation λ·C2 is above U (0.9)",
+    )
+    parser.add_argument(
+        "--max-concurrency",
+        type=_positive,
+        metavar="N",
+        help="exclude runs whose benchmark concurrency is above N",
+    )
     parser.add_argument(
         "--max-ttft-ratio",
         type=_ratio_or_off,
@@ -94,9 +103,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="exclude points whose mean TTFT is above R times the TTFT at the lowest load of the"
         " same configuration (server-side queueing); 'off' disables (5)",
     )
-    parser.add_argument("--vif-limit", type=_positive, default=1000.0, metavar="V",
-                        help="variance inflation above which a coefficient is not identifiable"
-                        " (1000)")
+    parser.add_argument(
+        "--vif-limit",
+        type=_positive,
+        default=1000.0,
+        metavar="V",
+        help="variance inflation above which a coefficient is not identifiable (1000)",
+    )
     parser.add_argument("--report", metavar="DIR", help="write PNG plots, summary.md, report.json")
     parser.add_argument("--json", action="store_true", help="print the JSON report on stdout")
     parser.add_argument(
@@ -107,26 +120,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar=("K", "FILE"),
         help="bench JSON FILE ran SD with draft length K (when the file does not say); repeatable",
     )
-    parser.add_argument("--no-sd", action="append", default=[], metavar="FILE",
-                        help="bench JSON FILE ran without SD; repeatable")
+    parser.add_argument(
+        "--no-sd",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="bench JSON FILE ran without SD; repeatable",
+    )
     prom = parser.add_argument_group("Prometheus history")
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (HTTP API)")
-    prom.add_argument("--start", metavar="T",
-                      help="start: RFC 3339, Unix seconds, or now-DURATION (e.g. now-6h)")
+    prom.add_argument(
+        "--start", metavar="T", help="start: RFC 3339, Unix seconds, or now-DURATION (e.g. now-6h)"
+    )
     prom.add_argument("--end", metavar="T", default="now", help="end (default now)")
-    prom.add_argument("--step", metavar="S", default="60s",
-                      help="resolution; at least 4 scrape intervals (60s)")
-    prom.add_argument("--selector", metavar="SEL", default="",
-                      help='label matchers added to every series, e.g. \'model_name="qwen"\'')
-    prom.add_argument("--min-window", metavar="S", default="5m",
-                      help="shortest steady window kept (5m)")
-    prom.add_argument("--timeout", type=_positive, default=30.0, metavar="S",
-                      help="HTTP timeout per query in seconds (30)")
+    prom.add_argument(
+        "--step", metavar="S", default="60s", help="resolution; at least 4 scrape intervals (60s)"
+    )
+    prom.add_argument(
+        "--selector",
+        metavar="SEL",
+        default="",
+        help="label matchers added to every series, e.g. 'model_name=\"qwen\"'",
+    )
+    prom.add_argument(
+        "--min-window", metavar="S", default="5m", help="shortest steady window kept (5m)"
+    )
+    prom.add_argument(
+        "--timeout",
+        type=_positive,
+        default=30.0,
+        metavar="S",
+        help="HTTP timeout per query in seconds (30)",
+    )
     drift = parser.add_argument_group("drift")
-    drift.add_argument("--compare", metavar="OLD.yaml",
-                       help="compare with an earlier fit; exit 1 when it drifted past --tolerance")
-    drift.add_argument("--tolerance", type=_positive, default=0.10, metavar="F",
-                       help="largest acceptable relative change of predicted latency (0.10)")
+    drift.add_argument(
+        "--compare",
+        metavar="OLD.yaml",
+        help="compare with an earlier fit; exit 1 when it drifted past --tolerance",
+    )
+    drift.add_argument(
+        "--tolerance",
+        type=_positive,
+        default=0.10,
+        metavar="F",
+        help="largest acceptable relative change of predicted latency (0.10)",
+    )
 
 
 def _bench_options(args: argparse.Namespace) -> dict[str, BenchOptions]:
@@ -163,8 +201,11 @@ def run(args: argparse.Namespace) -> int:
     from specwatch import calibrate_report as report
     from specwatch.params import load_params
 
-    if args.compare and not args.prometheus and len(args.inputs) == 1 and _params_file(
-        args.inputs[0]
+    if (
+        args.compare
+        and not args.prometheus
+        and len(args.inputs) == 1
+        and _params_file(args.inputs[0])
     ):
         drift = report.compare_params(
             load_params(args.compare), load_params(args.inputs[0]), args.tolerance
@@ -251,7 +292,9 @@ def _select_systems(args: argparse.Namespace, points: list[Point]) -> dict[str, 
     listed = ", ".join(repr(n) for n in names)
     if matches:
         raise ConfigError(f"--system {args.system!r} matches several systems: {listed}")
-    raise ConfigError(f"--system {args.system!r} matches none of the systems in the inputs: {listed}")
+    raise ConfigError(
+        f"--system {args.system!r} matches none of the systems in the inputs: {listed}"
+    )
 
 
 def _fit_all(args: argparse.Namespace, points: list[Point]) -> list[Any]:
@@ -293,7 +336,9 @@ def _data_sources(args: argparse.Namespace) -> list[str]:
     return data
 
 
-def _write_params(args: argparse.Namespace, fits: list[Any]) -> tuple[dict[str, str], ConfigError | None]:
+def _write_params(
+    args: argparse.Namespace, fits: list[Any]
+) -> tuple[dict[str, str], ConfigError | None]:
     from specwatch import calibrate_report as report
     from specwatch.params import dump_params
 
@@ -309,8 +354,9 @@ def _write_params(args: argparse.Namespace, fits: list[Any]) -> tuple[dict[str, 
     for fit in fits:
         path = Path(args.out.replace("{system}", report.slug(fit.system)))
         if fit.coefficients is None:
+            why = fit.fallback_reason or "no six-coefficient fit"
             refused.append(
-                f"{fit.system}: not writing {path}: {fit.fallback_reason or 'no six-coefficient fit'}"
+                f"{fit.system}: not writing {path}: {why}"
                 " (the report above has per-configuration speedup and break-even)"
             )
             continue

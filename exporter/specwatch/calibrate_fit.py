@@ -205,7 +205,9 @@ def variance_inflation(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def predict_points(coef: model.Coefficients, points: Sequence[Point]) -> tuple[np.ndarray, np.ndarray]:
+def predict_points(
+    coef: model.Coefficients, points: Sequence[Point]
+) -> tuple[np.ndarray, np.ndarray]:
     """(latency, utilisation) the model predicts at each point's measured λ, k, E, p, g.
 
     The ceiling is lifted (1.0) so that a prediction exists for every point below saturation;
@@ -294,8 +296,11 @@ def _pre_exclusions(
             and pt.concurrency > options.max_concurrency
         ):
             excluded.append(
-                Excluded(pt, f"concurrency {pt.concurrency:g} > --max-concurrency "
-                             f"{options.max_concurrency:g}")
+                Excluded(
+                    pt,
+                    f"concurrency {pt.concurrency:g} > --max-concurrency "
+                    f"{options.max_concurrency:g}",
+                )
             )
         else:
             kept.append(pt)
@@ -331,7 +336,9 @@ def _pre_exclusions(
 # the fit
 
 
-def fit_system(system: str, points: Sequence[Point], options: FitOptions | None = None) -> SystemFit:
+def fit_system(
+    system: str, points: Sequence[Point], options: FitOptions | None = None
+) -> SystemFit:
     """Calibrate one system: exclusions, six-coefficient NNLS or per-configuration fallback.
 
     Raises FitError when nothing is left to fit.
@@ -596,7 +603,9 @@ def _configurations(points: Sequence[Point], options: FitOptions) -> list[Config
     return out
 
 
-def _config_fit(key: float, workload: str, c1: float, c2: float, pts: Sequence[Point]) -> ConfigurationFit:
+def _config_fit(
+    key: float, workload: str, c1: float, c2: float, pts: Sequence[Point]
+) -> ConfigurationFit:
     es = [p.acceptance_length for p in pts if p.acceptance_length is not None]
     ps = [p.prompt_tokens for p in pts if p.prompt_tokens is not None]
     gs = [p.generation_tokens for p in pts if p.generation_tokens is not None]
@@ -628,8 +637,11 @@ def _fit_per_configuration(
     for (key, workload), pts in sorted(_config_groups(candidates).items()):
         if len({round(p.in_flight, 6) for p in pts}) < 2:
             excluded.extend(
-                Excluded(p, f"k={_fmt_k(key)} on {workload} has a single load level; a"
-                            " per-configuration fit needs two")
+                Excluded(
+                    p,
+                    f"k={_fmt_k(key)} on {workload} has a single load level; a"
+                    " per-configuration fit needs two",
+                )
                 for p in pts
             )
             continue
@@ -642,8 +654,9 @@ def _fit_per_configuration(
             return np.array([p.arrival_rate for p in current]) * costs[1]
 
         try:
-            kept, costs = _utilization_loop(pts, excluded, options.max_utilization, fit_pair,
-                                            util_of)
+            kept, costs = _utilization_loop(
+                pts, excluded, options.max_utilization, fit_pair, util_of
+            )
         except FitError:
             continue
         assert isinstance(costs, tuple)

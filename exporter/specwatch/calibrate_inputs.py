@@ -428,9 +428,7 @@ def read_bench_json(
     ]
 
 
-def _bench_point(
-    where: str, doc: Any, default_system: str | None, options: BenchOptions
-) -> Point:
+def _bench_point(where: str, doc: Any, default_system: str | None, options: BenchOptions) -> Point:
     if not isinstance(doc, dict):
         raise ConfigError(f"{where}: expected a JSON object (one vllm bench serve result)")
     missing = [

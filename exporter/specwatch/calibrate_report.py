@@ -132,9 +132,7 @@ def reference_points(fit: SystemFit) -> list[dict[str, float]]:
                 "k": k,
                 "acceptance_length": round(float(np.mean([p.acceptance_length for p in pts])), 4),
                 "prompt_tokens": round(float(np.mean([p.prompt_tokens or 0.0 for p in pts])), 2),
-                "generation_tokens": round(
-                    float(np.mean([p.generation_tokens for p in pts])), 2
-                ),
+                "generation_tokens": round(float(np.mean([p.generation_tokens for p in pts])), 2),
                 "max_arrival_rate": round(max(p.arrival_rate for p in pts), 4),
             }
         )
@@ -235,8 +233,10 @@ def compare_params(old: Params, new: Params, tolerance: float = DEFAULT_DRIFT_TO
         rel = (w - o) / o if o > 0 else (None if w == 0 else math.inf)
         coefs[n] = (o, w, rel)
     refs = new.provenance.get("reference_points") or old.provenance.get("reference_points")
-    basis = "reference_points of the new fit" if new.provenance.get("reference_points") else (
-        "reference_points of the old fit" if refs else "coefficients (no reference points)"
+    basis = (
+        "reference_points of the new fit"
+        if new.provenance.get("reference_points")
+        else ("reference_points of the old fit" if refs else "coefficients (no reference points)")
     )
     worst: float | None = None
     worst_at: str | None = None
@@ -262,7 +262,9 @@ def compare_params(old: Params, new: Params, tolerance: float = DEFAULT_DRIFT_TO
 # terminal
 
 
-def print_report(fits: Sequence[SystemFit], written: Mapping[str, str], drift: Drift | None) -> None:
+def print_report(
+    fits: Sequence[SystemFit], written: Mapping[str, str], drift: Drift | None
+) -> None:
     """Human tables on stdout (rich)."""
     from rich.console import Console
     from rich.table import Table
@@ -310,8 +312,13 @@ def print_report(fits: Sequence[SystemFit], written: Mapping[str, str], drift: D
             for col in ("k", "workload", "concurrency", "measured", "predicted (λ=0)"):
                 t.add_column(col, justify="right")
             for m in fit.measured_speedups:
-                t.add_row(_k_label(m.k), m.workload, f"{m.concurrency:g}", f"{m.measured:.3f}",
-                          f"{m.predicted:.3f}")
+                t.add_row(
+                    _k_label(m.k),
+                    m.workload,
+                    f"{m.concurrency:g}",
+                    f"{m.measured:.3f}",
+                    f"{m.predicted:.3f}",
+                )
             console.print(t)
         if fit.excluded:
             t = Table(title=f"excluded points ({fit.n_excluded})")
@@ -456,8 +463,9 @@ def _reason_kind(reason: str) -> str:
     return reason.split(":")[0] if ":" in reason else reason
 
 
-def _curve(fit: SystemFit, k: float, e: float, p: float, g: float, lam: np.ndarray,
-           workload: str) -> np.ndarray:
+def _curve(
+    fit: SystemFit, k: float, e: float, p: float, g: float, lam: np.ndarray, workload: str
+) -> np.ndarray:
     if fit.coefficients is not None:
         return model.latency(fit.coefficients, lam, k, e, p, g, max_utilization=1.0).latency
     for c in fit.configurations:
@@ -506,8 +514,15 @@ def plot_fit(fit: SystemFit, path: Path) -> None:
             top = 2.0 * max(p.latency_s for p in pts)
             shown = [p for p in ex_w if p.latency_s <= top]
             if shown:
-                ax.scatter([p.arrival_rate for p in shown], [p.latency_s for p in shown],
-                           marker="x", color="0.55", s=22, label="excluded", zorder=2)
+                ax.scatter(
+                    [p.arrival_rate for p in shown],
+                    [p.latency_s for p in shown],
+                    marker="x",
+                    color="0.55",
+                    s=22,
+                    label="excluded",
+                    zorder=2,
+                )
         ax.set_title(workload)
         ax.set_xlabel("arrival rate λ (req/s)")
         ax.grid(alpha=0.3)
@@ -534,8 +549,13 @@ def plot_residuals(fit: SystemFit, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for i, k in enumerate(ks):
         idx = [j for j, p in enumerate(fit.points) if k_key(p) == k]
-        ax.scatter([fit.points[j].arrival_rate for j in idx], res[idx], color=cmap(i), s=18,
-                   label="no SD" if k == 0 else f"k={_k_label(k)}")
+        ax.scatter(
+            [fit.points[j].arrival_rate for j in idx],
+            res[idx],
+            color=cmap(i),
+            s=18,
+            label="no SD" if k == 0 else f"k={_k_label(k)}",
+        )
     ax.axhline(0, color="black", lw=0.8)
     ax.axhspan(-5, 5, color="tab:green", alpha=0.08, label="±5%")
     ax.set_xlabel("arrival rate λ (req/s)")
