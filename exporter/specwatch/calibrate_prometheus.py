@@ -1,0 +1,443 @@
+"""Calibration points from Prometheus history: pull vLLM series, cut them into steady windows.
+
+The operator's own traffic is the most honest benchmark, but it is not a sweep: load drifts,
+SD is switched by restarts, the workload changes. So the history is pulled at a fixed step
+(`rate(...[step])` per step, through the HTTP API's query_range), and consecutive steps with
+the same SD configuration, the same workload and an arrival rate within 10% of the window's
+mean form one steady window; each window long enough becomes one measurement point, with
+λ, L, p, g, k and E computed from the summed counter increases over the window (ratios of
+sums, so a quiet step weighs less than a busy one). The first step of each window is dropped:
+requests finishing in it started under the previous load.
+
+Series used (vllm-metrics.md §1, §2.3), summed by model_name:
+- λ: vllm:e2e_request_latency_seconds_count; L: its _sum over its _count
+- p, g: vllm:request_prompt_tokens_{sum,count}, vllm:request_generation_tokens_{sum,count}
+- TTFT (queueing test): vllm:time_to_first_token_seconds_{sum,count}
+- SD: vllm:spec_decode_num_drafts_total, …_num_draft_tokens_total, …_num_accepted_tokens_total
+  (k = draft tokens per draft, E = 1 + accepted per draft) and …_accepted_tokens_per_pos_total
+  (per-position acceptance). No drafts in a step means SD was off.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import requests
+
+from specwatch.calibrate_inputs import Point, validate_point
+from specwatch.errors import ConfigError, SpecwatchError
+
+#: Prometheus refuses range queries with more than 11,000 points per series; stay below.
+MAX_POINTS_PER_QUERY = 10_000
+#: Steps in one window must keep λ within this fraction of the window's mean λ.
+RATE_TOLERANCE = 0.10
+#: Steps in one window must keep mean prompt/generation lengths within this fraction.
+LENGTH_TOLERANCE = 0.10
+#: A window's draft length (tokens per draft) must stay within this of its first step.
+DRAFT_LENGTH_TOLERANCE = 0.05
+
+#: name -> metric whose per-second rate is pulled (the selector is inserted into each).
+SERIES: dict[str, str] = {
+    "requests": "vllm:e2e_request_latency_seconds_count",
+    "latency_sum": "vllm:e2e_request_latency_seconds_sum",
+    "prompt_sum": "vllm:request_prompt_tokens_sum",
+    "prompt_count": "vllm:request_prompt_tokens_count",
+    "gen_sum": "vllm:request_generation_tokens_sum",
+    "gen_count": "vllm:request_generation_tokens_count",
+    "ttft_sum": "vllm:time_to_first_token_seconds_sum",
+    "ttft_count": "vllm:time_to_first_token_seconds_count",
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+}
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_SELECTOR_RE = re.compile(
+    r'^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
+    r'(,\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*$'
+)
+
+
+def parse_duration(text: str, name: str) -> float:
+    """Seconds from a Prometheus-style duration ("60s", "5m", "1h") or a plain number."""
+    t = text.strip()
+    try:
+        value = float(t)
+    except ValueError:
+        m = _DURATION_RE.match(t)
+        if not m:
+            raise ConfigError(
+                f"{name}: expected a duration like 60s, 5m or 1h, got {text!r}"
+            ) from None
+        value = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if not (value > 0 and math.isfinite(value)):
+        raise ConfigError(f"{name}: expected a positive duration, got {text!r}")
+    return value
+
+
+def parse_time(text: str, name: str, now: float | None = None) -> float:
+    """Unix seconds from RFC 3339, Unix seconds, `now` or `now-DURATION`."""
+    t = text.strip()
+    now = time.time() if now is None else now
+    if t == "now":
+        return now
+    if t.startswith("now-"):
+        return now - parse_duration(t[4:], name)
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    try:
+        parsed = _dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            f"{name}: expected RFC 3339 (2026-01-23T10:00:00Z), Unix seconds or now-6h,"
+            f" got {text!r}"
+        ) from None
+    if parsed.tzinfo is None:
+        raise ConfigError(f"{name}: {text!r} has no time zone; add Z or an offset")
+    return parsed.timestamp()
+
+
+@dataclass(frozen=True)
+class PrometheusQuery:
+    """What to pull: where, when, at which resolution, for which series."""
+
+    url: str
+    start: float
+    end: float
+    step: float
+    selector: str = ""
+    min_window: float = 300.0
+    timeout: float = 30.0
+
+    @classmethod
+    def from_args(
+        cls,
+        *,
+        url: str,
+        start: str,
+        end: str,
+        step: str,
+        selector: str,
+        min_window: str,
+        timeout: float,
+    ) -> PrometheusQuery:
+        """Validate CLI strings into a query (every problem is a ConfigError naming the flag)."""
+        if not re.match(r"^https?://[^\s/]+", url):
+            raise ConfigError(f"--prometheus: expected http(s)://host:port, got {url!r}")
+        now = time.time()
+        t0 = parse_time(start, "--start", now)
+        t1 = parse_time(end, "--end", now)
+        if t1 <= t0:
+            raise ConfigError(f"--end ({end}) must be after --start ({start})")
+        sel = selector.strip()
+        if sel.startswith("{") and sel.endswith("}"):
+            sel = sel[1:-1].strip()
+        if sel and not _SELECTOR_RE.match(sel):
+            raise ConfigError(
+                f"--selector: expected label matchers like model_name=\"qwen\",engine=\"0\","
+                f" got {selector!r}"
+            )
+        step_s = parse_duration(step, "--step")
+        window = parse_duration(min_window, "--min-window")
+        if window < 2 * step_s:
+            raise ConfigError(f"--min-window {min_window} must cover at least two --step {step}")
+        return cls(url.rstrip("/"), t0, t1, step_s, sel, window, timeout)
+
+    def expr(self, metric: str) -> str:
+        """PromQL for one series: per-second rate per step, summed by model."""
+        sel = f"{{{self.selector}}}" if self.selector else ""
+        return f"sum by (model_name) (rate({metric}{sel}[{_promql_duration(self.step)}]))"
+
+    def per_position_expr(self) -> str:
+        sel = f"{{{self.selector}}}" if self.selector else ""
+        return (
+            f"sum by (model_name, position) (rate({PER_POSITION}{sel}"
+            f"[{_promql_duration(self.step)}]))"
+        )
+
+    def chunks(self) -> list[tuple[float, float]]:
+        """Sub-ranges short enough for Prometheus's points-per-series limit."""
+        span = self.step * MAX_POINTS_PER_QUERY
+        out = []
+        t = self.start
+        while t < self.end:
+            out.append((t, min(self.end, t + span)))
+            t += span + self.step
+        return out
+
+
+def _promql_duration(seconds: float) -> str:
+    if seconds == int(seconds):
+        return f"{int(seconds)}s"
+    return f"{round(seconds * 1000)}ms"
+
+
+class PrometheusError(SpecwatchError):
+    """Prometheus could not be reached or refused a query (exit 2, like every input error)."""
+
+
+def _query_range(
+    session: requests.Session, q: PrometheusQuery, expr: str, start: float, end: float
+) -> list[dict]:
+    try:
+        resp = session.get(
+            f"{q.url}/api/v1/query_range",
+            params={"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": q.step},
+            timeout=q.timeout,
+        )
+    except requests.RequestException as exc:
+        raise PrometheusError(f"cannot reach Prometheus at {q.url}: {exc}") from None
+    try:
+        body = resp.json()
+    except ValueError:
+        raise PrometheusError(
+            f"{q.url}/api/v1/query_range answered HTTP {resp.status_code} without JSON;"
+            " is this the Prometheus base URL?"
+        ) from None
+    if resp.status_code != 200 or body.get("status") != "success":
+        raise PrometheusError(
+            f"Prometheus refused {expr!r}: HTTP {resp.status_code}"
+            f" {body.get('errorType', '')}: {body.get('error', '')}".rstrip()
+        )
+    data = body.get("data") or {}
+    if data.get("resultType") != "matrix":
+        raise PrometheusError(f"Prometheus answered {data.get('resultType')!r}, expected matrix")
+    return list(data.get("result") or [])
+
+
+def pull(
+    q: PrometheusQuery, progress: bool = True
+) -> tuple[dict[str, dict[str, dict[float, float]]], dict[str, dict[str, dict[float, float]]]]:
+    """All series as model_name -> name -> {timestamp: rate}; and per-position rates as
+    model_name -> position -> {timestamp: rate}. Shows a rich progress bar on stderr."""
+    series: dict[str, dict[str, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
+    positions: dict[str, dict[str, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
+    jobs: list[tuple[str, str]] = [(name, q.expr(metric)) for name, metric in SERIES.items()]
+    jobs.append(("per_position", q.per_position_expr()))
+    chunks = q.chunks()
+    total = len(jobs) * len(chunks)
+    with requests.Session() as session, _Progress(progress, total) as advance:
+        for name, expr in jobs:
+            for start, end in chunks:
+                for result in _query_range(session, q, expr, start, end):
+                    labels = result.get("metric") or {}
+                    model_name = labels.get("model_name", "")
+                    for ts, value in result.get("values") or []:
+                        v = float(value)
+                        if not math.isfinite(v):
+                            continue
+                        if name == "per_position":
+                            positions[model_name][labels.get("position", "")][float(ts)] = v
+                        else:
+                            series[model_name][name][float(ts)] = v
+                advance()
+    return series, positions
+
+
+class _Progress:
+    """A rich progress bar on stderr for the pull (a no-op when disabled, e.g. with --json)."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled = enabled
+        self.total = total
+        self._bar = None
+        self._task = None
+
+    def __enter__(self) -> Callable[[], None]:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self._bar = Progress(
+                TextColumn("pulling Prometheus history"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._bar.__enter__()
+            self._task = self._bar.add_task("pull", total=self.total)
+        return self._advance
+
+    def _advance(self) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+
+@dataclass
+class _Step:
+    t: float
+    lam: float
+    latency_sum: float
+    prompt_sum: float
+    prompt_count: float
+    gen_sum: float
+    gen_count: float
+    ttft_sum: float
+    ttft_count: float
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    positions: dict[str, float]
+
+    @property
+    def k(self) -> float:
+        return self.draft_tokens / self.drafts if self.drafts > 0 else 0.0
+
+    @property
+    def p(self) -> float | None:
+        return self.prompt_sum / self.prompt_count if self.prompt_count > 0 else None
+
+    @property
+    def g(self) -> float | None:
+        return self.gen_sum / self.gen_count if self.gen_count > 0 else None
+
+
+def _steps(
+    model_series: dict[str, dict[float, float]], model_positions: dict[str, dict[float, float]]
+) -> list[_Step]:
+    times = sorted(model_series.get("requests", {}))
+    out = []
+    for t in times:
+
+        def v(name: str, t: float = t) -> float:
+            return model_series.get(name, {}).get(t, 0.0)
+
+        if v("requests") <= 0 or v("latency_sum") <= 0:
+            continue
+        out.append(
+            _Step(
+                t=t,
+                lam=v("requests"),
+                latency_sum=v("latency_sum"),
+                prompt_sum=v("prompt_sum"),
+                prompt_count=v("prompt_count"),
+                gen_sum=v("gen_sum"),
+                gen_count=v("gen_count"),
+                ttft_sum=v("ttft_sum"),
+                ttft_count=v("ttft_count"),
+                drafts=v("drafts"),
+                draft_tokens=v("draft_tokens"),
+                accepted=v("accepted"),
+                positions={pos: s.get(t, 0.0) for pos, s in model_positions.items() if t in s},
+            )
+        )
+    return out
+
+
+def _same_config(window: list[_Step], step: _Step, step_s: float) -> bool:
+    first = window[0]
+    if step.t - window[-1].t > 1.5 * step_s:  # a gap: no data, or no traffic
+        return False
+    if (first.drafts > 0) != (step.drafts > 0):
+        return False
+    if first.drafts > 0 and abs(step.k - first.k) > DRAFT_LENGTH_TOLERANCE * max(first.k, 1.0):
+        return False
+    mean_lam = sum(s.lam for s in window) / len(window)
+    if abs(step.lam - mean_lam) > RATE_TOLERANCE * mean_lam:
+        return False
+    for a, b in ((first.p, step.p), (first.g, step.g)):
+        if a is not None and b is not None and abs(a - b) > LENGTH_TOLERANCE * max(a, b):
+            return False
+    return True
+
+
+def windows(steps: list[_Step], step_s: float, min_window: float) -> list[list[_Step]]:
+    """Maximal runs of steps with one SD configuration, workload and arrival rate; the first
+    step of each run is dropped (it mixes the previous load), short runs are discarded."""
+    runs: list[list[_Step]] = []
+    for step in steps:
+        if runs and _same_config(runs[-1], step, step_s):
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    return [run[1:] for run in runs if (len(run) - 1) * step_s >= min_window]
+
+
+def _window_point(model_name: str, q: PrometheusQuery, run: list[_Step]) -> Point:
+    def total(attr: str) -> float:
+        return float(sum(getattr(s, attr) for s in run))
+
+    lam = total("lam") / len(run)
+    latency = total("latency_sum") / total("lam")
+    drafts = total("drafts")
+    k = total("draft_tokens") / drafts if drafts > 0 else 0.0
+    if abs(k - round(k)) < DRAFT_LENGTH_TOLERANCE:
+        k = float(round(k))
+    e = 1.0 + total("accepted") / drafts if drafts > 0 else 1.0
+    e = min(max(e, 1.0), k + 1.0)
+    profile = None
+    if drafts > 0:
+        names = sorted({p for s in run for p in s.positions}, key=lambda x: (len(x), x))
+        if names and len(names) == round(k):
+            profile = tuple(
+                min(1.0, sum(s.positions.get(n, 0.0) for s in run) / drafts) for n in names
+            )
+    start = _iso(run[0].t - q.step)
+    end = _iso(run[-1].t)
+    p_count, g_count, t_count = total("prompt_count"), total("gen_count"), total("ttft_count")
+    return validate_point(
+        Point(
+            source=f"prometheus {model_name or '(no model_name)'} {start}..{end}",
+            system=model_name or "default",
+            arrival_rate=lam,
+            latency_s=latency,
+            draft_length=k,
+            acceptance_length=e,
+            prompt_tokens=total("prompt_sum") / p_count if p_count > 0 else None,
+            generation_tokens=total("gen_sum") / g_count if g_count > 0 else None,
+            ttft_s=total("ttft_sum") / t_count if t_count > 0 else None,
+            per_position=profile,
+        )
+    )
+
+
+def _iso(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def read_prometheus(q: PrometheusQuery, progress: bool = True) -> list[Point]:
+    """Pull the history and turn every steady window into a point (one system per model)."""
+    series, positions = pull(q, progress)
+    if not series:
+        sel = f"{{{q.selector}}}" if q.selector else ""
+        raise ConfigError(
+            f"Prometheus at {q.url} has no {SERIES['requests']}{sel} samples between"
+            f" {_iso(q.start)} and {_iso(q.end)}; check --selector and the time range"
+        )
+    points: list[Point] = []
+    for model_name in sorted(series):
+        runs = windows(_steps(series[model_name], positions.get(model_name, {})), q.step,
+                       q.min_window)
+        points.extend(_window_point(model_name, q, run) for run in runs)
+    if not points:
+        raise ConfigError(
+            f"Prometheus at {q.url}: no steady window of at least {q.min_window:g} s between"
+            f" {_iso(q.start)} and {_iso(q.end)} (steady: same SD setting, workload, and arrival"
+            f" rate within {RATE_TOLERANCE:.0%}); widen the range or lower --min-window"
+        )
+    return points
+
+
+__all__ = [
+    "PrometheusError",
+    "PrometheusQuery",
+    "parse_duration",
+    "parse_time",
+    "read_prometheus",
+    "windows",
+]

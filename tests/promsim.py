@@ -1,0 +1,246 @@
+"""Simulated vLLM history for the Prometheus calibration path, backfilled into a real TSDB.
+
+`openmetrics_history` renders what Prometheus would have scraped from a vLLM server every
+15 s while an operator ran it through phases (no SD, then SD at several draft lengths, two
+workloads, three loads each), with mean latencies from the latency model and KNOWN
+coefficients (plus seeded noise), counters reset at each restart that changed the draft
+length, and SD families absent while SD was off. `promtool tsdb create-blocks-from
+openmetrics` turns it into TSDB blocks and `running_prometheus` serves them on a free port.
+
+Prometheus 2.42 notes that shape this: backfilled blocks older than the retention
+(15 d by default) are deleted at start, so the history ends shortly before "now"; a range
+query's rate() needs two samples per window, so --step is several scrape intervals; the
+OpenMetrics input must group each family's samples together and end with "# EOF".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from specwatch.model import Coefficients, acceptance_length_from_alpha, latency
+
+SCRAPE_S = 15.0
+MODEL = "qwen-sim"
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One steady stretch of traffic: draft length, workload, arrival rate, duration."""
+
+    k: int
+    prompt_tokens: float
+    generation_tokens: float
+    arrival_rate: float
+    seconds: float
+
+
+TRUE = Coefficients(a_p=0.05, b_p=0.002, a_v=0.03, b_v=0.0001, a_d=0.003, b_d=0.00005)
+ALPHA = 0.7
+
+
+def default_phases(minutes: float = 12.0) -> list[Phase]:
+    """k in {0, 2, 4} (restart between), two workloads, loads 1, 4 and 8 req/s."""
+    out = []
+    for k in (0, 2, 4):
+        for p, g in ((150.0, 200.0), (600.0, 400.0)):
+            for lam in (1.0, 4.0, 8.0):
+                out.append(Phase(k, p, g, lam, minutes * 60.0))
+    return out
+
+
+def openmetrics_history(
+    phases: list[Phase], end: float, coef: Coefficients = TRUE, seed: int = 7, noise: float = 0.02
+) -> tuple[str, float]:
+    """OpenMetrics text of the whole history ending at `end`; returns (text, start time)."""
+    rng = random.Random(seed)
+    total = sum(ph.seconds for ph in phases) + SCRAPE_S * 2 * len(phases)
+    t = math.floor((end - total) / SCRAPE_S) * SCRAPE_S
+    start = t
+    # family -> list of (labels, value, ts) in time order
+    samples: dict[str, list[tuple[str, float, float]]] = {}
+    types: dict[str, str] = {}
+
+    def emit(family: str, kind: str, name: str, labels: str, value: float, ts: float) -> None:
+        types[family] = kind
+        samples.setdefault(family, []).append((f"{name}{{{labels}}}", value, ts))
+
+    counters: dict[str, float] = {}
+
+    def add(key: str, inc: float) -> float:
+        counters[key] = counters.get(key, 0.0) + inc
+        return counters[key]
+
+    previous_k: int | None = None
+    base = f'engine="0",model_name="{MODEL}"'
+    for ph in phases:
+        if previous_k is not None and ph.k != previous_k:
+            counters.clear()  # vLLM restarted with a new speculative config
+            t += 2 * SCRAPE_S  # no scrape while it restarts
+        previous_k = ph.k
+        e = float(acceptance_length_from_alpha(ALPHA, ph.k)) if ph.k else 1.0
+        mean_l = float(
+            latency(
+                coef,
+                ph.arrival_rate,
+                ph.k,
+                e,
+                ph.prompt_tokens,
+                ph.generation_tokens,
+                max_utilization=1.0,
+            ).latency
+        )
+        steps = int(ph.seconds / SCRAPE_S)
+        for _ in range(steps):
+            t += SCRAPE_S
+            n = ph.arrival_rate * SCRAPE_S
+            lat = mean_l * (1.0 + rng.uniform(-noise, noise))
+            e_now = e if ph.k == 0 else min(ph.k + 1.0, e * (1.0 + rng.uniform(-0.01, 0.01)))
+
+            count = add("count", n)
+            histograms = {
+                "vllm:e2e_request_latency_seconds": add("lat", n * lat),
+                "vllm:request_prompt_tokens": add("prompt", n * ph.prompt_tokens),
+                "vllm:request_generation_tokens": add("gen", n * ph.generation_tokens),
+                "vllm:time_to_first_token_seconds": add("ttft", n * 0.06),
+            }
+            for family, total_sum in histograms.items():
+                emit(family, "histogram", f"{family}_bucket", f'{base},le="+Inf"', count, t)
+                emit(family, "histogram", f"{family}_count", base, count, t)
+                emit(family, "histogram", f"{family}_sum", base, total_sum, t)
+            emit(
+                "vllm:request_success",
+                "counter",
+                "vllm:request_success_total",
+                f'{base},finished_reason="stop"',
+                count,
+                t,
+            )
+            if ph.k:
+                drafts = n * ph.generation_tokens / e_now
+                emit(
+                    "vllm:spec_decode_num_drafts",
+                    "counter",
+                    "vllm:spec_decode_num_drafts_total",
+                    base,
+                    add("drafts", drafts),
+                    t,
+                )
+                emit(
+                    "vllm:spec_decode_num_draft_tokens",
+                    "counter",
+                    "vllm:spec_decode_num_draft_tokens_total",
+                    base,
+                    add("draft_tokens", drafts * ph.k),
+                    t,
+                )
+                emit(
+                    "vllm:spec_decode_num_accepted_tokens",
+                    "counter",
+                    "vllm:spec_decode_num_accepted_tokens_total",
+                    base,
+                    add("accepted", drafts * (e_now - 1.0)),
+                    t,
+                )
+                for i in range(ph.k):
+                    emit(
+                        "vllm:spec_decode_num_accepted_tokens_per_pos",
+                        "counter",
+                        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                        f'{base},position="{i}"',
+                        add(f"pos{i}", drafts * ALPHA ** (i + 1)),
+                        t,
+                    )
+    lines = []
+    for family, rows in samples.items():
+        lines.append(f"# TYPE {family} {types[family]}")
+        by_series: dict[str, list[tuple[float, float]]] = {}
+        for series, value, ts in rows:
+            by_series.setdefault(series, []).append((value, ts))
+        for series, values in by_series.items():
+            lines.extend(f"{series} {v:.6f} {ts:.3f}" for v, ts in values)
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n", start
+
+
+def backfill(text: str, tsdb: Path) -> None:
+    """promtool tsdb create-blocks-from openmetrics (the real Debian promtool)."""
+    tsdb.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".om", delete=False) as fh:
+        fh.write(text)
+        src = fh.name
+    try:
+        subprocess.run(
+            ["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", src, str(tsdb)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        Path(src).unlink(missing_ok=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_prometheus(tsdb: Path, workdir: Path) -> Iterator[str]:
+    """Start the real prometheus binary on a free port over `tsdb`; yield its base URL."""
+    if shutil.which("prometheus") is None:
+        raise RuntimeError("prometheus is not installed (make setup installs it)")
+    config = workdir / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n", encoding="utf-8")
+    for _attempt in range(3):
+        port = _free_port()
+        proc = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tsdb}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=30d",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(workdir / "prometheus.log").open("w"),
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        ready = False
+        while time.monotonic() < deadline and proc.poll() is None:
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    ready = True
+                    break
+            time.sleep(0.1)
+        if ready:
+            try:
+                yield url
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            return
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        if proc.poll() is None:
+            proc.kill()
+    log = (workdir / "prometheus.log").read_text(encoding="utf-8", errors="replace")[-2000:]
+    raise RuntimeError(f"prometheus did not become ready:\n{log}")
