@@ -170,3 +170,13 @@ def test_committed_example_params_are_real_fits_of_the_public_sweep(drafter, tmp
     assert again.acceptance_profile == committed.acceptance_profile
     for key in ("r2", "mape", "leave_one_k_out_mape", "n_points", "n_excluded"):
         assert again.provenance[key] == pytest.approx(committed.provenance[key], rel=1e-6)
+
+
+def test_terminal_report_groups_exclusions(capsys):
+    """The human report shows the fit figures and one line per exclusion reason with its
+    count, not one line per excluded run."""
+    code, stdout, _ = _run(capsys, SWEEP, "--system", "eagle3", "--max-concurrency", "64")
+    assert code == 0
+    assert "leave-one-k-out MAPE" in stdout and "zero-load speedup" in stdout
+    line = next(x for x in stdout.splitlines() if "concurrency > --max-concurrency 64" in x)
+    assert "│ 21 │" in line

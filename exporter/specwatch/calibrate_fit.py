@@ -264,12 +264,18 @@ def workload_labels(points: Sequence[Point]) -> list[str]:
         g = pt.generation_tokens or 0.0
         for cp, cg in centres:
             if _close(p, cp) and _close(g, cg):
-                labels.append(f"p≈{cp:.0f} g≈{cg:.0f}")
+                labels.append(_length_label(cp, cg))
                 break
         else:
             centres.append((p, g))
-            labels.append(f"p≈{p:.0f} g≈{g:.0f}")
+            labels.append(_length_label(p, g))
     return labels
+
+
+def _length_label(p: float, g: float) -> str:
+    parts = [f"p≈{p:.0f}"] if p > 0 else []
+    parts += [f"g≈{g:.0f}"] if g > 0 else []
+    return " ".join(parts) or "one workload"
 
 
 def _close(a: float, b: float) -> bool:

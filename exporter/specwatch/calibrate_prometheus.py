@@ -144,7 +144,7 @@ class PrometheusQuery:
             sel = sel[1:-1].strip()
         if sel and not _SELECTOR_RE.match(sel):
             raise ConfigError(
-                f"--selector: expected label matchers like model_name=\"qwen\",engine=\"0\","
+                f'--selector: expected label matchers like model_name="qwen",engine="0",'
                 f" got {selector!r}"
             )
         step_s = parse_duration(step, "--step")
@@ -421,8 +421,9 @@ def read_prometheus(q: PrometheusQuery, progress: bool = True) -> list[Point]:
         )
     points: list[Point] = []
     for model_name in sorted(series):
-        runs = windows(_steps(series[model_name], positions.get(model_name, {})), q.step,
-                       q.min_window)
+        runs = windows(
+            _steps(series[model_name], positions.get(model_name, {})), q.step, q.min_window
+        )
         points.extend(_window_point(model_name, q, run) for run in runs)
     if not points:
         raise ConfigError(

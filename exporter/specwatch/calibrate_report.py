@@ -321,11 +321,22 @@ def print_report(
                 )
             console.print(t)
         if fit.excluded:
+            # One row per reason kind, with the rows it hit: 22 near-identical lines
+            # ("concurrency 128 > 64") would bury the fit figures. --json has every point.
             t = Table(title=f"excluded points ({fit.n_excluded})")
-            t.add_column("source")
             t.add_column("reason")
+            t.add_column("n", justify="right")
+            t.add_column("where (first ones)")
+            groups: dict[str, list[str]] = defaultdict(list)
+            example: dict[str, str] = {}
             for e in fit.excluded:
-                t.add_row(e.point.source, e.reason)
+                kind = _reason_kind(e.reason)
+                groups[kind].append(_short_source(e.point.source))
+                example.setdefault(kind, e.reason)
+            for kind, sources in groups.items():
+                shown = _compact_sources(sources)
+                label = example[kind] if len(sources) == 1 else kind
+                t.add_row(label, str(len(sources)), shown)
             console.print(t)
         for note in fit.notes:
             console.print(f"note: {note}")
@@ -460,7 +471,48 @@ def _markdown_system(fit: SystemFit, fit_png: str, res_png: str) -> list[str]:
 
 
 def _reason_kind(reason: str) -> str:
-    return reason.split(":")[0] if ":" in reason else reason
+    """The reason without its numbers: "queueing", "utilisation λ·C2 …", "concurrency > N"."""
+    if reason.startswith("queueing:"):
+        return "queueing: TTFT above --max-ttft-ratio × its lowest-load value"
+    if ":" in reason:
+        return reason.split(":")[0]
+    if reason.startswith("concurrency ") and " > " in reason:
+        return "concurrency" + reason[reason.index(" > ") :]
+    if reason.startswith("utilisation"):
+        return "utilisation above the ceiling"
+    return reason
+
+
+def _compact_sources(sources: Sequence[str], limit: int = 8) -> str:
+    """ "a.csv row 1", "a.csv row 2" -> "a.csv rows 1, 2" (at most `limit` shown)."""
+    by_file: dict[str, list[str]] = defaultdict(list)
+    for src in sources:
+        for unit in (" row ", " line ", " entry "):
+            if unit in src:
+                head, num = src.rsplit(unit, 1)
+                by_file[f"{head}{unit.rstrip()}"].append(num)
+                break
+        else:
+            by_file[src].append("")
+    parts = []
+    shown = 0
+    for head, nums in by_file.items():
+        if shown >= limit:
+            break
+        take = [n for n in nums if n][: limit - shown]
+        shown += max(len(take), 1)
+        more = " …" if len([n for n in nums if n]) > len(take) else ""
+        plural = "s" if len(take) > 1 else ""
+        parts.append(f"{head}{plural} {', '.join(take)}{more}" if take else head)
+    return "; ".join(parts) + (" …" if len(by_file) > len(parts) else "")
+
+
+def _short_source(source: str) -> str:
+    """ "path/to/file.csv row 12" -> "file.csv row 12" (the full path is in --json)."""
+    head, sep, tail = source.partition(" ")
+    if "/" in head and not head.startswith("http"):
+        head = head.rsplit("/", 1)[-1]
+    return f"{head}{sep}{tail}"
 
 
 def _curve(
@@ -528,8 +580,9 @@ def plot_fit(fit: SystemFit, path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("mean end-to-end latency (s)")
     axes[0][-1].legend(fontsize=8, loc="upper left", ncol=2)
+    how = "model" if fit.coefficients is not None else "per-configuration (C1, C2) fit"
     fig.suptitle(
-        f"{fit.system}: measured (points) vs model (lines), R² {fit.r2:.3f}, MAPE {fit.mape:.1%}"
+        f"{fit.system}: measured (points) vs {how} (lines), R² {fit.r2:.3f}, MAPE {fit.mape:.1%}"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
