@@ -27,6 +27,7 @@ from specwatch.model import (
     breakeven,
     breakeven_arrival_rate,
     cost_terms,
+    extend_profile,
     latency,
     optimal_draft_length,
     predict,
@@ -289,3 +290,10 @@ def test_optimal_draft_length_over_a_restricted_set():
     opt = optimal_draft_length(COEF, 0.0, alpha=0.5, p=P, g=G, draft_lengths=[4, 2])
     assert opt.draft_lengths.tolist() == [0, 2, 4]
     assert int(opt.k) == 2
+
+
+def test_extend_profile_keeps_measured_positions_and_extends_geometrically():
+    """[0.6, 0.3] (conditional 0.5) extends to 0.15, 0.075; an upward wobble is flattened."""
+    np.testing.assert_allclose(extend_profile([0.6, 0.3], 4), [0.6, 0.3, 0.15, 0.075])
+    np.testing.assert_allclose(extend_profile([0.6, 0.62, 0.3], 3), [0.6, 0.6, 0.3])
+    np.testing.assert_allclose(extend_profile([0.8, 0.4, 0.2], 2), [0.8, 0.4])

@@ -157,3 +157,14 @@ def test_example_round_trips(tmp_path):
 def test_params_is_what_model_functions_take():
     params = Params(system="x", coefficients=Coefficients(0.1, 0, 0.02, 0, 0, 0))
     assert params.model() is params.coefficients
+
+
+def test_readme_schema_example_is_a_valid_file(tmp_path):
+    """The YAML block in README "Parameters file" loads: the docs cannot drift from the code."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Parameters file"):]
+    block = section[section.index("```yaml") + len("```yaml"):]
+    block = block[: block.index("```")]
+    params = load_params(write(tmp_path, block))
+    assert params.moe is not None and params.moe.experts == 128
+    assert params.provenance["r2"] == 0.991

@@ -156,6 +156,8 @@ TARGET_SCHEMA: dict[str, Key] = {
     "max_body_bytes": Key(int, check=_positive_int(1024), doc="largest page accepted"),
     "headers": Key(dict, values=Key(str), doc="extra request headers"),
     "auth": Key(dict, children=AUTH_SCHEMA, doc="bearer token or basic auth"),
+    "params": Key(str, doc="latency-model parameters file (YAML) for the sd_predicted_* series"),
+    "model_window": Key(str, doc="window whose signals feed the model (default global's, 5m)"),
 }
 GLOBAL_SCHEMA: dict[str, Key] = {
     "listen": Key(str, check=check_listen, doc="HOST:PORT of the exporter"),
@@ -166,6 +168,7 @@ GLOBAL_SCHEMA: dict[str, Key] = {
     "count_window": Key(int, check=_positive_int(0), doc="requests in the count window"),
     "min_drafts_per_sample": Key(_NUM, check=_non_negative, doc="drafts per sample"),
     "min_bimodality_samples": Key(int, check=_positive_int(4), doc="samples for the BC"),
+    "model_window": Key(str, doc="window whose signals feed the latency model (default 5m)"),
 }
 TOP_SCHEMA: dict[str, Key] = {
     "global": Key(dict, children=GLOBAL_SCHEMA),

@@ -52,6 +52,7 @@ __all__ = [
     "breakeven_arrival_rate",
     "breakeven_from_costs",
     "cost_terms",
+    "extend_profile",
     "latency",
     "latency_from_costs",
     "moe_cost_terms",
@@ -260,6 +261,23 @@ def acceptance_length_from_profile(profile: ArrayLike, k: ArrayLike) -> np.ndarr
     ok = np.isfinite(kk) & (kk >= 0) & (kk <= prof.size) & (kk == np.round(kk))
     idx = np.where(ok, kk, 0).astype(int)
     return np.where(ok, 1.0 + cum[idx], np.nan)
+
+
+def extend_profile(profile: ArrayLike, k_max: int) -> np.ndarray:
+    """A per-position profile made non-increasing and extended to k_max positions.
+
+    Measured per-position rates can wobble upwards by counter noise; P(first i+1 accepted)
+    cannot, so a running minimum restores it. Positions past the measured ones (a larger k
+    than the one running) are extrapolated geometrically with the last measured conditional
+    acceptance p[-1]/p[-2] (p[0] with one position): the i.i.d. assumption applied to the
+    tail only, which keeps the measured decay where it is known.
+    """
+    prof = np.minimum.accumulate(np.clip(np.asarray(profile, dtype=float).ravel(), 0.0, 1.0))
+    if prof.size == 0 or prof.size >= k_max:
+        return prof[:k_max]
+    ratio = prof[-1] / prof[-2] if prof.size >= 2 and prof[-2] > 0 else prof[0]
+    tail = prof[-1] * ratio ** np.arange(1, k_max - prof.size + 1)
+    return np.concatenate([prof, tail])
 
 
 # --------------------------------------------------------------------------- cost terms

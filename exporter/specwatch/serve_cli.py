@@ -19,7 +19,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 
-from specwatch import __version__, config, derive
+from specwatch import __version__, config, derive, model_live
 from specwatch.collector import SpecwatchCollector
 from specwatch.pipeline import Pipeline
 from specwatch.poller import Poller, PollTarget
@@ -66,6 +66,7 @@ class ServeApp:
             "/healthz": only_get(lambda _req: Response(200, b"ok\n")),
             "/": only_get(self.landing_handler),
         })
+        self.model = model_live.install(self)
 
     def metrics_handler(self, req: Request) -> Response:
         encoder, content_type = choose_encoder(req.headers.get("accept"))

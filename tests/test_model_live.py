@@ -1,0 +1,203 @@
+"""Live model series end to end: pages served over HTTP → the real exporter (poller,
+sources, history, derive, model hook, collector, HTTP) → scraped /metrics, against numbers
+computed by hand.
+
+The parameters file is the worked-example system of tests/test_model.py (a_p=0.1, b_p=0.01,
+a_v=0.02, b_v=0.001, a_d=0.002, b_d=0.0005). Two pages 300 s apart give the 5m window:
+300 finished requests (λ = 1 req/s), mean prompt and generation length 100, 10000 drafts
+of 3 tokens (k = 3), 8750 accepted (E = 1 + 8750/10000 = 1.875, α = 0.5) with positions
+5000/2500/1250 (profile 0.5, 0.25, 0.125: exactly i.i.d. α = 0.5). By hand at λ = 1:
+
+    L_SD = (4.46/3)/(1 − 0.43/3) = 4.46/2.57 = 1.735409 s     ρ_SD = 0.43/3 = 0.143333
+    L_D  = 2.1/(1 − 0.11)       = 2.1/0.89  = 2.359551 s
+    S    = 2.1·2.57/(0.89·4.46) = 5.397/3.9694 = 1.359651
+    λ*   = 1.84/0.4124 = 4.461687 req/s
+    best k: L(0) = 2.359551, L(1) = 1.566667/0.89 = 1.760300,
+            L(2) = 1.471429/(1 − 0.124286) = 1.680261, L(3) = 1.735409,
+            L(4) = 1.545161/(1 − 0.164839) = 1.850136  → k = 2
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from helpers.pageserver import Page, PageSequenceServer
+from helpers.scrape import fetch_text, parse_exposition, select
+from specwatch import config
+from specwatch.errors import ConfigError
+from specwatch.serve_cli import ServeApp
+
+PARAMS = """\
+system: worked-example
+coefficients: {a_p: 0.1, b_p: 0.01, a_v: 0.02, b_v: 0.001, a_d: 0.002, b_d: 0.0005}
+"""
+MODEL = "m"
+
+
+def vllm_page(req=0, p_sum=0.0, g_sum=0.0, lat_sum=0.0, drafts=0, tok=0, acc=0,
+              per_pos=(0, 0, 0), with_generation=True) -> str:
+    """A minimal vLLM v1 page with the families the model needs."""
+    lab = f'engine="0",model_name="{MODEL}"'
+    out = [
+        "# TYPE vllm:spec_decode_num_drafts_total counter",
+        f"vllm:spec_decode_num_drafts_total{{{lab}}} {drafts}",
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter",
+        f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {tok}",
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+        f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {acc}",
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter",
+        *(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {n}'
+          for i, n in enumerate(per_pos)),
+        "# TYPE vllm:request_success_total counter",
+        f'vllm:request_success_total{{{lab},finished_reason="stop"}} {req}',
+    ]
+    hists = [("vllm:request_prompt_tokens", p_sum), ("vllm:e2e_request_latency_seconds", lat_sum)]
+    if with_generation:
+        hists.append(("vllm:request_generation_tokens", g_sum))
+    for name, total in hists:
+        out += [f"# TYPE {name} histogram",
+                f'{name}_bucket{{{lab},le="+Inf"}} {req}',
+                f"{name}_count{{{lab}}} {req}",
+                f"{name}_sum{{{lab}}} {total}"]
+    return "\n".join(out) + "\n"
+
+
+ZERO = vllm_page()
+STEADY = vllm_page(req=300, p_sum=30000, g_sum=30000, lat_sum=520.0, drafts=10000, tok=30000,
+                   acc=8750, per_pos=(5000, 2500, 1250))
+# λ = 2100/300 = 7 req/s: ρ_SD = 7·0.43/3 = 1.003333, past saturation for k = 3.
+SATURATED = vllm_page(req=2100, p_sum=210000, g_sum=210000, lat_sum=9000.0, drafts=10000,
+                      tok=30000, acc=8750, per_pos=(5000, 2500, 1250))
+NO_GENERATION = vllm_page(req=300, p_sum=30000, lat_sum=520.0, drafts=10000, tok=30000,
+                          acc=8750, per_pos=(5000, 2500, 1250), with_generation=False)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def run_pages(tmp_path, pages, extra_target: bool = False, target_extra: str = "",
+              global_extra: str = "", raw: bool = False):
+    """Serve `pages` 300 s apart to an exporter configured with the params file; scrape
+    (the parsed series, or the exposition text with raw=True)."""
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    with PageSequenceServer([Page(p) for p in pages]) as server:
+        cfg_text = (
+            "global:\n  poll_interval: 5\n" + global_extra
+            + f"targets:\n  - name: a\n    url: {server.url}\n    params: "
+            f"{tmp_path / 'params.yaml'}\n" + target_extra
+        )
+        if extra_target:
+            cfg_text += f"  - name: b\n    url: {server.url}\n"
+        (tmp_path / "specwatch.yaml").write_text(cfg_text)
+        cfg = config.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
+        clock = Clock()
+        app = ServeApp(cfg, clock=clock)
+        app.start(poll=False)
+        try:
+            host, port = app.web.address
+            for i in range(len(pages)):
+                server.set_step(i)
+                clock.t = 1_000_000.0 + 300.0 * i
+                for t in cfg.targets:
+                    app.poller.poll_now(t.name)
+            text = fetch_text(f"http://{host}:{port}/metrics")
+            return text if raw else parse_exposition(text)
+        finally:
+            app.stop()
+
+
+def one(series, name, **labels):
+    found = select(series, name, **labels)
+    assert len(found) == 1, (name, labels, found)
+    return next(iter(found.values()))
+
+
+def test_live_predictions_match_hand_computation(tmp_path):
+    s = run_pages(tmp_path, [ZERO, STEADY])
+    lab = {"target": "a", "model_name": MODEL, "window": "5m"}
+    assert one(s, "sd_arrival_rate", **lab) == pytest.approx(1.0)  # the input, as derived
+    assert one(s, "sd_model_valid", **lab) == 1.0
+    assert one(s, "sd_predicted_speedup", **lab) == pytest.approx(5.397 / 3.9694, rel=1e-9)
+    assert one(s, "sd_predicted_latency_seconds", mode="sd", **lab) == pytest.approx(
+        4.46 / 2.57, rel=1e-9)
+    assert one(s, "sd_predicted_latency_seconds", mode="nosd", **lab) == pytest.approx(
+        2.1 / 0.89, rel=1e-9)
+    assert one(s, "sd_model_utilization", **lab) == pytest.approx(0.43 / 3, rel=1e-9)
+    assert one(s, "sd_breakeven_arrival_rate", **lab) == pytest.approx(1.84 / 0.4124, rel=1e-9)
+    assert one(s, "sd_optimal_draft_length", **lab) == 2.0
+    assert one(s, "specwatch_model_configured", target="a") == 1.0
+
+
+def test_saturated_load_is_invalid_without_nonsense(tmp_path):
+    """Past saturation: valid 0, no speedup or latency, utilisation shows how far past;
+    break-even and best k (k = 1 keeps ρ = 7·0.11 = 0.77) are still given."""
+    s = run_pages(tmp_path, [ZERO, SATURATED])
+    lab = {"target": "a", "model_name": MODEL, "window": "5m"}
+    assert one(s, "sd_model_valid", **lab) == 0.0
+    assert not select(s, "sd_predicted_speedup")
+    assert not select(s, "sd_predicted_latency_seconds")
+    assert one(s, "sd_model_utilization", **lab) == pytest.approx(7 * 0.43 / 3, rel=1e-9)
+    assert one(s, "sd_breakeven_arrival_rate", **lab) == pytest.approx(1.84 / 0.4124, rel=1e-9)
+    assert one(s, "sd_optimal_draft_length", **lab) == 1.0
+
+
+def test_missing_inputs_give_valid_zero_only(tmp_path):
+    """No generation-length histogram: the model cannot run; only sd_model_valid 0 shows."""
+    s = run_pages(tmp_path, [vllm_page(with_generation=False), NO_GENERATION])
+    lab = {"target": "a", "model_name": MODEL, "window": "5m"}
+    assert one(s, "sd_model_valid", **lab) == 0.0
+    for name in ("sd_predicted_speedup", "sd_predicted_latency_seconds",
+                 "sd_breakeven_arrival_rate", "sd_optimal_draft_length", "sd_model_utilization"):
+        assert not select(s, name), name
+
+
+def test_target_without_params_has_no_model_series(tmp_path):
+    s = run_pages(tmp_path, [ZERO, STEADY], extra_target=True)
+    assert one(s, "specwatch_model_configured", target="b") == 0.0
+    assert one(s, "specwatch_model_configured", target="a") == 1.0
+    assert not select(s, "sd_model_valid", target="b")
+    assert select(s, "sd_arrival_rate", target="b")  # derived series are unaffected
+
+
+def test_model_window_is_configurable(tmp_path):
+    """model_window: 15m feeds the model from the 15m window (labelled window="15m")."""
+    s = run_pages(tmp_path, [ZERO, STEADY], target_extra="    model_window: 15m\n")
+    assert one(s, "sd_model_valid", target="a", window="15m") == 1.0
+    assert not select(s, "sd_model_valid", window="5m")
+
+
+def test_bad_params_file_stops_serve_naming_the_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(PARAMS.replace("a_v: 0.02", "a_v: -1"))
+    (tmp_path / "specwatch.yaml").write_text(
+        f"targets:\n  - name: a\n    url: http://127.0.0.1:9/metrics\n    params: {bad}\n")
+    cfg = config.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
+    with pytest.raises(ConfigError, match=r"targets\[0\]\.params: .*coefficients\.a_v"):
+        ServeApp(cfg)
+
+
+def test_unknown_model_window_is_a_config_error(tmp_path):
+    (tmp_path / "params.yaml").write_text(PARAMS)
+    (tmp_path / "specwatch.yaml").write_text(
+        "global:\n  model_window: 2m\ntargets:\n  - name: a\n"
+        f"    url: http://127.0.0.1:9/metrics\n    params: {tmp_path / 'params.yaml'}\n")
+    cfg = config.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
+    with pytest.raises(ConfigError, match=r"global\.model_window: window '2m' is not computed"):
+        ServeApp(cfg)
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_model_series_pass_promtool(tmp_path):
+    """The new families follow Prometheus naming and exposition rules (real promtool)."""
+    text = run_pages(tmp_path, [ZERO, STEADY], raw=True)
+    assert "sd_predicted_speedup{" in text
+    check = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
+                           capture_output=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
