@@ -198,3 +198,20 @@ def test_design_matrix_columns_follow_model_md():
     """[1, g/E, g·k/E, B, B·g/E, B·g·k/E] with B = λ·L (model.md, Fitting)."""
     pt = Point("x", "s", 2.0, 3.0, 4, 2.5, 100.0, 200.0)
     np.testing.assert_allclose(design_matrix([pt])[0], [1, 80, 320, 6, 480, 1920])
+
+
+def test_too_few_points_fall_back_with_reason():
+    """Four runs (no SD and k = 3, two loads each) cannot carry six coefficients; the
+    per-configuration fit still gives the speedup."""
+    points = _synthetic(ks=(0, 3), gs=(200.0,), rates=(1.0, 4.0))
+    fit = fit_system("sim", points, FitOptions(max_ttft_ratio=None))
+    assert fit.mode == "per-configuration"
+    assert "six coefficients need at least six" in fit.fallback_reason
+    assert fit.draft_lengths[0].zero_load_speedup > 1
+
+
+def test_sd_only_data_says_the_baseline_is_extrapolated():
+    """Without no-SD runs the fit works but says its no-SD latency is an extrapolation."""
+    fit = fit_system("sim", _synthetic(ks=(1, 2, 3, 4)), FitOptions(max_ttft_ratio=None))
+    assert fit.mode == "six-coefficient"
+    assert any("no runs without SD" in n for n in fit.notes)

@@ -33,8 +33,8 @@ COEFFICIENTS = ("a_p", "a_v", "a_d", "b_p", "b_v", "b_d")
 #: Columns whose variance inflation factor exceeds this are reported as not identifiable.
 #: VIF = 1/(1 − R²_j) of column j regressed on the others; 1000 means 99.9% of the column is
 #: explained by the others, so 1% measurement noise moves that coefficient by tens of percent.
-#: On the public Qwen3-32B sweep the columns reach VIF ≈ 170; a single workload with only
-#: k = 0 and one k reaches 10⁵ and more.
+#: On the public Qwen3-32B sweep (concurrency <= 64) the columns reach VIF ≈ 120; a single
+#: workload with only k = 0 and one k reaches 10⁵ and more.
 DEFAULT_VIF_LIMIT = 1000.0
 
 #: Default queueing test: a point whose mean TTFT exceeds this multiple of the TTFT at the
@@ -367,10 +367,7 @@ def fit_system(
             f" {missing_e[0].source}); the six-coefficient form needs E"
         )
     if reason is None:
-        fit = _fit_six(system, candidates, excluded, options)
-        if fit is not None:
-            return fit
-        return _fit_per_configuration(system, candidates, excluded, options, None)
+        return _fit_six(system, candidates, excluded, options)
     return _fit_per_configuration(system, candidates, excluded, options, reason)
 
 
@@ -407,10 +404,17 @@ def _utilization_loop(
 
 def _fit_six(
     system: str, candidates: list[Point], excluded: list[Excluded], options: FitOptions
-) -> SystemFit | None:
-    """The six-coefficient fit, or None when the data cannot identify every coefficient."""
+) -> SystemFit:
+    """The six-coefficient fit, or the per-configuration fallback when the data cannot
+    identify every coefficient."""
     if len(candidates) < len(COEFFICIENTS):
-        return None
+        return _fit_per_configuration(
+            system,
+            candidates,
+            excluded,
+            options,
+            f"{len(candidates)} point(s) left; six coefficients need at least six",
+        )
 
     def util_of(coef: object, pts: list[Point]) -> np.ndarray:
         assert isinstance(coef, model.Coefficients)
@@ -452,6 +456,11 @@ def _fit_six(
     )
     _leave_one_k_out(fit)
     _summaries_six(fit)
+    if not any(p.draft_length == 0 for p in used):
+        fit.notes.append(
+            "no runs without SD: the no-SD latency behind speedup and break-even is the"
+            " verify cost extrapolated to one token per step; add a baseline run to check it"
+        )
     fit.acceptance_profile = _profile(used)
     fit.configurations = _configurations(used, options)
     return fit
