@@ -16,9 +16,12 @@ import fnmatch
 import importlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import time
+import zipfile
+from pathlib import Path
 
 import dockerfile
 import yaml
@@ -258,3 +261,27 @@ def test_every_deploy_command_line_parses_with_the_real_cli():
         except (argparse.ArgumentError, SystemExit) as exc:
             message = errors.getvalue().strip().splitlines()[-1:] or [str(exc)]
             raise AssertionError(f"{where}: specwatch {' '.join(argv)}: {message[0]}") from exc
+
+
+def test_build_context_alone_builds_a_complete_wheel(tmp_path: Path):
+    """The builder stage's `pip wheel .`, run on a copy of exactly the build context, produces
+    a wheel with every module and data file of the package and the `specwatch` console
+    script (the runtime stage has nothing else to run)."""
+    context = tmp_path / "context"
+    for rel in _context_files():
+        (context / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, context / rel)
+    result = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                  "--no-index", "-q", "-w", tmp_path / "wheels", context], timeout=300)
+    assert result.returncode == 0, result.stderr
+    (wheel,) = (tmp_path / "wheels").glob("specwatch-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+        scripts = archive.read(entry_points).decode()
+    package = REPO / "exporter"
+    expected = {p.relative_to(package).as_posix()
+                for p in (package / "specwatch").rglob("*")
+                if p.is_file() and "__pycache__" not in p.parts}
+    assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
+    assert "specwatch = specwatch.cli:main" in scripts
