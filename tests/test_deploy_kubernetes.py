@@ -23,7 +23,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from deploytools import KUBERNETES, REPO, generator, run, venv_tool
+from deploytools import KUBERNETES, REPO, generator, parse_duration, run, venv_tool
 
 K8S_VERSIONS = ("1.29", "1.37")
 VARIANTS = ("base", "sidecar")
@@ -329,3 +329,20 @@ def test_kustomization_builds_from_a_copy_without_the_repository(tmp_path: Path)
     shutil.copytree(KUBERNETES, copy)
     for variant in VARIANTS:
         assert _kustomize(copy / variant) == rendered(variant)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_scrape_intervals_leave_four_samples_per_rule_window(variant: str):
+    """Every ServiceMonitor scrapes at least 4 times per range window of the generated rules
+    (the same rule as for the compose Prometheus), with a timeout inside the interval."""
+    from test_deploy_compose import _range_windows
+
+    windows = [w for path in generator().rule_files(REPO)
+               for group in yaml.safe_load(path.read_text())["groups"]
+               for rule in group["rules"] for w in _range_windows(rule["expr"])]
+    for monitor in _by_kind(rendered(variant), "ServiceMonitor"):
+        for endpoint in monitor["spec"]["endpoints"]:
+            interval = parse_duration(endpoint["interval"])
+            assert parse_duration(endpoint["scrapeTimeout"]) < interval
+            for window in windows:
+                assert window >= 4 * interval, (monitor["metadata"]["name"], window)
