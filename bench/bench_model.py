@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-from specwatch.model import acceptance_length_from_alpha, predict
+from specwatch.model import acceptance_length_from_alpha, cost_terms, predict
 from specwatch.model_naive import naive_speedup_scalar
 from specwatch.params import load_params
 
 ROOT = Path(__file__).resolve().parent.parent
-PARAMS = ROOT / "examples" / "params" / "qwen3-32b-h100-eagle3.illustrative.yaml"
+PARAMS = ROOT / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
 
 
 def main() -> int:
@@ -40,7 +40,9 @@ def main() -> int:
     p, g = 76.0, 256.0
     rng = np.random.default_rng(args.seed)
     n = args.points
-    lam = rng.uniform(0.0, 36.0, n)  # the no-SD system up to its 0.9 ceiling (1/C2_D ≈ 40)
+    c2_d = float(cost_terms(coef, 0, 1.0, p, g)[1])
+    lam_max = 0.9 / c2_d  # the no-SD system up to its validity ceiling
+    lam = rng.uniform(0.0, lam_max, n)
     k = rng.integers(1, 9, n).astype(float)
     alpha = rng.uniform(0.0, 0.95, n)
 
@@ -67,8 +69,8 @@ def main() -> int:
         t_sample = min(t_sample, time.perf_counter() - t0)
     t_scalar = t_sample * n / m
 
-    print(f"points: {n:,} (arrival rate 0-36 req/s, k 1-8, alpha 0-0.95; illustrative "
-          f"Qwen3-32B/H100 coefficients, p={p:g}, g={g:g})")
+    print(f"points: {n:,} (arrival rate 0-{lam_max:.1f} req/s, k 1-8, alpha 0-0.95; fitted "
+          f"coefficients {PARAMS.relative_to(ROOT)}, p={p:g}, g={g:g})")
     print(f"specwatch vectorised closed form : {t_vec:9.3f} s  (best of {args.repeat}; "
           f"{valid:,} valid, {n - valid:,} saturated or above the 0.9 ceiling)")
     print(f"naive scalar fixed-point loop    : {t_scalar:9.3f} s  (EXTRAPOLATED from "

@@ -9,7 +9,7 @@ from specwatch.model import Coefficients, MoECoefficients
 from specwatch.params import Params, dump_params, load_params, params_from_mapping
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "params" / "qwen3-32b-h100-eagle3.illustrative.yaml"
+EXAMPLES = sorted((ROOT / "examples" / "params").glob("*.yaml"))
 
 GOOD = """\
 system: test-system
@@ -29,13 +29,14 @@ def write(tmp_path, text, name="params.yaml"):
     return path
 
 
-def test_example_file_loads_and_is_labelled_illustrative():
-    """The shipped example is valid and says in provenance that it is not a fit."""
-    params = load_params(EXAMPLE)
-    assert params.system == "qwen3-32b-h100-eagle3"
-    assert "illustrative" in params.provenance["method"]
-    assert params.acceptance_profile == (0.66, 0.40, 0.23)
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_shipped_example_files_load_with_provenance(path):
+    """Every example parameters file (calibration writes them) passes strict loading and
+    says how it was fitted."""
+    params = load_params(path)
     assert isinstance(params.model(), Coefficients)
+    assert params.provenance.get("method") and params.provenance.get("data")
+    assert params.provenance.get("r2") is not None
 
 
 def test_minimal_file_gets_defaults(tmp_path):
@@ -146,9 +147,10 @@ def test_round_trip_is_exact(tmp_path):
     assert isinstance(again.provenance["fitted_at"], str)
 
 
-def test_example_round_trips(tmp_path):
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_round_trips(tmp_path, path):
     copy = tmp_path / "example.yaml"
-    shutil.copy(EXAMPLE, copy)
+    shutil.copy(path, copy)
     params = load_params(copy)
     dump_params(params, copy)
     assert load_params(copy) == params
