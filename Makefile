@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps test test-all lint fmt generate check-generated demo bench fuzz clean
+.PHONY: help setup system-deps test test-all lint lint-jsonnet fmt fmt-jsonnet generate check-generated demo bench fuzz clean
 
 help:
 	@echo "make demo             simulated vLLM + exporter (+ Prometheus when installed)"
@@ -35,7 +35,7 @@ test: setup
 test-all: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(STAMP) lint-jsonnet
 	$(BIN)/ruff check exporter tests bench scripts
 
 fmt: $(STAMP)
@@ -44,12 +44,26 @@ fmt: $(STAMP)
 bench: $(STAMP)
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
 
-# Deploy manifests that carry the mixin's output (deploy/kubernetes/mixin/); runs after the
-# mixin rendering so the PrometheusRule and dashboard ConfigMaps follow alerts/ and dashboards/.
+# The Jsonnet mixin (config.libsonnet, mixin.libsonnet, alerts/, dashboards/): sources are
+# jsonnetfmt-clean (Debian's jsonnet package, kubernetes-mixin's flags); generated files are
+# committed and must match a fresh render.
+JSONNETFMT := jsonnetfmt -n 2 --max-blank-lines 2 --string-style s --comment-style s
+JSONNET_SOURCES = $(shell git ls-files -co --exclude-standard '*.libsonnet' '*.jsonnet')
+
+lint-jsonnet: system-deps
+	$(JSONNETFMT) --test $(JSONNET_SOURCES) || { echo "jsonnet sources not formatted: run make fmt-jsonnet" >&2; exit 1; }
+
+fmt-jsonnet: system-deps
+	$(JSONNETFMT) -i $(JSONNET_SOURCES)
+
+# The mixin renders alerts/*.yaml and dashboards/*.json first; the deploy manifests that
+# carry them (deploy/kubernetes/mixin/) follow from those files.
 generate: $(STAMP)
+	$(BIN)/python scripts/generate.py
 	$(BIN)/python scripts/generate_deploy.py
 
 check-generated: $(STAMP)
+	$(BIN)/python scripts/generate.py --check
 	$(BIN)/python scripts/generate_deploy.py --check
 
 demo: setup

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install the real Prometheus tools the test suite drives (promtool, prometheus, amtool,
-# alertmanager) from Debian's packages, once. Fast no-op when they are already there.
+# alertmanager) and jsonnetfmt from Debian's packages, once. Fast no-op when they are already there.
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v amtool >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+command -v jsonnetfmt >/dev/null 2>&1 || need+=(jsonnet)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then

@@ -1,0 +1,205 @@
+// Alerts. Every alert carries `summary` (a static sentence), `description` (with the value
+// and the labels that locate the problem), `runbook_url` (its section of runbook.md),
+// a `severity` label and a `for` duration; all knobs are in config.libsonnet under
+// `alerts.<AlertName>`.
+{
+  local c = $._config,
+  local a = c.alerts,
+  local rec = $._recordedNames,
+
+  // Labels that identify one exporter series of one model on one target. The cluster
+  // label is always listed: joining on a label that no series has costs nothing.
+  local exporterOn = '%s, job, instance, target, model_name' % c.clusterLabel,
+  local vllmOn = '%s, job, model_name' % c.clusterLabel,
+  local windowMatcher(window) = if window == '' then '' else ', window="%s"' % window,
+  local exp(metric, window='') = '%s{%s%s}' % [metric, c.exporterSelector, windowMatcher(window)],
+
+  // Where a target's SD problem is, in words, for descriptions: exporter series carry
+  // `target`; the vLLM recording rules carry `job` only.
+  local where = '{{ $labels.model_name }} on {{ with $labels.target }}target {{ . }}{{ else }}job {{ $labels.job }}{{ end }}',
+
+  local dashboardURL =
+    if c.grafanaURL == '' then {}
+    else {
+      dashboard_url: '%s/d/%s?var-target={{ $labels.target }}&var-model_name={{ $labels.model_name }}' % [
+        c.grafanaURL,
+        c.dashboardUIDs['specwatch-sd-overview.json'],
+      ],
+    },
+
+  // One alert rule from its config block; [] when switched off.
+  local alert(name, expr, summary, description, extraAnnotations={}) =
+    local cfg = a[name];
+    if !cfg.enabled then [] else [
+      {
+        alert: name,
+        expr: expr,
+        'for': cfg['for'],
+        labels: { severity: cfg.severity },
+        annotations: {
+          summary: summary,
+          description: description,
+          runbook_url: c.runbookURLPattern % std.asciiLower(name),
+        } + extraAnnotations,
+      } + (
+        if std.objectHas(cfg, 'keepFiringFor') && cfg.keepFiringFor != ''
+        then { keep_firing_for: cfg.keepFiringFor }
+        else {}
+      ),
+    ],
+
+  local low = a.SDAcceptanceRateLow,
+  local lowExpr =
+    if low.source == 'exporter' then
+      |||
+        %(rate)s < %(threshold)g
+      ||| % { rate: exp('sd_acceptance_rate', c.exporterWindow), threshold: low.threshold }
+      + (
+        if low.minArrivalRate > 0 then |||
+          and on (%(on)s)
+          %(arrival)s >= %(min)g
+        ||| % { on: exporterOn, arrival: exp('sd_arrival_rate', c.exporterWindow), min: low.minArrivalRate }
+        else ''
+      )
+    else if low.source == 'vllm' then
+      |||
+        %(rate)s < %(threshold)g
+      ||| % { rate: rec.acceptanceRate, threshold: low.threshold }
+      + (
+        if low.minArrivalRate > 0 then |||
+          and on (%(on)s)
+          %(arrival)s >= %(min)g
+        ||| % { on: vllmOn, arrival: rec.arrivalRate, min: low.minArrivalRate }
+        else ''
+      )
+    else error "alerts.SDAcceptanceRateLow.source must be 'exporter' or 'vllm', got %s" % low.source,
+  local lowWindow = if low.source == 'exporter' then c.exporterWindow else c.rateWindow,
+
+  prometheusAlerts+:: {
+    groups+: [
+      {
+        name: 'specwatch-speculative-decoding',
+        rules: std.flattenArrays([
+          alert(
+            'SDAcceptanceRateLow',
+            lowExpr,
+            'Speculative decoding acceptance rate is low.',
+            'The %(w)s acceptance rate of %(where)s has been {{ $value | humanizePercentage }} for %(for)s (threshold %(t)g): most draft tokens are rejected and their verification is wasted work.' % {
+              w: lowWindow,
+              where: where,
+              'for': low['for'],
+              t: low.threshold,
+            },
+            dashboardURL,
+          ),
+          alert(
+            'SDPredictedSpeedupLow',
+            |||
+              %(speedup)s < %(threshold)g
+              and on (%(on)s)
+              %(valid)s == 1
+            ||| % {
+              speedup: exp('sd_predicted_speedup'),
+              valid: exp('sd_model_valid'),
+              threshold: a.SDPredictedSpeedupLow.threshold,
+              on: exporterOn,
+            },
+            'Speculative decoding is predicted to bring little or no speedup.',
+            'The latency model predicts a speedup of {{ printf "%%.2f" $value }}x for %(where)s at the current load (threshold %(t)gx; below 1 speculative decoding makes requests slower).' % {
+              where: where,
+              t: a.SDPredictedSpeedupLow.threshold,
+            },
+            dashboardURL,
+          ),
+          alert(
+            'SDArrivalRateAboveBreakeven',
+            |||
+              %(arrival)s
+              > on (%(on)s) group_left ()
+              max by (%(on)s) (%(breakeven)s)
+            ||| % {
+              arrival: exp('sd_arrival_rate', c.exporterWindow),
+              breakeven: exp('sd_breakeven_arrival_rate'),
+              on: exporterOn,
+            },
+            'Arrival rate is above the break-even point of speculative decoding.',
+            'The arrival rate of %(where)s is {{ printf "%%.3g" $value }} req/s, above the break-even arrival rate{{ with printf "sd_breakeven_arrival_rate{job=%%q,instance=%%q,target=%%q,model_name=%%q}" $labels.job $labels.instance $labels.target $labels.model_name | query }}{{ with . | first }} of {{ .Value | printf "%%.3g" }} req/s{{ end }}{{ end }}: at this load speculative decoding makes requests slower.' % {
+              where: where,
+            },
+            dashboardURL,
+          ),
+          alert(
+            'SDAcceptanceBimodal',
+            |||
+              %(bc)s > %(threshold)g
+              and on (%(on)s)
+              increase(%(samples)s[30m]) >= %(min)g
+            ||| % {
+              bc: exp('sd_acceptance_bimodality_coefficient', a.SDAcceptanceBimodal.window),
+              samples: exp('sd_acceptance_rate_samples_count'),
+              threshold: a.SDAcceptanceBimodal.threshold,
+              min: a.SDAcceptanceBimodal.minSamples,
+              on: exporterOn,
+            },
+            'Speculative decoding acceptance has split into two populations.',
+            'The bimodality coefficient of the acceptance samples of %(where)s is {{ printf "%%.2f" $value }} (above %(t)g suggests two modes): some traffic drafts well and some badly, so the mean acceptance rate describes neither. Consider routing or a drafter per traffic class.' % {
+              where: where,
+              t: a.SDAcceptanceBimodal.threshold,
+            },
+            dashboardURL,
+          ),
+          alert(
+            'SDModelSaturated',
+            '%s > %g\n' % [exp('sd_model_utilization'), a.SDModelSaturated.threshold],
+            'The latency model predicts the server is close to saturation.',
+            'The latency model puts the utilisation of %(where)s at {{ $value | humanizePercentage }} (threshold %(t)g): latency grows without bound as it approaches 100%%, with or without speculative decoding.' % {
+              where: where,
+              t: a.SDModelSaturated.threshold,
+            },
+            dashboardURL,
+          ),
+          alert(
+            'SDModelInvalid',
+            '%s == 0\n' % exp('sd_model_valid'),
+            'The latency model cannot make a valid prediction.',
+            'The latency model of %(where)s has been invalid for %(for)s (inputs missing or out of range, or the server saturated): predicted speedup, break-even arrival rate and optimal draft length are not available or not trustworthy.{{ with printf "sd_model_utilization{job=%%q,instance=%%q,target=%%q,model_name=%%q}" $labels.job $labels.instance $labels.target $labels.model_name | query }}{{ with . | first }} Model utilisation: {{ .Value | humanizePercentage }}.{{ end }}{{ end }}' % {
+              where: where,
+              'for': a.SDModelInvalid['for'],
+            },
+            dashboardURL,
+          ),
+        ]),
+      },
+      {
+        name: 'specwatch-exporter',
+        rules: std.flattenArrays([
+          alert(
+            'SpecwatchTargetDown',
+            '%s == 0\n' % exp('specwatch_target_up'),
+            'An inference server cannot be polled by specwatch.',
+            'specwatch {{ $labels.instance }} has failed to poll target {{ $labels.target }} for %(for)s; its SD series are absent and its SD alerts cannot fire.{{ with printf "topk(1, increase(specwatch_target_poll_errors_total{job=%%q,instance=%%q,target=%%q}[10m]))" $labels.job $labels.instance $labels.target | query }}{{ with . | first }} Most frequent poll error in the last 10 minutes: {{ .Labels.reason }}.{{ end }}{{ end }}' % {
+              'for': a.SpecwatchTargetDown['for'],
+            },
+          ),
+          alert(
+            'SpecwatchExporterDown',
+            'up{%s} == 0\n' % c.exporterSelector,
+            'Prometheus cannot scrape a specwatch exporter.',
+            'Prometheus has failed to scrape specwatch at {{ $labels.instance }} (job {{ $labels.job }}) for %(for)s; the SD series of its targets are missing.' % {
+              'for': a.SpecwatchExporterDown['for'],
+            },
+          ),
+          alert(
+            'SpecwatchAbsent',
+            'absent(up{%s} == 1)\n' % c.exporterSelector,
+            'No specwatch exporter is being scraped.',
+            'No specwatch exporter matching {%s} has been scraped successfully for %s: no speculative-decoding alert can fire.' % [
+              c.exporterSelector,
+              a.SpecwatchAbsent['for'],
+            ],
+          ),
+        ]),
+      },
+    ],
+  },
+}

@@ -1,0 +1,161 @@
+// The one configuration of the specwatch mixin. Every selector, threshold, alert switch,
+// duration and dashboard setting lives here, so that a team adapts the bundle by merging
+// an object into `_config` (see README, "Dashboards, rules and alerts") and never forks
+// the rule or dashboard sources.
+//
+//   local specwatch = (import 'mixin.libsonnet') + {
+//     _config+:: {
+//       vllmSelector: 'job="inference", namespace="llm"',
+//       alerts+: { SDAcceptanceRateLow+: { threshold: 0.35, severity: 'warning' } },
+//     },
+//   };
+{
+  _config+:: {
+    // Selectors: label matchers inserted between `{}` in every query. vLLM series are
+    // scraped from the inference servers; exporter series from specwatch itself.
+    // Prometheus adds `job` and `instance` when scraping; match whatever your scrape
+    // configuration sets.
+    vllmSelector: 'job="vllm"',
+    exporterSelector: 'job="specwatch"',
+
+    // The label that tells clusters apart when one Prometheus (or Thanos/Mimir) holds
+    // several. Rules always keep it in their aggregations (a missing label costs nothing);
+    // dashboards show a `cluster` variable only when showMultiCluster is true.
+    clusterLabel: 'cluster',
+    showMultiCluster: false,
+
+    // Window of the recording rules computed from vLLM's counters. It is part of the
+    // recorded names (`..._rate5m`), so changing it renames the series. Keep it at least
+    // 4x the scrape interval of vLLM.
+    rateWindow: '5m',
+
+    // The exporter computes its windows from its own poll history (label `window`:
+    // 1m, 5m, 15m, 1000req). Alerts and the default dashboard view read this one.
+    exporterWindow: '5m',
+
+    // Where `runbook_url` points. `%s` is replaced by the lower-cased alert name, which is
+    // the anchor GitHub generates for that alert's heading in runbook.md.
+    runbookURLPattern: 'https://github.com/specwatch/specwatch/blob/main/runbook.md#%s',
+
+    // When set (e.g. 'https://grafana.example.com'), alerts carry a `dashboard_url`
+    // annotation linking to the SD overview filtered to the alert's target and model.
+    grafanaURL: '',
+
+    // Alerts. Each one can be switched off (`enabled: false`), and its threshold,
+    // pending duration (`for`) and severity changed. Severities follow the
+    // monitoring-mixins convention: critical pages a human now, warning goes to a
+    // ticket/chat during working hours, info is context that is not routed on its own.
+    alerts: {
+      // Rolling acceptance rate (accepted / proposed draft tokens) below the threshold:
+      // the drafts are mostly wasted verifier work. Pages. Absent, and therefore silent,
+      // when no drafts were verified in the window (an idle server never pages); also
+      // silent below minArrivalRate, where a handful of prompts decides the ratio and
+      // nobody waits on the latency.
+      SDAcceptanceRateLow: {
+        enabled: true,
+        severity: 'critical',
+        threshold: 0.4,
+        'for': '10m',
+        // Rides over a single failed poll or scrape instead of resolving and re-firing
+        // (Prometheus >= 2.42). Set to '' to omit the field for older Prometheus.
+        keepFiringFor: '2m',
+        minArrivalRate: 0.05,  // finished requests per second
+        // 'exporter': specwatch's windowed sd_acceptance_rate (labels target, model_name);
+        // 'vllm': the recording rule computed from vLLM's counters, for Prometheus setups
+        // without the exporter (labels job, model_name).
+        source: 'exporter',
+      },
+      // The latency model predicts that SD buys less than `threshold` x speedup at the
+      // current load (below 1, SD makes requests slower).
+      SDPredictedSpeedupLow: {
+        enabled: true,
+        severity: 'warning',
+        threshold: 1.05,
+        'for': '15m',
+      },
+      // The measured arrival rate is above the model's break-even arrival rate: at this
+      // load SD costs latency.
+      SDArrivalRateAboveBreakeven: {
+        enabled: true,
+        severity: 'warning',
+        'for': '15m',
+      },
+      // Sarle's bimodality coefficient of the per-poll acceptance samples is above 5/9:
+      // acceptance has split into two populations (easy and hard traffic), so one mean
+      // acceptance rate describes neither.
+      SDAcceptanceBimodal: {
+        enabled: true,
+        severity: 'info',
+        threshold: 0.555,
+        'for': '30m',
+        window: '15m',
+        // At least this many acceptance samples in the last 30 minutes, so that the
+        // coefficient is not computed from a handful of polls.
+        minSamples: 30,
+      },
+      // The model's utilisation (lambda x per-request service time) is close to 1: the
+      // server is near saturation and predicted latency grows without bound.
+      SDModelSaturated: {
+        enabled: true,
+        severity: 'warning',
+        threshold: 0.9,
+        'for': '10m',
+      },
+      // The latency model cannot produce a prediction (inputs missing or out of range,
+      // or saturated): speedup, break-even and optimal draft length are not trustworthy.
+      SDModelInvalid: {
+        enabled: true,
+        severity: 'warning',
+        'for': '15m',
+      },
+      // specwatch cannot poll one of its targets (vLLM or SGLang server): its SD series
+      // are absent, so SD alerts for it cannot fire.
+      SpecwatchTargetDown: {
+        enabled: true,
+        severity: 'warning',
+        'for': '5m',
+      },
+      // Prometheus cannot scrape one specwatch instance.
+      SpecwatchExporterDown: {
+        enabled: true,
+        severity: 'warning',
+        'for': '5m',
+      },
+      // No specwatch instance is scraped successfully at all (none discovered, or all
+      // down): every SD alert is blind. Raise to critical if you rely on the page.
+      SpecwatchAbsent: {
+        enabled: true,
+        severity: 'warning',
+        'for': '10m',
+      },
+    },
+
+    // Grafana.
+    grafana: {
+      dashboardNamePrefix: 'specwatch / ',
+      dashboardTags: ['specwatch', 'speculative-decoding', 'vllm'],
+      refresh: '30s',
+      timezone: 'utc',
+      timeFrom: 'now-3h',
+      // The data source the `datasource` variable starts on. 'default' is Grafana's
+      // default Prometheus data source, so an import needs no edit.
+      datasourceName: 'default',
+      // Regex limiting which Prometheus data sources the variable offers ('' = all).
+      datasourceRegex: '',
+      // Panel plugin version the JSON is written for. Set on every panel so that Grafana
+      // does not run a pre-GA migration over the xychart options (it does when empty).
+      pluginVersion: '11.4.0',
+    },
+
+    // Dashboard file name -> uid (stable across releases so links and bookmarks keep
+    // working; at most 40 characters).
+    dashboardUIDs: {
+      'specwatch-sd-overview.json': 'specwatch-sd-overview',
+      'specwatch-exporter.json': 'specwatch-exporter',
+    },
+    dashboardTitles: {
+      'specwatch-sd-overview.json': 'SD overview',
+      'specwatch-exporter.json': 'specwatch exporter',
+    },
+  },
+}

@@ -1,0 +1,123 @@
+// What both dashboards share: template variables, the label filters every query uses, and
+// small panel shortcuts. Nothing here knows about a particular panel.
+local g = import 'lib/g.libsonnet';
+
+local ds = '${datasource}';
+
+{
+  new(c):: {
+    local root = self,
+    local multi = c.showMultiCluster,
+    local clusterFilter = if multi then '%s=~"$cluster", ' % c.clusterLabel else '',
+    local clusterSelector = if multi then ', %s=~"$cluster"' % c.clusterLabel else '',
+
+    // Label filters (without braces). `exporter` matches one exporter job and target;
+    // `sd` adds the model; `sdWindow` adds the exporter window chosen on the dashboard;
+    // `vllm` matches the vLLM job and model.
+    filters:: {
+      exporter: '%sjob=~"$job", target=~"$target"' % clusterFilter,
+      sd: self.exporter + ', model_name=~"$model_name"',
+      sdWindow: self.sd + ', window="$window"',
+      job: '%sjob=~"$job"' % clusterFilter,
+      vllm: '%sjob=~"$vllm_job", model_name=~"$model_name"' % clusterFilter,
+    },
+
+    local datasourceVar =
+      g.dashboard.variable.datasource.new('datasource', 'prometheus')
+      + g.dashboard.variable.datasource.generalOptions.withLabel('Data source')
+      + g.dashboard.variable.datasource.generalOptions.withDescription('Prometheus data source holding the vLLM and specwatch series.')
+      + g.dashboard.variable.datasource.withRegex(c.grafana.datasourceRegex)
+      + g.dashboard.variable.datasource.generalOptions.withCurrent(c.grafana.datasourceName),
+
+    local queryVar(name, label, description, query, includeAll=true) =
+      local v = g.dashboard.variable.query;
+      v.new(name)
+      + v.withDatasourceFromVariable(datasourceVar)
+      + v.queryTypes.withLabelValues(query[1], query[0])
+      + v.refresh.onTime()
+      + v.generalOptions.withLabel(label)
+      + v.generalOptions.withDescription(description)
+      + (
+        if includeAll then
+          v.selectionOptions.withIncludeAll(true, '.+') + v.selectionOptions.withMulti()
+        else {}
+      ),
+
+    local clusterVar =
+      queryVar(
+        'cluster',
+        'Cluster',
+        'Cluster label (%s) of the specwatch exporters.' % c.clusterLabel,
+        ['specwatch_build_info{%s}' % c.exporterSelector, c.clusterLabel],
+        includeAll=false,
+      ),
+
+    variables:: {
+      datasource: datasourceVar,
+      cluster: clusterVar,
+      job: queryVar(
+        'job',
+        'specwatch job',
+        'Prometheus job of the specwatch exporters.',
+        ['specwatch_build_info{%s%s}' % [c.exporterSelector, clusterSelector], 'job'],
+      ),
+      vllmJob: queryVar(
+        'vllm_job',
+        'vLLM job',
+        'Prometheus job of the vLLM servers (for the panels computed from vLLM series).',
+        ['vllm:num_requests_running{%s%s}' % [c.vllmSelector, clusterSelector], 'job'],
+      ),
+      target: queryVar(
+        'target',
+        'Target',
+        'Inference server polled by specwatch (the `target` name in its configuration).',
+        ['specwatch_target_up{%s}' % root.filters.job, 'target'],
+      ),
+      modelName: queryVar(
+        'model_name',
+        'Model',
+        'Served model name.',
+        ['sd_draft_length_configured{%s}' % root.filters.exporter, 'model_name'],
+      ),
+      window:
+        local others = [w for w in ['1m', '5m', '15m', '1000req'] if w != c.exporterWindow];
+        g.dashboard.variable.custom.new('window', [c.exporterWindow] + others)
+        + g.dashboard.variable.custom.generalOptions.withLabel('Window')
+        + g.dashboard.variable.custom.generalOptions.withDescription(
+          'Window of the exporter-derived series: a time window, or the most recent N finished requests.'
+        ),
+    },
+
+    // The cluster variable, only for multi-cluster setups (goes right after datasource).
+    clusterVariables:: if multi then [clusterVar] else [],
+
+    // A Prometheus target on the dashboard's data source variable.
+    target(expr, legend=''):: g.query.prometheus.new(ds, expr)
+                              + (if legend == '' then {} else g.query.prometheus.withLegendFormat(legend)),
+
+    // A time series panel with the defaults every specwatch time series uses.
+    timeSeries(title, description, unit, targets, w=12, h=8)::
+      local ts = g.panel.timeSeries;
+      ts.new(title)
+      + ts.panelOptions.withDescription(description)
+      + ts.panelOptions.withGridPos(h, w)
+      + ts.queryOptions.withTargets(targets)
+      + ts.standardOptions.withUnit(unit)
+      + ts.fieldConfig.defaults.custom.withLineWidth(1)
+      + ts.fieldConfig.defaults.custom.withFillOpacity(10)
+      + ts.fieldConfig.defaults.custom.withShowPoints('never')
+      + ts.options.legend.withDisplayMode('table')
+      + ts.options.legend.withPlacement('bottom')
+      + ts.options.legend.withCalcs(['lastNotNull', 'max'])
+      + ts.options.tooltip.withMode('multi')
+      + ts.options.tooltip.withSort('desc'),
+
+    // Dashed threshold lines on a time series: steps is [[color, value], ...] ascending,
+    // the first step's value is the base (null).
+    thresholdLines(steps)::
+      local ts = g.panel.timeSeries;
+      ts.standardOptions.thresholds.withMode('absolute')
+      + ts.standardOptions.thresholds.withSteps([{ color: s[0], value: s[1] } for s in steps])
+      + ts.fieldConfig.defaults.custom.thresholdsStyle.withMode('dashed'),
+  },
+}

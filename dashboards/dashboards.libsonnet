@@ -1,0 +1,44 @@
+// grafanaDashboards: file name -> dashboard. The defaults every dashboard shares (stable
+// uid, title prefix, tags, links, time settings, the datasource on every panel, refIds and
+// panel ids) are applied here, once, as kubernetes-mixin's dashboards/defaults does.
+local exporter = import 'exporter.libsonnet';
+local g = import 'lib/g.libsonnet';
+local overview = import 'sd-overview.libsonnet';
+
+{
+  local c = $._config,
+  local gc = c.grafana,
+
+  local withDefaults(file, dashboard) =
+    local panel(p) =
+      if p.type == 'row' then p
+      else g.util.panel.setRefIDs(
+        p
+        + g.panel.timeSeries.queryOptions.withDatasource('prometheus', '${datasource}')
+        + g.panel.timeSeries.withPluginVersion(gc.pluginVersion)
+      );
+    dashboard
+    + g.dashboard.withUid(c.dashboardUIDs[file])
+    + { title: gc.dashboardNamePrefix + dashboard.title }
+    + g.dashboard.withTags(gc.dashboardTags)
+    + g.dashboard.withTimezone(gc.timezone)
+    + g.dashboard.withRefresh(gc.refresh)
+    + g.dashboard.time.withFrom(gc.timeFrom)
+    + g.dashboard.graphTooltip.withSharedCrosshair()
+    + g.dashboard.withEditable(false)
+    + g.dashboard.withLinks([
+      g.dashboard.link.dashboards.new('specwatch', gc.dashboardTags[0:1])
+      + g.dashboard.link.dashboards.options.withAsDropdown()
+      + g.dashboard.link.dashboards.options.withIncludeVars()
+      + g.dashboard.link.dashboards.options.withKeepTime(),
+    ])
+    + { panels: g.util.panel.setPanelIDs([panel(p) for p in dashboard.panels]) },
+
+  grafanaDashboards+:: {
+    [file]: withDefaults(file, {
+      'specwatch-sd-overview.json': overview.new(c),
+      'specwatch-exporter.json': exporter.new(c),
+    }[file])
+    for file in ['specwatch-sd-overview.json', 'specwatch-exporter.json']
+  },
+}

@@ -1,0 +1,234 @@
+"""Shared helpers for the mixin tests: where the generated files are, every PromQL expression
+they hold, the metric names those expressions read, and the metric names each source produces.
+
+Why one module: the dashboard tests, the rule tests and the end-to-end smoke test must agree on
+what "an expression of the mixin" and "a metric we know" mean; keeping the extraction in one
+place means a new panel or rule is checked by every test without being listed anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import promql_parser
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+ALERTS_YAML = REPO / "alerts" / "specwatch-alerts.yaml"
+RULES_YAML = REPO / "alerts" / "specwatch-rules.yaml"
+DASHBOARD_FILES = sorted((REPO / "dashboards").glob("*.json"))
+FIXTURES = REPO / "tests" / "fixtures"
+
+# Series Prometheus itself writes: scrape health and the alert state.
+PROMETHEUS_METRICS = frozenset({"up", "scrape_duration_seconds", "ALERTS"})
+
+# The exporter's series, as architecture.md ("Names shared across issues") fixes them for every
+# issue. Histograms are listed with their _bucket/_count/_sum series.
+EXPORTER_METRICS = frozenset(
+    {
+        "sd_acceptance_rate",
+        "sd_acceptance_length",
+        "sd_draft_length",
+        "sd_draft_length_configured",
+        "sd_token_acceptance_probability",
+        "sd_position_acceptance_rate",
+        "sd_arrival_rate",
+        "sd_effective_batch_size",
+        "sd_mean_prompt_tokens",
+        "sd_mean_generation_tokens",
+        "sd_mean_latency_seconds",
+        "sd_acceptance_rate_samples_bucket",
+        "sd_acceptance_rate_samples_count",
+        "sd_acceptance_rate_samples_sum",
+        "sd_acceptance_bimodality_coefficient",
+        "sd_predicted_speedup",
+        "sd_predicted_latency_seconds",
+        "sd_breakeven_arrival_rate",
+        "sd_optimal_draft_length",
+        "sd_model_utilization",
+        "sd_model_valid",
+        "specwatch_model_configured",
+        "sd_controller_state",
+        "sd_controller_recommended_draft_length",
+        "sd_controller_transitions_total",
+        "sd_controller_last_transition_timestamp_seconds",
+        "sd_controller_actuation_errors_total",
+        "sd_switch_latency_ratio",
+        "specwatch_target_up",
+        "specwatch_target_poll_duration_seconds",
+        "specwatch_target_poll_errors_total",
+        "specwatch_target_counter_resets_total",
+        "specwatch_target_last_success_timestamp_seconds",
+        "specwatch_build_info",
+    }
+)
+
+_SAMPLE_NAME = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{| )")
+
+
+def vllm_metrics() -> frozenset[str]:
+    """Every sample name a real vLLM server exposed (the recorded vLLM 0.32 pages) plus the
+    vLLM 0.33 page built from vLLM's metric definitions."""
+    names: set[str] = set()
+    pages = sorted((FIXTURES / "vllm-0.32-cpu-ngram").glob("*.prom"))
+    pages.append(FIXTURES / "constructed" / "vllm-0.33-spec-decode.prom")
+    for page in pages:
+        for line in page.read_text(encoding="utf-8").splitlines():
+            m = _SAMPLE_NAME.match(line)
+            if m and m.group(1).startswith("vllm:"):
+                names.add(m.group(1))
+    return frozenset(names)
+
+
+def load_rule_file(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def recorded_metrics() -> frozenset[str]:
+    rules = load_rule_file(RULES_YAML)
+    return frozenset(r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r)
+
+
+def load_dashboards() -> dict[str, dict]:
+    return {p.name: json.loads(p.read_text(encoding="utf-8")) for p in DASHBOARD_FILES}
+
+
+def panels(dashboard: dict) -> Iterator[dict]:
+    """Every panel, including those nested in collapsed rows."""
+    for p in dashboard.get("panels", []):
+        yield p
+        yield from p.get("panels", [])
+
+
+def rule_exprs(path: Path) -> Iterator[tuple[str, str]]:
+    for g in load_rule_file(path)["groups"]:
+        for r in g["rules"]:
+            yield f"{path.name}: {r.get('alert') or r.get('record')}", r["expr"]
+
+
+_LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*),\s*(?P<label>[a-zA-Z_]\w*)\)$")
+
+
+def dashboard_exprs(name: str, dashboard: dict) -> Iterator[tuple[str, str]]:
+    """(where, expr) for every query: panel targets, annotation queries, and the series
+    selector of every label_values() variable."""
+    for p in panels(dashboard):
+        for t in p.get("targets", []):
+            yield f"{name}: panel {p['title']!r} ref {t.get('refId')}", t["expr"]
+    for a in dashboard.get("annotations", {}).get("list", []):
+        if a.get("expr"):
+            yield f"{name}: annotation {a['name']!r}", a["expr"]
+    for v in dashboard.get("templating", {}).get("list", []):
+        if v.get("type") == "query":
+            m = _LABEL_VALUES.match(v["query"])
+            assert m, f"{name}: variable {v['name']}: unsupported query {v['query']!r}"
+            yield f"{name}: variable {v['name']!r}", m.group("selector")
+
+
+def all_mixin_exprs() -> list[tuple[str, str]]:
+    exprs = list(rule_exprs(RULES_YAML)) + list(rule_exprs(ALERTS_YAML))
+    for name, d in load_dashboards().items():
+        exprs.extend(dashboard_exprs(name, d))
+    return exprs
+
+
+_GRAFANA_VARS = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
+# Values Grafana's own interval variables stand for, for parsing only.
+_INTERVALS = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
+
+
+def substitute_grafana_vars(expr: str) -> str:
+    """Replace Grafana variables by values of the right kind, so the text is plain PromQL."""
+
+    def repl(m: re.Match) -> str:
+        var = m.group(1) or m.group(2)
+        return _INTERVALS.get(var, "x")
+
+    return _GRAFANA_VARS.sub(repl, expr)
+
+
+def promtool() -> str:
+    path = shutil.which("promtool")
+    assert path, "promtool not found: `make setup` installs Debian's prometheus package"
+    return path
+
+
+def promtool_check_exprs(
+    exprs: list[tuple[str, str]], tmp_dir: Path
+) -> subprocess.CompletedProcess:
+    """Parse every expression with Prometheus' own parser: each becomes a recording rule of a
+    throwaway rule file that `promtool check rules` loads (it rejects any that do not parse)."""
+    rules = [
+        {"record": f"specwatch_expr_check_{i}", "expr": substitute_grafana_vars(expr)}
+        for i, (_, expr) in enumerate(exprs)
+    ]
+    path = tmp_dir / "exprs.rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "exprs", "rules": rules}]}), "utf-8")
+    return subprocess.run(
+        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
+
+
+def _walk(node) -> Iterator:
+    yield node
+    for attr in ("expr", "lhs", "rhs", "param", "vector_selector"):
+        child = getattr(node, attr, None)
+        if child is not None and not isinstance(child, (str, int, float)):
+            yield from _walk(child)
+    if isinstance(node, promql_parser.Call):
+        for arg in node.args:
+            yield from _walk(arg)
+
+
+def parse(expr: str):
+    return promql_parser.parse(substitute_grafana_vars(expr))
+
+
+def metric_names(expr: str) -> set[str]:
+    """Names of every series an expression selects."""
+    names = set()
+    for node in _walk(parse(expr)):
+        if isinstance(node, promql_parser.VectorSelector):
+            name = node.name
+            if not name:
+                for m in node.matchers.matchers:
+                    if m.name == "__name__":
+                        name = m.value
+            assert name, f"selector without a metric name in {expr!r}"
+            names.add(name)
+    return names
+
+
+COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
+RATE_FUNCTIONS = frozenset({"rate", "irate", "increase"})
+
+
+def counters_outside_rate(expr: str) -> set[str]:
+    """Counter series (by name suffix) read other than through rate/irate/increase."""
+    found: set[str] = set()
+
+    def visit(node, in_rate: bool) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            if not in_rate and node.name.endswith(COUNTER_SUFFIXES):
+                found.add(node.name)
+            return
+        if isinstance(node, promql_parser.Call):
+            inside = in_rate or node.func.name in RATE_FUNCTIONS
+            for arg in node.args:
+                visit(arg, inside)
+            return
+        if isinstance(node, promql_parser.MatrixSelector):
+            visit(node.vector_selector, in_rate)
+            return
+        for attr in ("expr", "lhs", "rhs", "param"):
+            child = getattr(node, attr, None)
+            if child is not None and not isinstance(child, (str, int, float)):
+                visit(child, in_rate)
+
+    visit(parse(expr), False)
+    return found

@@ -1,0 +1,239 @@
+"""The generated Grafana dashboards import cleanly and query what exists: dashboard-linter's
+rules re-implemented (one datasource variable used everywhere, job/target/model_name variables,
+units and descriptions, $__rate_interval, counters only through rate), layout sanity, and every
+PromQL expression of the mixin parsed by Prometheus and reading only metrics that vLLM, the
+exporter or the recording rules produce."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from mixin_helpers import (
+    EXPORTER_METRICS,
+    PROMETHEUS_METRICS,
+    all_mixin_exprs,
+    counters_outside_rate,
+    dashboard_exprs,
+    load_dashboards,
+    metric_names,
+    panels,
+    promtool_check_exprs,
+    recorded_metrics,
+    vllm_metrics,
+)
+from specwatch import mixin
+
+DASHBOARDS = load_dashboards()
+DS_REF = {"type": "prometheus", "uid": "${datasource}"}
+# Grafana unit ids the dashboards may use (from Grafana's unit categories); a typo such as
+# "seconds" or "percent_unit" is not one and renders as a raw number.
+GRAFANA_UNITS = frozenset(
+    {"none", "short", "percent", "percentunit", "s", "ms", "us", "ns", "reqps", "rps", "ops",
+     "cps", "bytes", "decbytes", "dtdurations", "dateTimeAsIso", "hertz", "bool"}
+)
+
+
+def _data_panels(d: dict) -> list[dict]:
+    return [p for p in panels(d) if p["type"] != "row"]
+
+
+def test_the_two_dashboards_exist():
+    assert set(DASHBOARDS) == {"specwatch-sd-overview.json", "specwatch-exporter.json"}
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_dashboard_identity_is_stable(name):
+    """schemaVersion >= 39, the uid from config (stable links), id null, no __inputs (which
+    breaks file provisioning), not editable (dashboards as code), tagged for the link menu."""
+    d = DASHBOARDS[name]
+    config = mixin.default_config()
+    assert d["schemaVersion"] >= 39
+    assert d["uid"] == config["dashboardUIDs"][name] and 8 <= len(d["uid"]) <= 40
+    assert d["id"] is None
+    assert "__inputs" not in d and "__requires" not in d
+    assert d["editable"] is False
+    assert "specwatch" in d["tags"]
+    assert d["title"].startswith(config["grafana"]["dashboardNamePrefix"])
+    assert [link["type"] for link in d["links"]] == ["dashboards"]
+    assert len({x["uid"] for x in DASHBOARDS.values()}) == len(DASHBOARDS)
+    assert len({x["title"] for x in DASHBOARDS.values()}) == len(DASHBOARDS)
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_one_datasource_variable_used_by_every_panel_query_and_variable(name):
+    d = DASHBOARDS[name]
+    variables = d["templating"]["list"]
+    ds_vars = [v for v in variables if v["type"] == "datasource"]
+    assert len(ds_vars) == 1
+    assert ds_vars[0]["name"] == "datasource" and ds_vars[0]["query"] == "prometheus"
+    for p in _data_panels(d):
+        assert p["datasource"] == DS_REF, p["title"]
+        assert p["targets"], f"{p['title']}: no queries"
+        for t in p["targets"]:
+            assert t["datasource"] == DS_REF, p["title"]
+    for v in variables:
+        if v["type"] == "query":
+            assert v["datasource"] == DS_REF, v["name"]
+    for a in d["annotations"]["list"]:
+        if not a.get("builtIn"):
+            assert a["datasource"] == DS_REF, a["name"]
+    # No other data source reference anywhere in the file (a hard-coded uid breaks imports).
+    uids = set(re.findall(r'"uid": "([^"]*)"', mixin.dump_dashboard(d)))
+    assert uids <= {"${datasource}", "-- Grafana --", d["uid"]}
+
+
+@pytest.mark.parametrize(
+    ("name", "required"),
+    [
+        (
+            "specwatch-sd-overview.json",
+            ["datasource", "job", "vllm_job", "target", "model_name", "window"],
+        ),
+        ("specwatch-exporter.json", ["datasource", "job", "target"]),
+    ],
+)
+def test_variables(name, required):
+    """job/target/model_name variables refresh on time range change and filter every query."""
+    variables = {v["name"]: v for v in DASHBOARDS[name]["templating"]["list"]}
+    assert list(variables) == required
+    for v in variables.values():
+        if v["type"] == "query":
+            assert v["refresh"] == 2, v["name"]
+            assert v.get("description"), v["name"]
+    for where, expr in dashboard_exprs(name, DASHBOARDS[name]):
+        if "panel" not in where:
+            continue
+        names = metric_names(expr)
+        scrape = {"up", "scrape_duration_seconds"}
+        if names & (EXPORTER_METRICS | scrape):
+            assert 'job=~"$job"' in expr, where
+            per_instance = names <= scrape | {"specwatch_build_info"}
+            assert per_instance or 'target=~"$target"' in expr, where
+        if any(n.startswith("vllm:") for n in names):
+            assert 'job=~"$vllm_job"' in expr and 'model_name=~"$model_name"' in expr, where
+
+
+def test_multi_cluster_adds_a_cluster_variable_and_filter():
+    out = mixin.render({"showMultiCluster": True, "clusterLabel": "k8s_cluster"})
+    d = out["dashboards"]["specwatch-sd-overview.json"]
+    names = [v["name"] for v in d["templating"]["list"]]
+    assert names[:2] == ["datasource", "cluster"]
+    exprs = [t["expr"] for p in panels(d) for t in p.get("targets", [])]
+    assert exprs and all('k8s_cluster=~"$cluster"' in e for e in exprs)
+    default = DASHBOARDS["specwatch-sd-overview.json"]
+    assert "cluster" not in [v["name"] for v in default["templating"]["list"]]
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_every_panel_has_title_description_and_a_valid_unit(name):
+    for p in _data_panels(DASHBOARDS[name]):
+        assert p["title"], p
+        assert len(p.get("description", "")) >= 40, f"{p['title']}: describe what the panel shows"
+        unit = p["fieldConfig"]["defaults"].get("unit")
+        assert unit in GRAFANA_UNITS, f"{p['title']}: unit {unit!r}"
+        for o in p["fieldConfig"].get("overrides", []):
+            for prop in o["properties"]:
+                if prop["id"] == "unit":
+                    assert prop["value"] in GRAFANA_UNITS, p["title"]
+        if p["type"] == "heatmap":
+            assert p["options"]["yAxis"]["unit"] in GRAFANA_UNITS
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_rates_use_rate_interval_and_counters_go_through_rate(name):
+    """dashboard-linter's target-rate-interval-rule and target-counter-agg-rule."""
+    for where, expr in dashboard_exprs(name, DASHBOARDS[name]):
+        for window in re.findall(r"\[([^\]]+)\]", expr):
+            assert window == "$__rate_interval", f"{where}: range [{window}]"
+        assert counters_outside_rate(expr) == set(), where
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_layout_ids_and_refids(name):
+    """Panels fit the 24-column grid without overlapping; ids and refIds are unique."""
+    d = DASHBOARDS[name]
+    cells: dict[tuple[int, int], str] = {}
+    ids = [p["id"] for p in panels(d)]
+    assert len(ids) == len(set(ids))
+    for p in panels(d):
+        g = p["gridPos"]
+        assert 1 <= g["w"] <= 24 and g["h"] >= 1, p["title"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']} overlaps {cells[(x, y)]}"
+                cells[(x, y)] = p["title"]
+        refs = [t["refId"] for t in p.get("targets", [])]
+        assert len(refs) == len(set(refs)), p["title"]
+        assert p["type"] == "row" or p.get("pluginVersion"), p["title"]
+
+
+def test_speedup_xychart_maps_fields_the_transformations_produce():
+    """The xychart's series name fields that exist after merge/organize, one per query, and
+    pluginVersion is set so Grafana does not re-migrate the options."""
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    (xy,) = [p for p in panels(d) if p["type"] == "xychart"]
+    assert xy["pluginVersion"]
+    assert all(t["format"] == "table" for t in xy["targets"])
+    ids = [t["id"] for t in xy["transformations"]]
+    assert ids == ["merge", "organize", "partitionByValues"]
+    renames = xy["transformations"][1]["options"]["renameByName"]
+    assert set(renames) == {f"Value #{t['refId']}" for t in xy["targets"]}
+    fields = set(renames.values())
+    for s in xy["options"]["series"]:
+        assert s["x"]["matcher"]["options"] in fields and s["y"]["matcher"]["options"] in fields
+    assert "sd_breakeven_arrival_rate" in " ".join(t["expr"] for t in xy["targets"])
+
+
+def test_heatmap_reads_histogram_buckets():
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    (hm,) = [p for p in panels(d) if p["type"] == "heatmap"]
+    (t,) = hm["targets"]
+    assert t["format"] == "heatmap" and t["legendFormat"] == "{{le}}"
+    assert "sd_acceptance_rate_samples_bucket" in t["expr"] and "sum by (le)" in t["expr"]
+    assert hm["options"]["calculate"] is False
+
+
+def test_acceptance_panel_draws_the_alert_threshold():
+    """The 0.4 line on the acceptance panel is the alert's threshold from the same config."""
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    (p,) = [p for p in panels(d) if p["title"] == "Acceptance rate"]
+    steps = p["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    threshold = mixin.default_config()["alerts"]["SDAcceptanceRateLow"]["threshold"]
+    assert steps[1]["value"] == threshold == 0.4
+    assert p["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] != "off"
+
+
+def test_every_promql_expression_parses_in_prometheus(tmp_path):
+    """Dashboards (Grafana variables substituted), variable selectors, annotations, recording
+    rules and alerts: each loaded by `promtool check rules`, i.e. Prometheus' own parser."""
+    exprs = all_mixin_exprs()
+    assert len(exprs) > 50
+    proc = promtool_check_exprs(exprs, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"SUCCESS: {len(exprs)} rules found" in proc.stdout
+
+
+def test_the_parse_check_rejects_a_broken_expression(tmp_path):
+    """The check above can fail: an unbalanced expression is reported by promtool."""
+    broken = "sum(rate(vllm:generation_tokens_total[$__rate_interval])"
+    proc = promtool_check_exprs([("broken", broken)], tmp_path)
+    assert proc.returncode != 0
+    assert "unclosed left parenthesis" in proc.stdout + proc.stderr
+
+
+def test_every_metric_read_is_produced_by_vllm_the_exporter_or_the_rules():
+    """A renamed or misspelt metric would leave a panel or an alert silently empty. vLLM names
+    come from real vLLM /metrics pages (tests/fixtures), the exporter's from the shared name
+    list, recorded names from the generated rules, plus the series Prometheus writes."""
+    vllm = vllm_metrics()
+    assert "vllm:spec_decode_num_drafts_total" in vllm
+    assert "vllm:e2e_request_latency_seconds_bucket" in vllm
+    known = vllm | EXPORTER_METRICS | recorded_metrics() | PROMETHEUS_METRICS
+    unknown = {}
+    for where, expr in all_mixin_exprs():
+        missing = metric_names(expr) - known
+        if missing:
+            unknown[where] = sorted(missing)
+    assert unknown == {}
