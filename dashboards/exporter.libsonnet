@@ -103,7 +103,7 @@ local st = g.panel.stateTimeline;
         'Counter resets',
         'Counter resets specwatch detected and corrected per rate interval (a restarted server, an engine or adapter whose series came back). Each one is handled without a negative delta; many of them mean a crash-looping server.',
         'short',
-        [t('sum by (target) (increase(specwatch_target_counter_resets_total{%s}[$__rate_interval]))' % f.exporter, '{{target}}')],
+        [t('sum by (target) (increase(specwatch_target_resets_total{%s}[$__rate_interval]))' % f.exporter, '{{target}}')],
       )
       + ts.standardOptions.withDecimals(0);
 
