@@ -113,18 +113,21 @@
           ),
           alert(
             'SDArrivalRateAboveBreakeven',
+            // The model's series carry the window they were computed over (the exporter's
+            // model window); the arrival rate of that same window is compared with them.
             |||
               %(arrival)s
-              > on (%(on)s) group_left ()
-              max by (%(on)s) (%(breakeven)s)
+              > on (%(on)s, window)
+              %(breakeven)s
             ||| % {
-              arrival: exp('sd_arrival_rate', c.exporterWindow),
+              arrival: exp('sd_arrival_rate'),
               breakeven: exp('sd_breakeven_arrival_rate'),
               on: exporterOn,
             },
             'Arrival rate is above the break-even point of speculative decoding.',
-            'The arrival rate of %(where)s is {{ printf "%%.3g" $value }} req/s, above the break-even arrival rate{{ with printf "sd_breakeven_arrival_rate{job=%%q,instance=%%q,target=%%q,model_name=%%q}" $labels.job $labels.instance $labels.target $labels.model_name | query }}{{ with . | first }} of {{ .Value | printf "%%.3g" }} req/s{{ end }}{{ end }}: at this load speculative decoding makes requests slower.' % {
+            'The %(w)s arrival rate of %(where)s is {{ printf "%%.3g" $value }} req/s, above the break-even arrival rate{{ with printf "sd_breakeven_arrival_rate{job=%%q,instance=%%q,target=%%q,model_name=%%q,window=%%q}" $labels.job $labels.instance $labels.target $labels.model_name $labels.window | query }}{{ with . | first }} of {{ .Value | printf "%%.3g" }} req/s{{ end }}{{ end }}: at this load speculative decoding makes requests slower.' % {
               where: where,
+              w: '{{ $labels.window }}',
             },
             dashboardURL,
           ),
@@ -160,9 +163,19 @@
           ),
           alert(
             'SDModelInvalid',
-            '%s == 0\n' % exp('sd_model_valid'),
+            // Saturation also makes the model invalid; SDModelSaturated reports that case.
+            |||
+              %(valid)s == 0
+              unless on (%(on)s, window)
+              %(utilization)s > %(saturated)g
+            ||| % {
+              valid: exp('sd_model_valid'),
+              utilization: exp('sd_model_utilization'),
+              saturated: a.SDModelSaturated.threshold,
+              on: exporterOn,
+            },
             'The latency model cannot make a valid prediction.',
-            'The latency model of %(where)s has been invalid for %(for)s (inputs missing or out of range, or the server saturated): predicted speedup, break-even arrival rate and optimal draft length are not available or not trustworthy.{{ with printf "sd_model_utilization{job=%%q,instance=%%q,target=%%q,model_name=%%q}" $labels.job $labels.instance $labels.target $labels.model_name | query }}{{ with . | first }} Model utilisation: {{ .Value | humanizePercentage }}.{{ end }}{{ end }}' % {
+            'The latency model of %(where)s has been invalid for %(for)s (inputs missing or out of range): predicted speedup, break-even arrival rate and optimal draft length are not available or not trustworthy.{{ with printf "sd_model_utilization{job=%%q,instance=%%q,target=%%q,model_name=%%q,window=%%q}" $labels.job $labels.instance $labels.target $labels.model_name $labels.window | query }}{{ with . | first }} Model utilisation: {{ .Value | humanizePercentage }}.{{ end }}{{ end }}' % {
               where: where,
               'for': a.SDModelInvalid['for'],
             },

@@ -188,7 +188,7 @@ local row = g.panel.row;
     local breakeven =
       m.timeSeries(
         'Break-even vs current arrival rate',
-        "The arrival rate above which the model predicts SD costs latency (break-even), against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate over $__rate_interval. Arrival above break-even fires SDArrivalRateAboveBreakeven.",
+        "The arrival rate above which the model predicts SD costs latency (break-even), against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate over $__rate_interval. A break-even of +Inf (SD pays at every load below saturation) is off the chart; 0 means SD never pays. Arrival above break-even fires SDArrivalRateAboveBreakeven.",
         'reqps',
         [
           t('sd_breakeven_arrival_rate{%s}' % f.sd, who + ' break-even'),
