@@ -280,7 +280,7 @@ def test_replay_matches_independent_computation_across_restart(skip_zero_page):
             assert http_errors == 5 and conn_errors >= 10
             errors = select(series, "specwatch_target_poll_errors_total", target="vllm")
             by_reason = {dict(k[1])["reason"]: v for k, v in errors.items()}
-            assert by_reason == {"timeout": 0.0, "connection": float(conn_errors),
+            assert by_reason == {"timeout": 0.0, "connection": float(conn_errors), "tls": 0.0,
                                  "http_status": 5.0, "parse": 0.0, "too_large": 0.0}
             last = series[("specwatch_target_last_success_timestamp_seconds",
                            frozenset({("target", "vllm")}))]

@@ -114,11 +114,16 @@ def health_families(snap: Snapshot) -> Iterator[Metric]:
                                  labels=["target"])
     errors = CounterMetricFamily("specwatch_target_poll_errors",
                                  "Failed polls of the target by reason (timeout, connection,"
-                                 " http_status, parse, too_large).", labels=["target", "reason"])
+                                 " tls, http_status, parse, too_large).",
+                                 labels=["target", "reason"])
     resets = CounterMetricFamily("specwatch_target_resets",
                                  "Polls of the target in which at least one source counter"
                                  " restarted (server, engine or adapter restart).",
                                  labels=["target"])
+    dropped = CounterMetricFamily("specwatch_target_series_dropped",
+                                  "Source series dropped by the target's max_series cap (whole"
+                                  " models are dropped so that published values stay exact).",
+                                  labels=["target"])
     last = GaugeMetricFamily("specwatch_target_last_success_timestamp_seconds",
                              "Unix time of the last successful poll of the target.",
                              labels=["target"])
@@ -129,9 +134,10 @@ def health_families(snap: Snapshot) -> Iterator[Metric]:
         for reason in POLL_ERROR_REASONS:
             errors.add_metric([name, reason], float(t.errors_total.get(reason, 0)))
         resets.add_metric([name], float(t.counter_resets_total))
+        dropped.add_metric([name], float(t.series_dropped_total))
         if t.last_success_timestamp is not None:
             last.add_metric([name], t.last_success_timestamp)
-    yield from (up, duration, errors, resets, last)
+    yield from (up, duration, errors, resets, dropped, last)
 
 
 def derived_families(snap: Snapshot) -> Iterator[Metric]:

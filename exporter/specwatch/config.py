@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from specwatch import redact
 from specwatch.errors import ConfigError
 from specwatch.sources import ENGINE_KINDS
 
@@ -30,6 +32,10 @@ DEFAULT_COUNT_WINDOW = 1000
 DEFAULT_MIN_DRAFTS = 50
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 DEFAULT_MIN_BIMODALITY_SAMPLES = 10
+DEFAULT_MAX_SERIES = 10000
+DEFAULT_MAX_TARGETS = 1000
+#: Request headers whose values are secrets (never logged; see specwatch.redact).
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key"})
 
 
 class CheckError(Exception):
@@ -99,6 +105,10 @@ def check_url(value: str) -> str:
         parts.port  # noqa: B018  (raises ValueError on a bad port)
     except ValueError as exc:
         raise CheckError(f"bad port in URL {value!r}") from exc
+    if parts.username is not None or parts.password is not None:
+        # Never echo the URL: it holds a password. Credentials in URLs end up in logs.
+        raise CheckError("credentials in the URL are not allowed (they would reach logs); "
+                         "use auth: {type: basic, username: ..., password_file: ...}")
     path = parts.path if parts.path not in ("", "/") else "/metrics"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
@@ -132,6 +142,12 @@ def _one_of(*choices: str) -> Callable[[Any], str]:
     return check
 
 
+def _positive_number(value: Any) -> float:
+    if isinstance(value, bool) or not value > 0:
+        raise CheckError(f"expected a number > 0, got {value!r}")
+    return float(value)
+
+
 def _name(value: str) -> str:
     if not value or not re.match(r"^[A-Za-z0-9_.:@/-]+$", value):
         raise CheckError(f"expected a target name of letters, digits and _.:@/-, got {value!r}")
@@ -148,6 +164,19 @@ AUTH_SCHEMA: dict[str, Key] = {
     "password_file": Key(str, doc="basic: file holding the password"),
     "password_env": Key(str, doc="basic: environment variable holding the password"),
 }
+TARGET_TLS_SCHEMA: dict[str, Key] = {
+    "ca_file": Key(str, doc="CA bundle that signs the target's certificate"),
+    "cert_file": Key(str, doc="client certificate (PEM) for mutual TLS"),
+    "key_file": Key(str, doc="client private key (PEM)"),
+    "insecure_skip_verify": Key(bool, doc="do not verify the target's certificate (off)"),
+}
+HTTP_SERVER_LIMITS_SCHEMA: dict[str, Key] = {
+    "max_requests_in_flight": Key(int, check=_positive_int(1), doc="503 above (default 40)"),
+    "max_connections": Key(int, check=_positive_int(1), doc="open connections (512)"),
+    "request_timeout": Key((*_NUM, str), check=parse_duration, doc="per request (10s)"),
+    "idle_timeout": Key((*_NUM, str), check=parse_duration, doc="keep-alive idle (60s)"),
+    "tls_handshake_timeout": Key((*_NUM, str), check=parse_duration, doc="(5s)"),
+}
 TARGET_SCHEMA: dict[str, Key] = {
     "name": Key(str, check=_name, doc="label value of `target` (default: host:port)"),
     "url": Key(str, required=True, check=check_url, doc="the /metrics URL"),
@@ -158,6 +187,8 @@ TARGET_SCHEMA: dict[str, Key] = {
     "auth": Key(dict, children=AUTH_SCHEMA, doc="bearer token or basic auth"),
     "params": Key(str, doc="latency-model parameters file (YAML) for the sd_predicted_* series"),
     "model_window": Key(str, doc="window whose signals feed the model (default global's, 5m)"),
+    "tls": Key(dict, children=TARGET_TLS_SCHEMA, doc="CA, client certificate"),
+    "max_series": Key(int, check=_positive_int(1), doc="source series kept per poll"),
 }
 GLOBAL_SCHEMA: dict[str, Key] = {
     "listen": Key(str, check=check_listen, doc="HOST:PORT of the exporter"),
@@ -169,6 +200,10 @@ GLOBAL_SCHEMA: dict[str, Key] = {
     "min_drafts_per_sample": Key(_NUM, check=_non_negative, doc="drafts per sample"),
     "min_bimodality_samples": Key(int, check=_positive_int(4), doc="samples for the BC"),
     "model_window": Key(str, doc="window whose signals feed the latency model (default 5m)"),
+    "web_config": Key(str, doc="exporter-toolkit web config (TLS, basic auth)"),
+    "max_targets": Key(int, check=_positive_int(1), doc="targets polled (excess dropped)"),
+    "max_series": Key(int, check=_positive_int(1), doc="default of targets[].max_series"),
+    "http_server": Key(dict, children=HTTP_SERVER_LIMITS_SCHEMA, doc="HTTP server limits"),
 }
 TOP_SCHEMA: dict[str, Key] = {
     "global": Key(dict, children=GLOBAL_SCHEMA),
@@ -233,6 +268,11 @@ class TargetConfig:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    #: requests' ``verify``: True (system CAs), a CA bundle path, or False (skip verify).
+    tls_verify: bool | str = True
+    #: (certificate, key) paths of a client certificate, or None.
+    tls_client_cert: tuple[str, str] | None = None
+    max_series: int = DEFAULT_MAX_SERIES
 
 
 @dataclass(frozen=True)
@@ -246,6 +286,12 @@ class ServeConfig:
     min_drafts_per_sample: float = DEFAULT_MIN_DRAFTS
     min_bimodality_samples: int = DEFAULT_MIN_BIMODALITY_SAMPLES
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    web_config: str | None = None
+    max_targets: int = DEFAULT_MAX_TARGETS
+    #: Names of configured targets beyond ``max_targets`` (not polled; counted and logged).
+    dropped_targets: tuple[str, ...] = ()
+    #: Validated ``global.http_server`` mapping (limits of the HTTP server).
+    http_server: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _read_secret(auth: Mapping[str, str], file_key: str, env_key: str, path: str,
@@ -266,7 +312,52 @@ def _read_secret(auth: Mapping[str, str], file_key: str, env_key: str, path: str
                               f"{auth[env_key]!r} is not set or empty")
     if not secret:
         raise ConfigError(f"{where}: {path}.{file_key}: the file is empty")
+    redact.register(secret)
     return secret
+
+
+def _build_tls(tls: Mapping[str, Any], path: str, where: str
+               ) -> tuple[bool | str, tuple[str, str] | None]:
+    """requests' ``verify`` and ``cert`` for a target, checked now so errors name the key."""
+    tpath = f"{path}.tls"
+    verify: bool | str = True
+    if tls.get("insecure_skip_verify"):
+        if "ca_file" in tls:
+            raise ConfigError(f"{where}: {tpath}.ca_file: set together with "
+                              f"insecure_skip_verify: true; choose one")
+        verify = False
+    if "ca_file" in tls:
+        try:
+            ctx = ssl.create_default_context(cafile=tls["ca_file"])
+        except ssl.SSLError as exc:
+            raise ConfigError(f"{where}: {tpath}.ca_file: no valid PEM certificate in "
+                              f"{tls['ca_file']!r} ({exc.reason})") from exc
+        except OSError as exc:
+            raise ConfigError(f"{where}: {tpath}.ca_file: cannot read {tls['ca_file']!r}: "
+                              f"{exc.strerror}") from exc
+        del ctx
+        verify = tls["ca_file"]
+    cert = None
+    if ("cert_file" in tls) != ("key_file" in tls):
+        missing = "key_file" if "cert_file" in tls else "cert_file"
+        raise ConfigError(f"{where}: {tpath}: missing {missing} (a client certificate needs "
+                          f"both cert_file and key_file)")
+    if "cert_file" in tls:
+        for key in ("cert_file", "key_file"):
+            if not os.path.isfile(tls[key]):
+                raise ConfigError(f"{where}: {tpath}.{key}: cannot read {tls[key]!r}: "
+                                  f"no such file")
+        try:
+            ssl.create_default_context().load_cert_chain(tls["cert_file"], tls["key_file"])
+        except ssl.SSLError as exc:
+            raise ConfigError(f"{where}: {tpath}.cert_file: cannot load the client "
+                              f"certificate and key (not PEM, encrypted key, or the key does "
+                              f"not match: {exc.reason})") from exc
+        except OSError as exc:
+            raise ConfigError(f"{where}: {tpath}.cert_file: cannot read: {exc.strerror}") \
+                from exc
+        cert = (tls["cert_file"], tls["key_file"])
+    return verify, cert
 
 
 def default_target_name(url: str) -> str:
@@ -275,9 +366,14 @@ def default_target_name(url: str) -> str:
 
 
 def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout: float,
-                 default_max_body: int) -> TargetConfig:
+                 default_max_body: int, default_max_series: int = DEFAULT_MAX_SERIES
+                 ) -> TargetConfig:
     """Turn one validated target mapping into a TargetConfig (reads auth secrets)."""
     headers = dict(raw.get("headers", {}))
+    for hname, hvalue in headers.items():
+        if hname.lower() in SECRET_HEADERS:
+            redact.register(hvalue)
+            redact.register(hvalue.partition(" ")[2])
     basic = None
     auth = raw.get("auth")
     if auth is not None:
@@ -294,11 +390,13 @@ def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout:
             basic = (auth["username"],
                      _read_secret(auth, "password_file", "password_env", apath, where))
     url = raw["url"]
+    verify, cert = _build_tls(raw.get("tls", {}), path, where)
     return TargetConfig(
         name=raw.get("name") or default_target_name(url), url=url,
         engine=raw.get("engine", "auto"), timeout=raw.get("timeout", default_timeout),
         max_body_bytes=raw.get("max_body_bytes", default_max_body), headers=headers,
-        basic_auth=basic, raw=raw)
+        basic_auth=basic, raw=raw, tls_verify=verify, tls_client_cert=cert,
+        max_series=raw.get("max_series", default_max_series))
 
 
 def load_file(path: str) -> Mapping[str, Any]:
@@ -329,19 +427,20 @@ def parse_target_flag(flag: str) -> dict[str, Any]:
 
 
 def build_config(config_file: str | None, target_flags: list[str], listen: str | None,
-                 poll_interval: float | None) -> ServeConfig:
-    """Merge the file and the flags (flags win for listen and poll interval)."""
+                 poll_interval: float | None, web_config: str | None = None) -> ServeConfig:
+    """Merge the file and the flags (flags win for listen, poll interval and web config)."""
     raw = load_file(config_file) if config_file else {}
     where = config_file or "command line"
     g = raw.get("global", {})
     timeout = g.get("timeout", DEFAULT_TIMEOUT)
     max_body = g.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)
+    max_series = g.get("max_series", DEFAULT_MAX_SERIES)
     targets: list[TargetConfig] = []
     for i, t in enumerate(raw.get("targets", [])):
-        targets.append(build_target(t, f"targets[{i}]", where, timeout, max_body))
+        targets.append(build_target(t, f"targets[{i}]", where, timeout, max_body, max_series))
     for flag in target_flags:
         targets.append(build_target(parse_target_flag(flag), "target", f"--target {flag}",
-                                    timeout, max_body))
+                                    timeout, max_body, max_series))
     seen: dict[str, int] = {}
     for i, t in enumerate(targets):
         if t.name in seen:
@@ -366,8 +465,17 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
             check_listen(listen)
         except CheckError as exc:
             raise ConfigError(f"--listen: {exc}") from None
+    max_targets = g.get("max_targets", DEFAULT_MAX_TARGETS)
+    dropped = tuple(t.name for t in targets[max_targets:])
+    web_config_file = web_config if web_config is not None else g.get("web_config")
+    if web_config is None and web_config_file and config_file \
+            and not os.path.isabs(web_config_file):
+        web_config_file = os.path.join(os.path.dirname(os.path.abspath(config_file)),
+                                       web_config_file)
     return ServeConfig(
-        targets=tuple(targets), listen=listen_value,
+        targets=tuple(targets[:max_targets]), listen=listen_value,
+        web_config=web_config_file, max_targets=max_targets, dropped_targets=dropped,
+        http_server=g.get("http_server", {}),
         poll_interval=poll_interval if poll_interval is not None
         else g.get("poll_interval", DEFAULT_POLL_INTERVAL),
         windows=windows, count_window=g.get("count_window", DEFAULT_COUNT_WINDOW),

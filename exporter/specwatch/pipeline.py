@@ -12,6 +12,13 @@ target is down: ``up`` is False and ``models`` is empty, so a controller can see
 A hook returns a new snapshot (use :func:`dataclasses.replace` or
 :meth:`TargetSnapshot.with_model`); it must not block (no network I/O: that belongs to an
 actuator thread). A hook that raises is logged and skipped; the previous value is kept.
+
+Failure containment: whatever a page does to parsing or deriving (including a bug that
+raises something unexpected), the target is reported down with reason ``parse`` and the
+other targets and the HTTP endpoint are untouched. A target's ``max_series`` cap drops whole
+models (:mod:`specwatch.limits`) and counts the dropped series. A failing target logs a
+warning when it goes down or its reason changes, and an info line when it recovers, not one
+line per poll (a dead target polled every 5 s must not flood the log).
 """
 
 from __future__ import annotations
@@ -19,10 +26,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specwatch import __version__, derive, history, sources
+from specwatch import __version__, derive, history, limits, sources
 from specwatch.snapshot import POLL_ERROR_REASONS, Snapshot, TargetSnapshot
 
 log = logging.getLogger(__name__)
@@ -51,14 +58,19 @@ class _TargetState:
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(POLL_ERROR_REASONS, 0))
     last_success: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    max_series: int = 10000
+    series_dropped: int = 0
+    last_reason: str | None = None  # reason of the failure being reported, None when up
 
 
 class Pipeline:
     """Owns all per-target state and the latest snapshot."""
 
     def __init__(self, targets: Sequence[tuple[str, str]], derive_config: derive.DeriveConfig,
-                 poll_interval: float, history_retention: float | None = None) -> None:
-        """``targets``: (name, engine kind) in display order."""
+                 poll_interval: float, history_retention: float | None = None,
+                 max_series: Mapping[str, int] | None = None) -> None:
+        """``targets``: (name, engine kind) in display order; ``max_series``: per-target cap
+        of source series (default 10000)."""
         self.derive_config = derive_config
         longest = max([s for _, s in derive_config.windows] or [0.0])
         retention = history_retention if history_retention is not None \
@@ -66,7 +78,8 @@ class Pipeline:
         max_entries = math.ceil(retention / max(poll_interval, 0.05)) * 4 + 16
         self._states = {
             name: _TargetState(name, engine, history.TargetHistory(
-                retention, max_entries, derive_config.min_drafts_per_sample))
+                retention, max_entries, derive_config.min_drafts_per_sample),
+                max_series=(max_series or {}).get(name, 10000))
             for name, engine in targets}
         self._hooks: list[TargetHook] = []
         self._publish_lock = threading.Lock()
@@ -107,19 +120,46 @@ class Pipeline:
                 page = sources.parse_page(result.body or "", state.engine)
             except sources.PageParseError as exc:
                 reason, message = "parse", str(exc)
-        if reason is not None or page is None:
-            reason = reason or "parse"
-            state.errors[reason] = state.errors.get(reason, 0) + 1
+            except Exception as exc:  # a parser bug must not freeze the target's last values
+                log.exception("parsing the page of %s failed unexpectedly", state.name)
+                reason, message = "parse", f"{type(exc).__name__}: {exc}"[:300]
+        if reason is None and page is not None:
+            try:
+                return self._derive(state, page, result)
+            except Exception as exc:
+                log.exception("deriving the signals of %s failed", state.name)
+                reason, message = "parse", f"{type(exc).__name__}: {exc}"[:300]
+        reason = reason or "parse"
+        state.errors[reason] = state.errors.get(reason, 0) + 1
+        if state.last_reason != reason:
             log.warning("poll of %s failed (%s): %s", state.name, reason, message)
-            return TargetSnapshot(
-                name=state.name, up=False, timestamp=result.finished,
-                poll_duration_seconds=result.duration_seconds, errors_total=dict(state.errors),
-                counter_resets_total=state.history.resets_total,
-                last_success_timestamp=state.last_success, last_error=f"{reason}: {message}",
-                engine=state.history.engine)
+        else:
+            log.debug("poll of %s failed (%s): %s", state.name, reason, message)
+        state.last_reason = reason
+        return TargetSnapshot(
+            name=state.name, up=False, timestamp=result.finished,
+            poll_duration_seconds=result.duration_seconds, errors_total=dict(state.errors),
+            counter_resets_total=state.history.resets_total,
+            series_dropped_total=state.series_dropped,
+            last_success_timestamp=state.last_success, last_error=f"{reason}: {message}",
+            engine=state.history.engine)
+
+    def _derive(self, state: _TargetState, page: sources.ParsedPage, result: PollResult
+                ) -> TargetSnapshot:
         hist = state.history
+        page, dropped = limits.cap_series(page, state.max_series,
+                                          keep_first=hist.present_models)
+        if dropped:
+            if state.series_dropped == 0:
+                log.warning("target %s has more than %d source series: dropping %d (whole "
+                            "models); raise targets[].max_series to keep them", state.name,
+                            state.max_series, dropped)
+            state.series_dropped += dropped
         hist.update(page, result.finished)
         state.last_success = result.finished
+        if state.last_reason is not None:
+            log.info("poll of %s succeeded again", state.name)
+            state.last_reason = None
         models = {}
         for name in sorted(hist.present_models):
             mh = hist.models.get(name)
@@ -128,5 +168,5 @@ class Pipeline:
         return TargetSnapshot(
             name=state.name, up=True, timestamp=result.finished,
             poll_duration_seconds=result.duration_seconds, errors_total=dict(state.errors),
-            counter_resets_total=hist.resets_total, last_success_timestamp=result.finished,
-            engine=page.engine, models=models)
+            counter_resets_total=hist.resets_total, series_dropped_total=state.series_dropped,
+            last_success_timestamp=result.finished, engine=page.engine, models=models)

@@ -9,9 +9,14 @@ Why each rule:
   scheduling noise.
 * **Maximum body size**: a runaway page (LoRA label explosion, a misrouted URL serving a
   file) is cut off and counted as ``too_large`` instead of filling memory. The body is
-  requested with ``Accept-Encoding: identity`` so the cap counts the bytes we parse (no
-  decompression bomb), and a body shorter than its Content-Length is an error, never a
-  silently truncated page.
+  requested with ``Accept-Encoding: identity``; a server that compresses anyway is
+  decompressed incrementally with the same cap on the *decompressed* bytes, so a gzip bomb
+  costs at most ``max_body_bytes`` of memory. A body shorter than its Content-Length is an
+  error, never a silently truncated page.
+* **TLS to targets**: ``verify`` (a CA bundle path, True, or False for
+  insecure_skip_verify) and the client ``cert`` are passed on every request, because a
+  session-level ``verify`` is silently replaced by ``REQUESTS_CA_BUNDLE`` from the
+  environment. A certificate problem is reason ``tls``.
 * **One session per target** reuses its keep-alive connection; sessions are never shared,
   so a stuck target cannot hold a connection another target needs.
 * **One poll in flight per target**: a slow target is skipped, not stacked, so specwatch
@@ -26,6 +31,7 @@ import contextlib
 import logging
 import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,6 +55,12 @@ class PollTarget:
     max_body_bytes: int = 16 * 1024 * 1024
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
+    verify: bool | str = True
+    cert: tuple[str, str] | None = None
+
+
+#: Redirects followed per poll (a loop must not eat the deadline).
+MAX_REDIRECTS = 3
 
 
 class PollError(Exception):
@@ -78,9 +90,11 @@ def fetch(session: requests.Session, target: PollTarget,
     try:
         resp = session.get(target.url, headers=headers, stream=True, allow_redirects=True,
                            timeout=(target.timeout_seconds, target.timeout_seconds),
-                           auth=target.basic_auth)
+                           auth=target.basic_auth, verify=target.verify, cert=target.cert)
     except requests.exceptions.Timeout as exc:
         raise PollError("timeout", f"no response within {target.timeout_seconds:g}s") from exc
+    except requests.exceptions.SSLError as exc:
+        raise PollError("tls", "TLS: " + _tls_reason(exc)) from exc
     except requests.exceptions.RequestException as exc:
         raise PollError("connection", type(exc).__name__ + ": " + _short(exc)) from exc
     with resp:
@@ -89,8 +103,17 @@ def fetch(session: requests.Session, target: PollTarget,
         length = resp.headers.get("Content-Length")
         if length and length.isdigit() and int(length) > target.max_body_bytes:
             raise PollError("too_large", f"Content-Length {length} > {target.max_body_bytes}")
+        encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+        if encoding in ("", "identity"):
+            decomp = None
+        elif encoding in ("gzip", "x-gzip", "deflate"):
+            decomp = zlib.decompressobj(zlib.MAX_WBITS | (16 if "gzip" in encoding else 0))
+        else:
+            raise PollError("parse", f"unsupported Content-Encoding {encoding[:40]!r}")
+        cap = target.max_body_bytes
         chunks: list[bytes] = []
-        total = 0
+        total = 0  # decoded bytes
+        wire = 0  # bytes received
         raw = resp.raw
         try:
             while True:
@@ -102,12 +125,28 @@ def fetch(session: requests.Session, target: PollTarget,
                 data = raw.read1(65536, decode_content=False)
                 if not data:
                     break
+                wire += len(data)
+                if wire > cap:
+                    raise PollError("too_large", f"body over {cap} bytes")
+                if decomp is not None:
+                    # At most one byte past the cap is ever inflated: a bomb stops here.
+                    data = decomp.decompress(data, cap - total + 1)
                 total += len(data)
-                if total > target.max_body_bytes:
-                    raise PollError("too_large", f"body over {target.max_body_bytes} bytes")
+                if total > cap:
+                    raise PollError("too_large", f"decompressed body over {cap} bytes")
                 chunks.append(data)
+            if decomp is not None:
+                tail = decomp.flush(cap - total + 1)
+                total += len(tail)
+                if total > cap:
+                    raise PollError("too_large", f"decompressed body over {cap} bytes")
+                chunks.append(tail)
+                if not decomp.eof:
+                    raise PollError("parse", f"{encoding} body ends before its end marker")
         except PollError:
             raise
+        except zlib.error as exc:
+            raise PollError("parse", f"corrupt {encoding} body: {exc}") from exc
         except Exception as exc:  # socket timeout, reset, short body (urllib3 ProtocolError)
             if "timed out" in str(exc).lower() or isinstance(exc, TimeoutError):
                 raise PollError("timeout", f"body not complete within "
@@ -121,9 +160,27 @@ def fetch(session: requests.Session, target: PollTarget,
             from exc
 
 
+def _tls_reason(exc: BaseException) -> str:
+    """The OpenSSL reason of a TLS failure (e.g. CERTIFICATE_VERIFY_FAILED), not the URL."""
+    text = str(exc)
+    for marker in ("certificate verify failed", "CERTIFICATE_VERIFY_FAILED", "hostname",
+                   "wrong version number", "tlsv1 alert", "sslv3 alert", "handshake"):
+        i = text.find(marker)
+        if i >= 0:
+            end = text.find(")", i)
+            return text[i:end if end > 0 else i + 120][:160]
+    return _short(exc, 160)
+
+
 def _short(exc: BaseException, limit: int = 200) -> str:
     text = str(exc)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _session() -> requests.Session:
+    s = requests.Session()
+    s.max_redirects = MAX_REDIRECTS
+    return s
 
 
 class Poller:
@@ -140,7 +197,7 @@ class Poller:
         self.interval = float(interval)
         self.on_result = on_result
         self.clock = clock
-        self._sessions = {t.name: requests.Session() for t in targets}
+        self._sessions = {t.name: _session() for t in targets}
         self._executor = ThreadPoolExecutor(max_workers=max(1, min(64, len(targets))),
                                             thread_name_prefix="specwatch-poll")
         self._inflight: dict[str, Future[PollResult]] = {}

@@ -4,6 +4,9 @@
 and is what tests and later features build on: ``app.pipeline.add_target_hook(...)``,
 ``app.collector.add_family_builder(...)``, ``app.web.routes["/path"] = handler`` (before
 ``start()``).
+
+Signals: SIGTERM/SIGINT stop; SIGHUP re-reads the ``--web-config`` file (certificates, users)
+without dropping scrapes in flight; a bad new file keeps the old config and logs an error.
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-from specwatch import __version__, config, derive, model_live
+from specwatch import __version__, config, derive, model_live, redact
 from specwatch.collector import SpecwatchCollector
 from specwatch.pipeline import Pipeline
 from specwatch.poller import Poller, PollTarget
-from specwatch.web import Request, Response, WebServer, only_get
+from specwatch.snapshot import Snapshot
+from specwatch.web import REJECT_REASONS, Request, Response, ServerLimits, WebServer, only_get
 
 log = logging.getLogger("specwatch.serve")
 
@@ -38,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--poll-interval", type=float, metavar="SECONDS",
                         help=f"seconds between polls of each target "
                              f"(default {config.DEFAULT_POLL_INTERVAL:g})")
+    parser.add_argument("--web-config", metavar="FILE",
+                        help="exporter-toolkit web config: TLS, client certificates, basic "
+                             "auth (re-read on SIGHUP)")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
 
@@ -51,9 +59,11 @@ class ServeApp:
                                    min_drafts_per_sample=cfg.min_drafts_per_sample,
                                    min_bimodality_samples=cfg.min_bimodality_samples)
         self.pipeline = Pipeline([(t.name, t.engine) for t in cfg.targets], dcfg,
-                                 cfg.poll_interval)
+                                 cfg.poll_interval,
+                                 max_series={t.name: t.max_series for t in cfg.targets})
         self.poller = Poller(
-            [PollTarget(t.name, t.url, t.timeout, t.max_body_bytes, t.headers, t.basic_auth)
+            [PollTarget(t.name, t.url, t.timeout, t.max_body_bytes, t.headers, t.basic_auth,
+                        verify=t.tls_verify, cert=t.tls_client_cert)
              for t in cfg.targets],
             cfg.poll_interval, self.pipeline.apply, clock=clock)
         self.collector = SpecwatchCollector(lambda: self.pipeline.snapshot)
@@ -65,8 +75,39 @@ class ServeApp:
             "/metrics": only_get(self.metrics_handler),
             "/healthz": only_get(lambda _req: Response(200, b"ok\n")),
             "/": only_get(self.landing_handler),
-        })
+        }, web_config_file=cfg.web_config, limits=server_limits(cfg))
         self.model = model_live.install(self)
+        self.collector.add_family_builder(self.exporter_families)
+
+    def exporter_families(self, _snap: Snapshot) -> list[Metric]:
+        """The exporter's own limits and HTTP server: what it refused and dropped."""
+        st = self.web.stats()
+        rejected = CounterMetricFamily(
+            "specwatch_http_requests_rejected",
+            "Requests and connections the HTTP server refused, by reason (in_flight_limit:"
+            " 503; connection_limit; timeout: request not received or not answered in time;"
+            " tls_handshake; unauthorized: 401; rate_limited: 429).", labels=["reason"])
+        for reason in REJECT_REASONS:
+            rejected.add_metric([reason], float(st.rejected.get(reason, 0)))
+        in_flight = GaugeMetricFamily("specwatch_http_requests_in_flight",
+                                      "Requests being handled (this scrape included).",
+                                      value=float(st.in_flight))
+        targets_dropped = GaugeMetricFamily(
+            "specwatch_targets_dropped",
+            "Configured targets not polled because global.max_targets was reached.",
+            value=float(len(self.cfg.dropped_targets)))
+        fams: list[Metric] = [rejected, in_flight, targets_dropped]
+        if self.web.web_config_file:
+            ok = GaugeMetricFamily("specwatch_web_config_last_reload_successful",
+                                   "1 when the last load of the web config file succeeded.",
+                                   value=1.0 if st.web_config_reload_success else 0.0)
+            fams.append(ok)
+            if st.web_config_reload_timestamp is not None:
+                fams.append(GaugeMetricFamily(
+                    "specwatch_web_config_last_reload_success_timestamp_seconds",
+                    "Unix time of the last successful load of the web config file.",
+                    value=st.web_config_reload_timestamp))
+        return fams
 
     def metrics_handler(self, req: Request) -> Response:
         encoder, content_type = choose_encoder(req.headers.get("accept"))
@@ -93,27 +134,62 @@ class ServeApp:
         self.web.stop()
         self.poller.stop(timeout=10)
 
+    def reload(self) -> bool:
+        """Re-read the web config (SIGHUP). False, with the old config kept, on error."""
+        return self.web.reload_web_config()
+
+
+def server_limits(cfg: config.ServeConfig) -> ServerLimits:
+    """ServerLimits from ``global.http_server`` (defaults for what is not set)."""
+    h = cfg.http_server
+    d = ServerLimits()
+    return ServerLimits(
+        max_requests_in_flight=h.get("max_requests_in_flight", d.max_requests_in_flight),
+        max_connections=h.get("max_connections", d.max_connections),
+        request_timeout=h.get("request_timeout", d.request_timeout),
+        idle_timeout=h.get("idle_timeout", d.idle_timeout),
+        handshake_timeout=h.get("tls_handshake_timeout", d.handshake_timeout))
+
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cfg = config.build_config(args.config, args.target, args.listen, args.poll_interval)
+    redact.install()
+    cfg = config.build_config(args.config, args.target, args.listen, args.poll_interval,
+                              web_config=args.web_config)
+    if cfg.dropped_targets:
+        log.error("global.max_targets is %d: not polling %d target(s): %s", cfg.max_targets,
+                  len(cfg.dropped_targets), ", ".join(cfg.dropped_targets[:20]))
+    insecure = [t.name for t in cfg.targets if t.tls_verify is False]
+    if insecure:
+        import urllib3
+
+        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        log.warning("TLS certificates of target(s) %s are NOT verified "
+                    "(tls.insecure_skip_verify)", ", ".join(insecure))
     app = ServeApp(cfg)
     stop = threading.Event()
+    reload_requested = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
         stop.set()
 
+    def on_hup(_signum: int, _frame: object) -> None:
+        reload_requested.set()  # reloaded by the main loop, not inside the signal handler
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hup)
     app.start()
     host, port = app.web.address
-    log.info("specwatch %s serving on http://%s:%d/metrics, polling %d target(s) every %gs",
-             __version__, host, port, len(cfg.targets), cfg.poll_interval)
+    log.info("specwatch %s serving on %s://%s:%d/metrics, polling %d target(s) every %gs",
+             __version__, app.web.scheme, host, port, len(cfg.targets), cfg.poll_interval)
     try:
-        while not stop.wait(1.0):
-            pass
+        while not stop.wait(0.2):
+            if reload_requested.is_set():
+                reload_requested.clear()
+                app.reload()
     finally:
         app.stop()
     return 0

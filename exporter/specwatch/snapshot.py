@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: The reasons a poll fails, exposed as ``specwatch_target_poll_errors_total{reason}``.
-POLL_ERROR_REASONS: tuple[str, ...] = ("timeout", "connection", "http_status", "parse",
-                                       "too_large")
+POLL_ERROR_REASONS: tuple[str, ...] = ("timeout", "connection", "tls", "http_status",
+                                       "parse", "too_large")
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,8 @@ class TargetSnapshot:
     errors_total: Mapping[str, int] = field(
         default_factory=lambda: dict.fromkeys(POLL_ERROR_REASONS, 0))
     counter_resets_total: int = 0
+    #: Source series dropped by the target's ``max_series`` cap, over the exporter's life.
+    series_dropped_total: int = 0
     last_success_timestamp: float | None = None
     last_error: str | None = None
     engine: str = "unknown"

@@ -1,22 +1,56 @@
 """The exporter's HTTP server behind a small, stable interface.
 
 ``WebServer(listen, routes)`` where ``routes`` maps a path to ``handler(Request) -> Response``.
-Handlers see plain data objects, not the http.server machinery, so the transport can later be
-hardened (TLS, basic auth, a concurrency cap, read timeouts: the reliability issue) or
-replaced without touching any handler, and new routes (the controller's Alertmanager receiver,
-``POST``) are one more dict entry. A handler that raises gives a 500 for that request only.
+Handlers see plain data objects, not the http.server machinery, so new routes (the
+controller's Alertmanager receiver, ``POST``) are one more dict entry and every route gets
+the same protection. A handler that raises gives a 500 for that request only.
+
+What the transport guarantees for every endpoint (anchors-reliability §1.2, §2.1, §3, §7):
+
+* **Slowloris-safe deadlines.** A new connection must send its request within
+  ``request_timeout``; from the first byte of a request, reading it, running the handler and
+  writing the response all share one deadline of ``request_timeout``. A keep-alive connection
+  may idle ``idle_timeout`` between requests. ``http.server`` only has per-``recv`` socket
+  timeouts (one byte every few seconds would hold a thread forever), so reads and writes go
+  through small deadline-enforcing socket adapters; parsing stays ``http.server``'s.
+* **A cap on concurrent requests** (``max_requests_in_flight``, 40 like node_exporter's
+  ``--web.max-requests``): above it a request gets ``503`` at once. A handler that overruns
+  the deadline also gets ``503`` and keeps its slot until it returns (client_golang's
+  ``Timeout`` / ``MaxRequestsInFlight``).
+* **A cap on open connections** (``max_connections``): one thread serves one connection, so
+  this bounds threads; above it new connections are closed at once.
+* **TLS handshakes off the accept loop, under a deadline.** The listening socket is plain
+  TCP; each accepted socket is wrapped and its handshake driven non-blocking in the
+  connection's own thread with a total ``handshake_timeout``. prometheus_client wraps the
+  *listening* socket, so one client that never sends a ClientHello stalls every HTTPS scrape.
+* **Web config** (:mod:`specwatch.webconfig`): TLS, client certificates, basic auth, security
+  headers, rate limit (429). :meth:`WebServer.reload_web_config` swaps it atomically (SIGHUP):
+  requests in flight finish under the config they started with, new connections and requests
+  use the new one, and a bad new file keeps the old config.
+
+Counters of what was refused (``specwatch_http_requests_rejected_total{reason}``) are in
+:meth:`WebServer.stats`.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import gzip
+import io
 import logging
+import math
+import selectors
+import socket
+import ssl
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
+from specwatch import webconfig
 from specwatch.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -24,16 +58,26 @@ log = logging.getLogger(__name__)
 #: Largest request body a handler may receive (the Alertmanager webhook is a few kB).
 MAX_REQUEST_BODY = 1024 * 1024
 
+#: Reasons in ``specwatch_http_requests_rejected_total{reason}``.
+REJECT_REASONS: tuple[str, ...] = ("in_flight_limit", "connection_limit", "timeout",
+                                   "tls_handshake", "unauthorized", "rate_limited")
+
 
 @dataclass(frozen=True)
 class Request:
-    """One HTTP request as a handler sees it (header names lower-case)."""
+    """One HTTP request as a handler sees it (header names lower-case).
+
+    ``user`` is the basic-auth user when the web config requires one, ``remote`` the peer's
+    ``host:port``.
+    """
 
     method: str
     path: str
     query: Mapping[str, list[str]]
     headers: Mapping[str, str]
     body: bytes = b""
+    remote: str = ""
+    user: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +91,29 @@ class Response:
 Handler = Callable[[Request], Response]
 
 
+@dataclass(frozen=True)
+class ServerLimits:
+    """Bounds of the HTTP server (config ``global.http_server``)."""
+
+    max_requests_in_flight: int = 40
+    max_connections: int = 512
+    request_timeout: float = 10.0
+    idle_timeout: float = 60.0
+    handshake_timeout: float = 5.0
+
+
+@dataclass(frozen=True)
+class WebStats:
+    """Counters and gauges of the HTTP server at one instant."""
+
+    rejected: Mapping[str, int]
+    in_flight: int
+    connections: int
+    tls: bool
+    web_config_reload_success: bool
+    web_config_reload_timestamp: float | None
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:10440`` for IPv6, ``:10440`` for all interfaces)."""
     host, sep, port = listen.rpartition(":")
@@ -56,49 +123,198 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class _Deadline:
+    """The deadline shared by a connection's reader and writer.
 
-    def __init__(self, addr: tuple[str, int], routes: Mapping[str, Handler]) -> None:
-        import socket
+    ``waiting`` is True while the connection waits for the first byte of a request; the first
+    byte starts the request's own deadline.
+    """
 
-        if ":" in addr[0]:
-            self.address_family = socket.AF_INET6
-        self.routes = routes
-        super().__init__(addr, _RequestHandler)
+    def __init__(self) -> None:
+        self.at = math.inf
+        self.waiting = True
+        self.request_timeout = 10.0
+
+    def left(self) -> float:
+        return self.at - time.monotonic()
+
+
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, sock: socket.socket, deadline: _Deadline,
+                 on_timeout: Callable[[bool], None]) -> None:
+        self._sock = sock
+        self._d = deadline
+        self._on_timeout = on_timeout
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        left = self._d.left()
+        if left <= 0:
+            self._on_timeout(self._d.waiting)
+            raise TimeoutError("request deadline exceeded")
+        self._sock.settimeout(left)
+        try:
+            n = self._sock.recv_into(b)
+        except TimeoutError:
+            self._on_timeout(self._d.waiting)
+            raise
+        if n and self._d.waiting:
+            self._d.waiting = False
+            self._d.at = time.monotonic() + self._d.request_timeout
+        return n
+
+
+class _DeadlineWriter(io.RawIOBase):
+    """Unbuffered writer: every write completes before the deadline or raises."""
+
+    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
+        self._sock = sock
+        self._d = deadline
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(data).cast("B")
+        sent = 0
+        while sent < len(view):
+            left = self._d.left()
+            if left <= 0:
+                raise TimeoutError("response deadline exceeded")
+            self._sock.settimeout(left)
+            sent += self._sock.send(view[sent:sent + 65536])
+        return sent
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.rejected = dict.fromkeys(REJECT_REASONS, 0)
+        self.in_flight = 0
+        self.connections = 0
+
+    def reject(self, reason: str) -> None:
+        with self.lock:
+            self.rejected[reason] += 1
 
 
 class _RequestHandler(BaseHTTPRequestHandler):
-    server: _Server
+    """http.server's parser over deadline-enforcing socket adapters."""
+
+    server: WebServer  # type: ignore[assignment]
     protocol_version = "HTTP/1.1"
     server_version = "specwatch"
+    sys_version = ""
+
+    def __init__(self, sock: socket.socket, addr: tuple, server: WebServer,
+                 deadline: _Deadline) -> None:
+        self._deadline = deadline
+        super().__init__(sock, addr, server)  # type: ignore[arg-type]
+
+    def setup(self) -> None:
+        self.connection = self.request
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        self.rfile = io.BufferedReader(
+            _DeadlineReader(self.connection, self._deadline, self._timed_out), 65536)
+        self.wfile = _DeadlineWriter(self.connection, self._deadline)
+        self._first = True
+
+    def _timed_out(self, waiting: bool) -> None:
+        # A keep-alive connection idling between requests is normal; a request that does
+        # not arrive (or not completely) within its deadline is a refusal worth counting.
+        if not waiting or self._first:
+            self.server._stats.reject("timeout")
+
+    def handle_one_request(self) -> None:
+        d = self._deadline
+        d.waiting = True
+        d.request_timeout = self.server.limits.request_timeout
+        d.at = time.monotonic() + (self.server.limits.request_timeout if self._first
+                                   else self.server.limits.idle_timeout)
+        try:
+            super().handle_one_request()
+        except (OSError, ValueError) as exc:  # reset by peer, write timeout, closed file
+            log.debug("connection from %s ended: %s", self.address_string(), exc)
+            self.close_connection = True
+        self._first = False
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s - %s", self.address_string(), format % args)
 
     def _handle(self) -> None:
+        srv = self.server
+        cfg = srv._web_config
         parts = urlsplit(self.path)
-        handler = self.server.routes.get(parts.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_REQUEST_BODY:
-            self._send(Response(413, b"request body too large\n"), head=False)
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        head = self.command == "HEAD"
+        stats = srv._stats
+        with stats.lock:
+            admitted = stats.in_flight < srv.limits.max_requests_in_flight
+            if admitted:
+                stats.in_flight += 1
+        if not admitted:
+            stats.reject("in_flight_limit")
+            self._refuse(Response(503, b"too many requests in flight, retry later\n",
+                                  headers={"Retry-After": "1"}), cfg, head)
             return
-        body = self.rfile.read(length) if length > 0 else b""
-        if handler is None:
-            self._send(Response(404, b"not found\n"), head=self.command == "HEAD")
-            return
-        req = Request(method=self.command, path=parts.path, query=parse_qs(parts.query),
-                      headers={k.lower(): v for k, v in self.headers.items()}, body=body)
+        handed_over = False
         try:
-            resp = handler(req)
-        except Exception:
-            log.exception("handler for %s failed", parts.path)
-            resp = Response(500, b"internal error\n")
-        self._send(resp, head=self.command == "HEAD",
-                   gzip_ok="gzip" in req.headers.get("accept-encoding", ""))
+            limiter = srv._limiter
+            if limiter is not None and not limiter.allow():
+                stats.reject("rate_limited")
+                self._refuse(Response(429, b"rate limit exceeded\n"), cfg, head)
+                return
+            user = None
+            if cfg.auth is not None:
+                user = cfg.auth.check_header(headers.get("authorization"))
+                if user is None:
+                    stats.reject("unauthorized")
+                    self._refuse(Response(401, b"unauthorized\n", headers={
+                        "WWW-Authenticate": 'Basic realm="specwatch", charset="UTF-8"'}),
+                        cfg, head)
+                    return
+            try:
+                length = int(headers.get("content-length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0 or length > MAX_REQUEST_BODY:
+                self._refuse(Response(413 if length > 0 else 400,
+                                      b"bad or too large request body\n"), cfg, head)
+                return
+            body = self.rfile.read(length) if length > 0 else b""
+            handler = srv.routes.get(parts.path)
+            if handler is None:
+                self._send(Response(404, b"not found\n"), cfg, head)
+                return
+            req = Request(method=self.command, path=parts.path, query=parse_qs(parts.query),
+                          headers=headers, body=body,
+                          remote=f"{self.client_address[0]}:{self.client_address[1]}",
+                          user=user)
+            fut = srv._executor.submit(_run_handler, handler, req)
+            fut.add_done_callback(lambda _f: srv._release_slot())
+            handed_over = True
+            try:
+                resp = fut.result(timeout=max(0.0, self._deadline.left()))
+            except concurrent.futures.TimeoutError:
+                stats.reject("timeout")
+                log.warning("handler for %s did not finish within %gs", parts.path,
+                            srv.limits.request_timeout)
+                self._refuse(Response(503, b"request timed out\n"), cfg, head)
+                return
+            self._send(resp, cfg, head, gzip_ok="gzip" in headers.get("accept-encoding", ""))
+        finally:
+            if not handed_over:
+                srv._release_slot()
 
-    def _send(self, resp: Response, head: bool, gzip_ok: bool = False) -> None:
+    def _refuse(self, resp: Response, cfg: webconfig.WebConfig, head: bool) -> None:
+        self.close_connection = True
+        self._send(resp, cfg, head, close=True)
+
+    def _send(self, resp: Response, cfg: webconfig.WebConfig, head: bool,
+              gzip_ok: bool = False, close: bool = False) -> None:
         body = resp.body
         headers = dict(resp.headers)
         if gzip_ok and len(body) > 1024 and resp.status == 200:
@@ -107,13 +323,23 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.send_response(resp.status)
         self.send_header("Content-Type", resp.content_type)
         self.send_header("Content-Length", str(len(body)))
-        for k, v in headers.items():
+        for k, v in {**cfg.headers, **headers}.items():
             self.send_header(k, v)
+        if close:
+            self.send_header("Connection", "close")
         self.end_headers()
         if not head:
             self.wfile.write(body)
 
     do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _handle  # noqa: N815
+
+
+def _run_handler(handler: Handler, req: Request) -> Response:
+    try:
+        return handler(req)
+    except Exception:
+        log.exception("handler for %s failed", req.path)
+        return Response(500, b"internal error\n")
 
 
 def only_get(handler: Handler) -> Handler:
@@ -128,33 +354,224 @@ def only_get(handler: Handler) -> Handler:
 
 
 class WebServer:
-    """A threaded HTTP server with a route table; ``address`` is the bound (host, port)."""
+    """A hardened threaded HTTP(S) server with a route table.
 
-    def __init__(self, listen: str, routes: Mapping[str, Handler]) -> None:
+    ``address`` is the bound (host, port) once started. ``web_config_file`` is an
+    exporter-toolkit web config (TLS, basic auth...); ``limits`` the timeouts and caps.
+    ``routes`` may be extended until :meth:`start` (and is read per request).
+    """
+
+    def __init__(self, listen: str, routes: Mapping[str, Handler],
+                 web_config_file: str | None = None,
+                 limits: ServerLimits | None = None) -> None:
         self.listen = listen
         self.routes: dict[str, Handler] = dict(routes)
-        self._server: _Server | None = None
+        self.web_config_file = web_config_file
+        self.limits = limits or ServerLimits()
+        self._web_config = webconfig.WebConfig()
+        self._limiter: webconfig.RateLimiter | None = None
+        self._stats = _Stats()
+        self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.limits.max_requests_in_flight, thread_name_prefix="specwatch-h")
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        self._reload_ok = True
+        self._reload_ts: float | None = None
 
-    def start(self) -> None:
-        host, port = parse_listen(self.listen)
+    # -- web config ------------------------------------------------------------------------
+    def _apply(self, cfg: webconfig.WebConfig) -> None:
+        self._limiter = webconfig.RateLimiter(*cfg.rate_limit) if cfg.rate_limit else None
+        self._web_config = cfg
+
+    def reload_web_config(self) -> bool:
+        """Re-read the web config file; on any error keep the current one (and say so)."""
+        if not self.web_config_file:
+            return True
         try:
-            self._server = _Server((host, port), self.routes)
+            cfg = webconfig.load(self.web_config_file)
+        except ConfigError as exc:
+            log.error("web config reload failed, keeping the previous one: %s", exc)
+            self._reload_ok = False
+            return False
+        self._apply(cfg)
+        self._reload_ok = True
+        self._reload_ts = time.time()
+        log.info("web config reloaded from %s (TLS %s, basic auth %s)", self.web_config_file,
+                 "on" if cfg.tls else "off", "on" if cfg.auth else "off")
+        return True
+
+    @property
+    def web_config(self) -> webconfig.WebConfig:
+        return self._web_config
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Load the web config (ConfigError when bad), bind, start accepting."""
+        if self.web_config_file:
+            self._apply(webconfig.load(self.web_config_file))
+            self._reload_ts = time.time()
+        host, port = parse_listen(self.listen)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            self._sock = socket.create_server((host, port), family=family, backlog=128)
         except OSError as exc:
-            raise ConfigError(f"--listen {self.listen}: cannot bind: {exc.strerror}") from exc
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.2},
-                                        name="specwatch-http", daemon=True)
+            raise ConfigError(f"--listen {self.listen}: cannot bind: "
+                              f"{exc.strerror or exc}") from exc
+        self._sock.settimeout(0.2)
+        self._thread = threading.Thread(target=self._accept_loop, name="specwatch-http",
+                                        daemon=True)
         self._thread.start()
 
     @property
     def address(self) -> tuple[str, int]:
-        assert self._server is not None, "start() first"
-        host, port = self._server.server_address[:2]
+        assert self._sock is not None, "start() first"
+        host, port = self._sock.getsockname()[:2]
         return str(host), int(port)
 
+    @property
+    def scheme(self) -> str:
+        return "https" if self._web_config.tls else "http"
+
+    def stats(self) -> WebStats:
+        s = self._stats
+        with s.lock:
+            return WebStats(rejected=dict(s.rejected), in_flight=s.in_flight,
+                            connections=s.connections, tls=self._web_config.tls is not None,
+                            web_config_reload_success=self._reload_ok,
+                            web_config_reload_timestamp=self._reload_ts)
+
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        """Stop accepting, close open connections, let running handlers finish."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        with self._conns_lock:
+            conns = list(self._conns)
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- internals -------------------------------------------------------------------------
+    def _release_slot(self) -> None:
+        with self._stats.lock:
+            self._stats.in_flight -= 1
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        while not self._stop.is_set():
+            try:
+                conn, addr = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                if self._stop.is_set():
+                    return
+                log.warning("accept failed: %s", exc)
+                time.sleep(0.05)  # e.g. EMFILE: do not spin
+                continue
+            s = self._stats
+            with s.lock:
+                admitted = s.connections < self.limits.max_connections
+                if admitted:
+                    s.connections += 1
+            if not admitted:
+                s.reject("connection_limit")
+                with contextlib.suppress(OSError):
+                    conn.close()
+                continue
+            try:
+                threading.Thread(target=self._serve_connection, args=(conn, addr),
+                                 name="specwatch-conn", daemon=True).start()
+            except RuntimeError:  # cannot start a thread: shed this connection
+                with s.lock:
+                    s.connections -= 1
+                conn.close()
+
+    def _serve_connection(self, conn: socket.socket, addr: tuple) -> None:
+        cfg = self._web_config  # one config for the whole connection's TLS setup
+        sock: socket.socket = conn
+        with self._conns_lock:
+            self._conns.add(conn)
+        try:
+            if cfg.tls is not None:
+                tls = _handshake(conn, cfg.tls, self.limits.handshake_timeout)
+                if tls is None:
+                    self._stats.reject("tls_handshake")
+                    return
+                sock = tls  # the TLS socket now owns the file descriptor
+                with self._conns_lock:
+                    self._conns.discard(conn)
+                    self._conns.add(sock)
+            _RequestHandler(sock, addr, self, _Deadline())
+        except Exception as exc:  # one broken connection never escapes its thread
+            log.debug("connection from %s failed: %s", addr, exc)
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
+            with self._conns_lock:
+                self._conns.discard(sock)
+                self._conns.discard(conn)
+            with self._stats.lock:
+                self._stats.connections -= 1
+
+
+def _handshake(conn: socket.socket, tls: webconfig.TLSServer,
+               timeout: float) -> ssl.SSLSocket | None:
+    """A server-side TLS handshake with a total deadline; None (socket closed) when it fails
+    or overruns."""
+    deadline = time.monotonic() + timeout
+    try:
+        conn.setblocking(False)
+        s = tls.context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
+    except (OSError, ValueError) as exc:
+        log.debug("TLS setup failed: %s", exc)
+        with contextlib.suppress(OSError):
+            conn.close()
+        return None
+    try:
+        return _drive_handshake(s, tls, timeout, deadline)
+    finally:
+        if s.fileno() != -1 and s.gettimeout() == 0.0:  # failed: still non-blocking
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def _drive_handshake(s: ssl.SSLSocket, tls: webconfig.TLSServer, timeout: float,
+                     deadline: float) -> ssl.SSLSocket | None:
+    with selectors.DefaultSelector() as sel:
+        while True:
+            try:
+                s.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                events = selectors.EVENT_READ
+            except ssl.SSLWantWriteError:
+                events = selectors.EVENT_WRITE
+            except (OSError, ValueError) as exc:  # bad certificate, plain HTTP, reset...
+                log.debug("TLS handshake failed: %s", exc)
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.debug("TLS handshake did not finish within %gs", timeout)
+                return None
+            sel.register(s, events)
+            ready = sel.select(left)
+            sel.unregister(s)
+            if not ready and deadline - time.monotonic() <= 0:
+                log.debug("TLS handshake did not finish within %gs", timeout)
+                return None
+    if tls.allowed_sans is not None:
+        sans = webconfig.peer_sans(s.getpeercert())
+        if not any(v in tls.allowed_sans for v in sans):
+            log.debug("client certificate SANs %s not in client_allowed_sans", sans)
+            return None
+    s.setblocking(True)
+    return s
