@@ -25,7 +25,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from specwatch import derive
-from specwatch.snapshot import POLL_ERROR_REASONS, Snapshot
+from specwatch.snapshot import POLL_ERROR_REASONS, SERIES_DROP_REASONS, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +121,11 @@ def health_families(snap: Snapshot) -> Iterator[Metric]:
                                  " restarted (server, engine or adapter restart).",
                                  labels=["target"])
     dropped = CounterMetricFamily("specwatch_target_series_dropped",
-                                  "Source series dropped by the target's max_series cap (whole"
-                                  " models are dropped so that published values stay exact).",
-                                  labels=["target"])
+                                  "Source series not used, by reason: max_series (the target's"
+                                  " cap), invalid (a model skipped for a page with a NaN,"
+                                  " negative or conflicting counter). Whole models are dropped"
+                                  " so that published values stay exact.",
+                                  labels=["target", "reason"])
     last = GaugeMetricFamily("specwatch_target_last_success_timestamp_seconds",
                              "Unix time of the last successful poll of the target.",
                              labels=["target"])
@@ -134,7 +136,8 @@ def health_families(snap: Snapshot) -> Iterator[Metric]:
         for reason in POLL_ERROR_REASONS:
             errors.add_metric([name, reason], float(t.errors_total.get(reason, 0)))
         resets.add_metric([name], float(t.counter_resets_total))
-        dropped.add_metric([name], float(t.series_dropped_total))
+        for reason in SERIES_DROP_REASONS:
+            dropped.add_metric([name, reason], float(t.series_dropped_total.get(reason, 0)))
         if t.last_success_timestamp is not None:
             last.add_metric([name], t.last_success_timestamp)
     yield from (up, duration, errors, resets, dropped, last)

@@ -59,7 +59,8 @@ class _TargetState:
     last_success: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     max_series: int = 10000
-    series_dropped: int = 0
+    series_dropped: int = 0  # by the max_series cap
+    series_invalid: int = 0  # models skipped for an invalid counter (NaN, negative, clash)
     last_reason: str | None = None  # reason of the failure being reported, None when up
 
 
@@ -140,13 +141,20 @@ class Pipeline:
             name=state.name, up=False, timestamp=result.finished,
             poll_duration_seconds=result.duration_seconds, errors_total=dict(state.errors),
             counter_resets_total=state.history.resets_total,
-            series_dropped_total=state.series_dropped,
+            series_dropped_total={"max_series": state.series_dropped,
+                                  "invalid": state.series_invalid},
             last_success_timestamp=state.last_success, last_error=f"{reason}: {message}",
             engine=state.history.engine)
 
     def _derive(self, state: _TargetState, page: sources.ParsedPage, result: PollResult
                 ) -> TargetSnapshot:
         hist = state.history
+        if page.invalid_series:
+            if state.series_invalid == 0:
+                log.warning("target %s: skipping model(s) %s on this page: a counter is NaN, "
+                            "infinite, negative or listed twice with different values",
+                            state.name, ", ".join(page.invalid_models)[:200])
+            state.series_invalid += page.invalid_series
         page, dropped = limits.cap_series(page, state.max_series,
                                           keep_first=hist.present_models)
         if dropped:
@@ -168,5 +176,7 @@ class Pipeline:
         return TargetSnapshot(
             name=state.name, up=True, timestamp=result.finished,
             poll_duration_seconds=result.duration_seconds, errors_total=dict(state.errors),
-            counter_resets_total=hist.resets_total, series_dropped_total=state.series_dropped,
+            counter_resets_total=hist.resets_total,
+            series_dropped_total={"max_series": state.series_dropped,
+                                  "invalid": state.series_invalid},
             last_success_timestamp=result.finished, engine=page.engine, models=models)

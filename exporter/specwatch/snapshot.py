@@ -28,6 +28,10 @@ from typing import Any
 #: The reasons a poll fails, exposed as ``specwatch_target_poll_errors_total{reason}``.
 POLL_ERROR_REASONS: tuple[str, ...] = ("timeout", "connection", "tls", "http_status",
                                        "parse", "too_large")
+#: Why source series were dropped, ``specwatch_target_series_dropped_total{reason}``:
+#: ``max_series`` (the target's cap; whole models beyond it) and ``invalid`` (a model skipped
+#: for one page because a counter was NaN, infinite, negative or listed twice).
+SERIES_DROP_REASONS: tuple[str, ...] = ("max_series", "invalid")
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,9 @@ class TargetSnapshot:
     errors_total: Mapping[str, int] = field(
         default_factory=lambda: dict.fromkeys(POLL_ERROR_REASONS, 0))
     counter_resets_total: int = 0
-    #: Source series dropped by the target's ``max_series`` cap, over the exporter's life.
-    series_dropped_total: int = 0
+    #: Source series dropped over the exporter's life, by reason (SERIES_DROP_REASONS).
+    series_dropped_total: Mapping[str, int] = field(
+        default_factory=lambda: dict.fromkeys(SERIES_DROP_REASONS, 0))
     last_success_timestamp: float | None = None
     last_error: str | None = None
     engine: str = "unknown"

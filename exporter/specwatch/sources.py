@@ -153,6 +153,10 @@ class ParsedPage:
     gauges: Mapping[tuple[str, str], float] = field(default_factory=dict)
     configured_k: Mapping[str, int] = field(default_factory=dict)
     process_start_time: float | None = None
+    #: Series dropped because their model had an invalid counter on this page.
+    invalid_series: int = 0
+    #: Models skipped on this page because of an invalid counter (sorted).
+    invalid_models: tuple[str, ...] = ()
 
     @property
     def models(self) -> frozenset[str]:
@@ -170,8 +174,14 @@ def parse_page(text: str, engine: str = "auto") -> ParsedPage:
     """Parse a `/metrics` body into canonical signals.
 
     ``engine`` restricts the names considered ("vllm", "sglang") or accepts both ("auto";
-    the prefixes never collide). Non-finite or negative counter values are dropped (a
-    counter cannot be NaN or negative; keeping them would poison every window).
+    the prefixes never collide).
+
+    A counter that is NaN, infinite or negative, or a counter series listed twice with
+    different values, makes its *whole model* invalid for this page: the model is left out
+    (as if it had vanished) and its series are counted in ``invalid_series``. Dropping only
+    the bad series would publish a ratio of sums missing one term (e.g. one engine's
+    accepted tokens but all engines' draft tokens); leaving the model out for one poll
+    publishes nothing wrong, and its counters catch up at the next good page.
     Raises :class:`PageParseError` when prometheus_client's parser rejects the text.
     """
     if engine not in ENGINE_KINDS:
@@ -190,6 +200,8 @@ def parse_page(text: str, engine: str = "auto") -> ParsedPage:
     positions: dict[str, set[str]] = {}
     process_start: float | None = None
     seen_prefixes: set[str] = set()
+    invalid_models: set[str] = set()
+    invalid_hits = 0
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -207,10 +219,13 @@ def parse_page(text: str, engine: str = "auto") -> ParsedPage:
                     (k, v) for k, v in labels.items() if k != "model_name"))
                 value = sample.value
                 if name in counter_names:
-                    if not math.isfinite(value) or value < 0:
-                        continue
                     sig = counter_names[name]
-                    counters[(model, sig, identity)] = value
+                    key = (model, sig, identity)
+                    if not math.isfinite(value) or value < 0 or counters.get(key, value) != value:
+                        invalid_models.add(model)
+                        invalid_hits += 1
+                        continue
+                    counters[key] = value
                     if sig == ACCEPTED_PER_POSITION and "position" in labels:
                         positions.setdefault(model, set()).add(labels["position"])
                 elif name in created_names:
@@ -221,6 +236,17 @@ def parse_page(text: str, engine: str = "auto") -> ParsedPage:
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
         raise PageParseError(f"not a Prometheus text exposition: {exc}") from exc
 
+    invalid_series = 0
+    if invalid_models:
+        before = len(counters) + len(created) + len(gauge_series)
+        counters = {k: v for k, v in counters.items() if k[0] not in invalid_models}
+        created = {k: v for k, v in created.items() if k[0] not in invalid_models}
+        gauge_series = {k: v for k, v in gauge_series.items() if k[0] not in invalid_models}
+        for m in invalid_models:
+            positions.pop(m, None)
+        # Every series of an invalid model is dropped, the invalid ones included.
+        invalid_series = invalid_hits + before - len(counters) - len(created) \
+            - len(gauge_series)
     gauges: dict[tuple[str, str], float] = {}
     for (model, sig, identity), value in gauge_series.items():
         ident = dict(identity)
@@ -247,7 +273,8 @@ def parse_page(text: str, engine: str = "auto") -> ParsedPage:
     else:
         kind = "unknown"
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
-                      configured_k=configured_k, process_start_time=process_start)
+                      configured_k=configured_k, process_start_time=process_start,
+                      invalid_series=invalid_series, invalid_models=tuple(sorted(invalid_models)))
 
 
 def source_metric_names(engine: str = "auto") -> frozenset[str]:

@@ -1,0 +1,56 @@
+"""Suite-wide checks.
+
+``no_secret_in_logs``: every log record emitted during every test (any logger, DEBUG and
+up, exception tracebacks included) is checked for the suite's known secrets
+(:mod:`helpers.testsecrets`); a test that logs one fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from helpers import testsecrets
+
+
+class _SecretSpotter(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.hits: list[str] = []
+        self._guard = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self._guard, "busy", False):
+            return
+        self._guard.busy = True
+        try:
+            try:
+                text = record.getMessage()
+            except Exception:  # a bad format string is not our concern here
+                text = str(record.msg)
+            if record.exc_info:
+                text += logging.Formatter().formatException(record.exc_info)
+            if record.exc_text:
+                text += record.exc_text
+            for secret in testsecrets.ALL:
+                if secret in text:
+                    self.hits.append(f"{record.name}:{record.levelname}: {text[:300]}")
+        finally:
+            self._guard.busy = False
+
+
+@pytest.fixture(autouse=True)
+def no_secret_in_logs():
+    """Fail the test when any log record contains a known test secret."""
+    spotter = _SecretSpotter()
+    root = logging.getLogger()
+    old_level = root.level
+    root.addHandler(spotter)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield spotter
+    finally:
+        root.removeHandler(spotter)
+        root.setLevel(old_level)
+    assert not spotter.hits, f"secret in log lines: {spotter.hits}"
