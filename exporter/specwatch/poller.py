@@ -198,6 +198,12 @@ class Poller:
         self.on_result = on_result
         self.clock = clock
         self._sessions = {t.name: _session() for t in targets}
+        if any(t.verify is False for t in targets):
+            # The operator chose insecure_skip_verify (logged once at start-up); urllib3
+            # would otherwise warn on every poll.
+            import urllib3
+
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self._executor = ThreadPoolExecutor(max_workers=max(1, min(64, len(targets))),
                                             thread_name_prefix="specwatch-poll")
         self._inflight: dict[str, Future[PollResult]] = {}

@@ -162,9 +162,6 @@ def run(args: argparse.Namespace) -> int:
                   len(cfg.dropped_targets), ", ".join(cfg.dropped_targets[:20]))
     insecure = [t.name for t in cfg.targets if t.tls_verify is False]
     if insecure:
-        import urllib3
-
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         log.warning("TLS certificates of target(s) %s are NOT verified "
                     "(tls.insecure_skip_verify)", ", ".join(insecure))
     app = ServeApp(cfg)

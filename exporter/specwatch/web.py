@@ -8,9 +8,10 @@ the same protection. A handler that raises gives a 500 for that request only.
 What the transport guarantees for every endpoint (anchors-reliability §1.2, §2.1, §3, §7):
 
 * **Slowloris-safe deadlines.** A new connection must send its request within
-  ``request_timeout``; from the first byte of a request, reading it, running the handler and
-  writing the response all share one deadline of ``request_timeout``. A keep-alive connection
-  may idle ``idle_timeout`` between requests. ``http.server`` only has per-``recv`` socket
+  ``request_timeout``; from the first byte of a request, reading it and running the handler
+  share one deadline of ``request_timeout``, and writing the response gets another (so a
+  connection is never held longer than about twice ``request_timeout`` plus
+  ``idle_timeout`` between keep-alive requests). ``http.server`` only has per-``recv`` socket
   timeouts (one byte every few seconds would hold a thread forever), so reads and writes go
   through small deadline-enforcing socket adapters; parsing stays ``http.server``'s.
 * **A cap on concurrent requests** (``max_requests_in_flight``, 40 like node_exporter's
@@ -315,6 +316,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
 
     def _send(self, resp: Response, cfg: webconfig.WebConfig, head: bool,
               gzip_ok: bool = False, close: bool = False) -> None:
+        # Writing gets its own request_timeout (Go's WriteTimeout): a handler that used the
+        # whole budget still gets its answer (or its 503) out, and a client that does not
+        # read is still cut off.
+        self._deadline.at = time.monotonic() + self.server.limits.request_timeout
         body = resp.body
         headers = dict(resp.headers)
         if gzip_ok and len(body) > 1024 and resp.status == 200:
