@@ -76,6 +76,19 @@ local row = g.panel.row;
       + ts.standardOptions.withMin(0)
       + ts.standardOptions.withMax(1);
 
+    local conditional =
+      m.timeSeries(
+        'Conditional acceptance and heterogeneity',
+        'Conditional acceptance: the share of drafts whose token at a position was accepted given the previous one was (p_i / p_(i-1)). For one homogeneous population it stays flat or falls with position; rising with position points at a mix of easy and hard traffic. Heterogeneity (0-1, from positions 0 and 1): 0 for homogeneous traffic, 1 for an all-or-nothing mixture; a lower bound when acceptance decays with position.',
+        'percentunit',
+        [
+          t('sd_position_conditional_acceptance_rate{%s}' % f.sdWindow, who + ' position {{position}}'),
+          t('sd_acceptance_heterogeneity{%s}' % f.sdWindow, who + ' heterogeneity'),
+        ],
+      )
+      + ts.standardOptions.withMin(0)
+      + ts.standardOptions.withMax(1);
+
     local hm = g.panel.heatmap;
     local samplesHeatmap =
       hm.new('Acceptance-rate distribution')
@@ -341,6 +354,7 @@ local row = g.panel.row;
         positionAcceptance,
         samplesHeatmap,
         bimodality,
+        conditional,
         row.new('Latency model: does SD pay at this load?'),
         speedupVsLoad,
         predictedSpeedup + ts.panelOptions.withGridPos(10, 12),
