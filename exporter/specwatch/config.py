@@ -22,7 +22,7 @@ import yaml
 
 from specwatch import redact
 from specwatch.errors import ConfigError
-from specwatch.sources import ENGINE_KINDS
+from specwatch.sources import ENGINE_KINDS, PARSERS
 
 DEFAULT_LISTEN = "0.0.0.0:10440"
 DEFAULT_POLL_INTERVAL = 5.0
@@ -204,6 +204,8 @@ GLOBAL_SCHEMA: dict[str, Key] = {
     "max_targets": Key(int, check=_positive_int(1), doc="targets polled (excess dropped)"),
     "max_series": Key(int, check=_positive_int(1), doc="default of targets[].max_series"),
     "http_server": Key(dict, children=HTTP_SERVER_LIMITS_SCHEMA, doc="HTTP server limits"),
+    "parser": Key(str, check=_one_of(*PARSERS),
+                  doc="fast (only the families read) | full (prometheus_client, baseline)"),
 }
 TOP_SCHEMA: dict[str, Key] = {
     "global": Key(dict, children=GLOBAL_SCHEMA),
@@ -285,6 +287,7 @@ class ServeConfig:
     count_window: int = DEFAULT_COUNT_WINDOW
     min_drafts_per_sample: float = DEFAULT_MIN_DRAFTS
     min_bimodality_samples: int = DEFAULT_MIN_BIMODALITY_SAMPLES
+    parser: str = "fast"
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
     web_config: str | None = None
     max_targets: int = DEFAULT_MAX_TARGETS
@@ -481,4 +484,4 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
         windows=windows, count_window=g.get("count_window", DEFAULT_COUNT_WINDOW),
         min_drafts_per_sample=g.get("min_drafts_per_sample", DEFAULT_MIN_DRAFTS),
         min_bimodality_samples=g.get("min_bimodality_samples", DEFAULT_MIN_BIMODALITY_SAMPLES),
-        raw=raw)
+        parser=g.get("parser", "fast"), raw=raw)

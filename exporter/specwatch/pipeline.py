@@ -69,10 +69,12 @@ class Pipeline:
 
     def __init__(self, targets: Sequence[tuple[str, str]], derive_config: derive.DeriveConfig,
                  poll_interval: float, history_retention: float | None = None,
-                 max_series: Mapping[str, int] | None = None) -> None:
+                 max_series: Mapping[str, int] | None = None, parser: str = "fast") -> None:
         """``targets``: (name, engine kind) in display order; ``max_series``: per-target cap
-        of source series (default 10000)."""
+        of source series (default 10000); ``parser``: see :func:`specwatch.sources.parse_page`
+        ("fast" or "full")."""
         self.derive_config = derive_config
+        self.parser = parser
         longest = max([s for _, s in derive_config.windows] or [0.0])
         retention = history_retention if history_retention is not None \
             else max(longest, 3600.0) + 2 * poll_interval
@@ -118,7 +120,7 @@ class Pipeline:
         page = None
         if reason is None:
             try:
-                page = sources.parse_page(result.body or "", state.engine)
+                page = sources.parse_page(result.body or "", state.engine, self.parser)
             except sources.PageParseError as exc:
                 reason, message = "parse", str(exc)
             except Exception as exc:  # a parser bug must not freeze the target's last values

@@ -60,7 +60,8 @@ class ServeApp:
                                    min_bimodality_samples=cfg.min_bimodality_samples)
         self.pipeline = Pipeline([(t.name, t.engine) for t in cfg.targets], dcfg,
                                  cfg.poll_interval,
-                                 max_series={t.name: t.max_series for t in cfg.targets})
+                                 max_series={t.name: t.max_series for t in cfg.targets},
+                                 parser=cfg.parser)
         self.poller = Poller(
             [PollTarget(t.name, t.url, t.timeout, t.max_body_bytes, t.headers, t.basic_auth,
                         verify=t.tls_verify, cert=t.tls_client_cert)

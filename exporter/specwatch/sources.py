@@ -33,12 +33,15 @@ is a histogram whose samples never match a counter name here.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from specwatch.fastparse import RawSample, SampleSelector
 
 EngineKind = Literal["vllm", "sglang", "auto"]
 ENGINE_KINDS: tuple[str, ...] = ("vllm", "sglang", "auto")
@@ -170,11 +173,63 @@ def _tables_for(engine: str) -> list[tuple[dict[str, str], dict[str, str]]]:
     return [_TABLES[engine]]
 
 
-def parse_page(text: str, engine: str = "auto") -> ParsedPage:
+#: How a page is turned into samples: "fast" (only the families read here, see
+#: :mod:`specwatch.fastparse`) or "full" (prometheus_client's parser over the whole page).
+PARSERS: tuple[str, ...] = ("fast", "full")
+PROCESS_START = "process_start_time_seconds"
+_PREFIXES = ("vllm:", "sglang:")
+
+
+@dataclass(frozen=True)
+class _Names:
+    counters: dict[str, str]
+    gauges: dict[str, str]
+    created: dict[str, str]
+    selector: SampleSelector
+
+    @property
+    def wanted(self) -> frozenset[str]:
+        return self.selector.names
+
+
+@functools.cache
+def _names(engine: str) -> _Names:
+    counter_names: dict[str, str] = {}
+    gauge_names: dict[str, str] = {}
+    for c, g in _tables_for(engine):
+        counter_names.update(c)
+        gauge_names.update(g)
+    created_names = {n: s for n, s in _COUNTER_TO_CREATED.items()
+                     if n.replace("_created", "_total") in counter_names}
+    wanted = {*counter_names, *gauge_names, *created_names, PROCESS_START}
+    return _Names(counter_names, gauge_names, created_names,
+                  SampleSelector(wanted, prefixes=_PREFIXES))
+
+
+def _full_samples(text: str, wanted: frozenset[str]) -> tuple[list[RawSample], set[str]]:
+    """Every wanted sample through prometheus_client's parser, and the prefixes seen."""
+    samples: list[RawSample] = []
+    seen: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name
+            if name.startswith("vllm:"):
+                seen.add("vllm:")
+            elif name.startswith("sglang:"):
+                seen.add("sglang:")
+            if name in wanted:
+                samples.append((name, sample.labels, sample.value))
+    return samples, seen
+
+
+def parse_page(text: str, engine: str = "auto", parser: str = "fast") -> ParsedPage:
     """Parse a `/metrics` body into canonical signals.
 
     ``engine`` restricts the names considered ("vllm", "sglang") or accepts both ("auto";
-    the prefixes never collide).
+    the prefixes never collide). ``parser`` is "fast" (parse only the families read here;
+    the same result as "full" on every page prometheus_client accepts, see
+    :mod:`specwatch.fastparse`) or "full" (prometheus_client's parser over the whole page:
+    the baseline).
 
     A counter that is NaN, infinite or negative, or a counter series listed twice with
     different values, makes its *whole model* invalid for this page: the model is left out
@@ -186,53 +241,46 @@ def parse_page(text: str, engine: str = "auto") -> ParsedPage:
     """
     if engine not in ENGINE_KINDS:
         raise ValueError(f"unknown engine kind {engine!r}")
-    counter_names: dict[str, str] = {}
-    gauge_names: dict[str, str] = {}
-    for c, g in _tables_for(engine):
-        counter_names.update(c)
-        gauge_names.update(g)
-    created_names = {n: s for n, s in _COUNTER_TO_CREATED.items()
-                     if n.replace("_created", "_total") in counter_names}
+    if parser not in PARSERS:
+        raise ValueError(f"unknown parser {parser!r}")
+    names = _names(engine)
+    counter_names, gauge_names, created_names = names.counters, names.gauges, names.created
 
     counters: dict[SeriesKey, float] = {}
     created: dict[SeriesKey, float] = {}
     gauge_series: dict[tuple[str, str, Identity], float] = {}
     positions: dict[str, set[str]] = {}
     process_start: float | None = None
-    seen_prefixes: set[str] = set()
     invalid_models: set[str] = set()
     invalid_hits = 0
     try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                name = sample.name
-                if name == "process_start_time_seconds":
-                    process_start = sample.value
+        selection = names.selector.select(text) if parser == "fast" else None
+        if selection is not None:
+            samples, seen_prefixes = selection.samples, selection.prefixes
+        else:
+            samples, seen_prefixes = _full_samples(text, names.wanted)
+        for name, labels, value in samples:
+            if name == PROCESS_START:
+                process_start = value
+                continue
+            model = labels.get("model_name", "")
+            identity: Identity = tuple(sorted(
+                (k, v) for k, v in labels.items() if k != "model_name"))
+            if name in counter_names:
+                sig = counter_names[name]
+                key = (model, sig, identity)
+                if not math.isfinite(value) or value < 0 or counters.get(key, value) != value:
+                    invalid_models.add(model)
+                    invalid_hits += 1
                     continue
-                if name.startswith("vllm:"):
-                    seen_prefixes.add("vllm")
-                elif name.startswith("sglang:"):
-                    seen_prefixes.add("sglang")
-                labels = sample.labels
-                model = labels.get("model_name", "")
-                identity: Identity = tuple(sorted(
-                    (k, v) for k, v in labels.items() if k != "model_name"))
-                value = sample.value
-                if name in counter_names:
-                    sig = counter_names[name]
-                    key = (model, sig, identity)
-                    if not math.isfinite(value) or value < 0 or counters.get(key, value) != value:
-                        invalid_models.add(model)
-                        invalid_hits += 1
-                        continue
-                    counters[key] = value
-                    if sig == ACCEPTED_PER_POSITION and "position" in labels:
-                        positions.setdefault(model, set()).add(labels["position"])
-                elif name in created_names:
-                    if math.isfinite(value):
-                        created[(model, created_names[name], identity)] = value
-                elif name in gauge_names and math.isfinite(value):
-                    gauge_series[(model, gauge_names[name], identity)] = value
+                counters[key] = value
+                if sig == ACCEPTED_PER_POSITION and "position" in labels:
+                    positions.setdefault(model, set()).add(labels["position"])
+            elif name in created_names:
+                if math.isfinite(value):
+                    created[(model, created_names[name], identity)] = value
+            elif name in gauge_names and math.isfinite(value):
+                gauge_series[(model, gauge_names[name], identity)] = value
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
         raise PageParseError(f"not a Prometheus text exposition: {exc}") from exc
 
@@ -265,9 +313,9 @@ def parse_page(text: str, engine: str = "auto") -> ParsedPage:
             configured_k[model] = int(value)
 
     sigs = {k[1] for k in counters} | {s for _, s in gauges}
-    if "sglang" in seen_prefixes and "vllm" not in seen_prefixes:
+    if "sglang:" in seen_prefixes and "vllm:" not in seen_prefixes:
         kind = "sglang"
-    elif "vllm" in seen_prefixes:
+    elif "vllm:" in seen_prefixes:
         v0 = ({EMITTED_TOKENS, V0_ACCEPTANCE_RATE, V0_EFFICIENCY} & sigs) and DRAFTS not in sigs
         kind = "vllm-v0" if v0 else "vllm"
     else:
