@@ -40,6 +40,7 @@ def canonical(page: sources.ParsedPage) -> dict[str, object]:
         "configured_k": dict(page.configured_k),
         "process_start_time": v(page.process_start_time),
         "counters_order": list(page.counters),
+        "invalid": (page.invalid_series, page.invalid_models),
     }
 
 
