@@ -1,0 +1,262 @@
+"""`specwatch simulate`: a vLLM-shaped /metrics server driven by a discrete-event simulation.
+
+The physics is `specwatch.simengine` (continuous batching, speculative decoding, queueing),
+the page is `specwatch.simstats` (vLLM 0.33's families, rendered by prometheus_client), the
+scenario is `specwatch.scenario`. This module only keeps the simulation in step with the wall
+clock and serves it:
+
+* simulated time = ``speed`` × wall time since start; a driver thread advances the
+  simulation every ``tick`` seconds under a lock that /metrics also takes, so a scrape always
+  sees one consistent instant;
+* during a scripted whole-server restart the listening socket is closed (connection refused,
+  as for a restarting vLLM) and reopened on the same port when the downtime ends; a client
+  still holding a kept-alive connection gets a 503 with ``Connection: close``;
+* ``/sim/status`` (not a vLLM route) tells tests and the demo where the scenario is: the
+  simulated time, each model's phase, its arrival rate and its acceptance truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from specwatch import __version__
+from specwatch.errors import ConfigError
+from specwatch.scenario import Scenario, load_scenario
+from specwatch.simengine import Simulation
+from specwatch.simstats import vllm_families
+from specwatch.web import Request, Response, WebServer, only_get, parse_listen
+
+log = logging.getLogger("specwatch.simulate")
+
+DEFAULT_LISTEN = "127.0.0.1:8000"  # vLLM's default port; loopback unless asked otherwise
+DEFAULT_TICK = 0.05
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                        help=f"address to serve /metrics on (default {DEFAULT_LISTEN}; "
+                             "port 0 picks a free one)")
+    parser.add_argument("--scenario", default="demo", metavar="FILE|NAME",
+                        help="scenario YAML file, or the name of a packaged scenario "
+                             "(default: demo)")
+    parser.add_argument("--speed", type=float, default=1.0, metavar="X",
+                        help="run simulated time X times faster than the wall clock; durations "
+                             "on the page are divided by X so the page stays self-consistent "
+                             "(default 1)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                        help="random seed (default: the scenario's)")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+
+
+class _SimCollector(Collector):
+    def __init__(self, server: SimulatorServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Any]:
+        return iter(self.server.families())
+
+
+class SimulatorServer:
+    """The simulation plus its HTTP endpoint, kept in step with the wall clock.
+
+    ``clock`` is injectable so tests can drive time; ``start()`` binds and starts the driver
+    thread, ``stop()`` stops both (idempotent).
+    """
+
+    def __init__(self, scenario: Scenario, listen: str = DEFAULT_LISTEN, speed: float = 1.0,
+                 seed: int | None = None, tick: float = DEFAULT_TICK,
+                 clock: Callable[[], float] = time.time) -> None:
+        if not speed > 0:
+            raise ConfigError(f"--speed: expected a positive number, got {speed}")
+        parse_listen(listen)  # fail early on a malformed address
+        self.scenario = scenario
+        self.listen = listen
+        self.speed = float(speed)
+        self.tick = tick
+        self.clock = clock
+        self.wall0 = clock()
+        self.lock = threading.Lock()
+        self.sim = Simulation(scenario, seed=seed, time_scale=1.0 / self.speed,
+                              wall_time=lambda t: self.wall0 + t / self.speed)
+        self.registry = CollectorRegistry(auto_describe=False)
+        # vLLM's API server exposes these through prometheus_client's default registry
+        for extra in (ProcessCollector, PlatformCollector, GCCollector):
+            extra(registry=self.registry)
+        self.registry.register(_SimCollector(self))
+        self.routes = {
+            "/metrics": only_get(self._metrics),
+            "/health": only_get(self._health),
+            "/v1/models": only_get(self._models),
+            "/sim/status": only_get(self._status),
+        }
+        self._web: WebServer | None = None
+        self._bound: tuple[str, int] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lagging = False
+
+    # ----------------------------------------------------------------- HTTP
+
+    def families(self) -> list[Any]:
+        with self.lock:
+            stats = self.sim.engine_stats()
+            return list(vllm_families(stats, self.sim.cache_config(),
+                                      http_created=self.sim.wall_time(self.sim.up_since)))
+
+    def _down_response(self) -> Response:
+        return Response(503, b"restarting\n", headers={"Connection": "close"})
+
+    def _metrics(self, req: Request) -> Response:
+        if not self.sim.up:
+            return self._down_response()
+        encoder, content_type = choose_encoder(req.headers.get("accept"))
+        return Response(200, encoder(self.registry), content_type)
+
+    def _health(self, _req: Request) -> Response:
+        return self._down_response() if not self.sim.up else Response(200, b"")
+
+    def _models(self, _req: Request) -> Response:
+        if not self.sim.up:
+            return self._down_response()
+        data = [{"id": m.model_name, "object": "model", "owned_by": "vllm",
+                 "max_model_len": m.max_model_len} for m in self.scenario.models]
+        body = json.dumps({"object": "list", "data": data}).encode()
+        return Response(200, body, "application/json")
+
+    def _status(self, _req: Request) -> Response:
+        body = json.dumps(self.status(), indent=1).encode()
+        return Response(200, body, "application/json")
+
+    def status(self) -> dict[str, Any]:
+        """Where the scenario is now, and what the page should converge to (the truth)."""
+        with self.lock:
+            t = self.sim.now
+            up = self.sim.up
+        models = []
+        for m in self.scenario.models:
+            idx, into = m.phase_at(t, self.scenario.loop)
+            ph = m.phases[idx]
+            truth = ph.acceptance.truth(m.num_speculative_tokens, ph.generation_tokens)
+            frac = min(into / ph.duration_s, 1.0)
+            models.append({
+                "model_name": m.model_name,
+                "phase": ph.name,
+                "phase_index": idx,
+                "phase_elapsed_s": into,
+                "arrival_rate": ph.arrival_rate.at(frac) * self.speed,
+                "num_speculative_tokens": m.num_speculative_tokens,
+                "engines": m.engines,
+                "truth": truth,
+            })
+        return {"version": __version__, "sim_time_s": t, "speed": self.speed, "up": up,
+                "restarts_done": self.sim.restarts_done, "models": models}
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._bound is not None, "start() first"
+        return self._bound
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}"
+
+    def _open(self) -> None:
+        listen = self.listen
+        if self._bound is not None:  # reopen on the port we had (port 0 → the one we got)
+            host, _ = parse_listen(self.listen)
+            listen = f"[{host}]:{self._bound[1]}" if ":" in host else f"{host}:{self._bound[1]}"
+        web = WebServer(listen, self.routes)
+        web.start()
+        self._web = web
+        self._bound = web.address
+
+    def _close(self) -> None:
+        if self._web is not None:
+            self._web.stop()
+            self._web = None
+
+    # ----------------------------------------------------------------- driver
+
+    def sim_time_now(self) -> float:
+        return (self.clock() - self.wall0) * self.speed
+
+    def step(self) -> None:
+        """Advance the simulation to the wall clock's simulated time, open/close the port."""
+        target = self.sim_time_now()
+        started = time.monotonic()
+        with self.lock:
+            self.sim.advance_to(target)
+            up = self.sim.up
+        spent = time.monotonic() - started
+        if spent > 4 * max(self.tick, 0.05) and not self._lagging:
+            self._lagging = True
+            log.warning("the simulation needs %.2fs of CPU per %.2fs tick: --speed %g is "
+                        "more than this machine keeps up with; simulated time will lag",
+                        spent, self.tick, self.speed)
+        if up and self._web is None:
+            self._open()
+            log.info("simulated vLLM back up on %s/metrics", self.url)
+        elif not up and self._web is not None:
+            self._close()
+            log.info("simulated vLLM restarting: connections refused until it is back")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick):
+            try:
+                self.step()
+            except Exception:  # never let one bad tick kill the server silently
+                log.exception("simulation step failed")
+                self._stop.set()
+
+    def start(self) -> None:
+        self._open()
+        self._thread = threading.Thread(target=self._run, name="specwatch-sim", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._close()
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    scenario = load_scenario(args.scenario)
+    server = SimulatorServer(scenario, args.listen, args.speed, args.seed)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    models = ", ".join(f"{m.model_name} (k={m.num_speculative_tokens}, {m.engines} engine(s))"
+                       for m in scenario.models)
+    log.info("simulated vLLM on %s/metrics: %s; scenario %s, %gx real time",
+             server.url, models, scenario.source, server.speed)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()
+    return 0
