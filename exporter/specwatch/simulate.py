@@ -60,12 +60,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         choices=["debug", "info", "warning", "error"])
 
 
-class _SimCollector(Collector):
-    def __init__(self, server: SimulatorServer) -> None:
-        self.server = server
+class SimulationCollector(Collector):
+    """prometheus_client collector for a `Simulation`: vLLM's families at the current
+    instant, read under `lock` (the one the driver holds while advancing)."""
+
+    def __init__(self, sim: Simulation, lock: threading.Lock | None = None) -> None:
+        self.sim = sim
+        self.lock = lock or threading.Lock()
 
     def collect(self) -> Iterator[Any]:
-        return iter(self.server.families())
+        with self.lock:
+            sim = self.sim
+            families = list(vllm_families(sim.engine_stats(), sim.cache_config(),
+                                          http_created=sim.wall_time(sim.up_since)))
+        return iter(families)
+
+
+def simulation_registry(sim: Simulation, lock: threading.Lock | None = None,
+                        process_collectors: bool = True) -> CollectorRegistry:
+    """A private registry rendering `sim` (plus the process/platform/GC collectors a vLLM
+    API server has in prometheus_client's default registry)."""
+    registry = CollectorRegistry(auto_describe=False)
+    if process_collectors:
+        for extra in (ProcessCollector, PlatformCollector, GCCollector):
+            extra(registry=registry)
+    registry.register(SimulationCollector(sim, lock))
+    return registry
+
+
+def render_page(sim: Simulation, accept: str = "text/plain") -> tuple[bytes, str]:
+    """The /metrics body and content type for an Accept header (tests use it without HTTP)."""
+    encoder, content_type = choose_encoder(accept)
+    return encoder(simulation_registry(sim)), content_type
 
 
 class SimulatorServer:
@@ -90,11 +116,7 @@ class SimulatorServer:
         self.lock = threading.Lock()
         self.sim = Simulation(scenario, seed=seed, time_scale=1.0 / self.speed,
                               wall_time=lambda t: self.wall0 + t / self.speed)
-        self.registry = CollectorRegistry(auto_describe=False)
-        # vLLM's API server exposes these through prometheus_client's default registry
-        for extra in (ProcessCollector, PlatformCollector, GCCollector):
-            extra(registry=self.registry)
-        self.registry.register(_SimCollector(self))
+        self.registry = simulation_registry(self.sim, self.lock)
         self.routes = {
             "/metrics": only_get(self._metrics),
             "/health": only_get(self._health),
@@ -108,12 +130,6 @@ class SimulatorServer:
         self._lagging = False
 
     # ----------------------------------------------------------------- HTTP
-
-    def families(self) -> list[Any]:
-        with self.lock:
-            stats = self.sim.engine_stats()
-            return list(vllm_families(stats, self.sim.cache_config(),
-                                      http_created=self.sim.wall_time(self.sim.up_since)))
 
     def _down_response(self) -> Response:
         return Response(503, b"restarting\n", headers={"Connection": "close"})
