@@ -1,0 +1,396 @@
+"""`specwatch demo`: a simulated vLLM, the exporter on it, and Prometheus with the rules.
+
+One command for a laptop without a GPU (the README Quickstart's ``make demo``):
+
+1. the simulator (`specwatch.simulate`) runs the packaged ``demo`` scenario: quiet traffic,
+   load rising past the break-even arrival rate, an acceptance drop, bimodal traffic;
+2. the exporter (`specwatch serve`, in this process) polls it, with the scenario's
+   parameters file as its latency model when the exporter supports per-target parameters;
+3. when a ``prometheus`` binary is on the PATH (Debian's package, installed by
+   ``make setup``), a Prometheus with a temporary data directory on a free port scrapes the
+   exporter (job ``specwatch``) and the simulator (job ``vllm``) and loads the project's
+   generated recording and alerting rules.
+
+It prints the URLs and what to look at, reports each scenario phase as it begins, and on
+Ctrl-C (or SIGTERM, or after ``--duration``) stops Prometheus, the exporter and the
+simulator, and removes its temporary directory. Prometheus runs with a parent-death signal,
+so even a killed demo leaves no orphan behind.
+
+With ``--speed X`` the scenario runs X times faster; the exporter then gets the parameters
+divided by X, because the simulated page describes a server X times faster (see
+`specwatch.simengine`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specwatch.errors import ConfigError, SpecwatchError
+from specwatch.scenario import Scenario, load_scenario
+
+log = logging.getLogger("specwatch.demo")
+
+DEFAULT_EXPORTER_LISTEN = "127.0.0.1:10440"
+PROMETHEUS_READY_TIMEOUT = 30.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", default="demo", metavar="FILE|NAME",
+                        help="scenario to simulate (default: the packaged demo)")
+    parser.add_argument("--speed", type=float, default=1.0, metavar="X",
+                        help="run the scenario X times faster than real time (default 1)")
+    parser.add_argument("--seed", type=int, default=None, metavar="N", help="random seed")
+    parser.add_argument("--simulator-listen", default="127.0.0.1:0", metavar="HOST:PORT",
+                        help="simulated vLLM address (default: a free port on 127.0.0.1)")
+    parser.add_argument("--exporter-listen", default=DEFAULT_EXPORTER_LISTEN,
+                        metavar="HOST:PORT",
+                        help=f"exporter address (default {DEFAULT_EXPORTER_LISTEN})")
+    parser.add_argument("--poll-interval", type=float, default=5.0, metavar="SECONDS",
+                        help="exporter poll interval (default 5)")
+    parser.add_argument("--prometheus", default="auto", metavar="auto|off|PATH",
+                        help="Prometheus binary: auto (the one on PATH, if any), off, or a path")
+    parser.add_argument("--prometheus-port", type=int, default=0, metavar="PORT",
+                        help="Prometheus web port (default: a free one)")
+    parser.add_argument("--rules", action="append", default=None, metavar="FILE",
+                        help="rule files for Prometheus (default: the generated alerts/*.yaml "
+                             "of this checkout)")
+    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                        help="stop by itself after this many seconds (default: run until "
+                             "Ctrl-C)")
+    parser.add_argument("--log-level", default="warning",
+                        choices=["debug", "info", "warning", "error"])
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def default_rule_files() -> list[Path]:
+    """The mixin's generated rule files in this checkout (``alerts/*.yaml``, without the
+    promtool unit-test files), or an empty list (an installed package has no checkout)."""
+    root = Path(__file__).resolve().parents[2]
+    folder = root / "alerts"
+    if not folder.is_dir():
+        return []
+    files = []
+    for path in sorted(folder.glob("*.y*ml")):
+        if path.stem.endswith(("_test", "-test", ".test")) or path.name.startswith("test"):
+            continue
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("groups"), list):
+            files.append(path)
+    return files
+
+
+def scaled_params_file(scenario: Scenario, index: int, speed: float, folder: Path) -> Path | None:
+    """The model's parameters file as the exporter must see it at --speed (coefficients
+    divided by the speed: the page describes a server that many times faster)."""
+    spec = scenario.models[index]
+    if spec.params is None:
+        return None
+    if speed == 1.0:
+        return Path(spec.params)
+    from specwatch.model import Coefficients, ExpertCoefficients
+    from specwatch.params import dump_params, load_params
+
+    params = load_params(spec.params)
+
+    def scale(c: Any) -> Any:
+        cls = type(c)
+        names = [f for f in ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d", "b_v_context")
+                 if hasattr(c, f)]
+        return cls(**{n: getattr(c, n) / speed for n in names})
+
+    coefficients: Coefficients = scale(params.coefficients)
+    moe = params.moe
+    if moe is not None:
+        expert: ExpertCoefficients = scale(moe.expert_coefficients)
+        moe = replace(moe, expert_coefficients=expert)
+    system = f"{params.system} (at --speed {speed:g})"
+    out = folder / f"params-{index}.yaml"
+    dump_params(replace(params, coefficients=coefficients, moe=moe, system=system), out)
+    return out
+
+
+try:  # resolved in the parent: the child after fork() should do as little as possible
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+except (OSError, AttributeError):  # pragma: no cover - exotic libc
+    _PRCTL = None
+_PR_SET_PDEATHSIG = 1
+
+
+def _set_parent_death_signal() -> None:  # pragma: no cover - runs in the child
+    """Linux: have the kernel SIGTERM Prometheus if the demo dies without cleaning up."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SpecwatchError(f"prometheus exited with status {proc.returncode} "
+                                 "before it was ready (see its log above)")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=1.0) as resp:
+            if resp.status == 200:
+                return
+        time.sleep(0.2)
+    raise SpecwatchError(f"prometheus was not ready at {url} after {timeout:g}s")
+
+
+# --------------------------------------------------------------------------- the demo
+
+
+class Demo:
+    """The three parts and their lifecycle; `start()` then `stop()` (idempotent)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.scenario = load_scenario(args.scenario)
+        self.tmp = Path(tempfile.mkdtemp(prefix="specwatch-demo-"))
+        self.simulator: Any = None
+        self.exporter: Any = None
+        self.prometheus: subprocess.Popen[bytes] | None = None
+        self.prometheus_url: str | None = None
+        self.rule_files: list[Path] = []
+        self.prometheus_note = ""
+
+    # ----------------------------------------------------------------- parts
+
+    def start_simulator(self) -> None:
+        from specwatch.simulate import SimulatorServer
+
+        self.simulator = SimulatorServer(self.scenario, self.args.simulator_listen,
+                                         self.args.speed, self.args.seed)
+        self.simulator.start()
+
+    def start_exporter(self) -> None:
+        from specwatch import config
+        from specwatch.serve_cli import ServeApp
+
+        target: dict[str, Any] = {"name": "vllm-sim", "url": f"{self.simulator.url}/metrics",
+                                  "engine": "vllm"}
+        params = scaled_params_file(self.scenario, 0, self.args.speed, self.tmp)
+        if params is not None and "params" in config.TARGET_SCHEMA:
+            target["params"] = str(params)
+        doc = {"global": {"listen": self.args.exporter_listen,
+                          "poll_interval": self.args.poll_interval},
+               "targets": [target]}
+        path = self.tmp / "specwatch.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        cfg = config.build_config(str(path), [], None, None)
+        self.exporter = ServeApp(cfg)
+        self.exporter.start()
+
+    def exporter_url(self) -> str:
+        host, port = self.exporter.web.address
+        host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        return f"http://{host}:{port}"
+
+    def prometheus_binary(self) -> str | None:
+        choice = self.args.prometheus
+        if choice == "off":
+            self.prometheus_note = "Prometheus: off (--prometheus off)"
+            return None
+        if choice == "auto":
+            found = shutil.which("prometheus")
+            if found is None:
+                self.prometheus_note = ("Prometheus: not on the PATH, skipped (install "
+                                        "Debian's `prometheus` package: `make setup`)")
+            return found
+        if not (os.path.isfile(choice) and os.access(choice, os.X_OK)):
+            raise ConfigError(f"--prometheus {choice}: not an executable file")
+        return choice
+
+    def start_prometheus(self) -> None:
+        binary = self.prometheus_binary()
+        if binary is None:
+            return
+        rules = [Path(r) for r in self.args.rules] if self.args.rules else default_rule_files()
+        for r in rules:
+            if not r.is_file():
+                raise ConfigError(f"--rules {r}: no such file")
+        self.rule_files = rules
+        port = self.args.prometheus_port or free_port()
+        interval = max(1, min(15, round(self.args.poll_interval)))
+        sim_host = self.simulator.url.split("://", 1)[1]
+        exp_host = self.exporter_url().split("://", 1)[1]
+        prom_cfg = {
+            "global": {"scrape_interval": f"{interval}s", "evaluation_interval": f"{interval}s"},
+            "rule_files": [str(r) for r in rules],
+            "scrape_configs": [
+                {"job_name": "specwatch", "static_configs": [{"targets": [exp_host]}]},
+                {"job_name": "vllm", "static_configs": [{"targets": [sim_host]}],
+                 # prometheus_client >= 0.22 answers Prometheus 2.x's OpenMetrics request
+                 # with vllm_* sample names (client_python#1177); vLLM pages do too.
+                 # Restore the documented vllm:* names (a no-op where they are intact).
+                 "metric_relabel_configs": [
+                     {"source_labels": ["__name__"], "regex": "vllm_(.*)",
+                      "target_label": "__name__", "replacement": "vllm:$1"}]},
+            ],
+        }
+        cfg_path = self.tmp / "prometheus.yml"
+        cfg_path.write_text(yaml.safe_dump(prom_cfg, sort_keys=False), encoding="utf-8")
+        log_path = self.tmp / "prometheus.log"
+        cmd = [binary, f"--config.file={cfg_path}",
+               f"--storage.tsdb.path={self.tmp / 'prometheus-data'}",
+               f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d",
+               "--log.level=warn"]
+        with open(log_path, "wb") as logf:
+            self.prometheus = subprocess.Popen(
+                cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_set_parent_death_signal)
+        self.prometheus_url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_ready(f"{self.prometheus_url}/-/ready", self.prometheus,
+                        PROMETHEUS_READY_TIMEOUT)
+        except SpecwatchError:
+            sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
+            raise
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        self.start_simulator()
+        self.start_exporter()
+        self.start_prometheus()
+
+    def stop(self) -> None:
+        if self.prometheus is not None:
+            proc, self.prometheus = self.prometheus, None
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=5)
+        if self.exporter is not None:
+            exporter, self.exporter = self.exporter, None
+            exporter.stop()
+        if self.simulator is not None:
+            simulator, self.simulator = self.simulator, None
+            simulator.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # ----------------------------------------------------------------- text
+
+    def banner(self) -> str:
+        sc = self.scenario
+        speed = self.args.speed
+        lines = ["", "specwatch demo is running. Ctrl-C stops everything.", ""]
+        lines.append(f"  simulated vLLM  {self.simulator.url}/metrics")
+        lines.append(f"  exporter        {self.exporter_url()}/metrics")
+        if self.prometheus_url:
+            rules = (f"{len(self.rule_files)} rule file(s)" if self.rule_files
+                     else "no rule files found (run `make generate`)")
+            lines.append(f"  Prometheus      {self.prometheus_url}/   ({rules})")
+        else:
+            lines.append(f"  {self.prometheus_note}")
+        lines += ["", "What to look at:"]
+        exp = self.exporter_url()
+        lines.append(f"  {exp}/metrics: sd_acceptance_rate, sd_acceptance_length, "
+                     "sd_arrival_rate, sd_acceptance_bimodality_coefficient, and (with the "
+                     "model) sd_predicted_speedup and sd_breakeven_arrival_rate")
+        if self.prometheus_url:
+            p = self.prometheus_url
+            lines.append(f"  {p}/graph?g0.expr=sd_acceptance_rate%7Bwindow%3D%221m%22%7D"
+                         "  (the 0.4 alert threshold)")
+            lines.append(f"  {p}/graph?g0.expr=sd_predicted_speedup  (falls below 1 past "
+                         "break-even)")
+            lines.append(f"  {p}/alerts  (SDAcceptanceRateLow goes pending, then fires, in "
+                         "the acceptance-drop phase)")
+        lines += ["", f"Scenario {sc.source} ({speed:g}x real time"
+                  f"{', loops' if sc.loop else ''}):"]
+        for m in sc.models:
+            start = 0.0
+            for ph in m.phases:
+                at = time.strftime("%M:%S", time.gmtime(start / speed))
+                rate = ph.arrival_rate
+                rate_txt = (f"{rate.start:g} req/s" if rate.start == rate.end
+                            else f"{rate.start:g} → {rate.end:g} req/s")
+                truth = ph.acceptance.truth(m.num_speculative_tokens, ph.generation_tokens)
+                acc = truth.get("acceptance_rate")
+                acc_txt = f", acceptance rate ≈ {acc:.2f}" if acc is not None else ""
+                lines.append(f"  {at}  {m.model_name}: {ph.name} ({rate_txt}{acc_txt})")
+                start += ph.duration_s
+        if sc.description:
+            lines += ["", f"  {sc.description}"]
+        return "\n".join(lines) + "\n"
+
+    def phases_now(self) -> list[tuple[str, str]]:
+        t = self.simulator.sim_time_now()
+        out = []
+        for m in self.scenario.models:
+            idx, _ = m.phase_at(t, self.scenario.loop)
+            out.append((m.model_name, m.phases[idx].name))
+        return out
+
+
+@contextlib.contextmanager
+def _signals_stop(stop: threading.Event) -> Iterator[None]:
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.speed > 0:
+        raise ConfigError(f"--speed: expected a positive number, got {args.speed}")
+    stop = threading.Event()
+    with _signals_stop(stop):
+        demo = Demo(args)
+        try:
+            demo.start()
+            print(demo.banner(), flush=True)
+            seen = demo.phases_now()
+            deadline = None if args.duration is None else time.monotonic() + args.duration
+            while not stop.wait(0.5):
+                now = demo.phases_now()
+                for (model, phase), (_, before) in zip(now, seen, strict=True):
+                    if phase != before:
+                        print(f"[{time.strftime('%H:%M:%S')}] {model}: phase {phase!r} "
+                              "begins", flush=True)
+                seen = now
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+        finally:
+            print("specwatch demo: stopping", flush=True)
+            demo.stop()
+    print("specwatch demo: stopped", flush=True)
+    return 0
