@@ -343,6 +343,7 @@ class Demo:
                 start += ph.duration_s
         if sc.description:
             lines += ["", f"  {sc.description}"]
+        lines += ["", f"Working files (removed on exit): {self.tmp}"]
         return "\n".join(lines) + "\n"
 
     def phases_now(self) -> list[tuple[str, str]]:

@@ -70,6 +70,13 @@ class _Node:
     def fail(self, message: str, key: str | None = None) -> ConfigError:
         raise ConfigError(f"{self.source}: {self.where(key)}: {message}")
 
+    def allow(self, *keys: str) -> None:
+        """Reject unknown keys before anything else, so a typo is reported as a typo."""
+        unknown = [k for k in self.data if k not in keys]
+        if unknown:
+            self.fail(f"unknown key {unknown[0]!r} (allowed here: {', '.join(keys)})",
+                      str(unknown[0]))
+
     def has(self, key: str) -> bool:
         return key in self.data
 
@@ -348,14 +355,14 @@ def acceptance_truth(dist: AcceptanceDist, k: int,
 
 def _parse_acceptance(source: str, path: str, value: Any, *,
                       nested: bool = False) -> AcceptanceDist:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        parent, _, key = path.rpartition(".")
-        v = _check_number(_Node(source, parent, {}), key, value, 0, 1, False, False, False)
-        return AcceptanceDist("fixed", value=float(v))
     if nested and not isinstance(value, Mapping):
         raise ConfigError(
             f"{source}: {path}: expected a mapping with weight and dist, got {_kind(value)}"
         )
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        parent, _, key = path.rpartition(".")
+        v = _check_number(_Node(source, parent, {}), key, value, 0, 1, False, False, False)
+        return AcceptanceDist("fixed", value=float(v))
     node = _Node(source, path, value)
     if nested:
         node.number("weight", lo=0, lo_open=True)
@@ -520,6 +527,10 @@ def _parse_rate(node: _Node, key: str) -> RateProfile:
 
 def _parse_model(source: str, path: str, value: Any, base_dir: Path | None) -> ModelSpec:
     node = _Node(source, path, value)
+    node.allow("model_name", "params", "num_speculative_tokens", "engines", "max_num_seqs",
+               "kv_cache_tokens", "block_size", "max_model_len", "max_tokens",
+               "prefix_cache_hit_rate", "step_noise_cv", "nonlinear_s", "acceptance",
+               "prompt_tokens", "generation_tokens", "phases")
     name = node.string("model_name")
     params = node.string("params")
     k = node.number("num_speculative_tokens", 3, lo=0, hi=32, integer=True)
@@ -554,6 +565,8 @@ def _parse_model(source: str, path: str, value: Any, base_dir: Path | None) -> M
     acc, prompt, gen = default_acc, default_prompt, default_gen
     for i, (ppath, pval) in enumerate(items):
         ph = _Node(source, ppath, pval)
+        ph.allow("name", "duration_s", "arrival_rate", "acceptance", "prompt_tokens",
+                 "generation_tokens")
         pname = ph.string("name", f"phase-{i}")
         duration = ph.number("duration_s", lo=0, lo_open=True)
         rate = _parse_rate(ph, "arrival_rate")
@@ -610,6 +623,7 @@ def parse_scenario(
 ) -> Scenario:
     """Validate a parsed YAML document and build the `Scenario` (coefficients not loaded)."""
     node = _Node(source, "", document)
+    node.allow("version", "description", "seed", "loop", "models", "restarts")
     version = node.number("version", 1, lo=1, hi=1, integer=True)
     del version
     description = node.raw("description", "")

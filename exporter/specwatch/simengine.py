@@ -67,10 +67,10 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import compress
 from typing import Any
 
 import numpy as np
@@ -83,6 +83,7 @@ __all__ = ["Engine", "Simulation", "StepCosts"]
 _INF = float("inf")
 _POOL = 64  # arrivals' lengths and α are drawn in blocks of this many (per phase)
 _VECTOR_MIN = 6  # below this many, observing value by value is cheaper than with arrays
+_VECTOR_BATCH = 48  # from this batch size on, a step runs as numpy array operations
 
 
 # --------------------------------------------------------------------------- costs
@@ -162,6 +163,7 @@ class _Request:
         "generated",
         "kv_blocks",
         "last_token_at",
+        "log_alpha",
         "max_tokens",
         "preemptions",
         "prompt",
@@ -176,6 +178,10 @@ class _Request:
         self.max_tokens = max_tokens
         self.finish_reason = finish_reason
         self.alpha = alpha
+        # log α for the draws; α = 1 accepts every draft (a tiny negative caps at k), α = 0
+        # none (−inf gives 0)
+        self.log_alpha = math.log(alpha) if 0.0 < alpha < 1.0 else (
+            -1e-300 if alpha >= 1.0 else -_INF)
         self.cached = cached
         self.generated = 0
         self.first_scheduled = -1.0
@@ -195,10 +201,9 @@ class Engine:
     Events: arrivals (a non-homogeneous Poisson process by thinning), prefill completions
     and step completions. `advance_to(t)` processes every event up to simulated time t.
 
-    The decode batch is kept as parallel numpy arrays (α, tokens generated, tokens wanted,
-    time of the last output, KV blocks held, prompt length) next to the list of request
-    objects, so one engine step costs a fixed number of array operations whatever the batch
-    size; request objects are synchronised only when a request leaves the batch.
+    The decode batch is a list of request objects. A step over a small batch runs as plain
+    Python (numpy's per-call overhead would dominate); from `_VECTOR_BATCH` requests on, the
+    acceptance draws and token bookkeeping run as a few numpy array operations.
     """
 
     def __init__(self, spec: ModelSpec, engine: int, costs: StepCosts, rng: np.random.Generator,
@@ -222,15 +227,11 @@ class Engine:
         self.waiting: deque[_Request] = deque()
         self.prefilling: list[tuple[float, int, _Request]] = []  # heap of (end, seq, req)
         self.joining: list[_Request] = []  # prefill done, join at the next step boundary
-        # the decode batch, in admission order
-        self.d_reqs: list[_Request] = []
-        self.d_alpha = np.empty(0)
-        self.d_gen = np.empty(0, dtype=np.int64)
-        self.d_target = np.empty(0, dtype=np.int64)
-        self.d_last = np.empty(0)
-        self.d_blocks = np.empty(0, dtype=np.int64)
-        self.d_prompt = np.empty(0, dtype=np.int64)
+        self.batch: list[_Request] = []  # the decode batch, in admission order
+        # scalar draws of the pure-Python step path (seeded from the engine's generator)
+        self.prng = random.Random(int(rng.integers(1 << 62)))
         self.step_end = _INF
+        self.prev_step_end = -1.0
         self.iter_prompt_tokens = 0
         self._seq = 0
         self._noise_sigma = math.sqrt(math.log1p(spec.step_noise_cv**2))
@@ -339,7 +340,7 @@ class Engine:
         return -(-tokens // self.block_size)
 
     def _running(self) -> int:
-        return len(self.d_reqs) + len(self.joining) + len(self.prefilling)
+        return len(self.batch) + len(self.joining) + len(self.prefilling)
 
     def _admit(self) -> None:
         """Admit waiting requests (FCFS) while the batch and the KV cache have room.
@@ -380,105 +381,170 @@ class Engine:
         s = self._noise_sigma
         return float(self.rng.lognormal(-s * s / 2.0, s))
 
-    def _join(self) -> None:
-        js = self.joining
-        self.joining = []
-        self.d_reqs.extend(js)
-        self.d_alpha = np.concatenate((self.d_alpha, [r.alpha for r in js]))
-        self.d_gen = np.concatenate((self.d_gen, [r.generated for r in js]))
-        self.d_target = np.concatenate((self.d_target, [r.target for r in js]))
-        self.d_last = np.concatenate((self.d_last, [r.last_token_at for r in js]))
-        self.d_blocks = np.concatenate((self.d_blocks, [r.kv_blocks for r in js]))
-        self.d_prompt = np.concatenate((self.d_prompt, [r.prompt for r in js]))
-
-    def _leave(self, keep: np.ndarray) -> list[_Request]:
-        """Remove the batch members where `keep` is false; return them, state written back."""
-        gone = np.flatnonzero(~keep).tolist()
-        out = []
-        for i in gone:
-            r = self.d_reqs[i]
-            r.generated = int(self.d_gen[i])
-            r.last_token_at = float(self.d_last[i])
-            r.kv_blocks = int(self.d_blocks[i])
-            out.append(r)
-        self.d_reqs = list(compress(self.d_reqs, keep.tolist()))
-        self.d_alpha = self.d_alpha[keep]
-        self.d_gen = self.d_gen[keep]
-        self.d_target = self.d_target[keep]
-        self.d_last = self.d_last[keep]
-        self.d_blocks = self.d_blocks[keep]
-        self.d_prompt = self.d_prompt[keep]
-        return out
-
     def _start_step(self) -> None:
+        """Start the next verify step if anyone is decoding.
+
+        Members of the last step already hold the KV blocks for this step (reserved when it
+        ended); requests joining now take theirs, and on overflow the newest are preempted.
+        """
+        batch = self.batch
         if self.joining:
-            self._join()
-        m = len(self.d_reqs)
-        if not m:
+            bs = self.block_size
+            extra = self.k + bs  # this step's k drafts + 1 token, rounded up to whole blocks
+            grow = 0
+            for r in self.joining:
+                need = (r.prompt + r.generated + extra) // bs
+                grow += need - r.kv_blocks
+                r.kv_blocks = need
+            self.used_blocks += grow
+            batch.extend(self.joining)
+            self.joining = []
+        if not batch:
             self.step_end = _INF
             return
-        bs = self.block_size
-        # KV blocks for this step's k drafts + 1 token; preempt the newest on overflow
-        need = (self.d_prompt + self.d_gen + (self.k + bs)) // bs
-        grow = need - self.d_blocks
-        total_grow = int(grow.sum())
-        if self.used_blocks + total_grow > self.total_blocks and m > 1:
-            cum = np.cumsum(grow)
-            keep_n = m
-            while keep_n > 1 and self.used_blocks + int(cum[keep_n - 1]) > self.total_blocks:
-                keep_n -= 1
-                self.used_blocks -= int(self.d_blocks[keep_n])
-            keep = np.arange(m) < keep_n
-            victims = self._leave(keep)
-            for victim in reversed(victims):  # newest last: it goes back first in line
-                victim.kv_blocks = 0
-                victim.preemptions += 1
-                self.stats.num_preemptions += 1
-                self.waiting.appendleft(victim)
-            need = need[keep]
-            total_grow = int(cum[keep_n - 1])
-            m = keep_n
-        self.used_blocks += total_grow
-        self.d_blocks = need
-        n = m + len(self.prefilling)
+        if self.used_blocks > self.total_blocks and len(batch) > 1:
+            self._preempt()
+        n = len(batch) + len(self.prefilling)
         context = 0.0
         if self.costs.ctx:
-            context = float((self.d_prompt + self.d_gen).sum())
+            context = float(sum(r.prompt + r.generated for r in batch))
             context += float(sum(r.prompt for _, _, r in self.prefilling))
         self.step_end = self.now + self.costs.step(n, context) * self._noise()
+
+    def _preempt(self) -> None:
+        """vLLM's recompute preemption: drop the newest requests until the step fits; they
+        free their KV blocks and go back to the head of the queue."""
+        batch = self.batch
+        while len(batch) > 1 and self.used_blocks > self.total_blocks:
+            victim = batch.pop()
+            self.used_blocks -= victim.kv_blocks
+            victim.kv_blocks = 0
+            victim.preemptions += 1
+            self.stats.num_preemptions += 1
+            self.waiting.appendleft(victim)
 
     def _finish_step(self) -> None:
         now = self.now
         st = self.stats
-        m = len(self.d_reqs)
+        batch = self.batch
         k = self.k
-        if k:
-            hits = self.rng.random((m, k)) < self.d_alpha[:, None]
-            accepted = np.cumprod(hits, axis=1).sum(axis=1)
-            counts = np.bincount(accepted, minlength=k + 1)
-            st.num_drafts += m
-            st.num_draft_tokens += m * k
-            st.num_accepted_tokens += int(accepted.sum())
-            at_least = np.cumsum(counts[::-1])[::-1].tolist()  # drafts with >= i accepted
-            per_pos = st.accepted_per_pos
-            for pos in range(k):
-                per_pos[pos] += at_least[pos + 1]
-            tokens = np.minimum(accepted + 1, self.d_target - self.d_gen)
+        if len(batch) >= _VECTOR_BATCH:
+            emitted, done = self._step_vector(batch)
         else:
-            tokens = np.ones(m, dtype=np.int64)
-        self.d_gen += tokens
-        emitted = int(tokens.sum())
-        st.h_itl.observe_many((now - self.d_last) * self.scale)
-        self.d_last.fill(now)
+            emitted, done = self._step_python(batch)
+        if k:
+            st.num_drafts += len(batch)
+            st.num_draft_tokens += len(batch) * k
         st.generation_tokens += emitted
         st.h_iteration.observe(emitted + self.iter_prompt_tokens)
         self.iter_prompt_tokens = 0
-        done = self.d_gen >= self.d_target
-        if done.any():
-            self._finish_many(self._leave(~done))
+        self.prev_step_end = now
+        if done:
+            gone = set(map(id, done))
+            self.batch = [r for r in batch if id(r) not in gone]
+            self._finish_many(done)
         self.step_end = _INF
         self._admit()
         self._start_step()
+
+    def _step_python(self, batch: list[_Request]) -> tuple[int, list[_Request]]:
+        """One verify cycle for each request of a small batch, in plain Python.
+
+        Accepted drafts a: P(a >= i) = α^i for i <= k (acceptance is a prefix), drawn as
+        a = floor(log(1 − U) / log α) capped at k. Each continuing request then reserves
+        the KV blocks of its next step.
+        """
+        now, k, st = self.now, self.k, self.stats
+        rand, log = self.prng.random, math.log
+        bs = self.block_size
+        extra = k + bs
+        counts = [0] * (k + 1)
+        emitted = accepted = same = grow = 0
+        prev = self.prev_step_end
+        itl = st.h_itl
+        scale = self.scale
+        done = []
+        for r in batch:
+            if k:
+                q = log(1.0 - rand()) / r.log_alpha
+                a = k if q >= k else int(q)
+                counts[a] += 1
+                accepted += a
+            else:
+                a = 0
+            want = r.target - r.generated
+            t = a + 1 if a < want else want
+            r.generated += t
+            emitted += t
+            if r.last_token_at == prev:
+                same += 1
+            else:
+                itl.observe((now - r.last_token_at) * scale)
+            r.last_token_at = now
+            if t == want:
+                done.append(r)
+            else:
+                need = (r.prompt + r.generated + extra) // bs
+                grow += need - r.kv_blocks
+                r.kv_blocks = need
+        self.used_blocks += grow
+        if same:
+            itl.observe_n((now - prev) * scale, same)
+        if k:
+            self._count_accepted(counts, accepted)
+        return emitted, done
+
+    def _step_vector(self, batch: list[_Request]) -> tuple[int, list[_Request]]:
+        """`_step_python` for a large batch, with numpy arrays (same distributions)."""
+        now, k, st = self.now, self.k, self.stats
+        m = len(batch)
+        gen = np.array([r.generated for r in batch], dtype=np.int64)
+        target = np.array([r.target for r in batch], dtype=np.int64)
+        if k:
+            log_alpha = np.array([r.log_alpha for r in batch])
+            with np.errstate(divide="ignore", over="ignore"):
+                q = np.log1p(-self.rng.random(m)) / log_alpha
+            acc = np.minimum(q, k).astype(np.int64)
+            counts = np.bincount(acc, minlength=k + 1).tolist()
+            self._count_accepted(counts, int(acc.sum()))
+            tokens = np.minimum(acc + 1, target - gen)
+        else:
+            tokens = np.minimum(1, target - gen)
+        gen += tokens
+        prev = self.prev_step_end
+        last = [r.last_token_at for r in batch]
+        same = last.count(prev)
+        if same == m:
+            st.h_itl.observe_n((now - prev) * self.scale, m)
+        else:
+            st.h_itl.observe_many((now - np.array(last)) * self.scale)
+        bs = self.block_size
+        prompt = np.array([r.prompt for r in batch], dtype=np.int64)
+        finished = gen >= target
+        need = np.where(finished, 0, (prompt + gen + (k + bs)) // bs)
+        grow = 0
+        done = []
+        for r, g, nb, f in zip(batch, gen.tolist(), need.tolist(), finished.tolist(),
+                               strict=True):
+            r.generated = g
+            r.last_token_at = now
+            if f:
+                done.append(r)
+            else:
+                grow += nb - r.kv_blocks
+                r.kv_blocks = nb
+        self.used_blocks += grow
+        return int(tokens.sum()), done
+
+    def _count_accepted(self, counts: list[int], accepted: int) -> None:
+        """counts[a] = drafts with exactly a accepted → per-position counts (a >= i + 1)."""
+        st = self.stats
+        st.num_accepted_tokens += accepted
+        per_pos = st.accepted_per_pos
+        running = 0
+        for pos in range(self.k - 1, -1, -1):
+            running += counts[pos + 1]
+            per_pos[pos] += running
 
     def _finish_prefill(self) -> None:
         _, _, req = heapq.heappop(self.prefilling)

@@ -77,6 +77,12 @@ class Histogram:
         self.total += value
         self.count += 1
 
+    def observe_n(self, value: float, n: int) -> None:
+        """Observe the same value n times (the gap every member of a step shares)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += n
+        self.total += value * n
+        self.count += n
+
     def observe_many(self, values: np.ndarray) -> None:
         """Observe every value of an array (one engine step's inter-token gaps)."""
         if not values.size:

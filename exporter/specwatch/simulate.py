@@ -268,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
     server.start()
     models = ", ".join(f"{m.model_name} (k={m.num_speculative_tokens}, {m.engines} engine(s))"
                        for m in scenario.models)
-    log.info("simulated vLLM on %s/metrics: %s; scenario %s, %gx real time",
+    log.info("simulated vLLM on %s/metrics (%s; scenario %s, %gx real time)",
              server.url, models, scenario.source, server.speed)
     try:
         while not stop.wait(0.5):
