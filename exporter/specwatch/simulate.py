@@ -88,10 +88,11 @@ def simulation_registry(sim: Simulation, lock: threading.Lock | None = None,
     return registry
 
 
-def render_page(sim: Simulation, accept: str = "text/plain") -> tuple[bytes, str]:
+def render_page(sim: Simulation, accept: str = "text/plain",
+                process_collectors: bool = True) -> tuple[bytes, str]:
     """The /metrics body and content type for an Accept header (tests use it without HTTP)."""
     encoder, content_type = choose_encoder(accept)
-    return encoder(simulation_registry(sim)), content_type
+    return encoder(simulation_registry(sim, process_collectors=process_collectors)), content_type
 
 
 class SimulatorServer:
