@@ -21,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 from specwatch import redact
+from specwatch.discovery import DEFAULT_REFRESH_INTERVAL, FileSDConfig, shard_of
 from specwatch.errors import ConfigError
 from specwatch.sources import ENGINE_KINDS, PARSERS
 
@@ -206,10 +207,20 @@ GLOBAL_SCHEMA: dict[str, Key] = {
     "http_server": Key(dict, children=HTTP_SERVER_LIMITS_SCHEMA, doc="HTTP server limits"),
     "parser": Key(str, check=_one_of(*PARSERS),
                   doc="fast (only the families read) | full (prometheus_client, baseline)"),
+    "shard_count": Key(int, check=_positive_int(1), doc="exporters sharing the targets"),
+    "shard_index": Key(int, check=_positive_int(0), doc="this exporter's shard, 0-based"),
+    "max_concurrent_polls": Key(int, check=_positive_int(1),
+                                doc="polls in flight at once (default: one per target)"),
+}
+FILE_SD_SCHEMA: dict[str, Key] = {
+    "files": Key(list, required=True, items=Key(str), doc="file_sd files (globs allowed)"),
+    "refresh_interval": Key((*_NUM, str), check=parse_duration, doc="re-read period"),
 }
 TOP_SCHEMA: dict[str, Key] = {
     "global": Key(dict, children=GLOBAL_SCHEMA),
     "targets": Key(list, items=Key(dict, children=TARGET_SCHEMA)),
+    "file_sd_configs": Key(list, items=Key(dict, children=FILE_SD_SCHEMA),
+                           doc="Prometheus file_sd target files"),
 }
 
 
@@ -295,6 +306,21 @@ class ServeConfig:
     dropped_targets: tuple[str, ...] = ()
     #: Validated ``global.http_server`` mapping (limits of the HTTP server).
     http_server: Mapping[str, Any] = field(default_factory=dict)
+    #: Sharding (issue 10): this exporter polls the targets whose shard is shard_index.
+    shard_index: int = 0
+    shard_count: int = 1
+    file_sd: tuple[FileSDConfig, ...] = ()
+    #: Polls in flight at once; None: one per target (see README, Performance and scale).
+    max_concurrent_polls: int | None = None
+    #: Defaults a discovered (file_sd) target gets: timeout, max_body_bytes, max_series.
+    target_defaults: tuple[float, int, int] = (DEFAULT_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
+                                               DEFAULT_MAX_SERIES)
+
+    def discovered_target(self, raw: Mapping[str, Any], where: str) -> TargetConfig:
+        """A file_sd target (``{"url": ...}``) validated like a configured one."""
+        checked = validate(dict(raw), Key(dict, children=TARGET_SCHEMA), "", where)
+        timeout, max_body, max_series = self.target_defaults
+        return build_target(checked, "", where, timeout, max_body, max_series)
 
 
 def _read_secret(auth: Mapping[str, str], file_key: str, env_key: str, path: str,
@@ -430,8 +456,11 @@ def parse_target_flag(flag: str) -> dict[str, Any]:
 
 
 def build_config(config_file: str | None, target_flags: list[str], listen: str | None,
-                 poll_interval: float | None, web_config: str | None = None) -> ServeConfig:
-    """Merge the file and the flags (flags win for listen, poll interval and web config)."""
+                 poll_interval: float | None, web_config: str | None = None,
+                 shard_index: int | None = None, shard_count: int | None = None
+                 ) -> ServeConfig:
+    """Merge the file and the flags (flags win for listen, poll interval, web config and
+    sharding)."""
     raw = load_file(config_file) if config_file else {}
     where = config_file or "command line"
     g = raw.get("global", {})
@@ -451,9 +480,21 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
             raise ConfigError(f"{where}: {loc}: duplicate target name {t.name!r} (also "
                               f"targets[{seen[t.name]}]); give each target a unique name")
         seen[t.name] = i
-    if not targets:
+    file_sd = tuple(
+        FileSDConfig(tuple(_relative_to(config_file, f) for f in c["files"]),
+                     c.get("refresh_interval", DEFAULT_REFRESH_INTERVAL))
+        for c in raw.get("file_sd_configs", []))
+    if not targets and not file_sd:
         raise ConfigError("no targets: give --target [NAME=]URL or a --config file with "
-                          "targets")
+                          "targets or file_sd_configs")
+    shard_count = shard_count if shard_count is not None else g.get("shard_count", 1)
+    shard_index = shard_index if shard_index is not None else g.get("shard_index", 0)
+    if shard_count < 1 or not 0 <= shard_index < shard_count:
+        raise ConfigError(f"{where}: shard index {shard_index} is not in 0..{shard_count - 1}"
+                          f" (--shard-index/global.shard_index must be below --shard-count/"
+                          f"global.shard_count)")
+    if shard_count > 1:
+        targets = [t for t in targets if shard_of(t.name, shard_count) == shard_index]
     if poll_interval is not None and not poll_interval > 0:
         raise ConfigError(f"--poll-interval: expected a positive number, got {poll_interval}")
     windows_raw = g.get("windows")
@@ -484,4 +525,13 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
         windows=windows, count_window=g.get("count_window", DEFAULT_COUNT_WINDOW),
         min_drafts_per_sample=g.get("min_drafts_per_sample", DEFAULT_MIN_DRAFTS),
         min_bimodality_samples=g.get("min_bimodality_samples", DEFAULT_MIN_BIMODALITY_SAMPLES),
-        parser=g.get("parser", "fast"), raw=raw)
+        parser=g.get("parser", "fast"), shard_index=shard_index, shard_count=shard_count,
+        file_sd=file_sd, max_concurrent_polls=g.get("max_concurrent_polls"),
+        target_defaults=(timeout, max_body, max_series), raw=raw)
+
+
+def _relative_to(config_file: str | None, path: str) -> str:
+    """A relative file_sd path is relative to the config file's directory (like Prometheus)."""
+    if config_file is None or os.path.isabs(path):
+        return path
+    return os.path.join(os.path.dirname(os.path.abspath(config_file)), path)

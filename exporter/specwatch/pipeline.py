@@ -78,16 +78,43 @@ class Pipeline:
         longest = max([s for _, s in derive_config.windows] or [0.0])
         retention = history_retention if history_retention is not None \
             else max(longest, 3600.0) + 2 * poll_interval
-        max_entries = math.ceil(retention / max(poll_interval, 0.05)) * 4 + 16
-        self._states = {
-            name: _TargetState(name, engine, history.TargetHistory(
-                retention, max_entries, derive_config.min_drafts_per_sample),
-                max_series=(max_series or {}).get(name, 10000))
-            for name, engine in targets}
+        self._retention = retention
+        self._max_entries = math.ceil(retention / max(poll_interval, 0.05)) * 4 + 16
+        self._states = {name: self._new_state(name, engine, (max_series or {}).get(name))
+                        for name, engine in targets}
         self._hooks: list[TargetHook] = []
         self._publish_lock = threading.Lock()
         self._snapshot = Snapshot(version=__version__, targets={
             name: TargetSnapshot(name=name, up=False) for name, _ in targets})
+
+    def _new_state(self, name: str, engine: str, max_series: int | None) -> _TargetState:
+        return _TargetState(name, engine, history.TargetHistory(
+            self._retention, self._max_entries, self.derive_config.min_drafts_per_sample),
+            max_series=max_series or 10000)
+
+    def set_targets(self, targets: Sequence[tuple[str, str]],
+                    max_series: Mapping[str, int] | None = None) -> None:
+        """Replace the target set (file_sd discovery). A kept target keeps its history; a
+        new one starts empty (down until its first poll); a removed one disappears from the
+        next snapshot, and a poll of it still in flight is dropped. A target whose engine
+        setting changed starts over."""
+        max_series = max_series or {}
+        with self._publish_lock:
+            states: dict[str, _TargetState] = {}
+            for name, engine in targets:
+                old = self._states.get(name)
+                if old is not None and old.engine == engine:
+                    old.max_series = max_series.get(name, old.max_series)
+                    states[name] = old
+                else:
+                    states[name] = self._new_state(name, engine, max_series.get(name))
+            kept = {n for n, st in states.items() if self._states.get(n) is st}
+            self._states = states
+            current = self._snapshot.targets
+            self._snapshot = Snapshot(
+                version=__version__, created_at=self._snapshot.created_at,
+                targets={name: current[name] if name in kept and name in current
+                         else TargetSnapshot(name=name, up=False) for name, _ in targets})
 
     @property
     def snapshot(self) -> Snapshot:
@@ -99,8 +126,12 @@ class Pipeline:
         self._hooks.append(hook)
 
     def apply(self, result: PollResult) -> TargetSnapshot:
-        """Fold one poll result into the target's state and publish a new snapshot."""
-        state = self._states[result.target]
+        """Fold one poll result into the target's state and publish a new snapshot.
+
+        A result for a target no longer in the set is dropped (returned, not published)."""
+        state = self._states.get(result.target)
+        if state is None:
+            return TargetSnapshot(name=result.target, up=False, timestamp=result.finished)
         with state.lock:
             target = self._build(state, result)
             for hook in self._hooks:
@@ -109,6 +140,8 @@ class Pipeline:
                 except Exception:  # a broken extension must not stop polling
                     log.exception("target hook %r failed for %s", hook, state.name)
             with self._publish_lock:
+                if self._states.get(state.name) is not state:
+                    return target  # removed (or replaced) while this poll was in flight
                 targets = dict(self._snapshot.targets)
                 targets[state.name] = target
                 self._snapshot = Snapshot(version=__version__, targets=targets,

@@ -188,38 +188,79 @@ class Poller:
 
     ``clock`` gives the wall time stamped on results (inject a fake one in tests);
     scheduling always uses ``time.monotonic``.
+
+    **Concurrency.** Every target due in a cycle is submitted at once to a thread pool of
+    at most ``max_concurrent`` workers (default: no limit below the number of targets; the
+    pool only grows to the number of polls actually in flight, and one-in-flight-per-target
+    bounds that by the number of targets). A poll that waits on a slow server holds one
+    thread and no CPU until its deadline, so with one worker per target the longest poll of
+    a cycle is bounded by the deadline (``timeout``), not by how many servers are slow; the
+    CPU work of all polls (parse, derive) is serialized by the GIL and adds up to
+    ``targets x CPU per poll``. With a bound P below the number of targets, S slow targets
+    hold workers for ``timeout x ceil(S / P)`` in the worst case, and the fast ones queue
+    behind them: keep ``timeout x ceil(S / P) + targets x CPU per poll`` below the
+    interval (README, "Performance and scale").
+
+    **Changing targets.** :meth:`set_targets` replaces the target set while running (file_sd
+    discovery): new targets are polled at once, removed ones stop (a poll in flight finishes
+    and its result is dropped by the pipeline), changed ones get a fresh session.
     """
 
     def __init__(self, targets: Sequence[PollTarget], interval: float,
                  on_result: Callable[[PollResult], object],
-                 clock: Callable[[], float] = time.time) -> None:
-        self.targets = {t.name: t for t in targets}
+                 clock: Callable[[], float] = time.time,
+                 max_concurrent: int | None = None) -> None:
+        self.targets: dict[str, PollTarget] = {}
         self.interval = float(interval)
         self.on_result = on_result
         self.clock = clock
-        self._sessions = {t.name: _session() for t in targets}
+        self._sessions: dict[str, requests.Session] = {}
+        self._inflight: dict[str, Future[PollResult | None]] = {}
+        self._retired: list[tuple[str, requests.Session]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        # ThreadPoolExecutor starts a thread only when no idle one is free, so a large
+        # max_workers costs nothing until that many polls are in flight at once.
+        self.max_concurrent = max_concurrent
+        self._executor = ThreadPoolExecutor(max_workers=max_concurrent or 1 << 16,
+                                            thread_name_prefix="specwatch-poll")
+        self.set_targets(targets)
+
+    def set_targets(self, targets: Sequence[PollTarget]) -> None:
+        """Replace the target set (safe while polling; see the class docstring)."""
+        new = {t.name: t for t in targets}
+        with self._lock:
+            for name, old in list(self.targets.items()):
+                if new.get(name) != old:  # removed or changed: retire its session
+                    session = self._sessions.pop(name)
+                    if name in self._inflight:
+                        self._retired.append((name, session))
+                    else:
+                        session.close()
+            for name in new:
+                if name not in self._sessions:
+                    self._sessions[name] = _session()
+            self.targets = new
         if any(t.verify is False for t in targets):
             # The operator chose insecure_skip_verify (logged once at start-up); urllib3
             # would otherwise warn on every poll.
             import urllib3
 
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        self._executor = ThreadPoolExecutor(max_workers=max(1, min(64, len(targets))),
-                                            thread_name_prefix="specwatch-poll")
-        self._inflight: dict[str, Future[PollResult]] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._wake.set()
 
     def poll_now(self, name: str) -> PollResult:
         """Poll one target synchronously in the calling thread and deliver the result."""
-        target = self.targets[name]
+        with self._lock:
+            target = self.targets[name]
+            session = self._sessions[name]
         started_wall = self.clock()
         t0 = time.monotonic()
         body, reason, message = None, None, ""
         try:
-            body = fetch(self._sessions[name], target)
+            body = fetch(session, target)
         except PollError as exc:
             reason, message = exc.reason, str(exc)
         except Exception as exc:  # never let a poll kill its worker
@@ -234,6 +275,13 @@ class Poller:
             log.exception("handling the poll result of %s failed", name)
         return result
 
+    def _poll_scheduled(self, name: str) -> PollResult | None:
+        """A scheduled poll: skipped when the target was removed since it was queued."""
+        try:
+            return self.poll_now(name)
+        except KeyError:
+            return None
+
     def start(self) -> None:
         """Start the scheduler thread (first polls go out at once)."""
         self._thread = threading.Thread(target=self._run, name="specwatch-scheduler",
@@ -247,21 +295,31 @@ class Poller:
         if self._thread is not None:
             self._thread.join(timeout)
         self._executor.shutdown(wait=True, cancel_futures=True)
-        for s in self._sessions.values():
+        with self._lock:
+            sessions = list(self._sessions.values()) + [s for _, s in self._retired]
+            self._retired.clear()
+        for s in sessions:
             s.close()
 
-    def _done(self, name: str, fut: Future[PollResult]) -> None:
+    def _done(self, name: str, fut: Future[PollResult | None]) -> None:
         with self._lock:
             if self._inflight.get(name) is fut:
                 del self._inflight[name]
+            retired = [s for n, s in self._retired if n == name]
+            self._retired = [(n, s) for n, s in self._retired if n != name]
+        for s in retired:
+            s.close()
 
     def _run(self) -> None:
-        now = time.monotonic()
-        due = dict.fromkeys(self.targets, now)
+        due: dict[str, float] = {}
         while not self._stop.is_set():
             now = time.monotonic()
-            for name in self.targets:
-                if now < due[name]:
+            with self._lock:
+                names = list(self.targets)
+            for gone in due.keys() - set(names):
+                del due[gone]
+            for name in names:
+                if now < due.setdefault(name, now):
                     continue
                 with self._lock:
                     busy = name in self._inflight
@@ -270,7 +328,7 @@ class Poller:
                     due[name] = now + self.interval
                     continue
                 try:
-                    fut = self._executor.submit(self.poll_now, name)
+                    fut = self._executor.submit(self._poll_scheduled, name)
                 except RuntimeError:  # executor shut down
                     return
                 with self._lock:

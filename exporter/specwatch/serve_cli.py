@@ -25,6 +25,7 @@ from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__, config, derive, model_live, redact
 from specwatch.collector import SpecwatchCollector
+from specwatch.discovery import TargetSource
 from specwatch.pipeline import Pipeline
 from specwatch.poller import Poller, PollTarget
 from specwatch.snapshot import Snapshot
@@ -46,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--web-config", metavar="FILE",
                         help="exporter-toolkit web config: TLS, client certificates, basic "
                              "auth (re-read on SIGHUP)")
+    parser.add_argument("--shard-index", type=int, metavar="I",
+                        help="poll only the targets of shard I (0-based; with --shard-count)")
+    parser.add_argument("--shard-count", type=int, metavar="N",
+                        help="number of exporters sharing the targets (hashmod of the target "
+                             "name, as Prometheus' relabel hashmod)")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
 
@@ -58,15 +64,19 @@ class ServeApp:
         dcfg = derive.DeriveConfig(windows=cfg.windows, count_window=cfg.count_window,
                                    min_drafts_per_sample=cfg.min_drafts_per_sample,
                                    min_bimodality_samples=cfg.min_bimodality_samples)
-        self.pipeline = Pipeline([(t.name, t.engine) for t in cfg.targets], dcfg,
+        # The targets: static ones plus file_sd, this shard's share (discovery.py).
+        self.targets = TargetSource(cfg.targets, cfg.file_sd, cfg.discovered_target,
+                                    cfg.shard_index, cfg.shard_count, cfg.max_targets,
+                                    static_dropped=len(cfg.dropped_targets))
+        self.targets.refresh(strict=True)  # a bad file_sd file at start-up is exit 2
+        targets = self.targets.targets
+        self.pipeline = Pipeline([(t.name, t.engine) for t in targets], dcfg,
                                  cfg.poll_interval,
-                                 max_series={t.name: t.max_series for t in cfg.targets},
+                                 max_series={t.name: t.max_series for t in targets},
                                  parser=cfg.parser)
-        self.poller = Poller(
-            [PollTarget(t.name, t.url, t.timeout, t.max_body_bytes, t.headers, t.basic_auth,
-                        verify=t.tls_verify, cert=t.tls_client_cert)
-             for t in cfg.targets],
-            cfg.poll_interval, self.pipeline.apply, clock=clock)
+        self.poller = Poller([_poll_target(t) for t in targets], cfg.poll_interval,
+                             self.pipeline.apply, clock=clock,
+                             max_concurrent=cfg.max_concurrent_polls)
         self.collector = SpecwatchCollector(lambda: self.pipeline.snapshot)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
@@ -93,11 +103,22 @@ class ServeApp:
         in_flight = GaugeMetricFamily("specwatch_http_requests_in_flight",
                                       "Requests being handled (this scrape included).",
                                       value=float(st.in_flight))
+        sd = self.targets.stats
         targets_dropped = GaugeMetricFamily(
             "specwatch_targets_dropped",
             "Configured targets not polled because global.max_targets was reached.",
-            value=float(len(self.cfg.dropped_targets)))
-        fams: list[Metric] = [rejected, in_flight, targets_dropped]
+            value=float(sd.dropped))
+        discovered = GaugeMetricFamily(
+            "specwatch_targets_discovered",
+            "Targets known to this exporter (static and file_sd, every shard); it polls"
+            " the ones of its shard (global.shard_index of global.shard_count).",
+            value=float(sd.discovered))
+        fams: list[Metric] = [rejected, in_flight, targets_dropped, discovered]
+        if self.cfg.file_sd:
+            fams.append(CounterMetricFamily(
+                "specwatch_sd_file_read_errors",
+                "file_sd files that could not be read or parsed (their previous targets"
+                " are kept).", value=float(sd.read_errors_total)))
         if self.web.web_config_file:
             ok = GaugeMetricFamily("specwatch_web_config_last_reload_successful",
                                    "1 when the last load of the web config file succeeded.",
@@ -130,14 +151,29 @@ class ServeApp:
         self.web.start()
         if poll:
             self.poller.start()
+            self.targets.start(self.apply_targets)
+
+    def apply_targets(self, targets: tuple[config.TargetConfig, ...]) -> None:
+        """A new target set from discovery: pipeline first (so results of new targets have
+        a state), then the poller."""
+        self.pipeline.set_targets([(t.name, t.engine) for t in targets],
+                                  {t.name: t.max_series for t in targets})
+        self.poller.set_targets([_poll_target(t) for t in targets])
+        log.info("now polling %d target(s)", len(targets))
 
     def stop(self) -> None:
         self.web.stop()
+        self.targets.stop()
         self.poller.stop(timeout=10)
 
     def reload(self) -> bool:
         """Re-read the web config (SIGHUP). False, with the old config kept, on error."""
         return self.web.reload_web_config()
+
+
+def _poll_target(t: config.TargetConfig) -> PollTarget:
+    return PollTarget(t.name, t.url, t.timeout, t.max_body_bytes, t.headers, t.basic_auth,
+                      verify=t.tls_verify, cert=t.tls_client_cert)
 
 
 def server_limits(cfg: config.ServeConfig) -> ServerLimits:
@@ -157,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     redact.install()
     cfg = config.build_config(args.config, args.target, args.listen, args.poll_interval,
-                              web_config=args.web_config)
+                              web_config=args.web_config, shard_index=args.shard_index,
+                              shard_count=args.shard_count)
     if cfg.dropped_targets:
         log.error("global.max_targets is %d: not polling %d target(s): %s", cfg.max_targets,
                   len(cfg.dropped_targets), ", ".join(cfg.dropped_targets[:20]))
@@ -182,7 +219,17 @@ def run(args: argparse.Namespace) -> int:
     app.start()
     host, port = app.web.address
     log.info("specwatch %s serving on %s://%s:%d/metrics, polling %d target(s) every %gs",
-             __version__, app.web.scheme, host, port, len(cfg.targets), cfg.poll_interval)
+             __version__, app.web.scheme, host, port, len(app.targets.targets),
+             cfg.poll_interval)
+    if cfg.shard_count > 1:
+        log.info("shard %d of %d: %d of %d known target(s) are this shard's",
+                 cfg.shard_index, cfg.shard_count, len(app.targets.targets),
+                 app.targets.stats.discovered)
+    slow = [t.name for t in app.targets.targets if t.timeout >= cfg.poll_interval]
+    if slow:
+        log.warning("the poll deadline of %d target(s) (e.g. %s) is not below the poll "
+                    "interval %gs: a target that hangs is polled every other interval",
+                    len(slow), slow[0], cfg.poll_interval)
     try:
         while not stop.wait(0.2):
             if reload_requested.is_set():
