@@ -12,6 +12,7 @@ Validated offline with real implementations:
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -35,7 +36,8 @@ from deploytools import (
     system_tool,
 )
 
-STACK = {"specwatch", "prometheus", "alertmanager", "grafana"}
+MONITORING = {"prometheus", "alertmanager", "grafana"}
+EXPORTER = {"demo": "specwatch-demo", "gpu": "specwatch"}
 
 
 def _command(service: dict) -> list[str]:
@@ -63,10 +65,12 @@ def test_compose_binary_is_live_and_rejects_an_invalid_file(tmp_path: Path):
 
 
 def test_demo_profile_replaces_vllm_by_the_simulator():
-    """`--profile demo` runs the simulator instead of vLLM, answering as `vllm` on port 8000
-    so the rest of the stack is configured once for both."""
+    """`--profile demo` runs the simulator instead of vLLM, answering as `vllm` on port 8000,
+    and the demo exporter answering as `specwatch`, so the rest of the stack is configured
+    once for both profiles."""
     services = cached_compose_config("demo")["services"]
-    assert set(services) == STACK | {"simulator"}
+    assert set(services) == MONITORING | {"simulator", "specwatch-demo"}
+    assert "specwatch" in services["specwatch-demo"]["networks"]["default"]["aliases"]
     simulator = services["simulator"]
     assert _command(simulator)[0] == "simulate"
     assert _flag(simulator, "--listen").endswith(":8000")
@@ -79,7 +83,7 @@ def test_gpu_profile_runs_vllm_on_a_gpu_with_sd_config_from_environment():
     """`--profile gpu` runs vLLM with an NVIDIA GPU reservation; model and
     --speculative-config come from VLLM_MODEL / VLLM_SPECULATIVE_CONFIG, with defaults."""
     services = cached_compose_config("gpu")["services"]
-    assert set(services) == STACK | {"vllm"}
+    assert set(services) == MONITORING | {"vllm", "specwatch"}
     vllm = services["vllm"]
     devices = vllm["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"capabilities": ["gpu"], "driver": "nvidia", "count": 1}]
@@ -98,8 +102,9 @@ def test_gpu_profile_runs_vllm_on_a_gpu_with_sd_config_from_environment():
 
 
 def test_without_a_profile_no_inference_server_starts():
-    """Neither vLLM nor the simulator starts without a profile: the user picks one."""
-    assert set(cached_compose_config()["services"]) == STACK
+    """Neither vLLM nor the simulator (nor an exporter for them) starts without a profile:
+    the user picks one."""
+    assert set(cached_compose_config()["services"]) == MONITORING
 
 
 @pytest.mark.parametrize("profile", ["demo", "gpu"])
@@ -126,26 +131,59 @@ def test_published_ports_bind_to_loopback_only():
 
 
 def test_specwatch_containers_are_hardened():
-    """specwatch and the simulator run with a read-only root filesystem, no capabilities and
-    no privilege escalation."""
-    services = cached_compose_config("demo")["services"]
-    for name in ("specwatch", "simulator"):
+    """The exporters and the simulator run with a read-only root filesystem, no capabilities
+    and no privilege escalation."""
+    services = {**cached_compose_config("demo")["services"],
+                **cached_compose_config("gpu")["services"]}
+    for name in ("specwatch", "specwatch-demo", "simulator"):
         service = services[name]
         assert service["read_only"] is True
         assert service["cap_drop"] == ["ALL"]
         assert "no-new-privileges:true" in service["security_opt"]
 
 
-def test_specwatch_config_targets_the_inference_service_and_loads():
-    """The exporter's compose configuration polls vllm:8000 (vLLM or the simulator) and is
-    accepted by the real config loader."""
+def _serve_config_as_mounted(service: dict, root: Path):
+    """Load an exporter service's configuration the way `specwatch serve` does in the
+    container: its bind mounts laid out under `root`, absolute paths in the file (the
+    parameters file) read from that layout. Returns (ServeConfig, LiveModel)."""
+    from specwatch import model_live
     from specwatch.config import build_config
 
-    specwatch = cached_compose_config("demo")["services"]["specwatch"]
-    config_path = _flag(specwatch, "--config")
-    sources = {v["target"]: Path(v["source"]) for v in specwatch["volumes"] if v["type"] == "bind"}
-    config = build_config(str(sources[config_path]), [], None, None)
+    mirror_binds(service, root)
+    local = root / _flag(service, "--config").lstrip("/")
+    raw = yaml.safe_load(local.read_text())
+    for target in raw["targets"]:
+        if "params" in target:
+            assert target["params"].startswith("/"), "a relative path depends on the workdir"
+            target["params"] = str(root / target["params"].lstrip("/"))
+    local.write_text(yaml.safe_dump(raw))
+    config = build_config(str(local), [], None, None)
+    return config, model_live.from_config(config)
+
+
+@pytest.mark.parametrize("profile", ["demo", "gpu"])
+def test_exporter_config_polls_the_inference_service_and_loads(profile: str, tmp_path: Path):
+    """Each profile's exporter configuration polls vllm:8000 (vLLM or the simulator) and is
+    accepted by the real config loader; the demo exporter also loads the simulator's
+    parameters file, so its latency-model series are configured."""
+    service = cached_compose_config(profile)["services"][EXPORTER[profile]]
+    config, live = _serve_config_as_mounted(service, tmp_path)
     assert [t.url for t in config.targets] == ["http://vllm:8000/metrics"]
+    if profile == "demo":
+        assert set(live.params) == {"vllm"}
+
+
+def test_demo_exporter_uses_the_parameters_of_the_simulated_scenario(tmp_path: Path):
+    """The parameters file the demo exporter loads is the one the simulator's scenario uses
+    as its ground truth, so predictions match the simulated server."""
+    from specwatch.params import load_params
+    from specwatch.scenario import load_scenario
+
+    services = cached_compose_config("demo")["services"]
+    _, live = _serve_config_as_mounted(services["specwatch-demo"], tmp_path)
+    scenario = load_scenario(_flag(services["simulator"], "--scenario"))
+    truth = load_params(scenario.models[0].params)
+    assert live.params["vllm"] == truth
 
 
 def test_prometheus_config_is_valid_as_mounted_in_the_container(tmp_path: Path):
@@ -174,8 +212,13 @@ def test_prometheus_scrapes_the_stack_services_under_the_mixin_job_names():
     assert jobs["vllm"] == ["vllm:8000"]
     assert prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [
         "alertmanager:9093"]
-    services = cached_compose_config("demo")["services"]
-    assert {"alertmanager", "specwatch"} <= set(services)
+    # Each profile answers those names: vLLM/simulator on vllm:8000, its exporter on
+    # specwatch:10440 (the image's default listen port).
+    for profile, inference in (("demo", "simulator"), ("gpu", "vllm")):
+        services = cached_compose_config(profile)["services"]
+        names = {n: {n, *((s.get("networks") or {}).get("default") or {}).get("aliases", [])}
+                 for n, s in services.items()}
+        assert "vllm" in names[inference] and "specwatch" in names[EXPORTER[profile]]
     # Every job the generated rules select on is a job this Prometheus scrapes.
     for path in generator().rule_files(REPO):
         for job in re.findall(r'job="([^"]+)"', path.read_text()):
@@ -250,3 +293,32 @@ def test_compose_file_is_the_documented_one():
     rel = COMPOSE_FILE.relative_to(REPO).as_posix()
     assert f"docker compose -f {rel} --profile demo up" in readme
     assert f"docker compose -f {rel} --profile gpu up" in readme
+
+
+def test_documented_override_file_merges(tmp_path: Path):
+    """The override example in deploy/README.md, merged with the stack as documented,
+    changes vLLM's flags and adds the parameters file to the exporter's mounts while keeping
+    its configuration and secrets."""
+    lines = (DEPLOY / "README.md").read_text().splitlines()
+    start = lines.index("    # deploy/compose/override.yaml")
+    block = []
+    for line in lines[start + 1:]:
+        if line.startswith("    docker compose") or (line and not line.startswith("    ")):
+            break
+        block.append(line[4:])
+    override = tmp_path / "override.yaml"
+    override.write_text("\n".join(block).strip() + "\n")
+    cmd = [compose_binary(), "-f", COMPOSE_FILE, "-f", override,
+           "--profile", "gpu", "config", "--format", "json"]
+    result = run(cmd, env=compose_env(), cwd=COMPOSE_FILE.parent)
+    assert result.returncode == 0, result.stderr
+    services = json.loads(result.stdout)["services"]
+    assert "--tensor-parallel-size=2" in services["vllm"]["command"]
+    mounts = {v["target"]: Path(v["source"]) for v in services["specwatch"]["volumes"]}
+    assert set(mounts) == {"/etc/specwatch/specwatch.yaml", "/etc/specwatch/secrets",
+                           "/etc/specwatch/params.yaml"}
+    # Relative paths resolve against the project folder, deploy/compose/, like the others.
+    assert mounts["/etc/specwatch/params.yaml"] == COMPOSE_FILE.parent / "params.yaml"
+    readme = (DEPLOY / "README.md").read_text()
+    assert ("docker compose -f deploy/compose/compose.yaml -f deploy/compose/override.yaml "
+            "--profile gpu up -d") in readme
