@@ -47,7 +47,7 @@ def test_amtool_check_config_passes():
     """amtool check-config accepts the file (receivers with *_file secrets, templates)."""
     result = run([system_tool("amtool"), "check-config", ALERTMANAGER_CONFIG])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 receivers" in result.stdout and "1 inhibit rules" in result.stdout
+    assert "4 receivers" in result.stdout and "2 inhibit rules" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -220,3 +220,29 @@ def test_target_down_inhibits_that_targets_sd_alerts_only(alertmanager: int):
     assert states[("SDPredictedSpeedupLow", "a")]["state"] == "suppressed"
     assert states[("SDAcceptanceRateLow", "b")]["state"] == "active"
     assert states[("SpecwatchTargetDown", "a")]["state"] == "active"
+
+
+def test_breakeven_alert_inhibits_the_speedup_alert_of_the_same_model(alertmanager: int):
+    """SDArrivalRateAboveBreakeven (the cause: load) mutes SDPredictedSpeedupLow for the same
+    target and model, not for another model on that target."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    def alert(name: str, model: str) -> dict:
+        return {"labels": {"alertname": name, "severity": "warning", "target": "a",
+                           "model_name": model},
+                "annotations": {"summary": "test"}, "startsAt": now}
+
+    _api(alertmanager, "alerts", [
+        alert("SDArrivalRateAboveBreakeven", "m1"),
+        alert("SDPredictedSpeedupLow", "m1"),
+        alert("SDPredictedSpeedupLow", "m2"),
+    ])
+    states = {}
+    deadline = time.monotonic() + 10
+    while len(states) < 3 and time.monotonic() < deadline:
+        states = {(a["labels"]["alertname"], a["labels"]["model_name"]): a["status"]["state"]
+                  for a in _api(alertmanager, "alerts")}
+        time.sleep(0.1)
+    assert states == {("SDArrivalRateAboveBreakeven", "m1"): "active",
+                      ("SDPredictedSpeedupLow", "m1"): "suppressed",
+                      ("SDPredictedSpeedupLow", "m2"): "active"}
