@@ -346,3 +346,24 @@ def test_time_scale_divides_every_duration_on_the_page() -> None:
     assert f.num_drafts == s.num_drafts
     assert f.h_e2e.total == pytest.approx(s.h_e2e.total * 0.1)
     assert f.h_itl.total == pytest.approx(s.h_itl.total * 0.1)
+
+
+def test_scripted_restart_with_another_draft_length() -> None:
+    """A scenario restart with num_speculative_tokens changes the SD configuration: k = 0
+    removes the spec_decode families (vLLM without --speculative-config), k = 2 brings two
+    position series back, and the latency follows the new configuration."""
+    sc = replace(steady(20.0), restarts=(Restart(30.0, 0.0, None, None, 0),
+                                         Restart(60.0, 0.0, None, None, 2)))
+    sim = Simulation(sc)
+    sim.advance_to(59.0)
+    assert not [n for n in page_series(sim) if n.startswith("vllm:spec_decode")]
+    st = sim.engine_stats()[0]
+    no_sd = st.h_e2e.total / st.h_e2e.count
+    sim.advance_to(90.0)
+    series = page_series(sim)
+    assert len(series["vllm:spec_decode_num_accepted_tokens_per_pos_total"]) == 2
+    check_vllm_invariants(series)
+    st = sim.engine_stats()[0]
+    with_sd = st.h_e2e.total / st.h_e2e.count
+    assert no_sd == pytest.approx(model_latency(COEF, 20.0, k=0, alpha=0.0), rel=0.1)
+    assert with_sd < no_sd

@@ -163,3 +163,46 @@ def test_unknown_packaged_scenario_name_lists_the_packaged_ones() -> None:
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 2
     assert "demo" in res.stderr and "no-such-scenario" in res.stderr
+
+
+def post(url: str, body: object) -> tuple[int, str]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_restart_over_http_switches_sd_off_and_on() -> None:
+    """POST /sim/restart with num_speculative_tokens 0 brings the server back without SD
+    (no spec_decode families, counters reset), and with k = 5 back with five positions:
+    what a controller's deployer does. Bad requests get a 400 naming the field."""
+    server = SimulatorServer(load_scenario("demo"), "127.0.0.1:0", speed=40.0, tick=0.02)
+    server.start()
+    url = server.url
+    try:
+        time.sleep(0.5)
+        assert total(parse_exposition(get(f"{url}/metrics")[1]),
+                     "vllm:spec_decode_num_drafts_total") > 0
+        assert post(f"{url}/sim/restart", {"num_speculative_tokens": -1})[0] == 400
+        code, text = post(f"{url}/sim/restart", {"model_name": "nope"})
+        assert code == 400 and "model_name" in text
+        code, text = post(f"{url}/sim/restart", {"num_speculative_tokens": 0,
+                                                 "downtime_s": 0.3})
+        assert code == 200, text
+        time.sleep(1.0)
+        page = parse_exposition(get(f"{url}/metrics")[1])
+        assert not [n for n, _ in page if n.startswith("vllm:spec_decode")]
+        assert total(page, "vllm:request_success_total") > 0
+        status = json.loads(get(f"{url}/sim/status")[1])
+        assert status["models"][0]["num_speculative_tokens"] == 0
+        assert post(f"{url}/sim/restart", {"num_speculative_tokens": 5})[0] == 200
+        time.sleep(0.5)
+        page = parse_exposition(get(f"{url}/metrics")[1])
+        positions = {dict(labels)["position"] for n, labels in page
+                     if n == "vllm:spec_decode_num_accepted_tokens_per_pos_total"}
+        assert positions == {"0", "1", "2", "3", "4"}
+    finally:
+        server.stop()

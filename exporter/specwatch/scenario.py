@@ -486,12 +486,16 @@ class Restart:
     (connection refused), every counter starts again from 0 and in-flight requests are lost.
     With `model_name` (and optionally `engine`), only those engines restart (their series
     reset; the page keeps answering), as when one data-parallel engine core is replaced.
+    With `num_speculative_tokens`, the restarted models come back with that draft length
+    (0 switches SD off: the spec_decode families disappear), as after a deployer changed
+    ``--speculative-config``.
     """
 
     at_s: float
     downtime_s: float = 0.0
     model_name: str | None = None
     engine: int | None = None
+    num_speculative_tokens: int | None = None  # come back with this k (0: SD off)
 
 
 @dataclass(frozen=True)
@@ -645,6 +649,7 @@ def parse_scenario(
         downtime = r.number("downtime_s", 0.0, lo=0)
         model = r.string("model_name", None)
         engine = r.number("engine", None, lo=0, integer=True)
+        new_k = r.number("num_speculative_tokens", None, lo=0, hi=32, integer=True)
         if model is not None and model not in names:
             r.fail(f"no model named {model!r} in this scenario", "model_name")
         if engine is not None:
@@ -656,8 +661,11 @@ def parse_scenario(
         if model is not None and downtime:
             r.fail("a per-model restart keeps the page up; downtime_s applies to the whole "
                    "server only", "downtime_s")
+        if engine is not None and new_k is not None:
+            r.fail("all engines of a model share one SD configuration: restart the model, "
+                   "not one engine", "num_speculative_tokens")
         r.finish()
-        restarts.append(Restart(float(at), float(downtime), model, engine))
+        restarts.append(Restart(float(at), float(downtime), model, engine, new_k))
     node.finish()
     restarts.sort(key=lambda r: r.at_s)
     return Scenario(

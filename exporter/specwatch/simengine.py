@@ -70,12 +70,12 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from specwatch.scenario import AcceptanceDist, ModelSpec, Scenario
+from specwatch.scenario import AcceptanceDist, ModelSpec, Restart, Scenario
 from specwatch.simstats import EngineStats
 
 __all__ = ["Engine", "Simulation", "StepCosts"]
@@ -688,6 +688,7 @@ class Simulation:
             if m.coefficients is None:
                 raise ValueError(f"models[{i}] ({m.model_name}): coefficients not loaded")
         self.scenario = scenario
+        self.specs = list(scenario.models)  # current configuration (restarts may change k)
         self.seed = scenario.seed if seed is None else seed
         self.time_scale = time_scale
         start_wall = time.time()
@@ -696,6 +697,7 @@ class Simulation:
         self.down_until = -1.0
         self.up_since = 0.0
         self.restarts_done = 0
+        self._requested: list[Restart] = []
         self.costs = [StepCosts(m.coefficients, m.num_speculative_tokens, m.nonlinear_s)
                       for m in scenario.models]
         self.slots: list[_Slot] = []
@@ -704,7 +706,7 @@ class Simulation:
                 self.slots.append(_Slot(mi, e, 0, self._new_engine(mi, e, 0, 0.0)))
 
     def _new_engine(self, mi: int, e: int, generation: int, start: float) -> Engine:
-        spec = self.scenario.models[mi]
+        spec = self.specs[mi]
         rng = np.random.default_rng(np.random.SeedSequence([self.seed, mi, e, generation]))
         created = self.wall_time(start)
         stats = EngineStats(spec.model_name, e, spec.num_speculative_tokens,
@@ -717,31 +719,46 @@ class Simulation:
         """Whether the server answers (false during a whole-server restart's downtime)."""
         return self.now >= self.down_until
 
-    def next_restart(self) -> float:
-        restarts = self.scenario.restarts
-        return restarts[self.restarts_done].at_s if self.restarts_done < len(restarts) else _INF
+    def request_restart(self, restart: Restart) -> None:
+        """Restart at the current simulated time (its `at_s` is ignored), e.g. with another
+        `num_speculative_tokens`, as a deployer does to switch SD off or change k."""
+        self._requested.append(restart)
 
     def advance_to(self, t: float) -> None:
-        """Advance every engine to simulated time t, applying scripted restarts on the way."""
+        """Advance every engine to simulated time t, applying restarts on the way."""
+        for r in self._requested:
+            self._restart(r, self.now)
+        self._requested = []
         restarts = self.scenario.restarts
         while self.restarts_done < len(restarts) and restarts[self.restarts_done].at_s <= t:
             r = restarts[self.restarts_done]
-            self._advance_engines(r.at_s)
             self.restarts_done += 1
-            back = r.at_s + r.downtime_s
-            for slot in self.slots:
-                spec = self.scenario.models[slot.model_index]
-                if r.model_name is not None and spec.model_name != r.model_name:
-                    continue
-                if r.engine is not None and slot.engine != r.engine:
-                    continue
-                slot.generation += 1
-                slot.engine_obj = self._new_engine(slot.model_index, slot.engine,
-                                                   slot.generation, back)
-            if r.model_name is None:
-                self.down_until = back
-                self.up_since = back
+            self._restart(r, r.at_s)
         self._advance_engines(t)
+
+    def _restart(self, r: Restart, at: float) -> None:
+        self._advance_engines(at)
+        back = at + r.downtime_s
+        targeted = {mi for mi, spec in enumerate(self.specs)
+                    if r.model_name is None or spec.model_name == r.model_name}
+        if r.num_speculative_tokens is not None:
+            for mi in targeted:
+                spec = replace(self.specs[mi], num_speculative_tokens=r.num_speculative_tokens)
+                self.specs[mi] = spec
+                self.costs[mi] = StepCosts(spec.coefficients, spec.num_speculative_tokens,
+                                           spec.nonlinear_s)
+        whole = r.model_name is None and r.engine is None
+        for slot in self.slots:
+            if not whole and slot.model_index not in targeted:
+                continue
+            if r.engine is not None and slot.engine != r.engine:
+                continue
+            slot.generation += 1
+            slot.engine_obj = self._new_engine(slot.model_index, slot.engine,
+                                               slot.generation, back)
+        if whole:
+            self.down_until = back
+            self.up_since = back
 
     def _advance_engines(self, t: float) -> None:
         for slot in self.slots:
@@ -763,7 +780,7 @@ class Simulation:
         """``vllm:cache_config_info`` labels per engine (vLLM 0.32's CacheConfig fields)."""
         out = []
         for slot in self.slots:
-            spec = self.scenario.models[slot.model_index]
+            spec = self.specs[slot.model_index]
             blocks = spec.kv_cache_tokens // spec.block_size
             out.append(_cache_config_labels(spec, slot.engine, blocks))
         return out

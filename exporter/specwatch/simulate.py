@@ -12,7 +12,10 @@ clock and serves it:
   as for a restarting vLLM) and reopened on the same port when the downtime ends; a client
   still holding a kept-alive connection gets a 503 with ``Connection: close``;
 * ``/sim/status`` (not a vLLM route) tells tests and the demo where the scenario is: the
-  simulated time, each model's phase, its arrival rate and its acceptance truth.
+  simulated time, each model's phase, its arrival rate and its acceptance truth;
+* ``POST /sim/restart`` (not a vLLM route) restarts the server now, optionally with another
+  ``num_speculative_tokens`` (0 = SD off): what a deployer does when a controller asks to
+  switch SD, so controller tests can use the simulator as the thing they act on.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.errors import ConfigError
-from specwatch.scenario import Scenario, load_scenario
+from specwatch.scenario import Restart, Scenario, load_scenario
 from specwatch.simengine import Simulation
 from specwatch.simstats import vllm_families
 from specwatch.web import Request, Response, WebServer, only_get, parse_listen
@@ -123,6 +126,7 @@ class SimulatorServer:
             "/health": only_get(self._health),
             "/v1/models": only_get(self._models),
             "/sim/status": only_get(self._status),
+            "/sim/restart": self._restart,
         }
         self._web: WebServer | None = None
         self._bound: tuple[str, int] | None = None
@@ -148,9 +152,28 @@ class SimulatorServer:
         if not self.sim.up:
             return self._down_response()
         data = [{"id": m.model_name, "object": "model", "owned_by": "vllm",
-                 "max_model_len": m.max_model_len} for m in self.scenario.models]
+                 "max_model_len": m.max_model_len} for m in self.sim.specs]
         body = json.dumps({"object": "list", "data": data}).encode()
         return Response(200, body, "application/json")
+
+    def _restart(self, req: Request) -> Response:
+        """POST /sim/restart {"num_speculative_tokens": k, "model_name": m, "engine": e,
+        "downtime_s": wall seconds}: restart now, as a deployer applying a new SD config."""
+        if req.method != "POST":
+            return Response(405, b"use POST\n", headers={"Allow": "POST"})
+        try:
+            body = json.loads(req.body or b"{}")
+            restart = _restart_request(body, [m.model_name for m in self.sim.specs],
+                                       {m.model_name: m.engines for m in self.sim.specs},
+                                       self.speed)
+        except (ValueError, ConfigError) as exc:
+            return Response(400, f"{exc}\n".encode())
+        with self.lock:
+            self.sim.request_restart(restart)
+            at = self.sim.now
+        log.info("restart requested over HTTP: %s", restart)
+        answer = {"restart_at_sim_s": at, "back_at_sim_s": at + restart.downtime_s}
+        return Response(200, json.dumps(answer).encode(), "application/json")
 
     def _status(self, _req: Request) -> Response:
         body = json.dumps(self.status(), indent=1).encode()
@@ -162,7 +185,7 @@ class SimulatorServer:
             t = self.sim.now
             up = self.sim.up
         models = []
-        for m in self.scenario.models:
+        for m in self.sim.specs:
             idx, into = m.phase_at(t, self.scenario.loop)
             ph = m.phases[idx]
             truth = ph.acceptance.truth(m.num_speculative_tokens, ph.generation_tokens)
@@ -251,6 +274,36 @@ class SimulatorServer:
             self._thread.join(timeout=10)
             self._thread = None
         self._close()
+
+
+def _restart_request(body: Any, models: list[str], engines: dict[str, int],
+                     speed: float) -> Restart:
+    """Validate a /sim/restart body (downtime in wall seconds → simulated seconds)."""
+    if not isinstance(body, dict):
+        raise ValueError("expected a JSON object")
+    unknown = set(body) - {"num_speculative_tokens", "model_name", "engine", "downtime_s"}
+    if unknown:
+        raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
+    k = body.get("num_speculative_tokens")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= 32):
+        raise ValueError(f"num_speculative_tokens: expected an integer in [0, 32], got {k!r}")
+    model = body.get("model_name")
+    if model is not None and model not in models:
+        raise ValueError(f"model_name: no model {model!r} (models: {', '.join(models)})")
+    engine = body.get("engine")
+    if engine is not None:
+        if model is None or isinstance(engine, bool) or not isinstance(engine, int) \
+                or not 0 <= engine < engines[model]:
+            raise ValueError("engine: needs model_name and an index below its engine count")
+        if k is not None:
+            raise ValueError("num_speculative_tokens applies to a whole model, not one engine")
+    downtime = body.get("downtime_s", 0.0)
+    if isinstance(downtime, bool) or not isinstance(downtime, (int, float)) \
+            or not 0 <= downtime <= 3600:
+        raise ValueError(f"downtime_s: expected seconds in [0, 3600], got {downtime!r}")
+    if downtime and model is not None:
+        raise ValueError("downtime_s: only a whole-server restart closes the port")
+    return Restart(0.0, float(downtime) * speed, model, engine, k)
 
 
 def run(args: argparse.Namespace) -> int:
