@@ -114,6 +114,18 @@ def check_url(value: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
+def check_url_any_path(value: str) -> str:
+    """An http(s) URL with a host, path kept as given (a webhook endpoint)."""
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise CheckError(f"expected an http(s) URL, got {value!r}")
+    try:
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError as exc:
+        raise CheckError(f"bad port in URL {value!r}") from exc
+    return value.strip()
+
+
 def check_listen(value: str) -> str:
     _host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
@@ -178,6 +190,80 @@ HTTP_SERVER_LIMITS_SCHEMA: dict[str, Key] = {
     "idle_timeout": Key((*_NUM, str), check=parse_duration, doc="keep-alive idle (60s)"),
     "tls_handshake_timeout": Key((*_NUM, str), check=parse_duration, doc="(5s)"),
 }
+
+
+def _unit_interval(value: Any) -> float:
+    if isinstance(value, bool) or not 0 <= value <= 1:
+        raise CheckError(f"expected a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _positive(value: Any) -> float:
+    if isinstance(value, bool) or not value > 0:
+        raise CheckError(f"expected a number > 0, got {value!r}")
+    return float(value)
+
+
+def _duration_or_zero(value: Any) -> float:
+    """A duration that may be 0 (e.g. no stabilization)."""
+    if not isinstance(value, bool) and isinstance(value, int | float) and value == 0:
+        return 0.0
+    return parse_duration(value)
+
+
+_DURATION = (*(int, float), str)
+
+#: Per-target `controller:` block (issue 7; semantics in specwatch.controller and the
+#: README, "Controller"). Cross-key rules (enable above disable, the webhook block in
+#: webhook mode...) are checked by specwatch.controller.settings_from_config.
+CONTROLLER_SCHEMA: dict[str, Key] = {
+    "mode": Key(str, check=_one_of("recommend", "webhook", "command"),
+                doc="recommend (default) | webhook | command"),
+    "models": Key(list, items=Key(str), doc="model names to control (default: all)"),
+    "disable_below_speedup": Key((int, float), check=_positive,
+                                 doc="switch SD off below this best predicted speedup"),
+    "enable_above_speedup": Key((int, float), check=_positive,
+                                doc="switch SD on at or above this predicted speedup"),
+    "min_acceptance_rate": Key((int, float), check=_unit_interval,
+                               doc="switch SD off below this acceptance rate"),
+    "stabilization_seconds": Key(_DURATION, check=_duration_or_zero,
+                                 doc="a condition must hold this long"),
+    "min_switch_interval_seconds": Key(_DURATION, check=_duration_or_zero,
+                                       doc="no two switches closer than this"),
+    "min_drafts_per_window": Key((int, float), check=_non_negative,
+                                 doc="drafts the window needs (SD on)"),
+    "min_requests_per_window": Key((int, float), check=_non_negative,
+                                   doc="finished requests the window needs (SD off)"),
+    "pending_timeout_seconds": Key(_DURATION, check=parse_duration,
+                                   doc="give up waiting for a requested switch"),
+    "max_reenable_delay_seconds": Key(_DURATION, check=parse_duration,
+                                      doc="cap of the re-enable backoff"),
+    "max_num_seqs": Key(int, check=_positive_int(1), doc="largest batch of the schedule"),
+    "max_attempts": Key(int, check=_positive_int(1), doc="deliveries tried per decision"),
+    "retry_backoff_seconds": Key(_DURATION, check=parse_duration,
+                                 doc="first retry delay (doubles)"),
+    "max_retry_backoff_seconds": Key(_DURATION, check=parse_duration,
+                                     doc="largest retry delay"),
+    "webhook": Key(dict, children={
+        "url": Key(str, required=True, check=check_url_any_path, doc="receiver URL"),
+        "timeout": Key(_DURATION, check=parse_duration, doc="per attempt"),
+        "headers": Key(dict, values=Key(str), doc="literal headers"),
+        "headers_from_file": Key(dict, values=Key(str), doc="header -> file with the value"),
+        "headers_from_env": Key(dict, values=Key(str), doc="header -> environment variable"),
+    }, doc="mode webhook: where decisions are POSTed"),
+    "command": Key(dict, children={
+        "argv": Key(list, required=True, items=Key(str), doc="program and arguments, no shell"),
+        "timeout": Key(_DURATION, check=parse_duration, doc="per attempt"),
+    }, doc="mode command: the program run per decision"),
+}
+#: Exporter-wide `controller:` block: the Alertmanager webhook receiver.
+CONTROLLER_GLOBAL_SCHEMA: dict[str, Key] = {
+    "alertmanager": Key(dict, children={
+        "token_file": Key(str, required=True, doc="file holding the bearer token"),
+        "alerts": Key(list, items=Key(str), doc="alert names meaning 'switch SD off'"),
+    }, doc="POST /controller/alertmanager"),
+}
+
 TARGET_SCHEMA: dict[str, Key] = {
     "name": Key(str, check=_name, doc="label value of `target` (default: host:port)"),
     "url": Key(str, required=True, check=check_url, doc="the /metrics URL"),
@@ -190,6 +276,7 @@ TARGET_SCHEMA: dict[str, Key] = {
     "model_window": Key(str, doc="window whose signals feed the model (default global's, 5m)"),
     "tls": Key(dict, children=TARGET_TLS_SCHEMA, doc="CA, client certificate"),
     "max_series": Key(int, check=_positive_int(1), doc="source series kept per poll"),
+    "controller": Key(dict, children=CONTROLLER_SCHEMA, doc="SD controller (off by default)"),
 }
 GLOBAL_SCHEMA: dict[str, Key] = {
     "listen": Key(str, check=check_listen, doc="HOST:PORT of the exporter"),
@@ -221,6 +308,7 @@ TOP_SCHEMA: dict[str, Key] = {
     "targets": Key(list, items=Key(dict, children=TARGET_SCHEMA)),
     "file_sd_configs": Key(list, items=Key(dict, children=FILE_SD_SCHEMA),
                            doc="Prometheus file_sd target files"),
+    "controller": Key(dict, children=CONTROLLER_GLOBAL_SCHEMA),
 }
 
 
@@ -315,6 +403,9 @@ class ServeConfig:
     #: Defaults a discovered (file_sd) target gets: timeout, max_body_bytes, max_series.
     target_defaults: tuple[float, int, int] = (DEFAULT_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
                                                DEFAULT_MAX_SERIES)
+
+    #: Where the configuration came from (the file name, for error messages).
+    source: str = "command line"
 
     def discovered_target(self, raw: Mapping[str, Any], where: str) -> TargetConfig:
         """A file_sd target (``{"url": ...}``) validated like a configured one."""
@@ -527,7 +618,8 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
         min_bimodality_samples=g.get("min_bimodality_samples", DEFAULT_MIN_BIMODALITY_SAMPLES),
         parser=g.get("parser", "fast"), shard_index=shard_index, shard_count=shard_count,
         file_sd=file_sd, max_concurrent_polls=g.get("max_concurrent_polls"),
-        target_defaults=(timeout, max_body, max_series), raw=raw)
+        target_defaults=(timeout, max_body, max_series), raw=raw,
+        source=where)
 
 
 def _relative_to(config_file: str | None, path: str) -> str:

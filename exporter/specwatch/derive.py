@@ -48,6 +48,12 @@ BIMODALITY_COEFFICIENT = "sd_acceptance_bimodality_coefficient"
 #: Sarle's threshold: a coefficient above 5/9 (uniform distribution) suggests two modes.
 BIMODALITY_THRESHOLD = 5.0 / 9.0
 
+#: Window histograms kept in WindowSignals.histograms: name -> canonical bucket signal.
+LATENCY_HISTOGRAMS: dict[str, str] = {
+    "e2e_latency_seconds": sources.E2E_LATENCY_BUCKET,
+    "ttft_seconds": sources.TTFT_BUCKET,
+}
+
 
 @dataclass(frozen=True)
 class DeriveConfig:
@@ -159,6 +165,55 @@ def solve_token_acceptance_probability(e: float, k: float) -> float | None:
     return 0.5 * (lo + hi)
 
 
+def _bound(le: str) -> float:
+    try:
+        return float(le)
+    except ValueError:
+        return math.inf
+
+
+def window_buckets(base: Counters, cur: Counters, signal: str
+                   ) -> tuple[tuple[float, float], ...]:
+    """Increases of one histogram's cumulative buckets over a window, sorted by bound.
+
+    Empty when the page has no such histogram. Counts are made non-decreasing in the bound
+    (a running maximum): buckets are separate series, so a page rendered while requests
+    finish can be off by one between neighbours.
+    """
+    les = [le for (s, le) in cur if s == signal and le is not None]
+    out: list[tuple[float, float]] = []
+    running = 0.0
+    for bound, le in sorted((_bound(le), le) for le in les):
+        running = max(running, delta(base, cur, (signal, le)))
+        out.append((bound, running))
+    return tuple(out)
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """The q-quantile of cumulative buckets, interpolated as PromQL's histogram_quantile.
+
+    Linear interpolation inside the bucket holding the rank q·count (the lowest bucket from
+    0); a rank in the +Inf bucket gives the largest finite bound. None without observations
+    or without a +Inf bucket (the count is unknown).
+    """
+    if not buckets or not math.isinf(buckets[-1][0]) or not 0.0 <= q <= 1.0:
+        return None
+    total = buckets[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    prev_bound, prev_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank and count > prev_count:
+            if math.isinf(bound):
+                return prev_bound if len(buckets) > 1 else None
+            if bound <= 0:
+                return bound
+            return prev_bound + (bound - prev_bound) * (rank - prev_count) / (count - prev_count)
+        prev_bound, prev_count = bound, count
+    return None
+
+
 def bimodality_coefficient(samples: Sequence[float]) -> float | None:
     """Sarle's bimodality coefficient with the small-sample corrections.
 
@@ -247,6 +302,10 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
                 v[TOKEN_ACCEPTANCE_PROBABILITY] = alpha
 
     requests = d(sources.REQUESTS_FINISHED)
+    drafts = next((d(sig) for sig in (sources.DRAFTS, sources.VERIFY_CALLS,
+                                       sources.DRAFT_TOKENS) if _has(c, sig)), 0.0)
+    histograms = {name: hb for name, sig in LATENCY_HISTOGRAMS.items()
+                  if (hb := window_buckets(b, c, sig))}
     if _has(c, sources.REQUESTS_FINISHED):
         # A rate over elapsed time: 0 is a true value (an idle server), not a missing one.
         v[ARRIVAL_RATE] = requests / dt
@@ -274,7 +333,7 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
         if bc is not None:
             v[BIMODALITY_COEFFICIENT] = bc
     return WindowSignals(window=label, values=v, positions=positions, span_seconds=dt,
-                         requests=requests)
+                         requests=requests, drafts=drafts, histograms=histograms)
 
 
 def _position_order(p: str) -> tuple[int, str]:
@@ -343,4 +402,5 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
                                        sum=hist.sample_sum, count=hist.sample_count)
     return ModelSnapshot(model_name=hist.model_name, engine=engine,
                          configured_k=hist.configured_k, windows=tuple(windows),
-                         samples=samples_hist, gauges=dict(hist.gauges))
+                         samples=samples_hist, gauges=dict(hist.gauges),
+                         sd_families_present=bool(hist.signals & sources.VLLM_SD_SIGNALS))

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 from specwatch import derive, sources
 
-#: (canonical signal, position or None): the key of an aggregated, reset-corrected counter.
+#: (canonical signal, position, bucket bound `le` or None): the key of an aggregated,
+#: reset-corrected counter.
 AggKey = tuple[str, str | None]
 
 #: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
@@ -63,6 +64,8 @@ class ModelHistory:
     configured_k: int | None = None
     gauges: dict[str, float] = field(default_factory=dict)
     last_seen: float = -math.inf
+    #: Canonical counter signals on the latest page (e.g. whether SD families are present).
+    signals: frozenset[str] = frozenset()
 
     def observe_sample(self, value: float) -> None:
         """Add one interval acceptance rate to the lifetime histogram."""
@@ -129,8 +132,12 @@ class TargetHistory:
                 else:
                     delta = value - prev.value
             self._raw[key] = _RawState(value, created, t)
-            position = dict(identity).get("position") \
-                if signal == sources.ACCEPTED_PER_POSITION else None
+            if signal == sources.ACCEPTED_PER_POSITION:
+                position = dict(identity).get("position")
+            elif signal in sources.BUCKET_SIGNALS:
+                position = dict(identity).get("le")
+            else:
+                position = None
             agg = deltas.setdefault(model, {})
             agg[(signal, position)] = agg.get((signal, position), 0.0) + delta
         if reset_seen:
@@ -145,6 +152,7 @@ class TargetHistory:
                 hist.cumulative[agg_key] = hist.cumulative.get(agg_key, 0.0) + d
             hist.configured_k = page.configured_k.get(model)
             hist.gauges = {s: v for (m, s), v in page.gauges.items() if m == model}
+            hist.signals = frozenset(sig for (m, sig, _i) in page.counters if m == model)
             hist.last_seen = t
             prev_entry = hist.entries[-1] if hist.entries else None
             counters = dict(hist.cumulative)

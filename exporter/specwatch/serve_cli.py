@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-from specwatch import __version__, config, derive, model_live, redact
+from specwatch import __version__, config, controller, derive, model_live, redact
 from specwatch.collector import SpecwatchCollector
 from specwatch.discovery import TargetSource
 from specwatch.pipeline import Pipeline
@@ -61,6 +61,7 @@ class ServeApp:
 
     def __init__(self, cfg: config.ServeConfig, clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
+        self.clock = clock
         dcfg = derive.DeriveConfig(windows=cfg.windows, count_window=cfg.count_window,
                                    min_drafts_per_sample=cfg.min_drafts_per_sample,
                                    min_bimodality_samples=cfg.min_bimodality_samples)
@@ -88,6 +89,7 @@ class ServeApp:
             "/": only_get(self.landing_handler),
         }, web_config_file=cfg.web_config, limits=server_limits(cfg))
         self.model = model_live.install(self)
+        self.controller = controller.install(self)
         self.collector.add_family_builder(self.exporter_families)
 
     def exporter_families(self, _snap: Snapshot) -> list[Metric]:
@@ -149,6 +151,8 @@ class ServeApp:
     def start(self, poll: bool = True) -> None:
         """Bind the HTTP server, then start polling (``poll=False``: tests drive polls)."""
         self.web.start()
+        if self.controller is not None:
+            self.controller.start()
         if poll:
             self.poller.start()
             self.targets.start(self.apply_targets)
@@ -165,6 +169,8 @@ class ServeApp:
         self.web.stop()
         self.targets.stop()
         self.poller.stop(timeout=10)
+        if self.controller is not None:
+            self.controller.stop()
 
     def reload(self) -> bool:
         """Re-read the web config (SIGHUP). False, with the old config kept, on error."""

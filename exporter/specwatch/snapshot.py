@@ -50,6 +50,13 @@ class WindowSignals:
     positions: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     span_seconds: float = 0.0
     requests: float = 0.0
+    #: Draft volume of the window: drafts (vLLM v1 >= 0.8.5), verify calls (SGLang), else
+    #: proposed draft tokens (older vLLM); 0 when nothing was drafted (or SD is off).
+    drafts: float = 0.0
+    #: Bucket increases of the latency histograms over the window, keyed by
+    #: :data:`specwatch.derive.LATENCY_HISTOGRAMS` names: ((upper bound, cumulative count),
+    #: ...) sorted by bound, +Inf last. Feeds quantiles (the controller's before/after record).
+    histograms: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,9 @@ class ModelSnapshot:
     windows: tuple[WindowSignals, ...]
     samples: SampleHistogram | None = None
     gauges: Mapping[str, float] = field(default_factory=dict)
+    #: True when the latest page has vLLM's SD counters for this model (they exist only with
+    #: --speculative-config, whatever the traffic); SGLang shows SD by its gauges instead.
+    sd_families_present: bool = False
     #: Issue 3 fills this (live predictions from the 5m window); None means "not computed".
     predictions: Any = None
     #: Issue 7 fills this (controller state for this target/model).

@@ -64,6 +64,16 @@ GENERATION_LEN_SUM = "request_generation_tokens_sum"
 GENERATION_LEN_COUNT = "request_generation_tokens_count"
 TTFT_SUM = "ttft_seconds_sum"
 TTFT_COUNT = "ttft_seconds_count"
+# Histogram buckets (identity carries `le`): latency quantiles before/after a controller switch.
+E2E_LATENCY_BUCKET = "e2e_latency_seconds_bucket"
+TTFT_BUCKET = "ttft_seconds_bucket"
+#: Bucket signals: aggregated per `le` (as per-position counters are per `position`).
+BUCKET_SIGNALS = frozenset({E2E_LATENCY_BUCKET, TTFT_BUCKET})
+
+#: Counters vLLM (v0 and v1) registers only when --speculative-config is set: their presence on
+#: a page says SD is configured, whatever the traffic.
+VLLM_SD_SIGNALS = frozenset({DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POSITION,
+                             EMITTED_TOKENS})
 
 # ---- canonical gauges ---------------------------------------------------------------------
 RUNNING = "requests_running"
@@ -90,6 +100,8 @@ _VLLM_COUNTERS: dict[str, str] = {
     "vllm:request_generation_tokens_count": GENERATION_LEN_COUNT,
     "vllm:time_to_first_token_seconds_sum": TTFT_SUM,
     "vllm:time_to_first_token_seconds_count": TTFT_COUNT,
+    "vllm:e2e_request_latency_seconds_bucket": E2E_LATENCY_BUCKET,
+    "vllm:time_to_first_token_seconds_bucket": TTFT_BUCKET,
 }
 _VLLM_GAUGES: dict[str, str] = {
     "vllm:num_requests_running": RUNNING,
@@ -110,6 +122,8 @@ _SGLANG_COUNTERS: dict[str, str] = {
     "sglang:generation_tokens_histogram_count": GENERATION_LEN_COUNT,
     "sglang:time_to_first_token_seconds_sum": TTFT_SUM,
     "sglang:time_to_first_token_seconds_count": TTFT_COUNT,
+    "sglang:e2e_request_latency_seconds_bucket": E2E_LATENCY_BUCKET,
+    "sglang:time_to_first_token_seconds_bucket": TTFT_BUCKET,
 }
 _SGLANG_GAUGES: dict[str, str] = {
     "sglang:num_running_reqs": RUNNING,
