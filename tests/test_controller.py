@@ -327,10 +327,10 @@ def test_switch_latency_record_compares_window_quantiles():
     # before: P50 = 0.5 + 0.5·50/100 = 0.75, P99 = 0.5 + 0.5·99/100 = 0.995
     # after (e2e): P50 = 1 + 1·50/100 = 1.5, P99 = 1 + 99/100 = 1.99; TTFT unchanged.
     assert mc.ratios == pytest.approx({
-        ("disable", "e2e", "0.5"): 1.5 / 0.75, ("disable", "e2e", "0.99"): 1.99 / 0.995,
-        ("disable", "ttft", "0.5"): 1.0, ("disable", "ttft", "0.99"): 1.0})
+        ("disable", "e2e", "50"): 1.5 / 0.75, ("disable", "e2e", "99"): 1.99 / 0.995,
+        ("disable", "ttft", "50"): 1.0, ("disable", "ttft", "99"): 1.0})
     latency_events = [e for e in mc.take_events() if e["event"] == "switch_latency"]
-    assert latency_events[-1]["ratio"]["e2e_p0.5"] == pytest.approx(2.0)
+    assert latency_events[-1]["ratio"]["e2e_p50"] == pytest.approx(2.0)
 
 
 def test_params_profile_is_the_fallback_before_any_healthy_window():

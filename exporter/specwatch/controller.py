@@ -88,7 +88,9 @@ STATES = ("enabled", "disabled", "pending")
 ACTIONS = ("disable", "enable")
 #: (label value of `latency`, window histogram name) and the quantiles recorded per switch.
 LATENCIES = (("e2e", "e2e_latency_seconds"), ("ttft", "ttft_seconds"))
-QUANTILES = (("0.5", 0.5), ("0.99", 0.99))
+#: (label value of `percentile`, quantile). The label is not `quantile`: promtool's lint
+#: reserves that name for summaries, and a ratio of two quantiles is a gauge.
+QUANTILES = (("50", 0.5), ("99", 0.99))
 DEFAULT_ALERTS = ("SDAcceptanceRateLow",)
 ALERTMANAGER_PATH = "/controller/alertmanager"
 STATUS_PATH = "/controller"
@@ -1098,7 +1100,8 @@ class Controller:
         ratio = GaugeMetricFamily(
             "sd_switch_latency_ratio", "Latency quantile over the decision window after the "
             "last switch divided by the same quantile before it (below 1: the switch helped), "
-            "for end-to-end latency and TTFT.", labels=[*lbl, "action", "latency", "quantile"])
+            "for end-to-end latency and TTFT at the 50th and 99th percentile.",
+            labels=[*lbl, "action", "latency", "percentile"])
         alerts = CounterMetricFamily(
             "specwatch_controller_alerts", "Alertmanager alerts received by the controller "
             "receiver, by outcome (accepted, resolved, ignored_alertname, ignored_target, "
