@@ -116,7 +116,7 @@ def test_client_error_is_permanent(receiver_factory):
     act, waits, _ = make_actuator(WebhookDelivery(r.url, {}, 5.0))
     assert act.run_one(decision()).attempts == 1 and waits == []
     r2 = receiver_factory([429, 200])
-    act2, waits2, _ = make_actuator(WebhookDelivery(r2.url, {}, 5.0))
+    act2, _, _ = make_actuator(WebhookDelivery(r2.url, {}, 5.0))
     assert act2.run_one(decision()) == Outcome(True, 2, "HTTP 200")
 
 
@@ -176,7 +176,7 @@ def test_command_gets_payload_on_stdin_and_env_and_is_retried(tmp_path):
 
 
 def test_missing_command_is_permanent(tmp_path):
-    act, waits, _ = make_actuator(CommandDelivery([str(tmp_path / "nope")], timeout=5.0))
+    act, _, _ = make_actuator(CommandDelivery([str(tmp_path / "nope")], timeout=5.0))
     out = act.run_one(decision())
     assert not out.ok and out.attempts == 1 and "cannot run" in out.detail
 
