@@ -26,7 +26,7 @@ from specwatch.controller import (
 from specwatch.model import optimal_draft_length
 from specwatch.params import load_params, params_from_mapping
 
-PARAMS = "examples/params/qwen3-32b-h100-eagle3.illustrative.yaml"
+PARAMS = "examples/params/qwen3-32b-h100-eagle3.yaml"
 GOOD = (0.8, 0.6, 0.45)  # per-position acceptance: rate (0.8+0.6+0.45)/3 = 0.617
 BAD = (0.3, 0.1, 0.05)  # rate 0.15
 
@@ -337,10 +337,26 @@ def test_params_profile_is_the_fallback_before_any_healthy_window():
     """A target that starts with SD off uses the parameters file's acceptance profile."""
     params = load_params(PARAMS)
     prof = params_profile(params)
-    assert prof is not None and prof.positions == (0.66, 0.40, 0.23)
+    assert prof is not None and prof.positions == tuple(params.acceptance_profile)
     assess = Scripted(lambda t: 1.5)
     mc = ModelController("t", "m", dataclasses.replace(RECOMMEND, stabilization_seconds=0),
                          assessor=assess, fallback_profile=prof)
     d = mc.step(obs(0, sd=False))
     assert d is not None and d.action == "enable"
     assert assess.profiles[-1][1].source == "params"
+
+
+def test_recommended_k_keeps_the_expected_acceptance_rate_above_the_guard():
+    """The fitted EAGLE-3 profile implies acceptance rates 0.64, 0.51, 0.405, 0.33... at
+    k = 1, 2, 3, 4: with min_acceptance_rate 0.4 the model may only choose k <= 3 (a larger k
+    would trip the low-acceptance guard as soon as it ran)."""
+    from specwatch.controller import admissible_k_max
+
+    params = load_params(PARAMS)
+    prof = params_profile(params)
+    assert [round(prof.rate_at(k), 3) for k in (1, 2, 3, 4)] == [0.641, 0.506, 0.405, 0.329]
+    assert admissible_k_max(prof, params.k_max, 0.4) == 3
+    assert admissible_k_max(prof, params.k_max, 0.0) == params.k_max
+    assess = model_assessor(params, 0.4)
+    a = assess(obs(0, sd=False, lam=0.5), prof)
+    assert a.valid and 1 <= a.best_draft_length <= 3

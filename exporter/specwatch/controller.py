@@ -242,6 +242,22 @@ class AcceptanceProfile:
     draft_length: float | None = None
     measured_at: float | None = None
 
+    def rate_at(self, k: int) -> float | None:
+        """vLLM's acceptance rate (accepted / proposed) this profile implies at draft length k.
+
+        The rate depends on k (later positions accept less), so the switch-on guard compares
+        min_acceptance_rate with the rate at the k that would run, not at the k measured.
+        """
+        if k <= 0:
+            return None
+        if self.positions:
+            prof = extend_profile(self.positions, k)
+            return float(sum(prof[:k])) / k
+        if self.alpha is not None and 0.0 <= self.alpha < 1.0:
+            a = self.alpha
+            return (a - a ** (k + 1)) / (k * (1.0 - a)) if a > 0 else 0.0
+        return self.acceptance_rate
+
     def as_json(self) -> dict[str, Any]:
         return {"source": self.source, "rate": _num(self.acceptance_rate),
                 "per_position": [round(p, 6) for p in self.positions] or None,
@@ -274,6 +290,23 @@ def _iso(t: float | None) -> str | None:
     return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
 
 
+def admissible_k_max(profile: AcceptanceProfile, k_max: int, min_acceptance_rate: float) -> int:
+    """The largest k whose expected acceptance rate stays >= min_acceptance_rate.
+
+    A recommendation that would trip the low-acceptance guard as soon as it runs would make
+    the controller flap, so the model only chooses among these k (the rate is
+    non-increasing in k, so they are 1..this value; 0 when none qualifies).
+    """
+    best = 0
+    for k in range(1, k_max + 1):
+        rate = profile.rate_at(k)
+        if rate is None or rate >= min_acceptance_rate - 1e-12:
+            best = k
+        else:
+            break
+    return best
+
+
 def _profile_kwargs(profile: AcceptanceProfile, k_max: int) -> dict[str, Any] | None:
     if profile.positions:
         return {"profile": tuple(float(x) for x in extend_profile(profile.positions, k_max))}
@@ -282,11 +315,13 @@ def _profile_kwargs(profile: AcceptanceProfile, k_max: int) -> dict[str, Any] | 
     return None
 
 
-def model_assessor(params: Params) -> Assessor:
+def model_assessor(params: Params, min_acceptance_rate: float = 0.0) -> Assessor:
     """The latency model at the live load (λ, p, g of the window) with a given profile.
 
     The profile is extended to k_max as the live model series do (model.extend_profile), so
-    the best k here is the one ``sd_optimal_draft_length`` shows when SD is on.
+    the best k here is the one ``sd_optimal_draft_length`` shows when SD is on, except that
+    k is limited to those whose expected acceptance rate stays at or above
+    ``min_acceptance_rate`` (:func:`admissible_k_max`).
     """
     coef = params.model()
 
@@ -296,10 +331,11 @@ def model_assessor(params: Params) -> Assessor:
                                   ("generation length", g)) if x is None]
         if missing:
             return Assessment(False, "missing " + ", ".join(missing))
-        kwargs = _profile_kwargs(profile, params.k_max)
+        k_max = admissible_k_max(profile, params.k_max, min_acceptance_rate)
+        kwargs = _profile_kwargs(profile, max(k_max, 1))
         if kwargs is None:
             return Assessment(False, "no usable acceptance profile")
-        opt = optimal_draft_length(coef, lam, p=p, g=g, k_max=params.k_max,
+        opt = optimal_draft_length(coef, lam, p=p, g=g, k_max=k_max,
                                    max_utilization=params.max_utilization, **kwargs)
         if not bool(opt.valid):
             return Assessment(False, reason_text(int(opt.reason)))
@@ -311,8 +347,10 @@ def model_assessor(params: Params) -> Assessor:
     return assess
 
 
-def model_scheduler(params: Params, max_num_seqs: int) -> Scheduler:
-    """The batch-size schedule of the what-if `advise` command for a profile and load."""
+def model_scheduler(params: Params, max_num_seqs: int,
+                    min_acceptance_rate: float = 0.0) -> Scheduler:
+    """The batch-size schedule of the what-if `advise` command for a profile and load
+    (k limited as in :func:`model_assessor`)."""
     from specwatch.whatif.advise import _schedule
     from specwatch.whatif.common import Acceptance
 
@@ -321,13 +359,14 @@ def model_scheduler(params: Params, max_num_seqs: int) -> Scheduler:
     def schedule(obs: Observation, profile: AcceptanceProfile) -> list[list[int]] | None:
         if obs.prompt_tokens is None or obs.generation_tokens is None:
             return None
-        kwargs = _profile_kwargs(profile, params.k_max)
-        if kwargs is None:
+        k_max = admissible_k_max(profile, params.k_max, min_acceptance_rate)
+        kwargs = _profile_kwargs(profile, max(k_max, 1))
+        if kwargs is None or k_max < 1:
             return None
         acc = Acceptance(source="profile" if "profile" in kwargs else "alpha",
                          alpha=kwargs.get("alpha"), profile=kwargs.get("profile"))
         ranges, _ = _schedule(coef, acc, obs.prompt_tokens, obs.generation_tokens,
-                              params.k_max, params.max_utilization, max_num_seqs)
+                              k_max, params.max_utilization, max_num_seqs)
         return ranges
 
     return schedule
@@ -661,9 +700,11 @@ class ModelController:
             self.waiting = "no latency model for this target (params)"
         elif not a.valid:
             self.waiting = f"no valid prediction: {a.reason}"
-        elif prof.acceptance_rate is not None and prof.acceptance_rate < s.min_acceptance_rate:
-            self.waiting = (f"{prof.source} acceptance rate {prof.acceptance_rate:.3f} below "
-                            f"min_acceptance_rate {s.min_acceptance_rate:g}")
+        elif a.best_draft_length and (rate := prof.rate_at(a.best_draft_length)) is not None \
+                and rate < s.min_acceptance_rate:
+            self.waiting = (f"acceptance rate {rate:.3f} expected at k={a.best_draft_length} "
+                            f"({prof.source} profile) below min_acceptance_rate "
+                            f"{s.min_acceptance_rate:g}")
         elif self._active_alert()[1] is not None:
             self.waiting = "a switch-off alert is firing"
         elif a.best_draft_length and a.best_speedup is not None \
@@ -1234,8 +1275,9 @@ def from_config(cfg: ServeConfig, params: Mapping[str, Params],
         s = settings_from_raw(raw, where, path, windows, window)
         p = params.get(t.name)
         targets.append(_TargetControl(
-            t.name, t.url, s, model_assessor(p) if p else None,
-            model_scheduler(p, s.max_num_seqs) if p else None, params_profile(p)))
+            t.name, t.url, s, model_assessor(p, s.min_acceptance_rate) if p else None,
+            model_scheduler(p, s.max_num_seqs, s.min_acceptance_rate) if p else None,
+            params_profile(p)))
         if p is None:
             log.warning("controller for %s has no parameters file (params): it can switch SD "
                         "off on low acceptance or alerts, but never recommends switching it "
