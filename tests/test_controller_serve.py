@@ -45,7 +45,8 @@ class Clock:
 class Harness:
     """One exporter with targets a (controlled) and b (not), driven poll by poll."""
 
-    def __init__(self, tmp_path: Path, controller_block: str, receiver: bool = True) -> None:
+    def __init__(self, tmp_path: Path, controller_block: str, receiver: bool = True,
+                 web_config: str | None = None) -> None:
         token = tmp_path / "token"
         token.write_text(TOKEN + "\n")
         cfg = tmp_path / "specwatch.yaml"
@@ -59,8 +60,8 @@ class Harness:
                      f"    token_file: {token}\n    alerts: [SDAcceptanceRateLow]\n")
         cfg.write_text(text)
         self.clock = Clock()
-        self.app = ServeApp(config.build_config(str(cfg), [], "127.0.0.1:0", 5.0),
-                            clock=self.clock)
+        self.app = ServeApp(config.build_config(str(cfg), [], "127.0.0.1:0", 5.0,
+                                                web_config=web_config), clock=self.clock)
         self.app.start(poll=False)
         host, port = self.app.web.address
         self.base = f"http://{host}:{port}"
@@ -126,8 +127,9 @@ RECOMMEND = ("      mode: recommend\n      stabilization_seconds: 60\n"
 def harness(tmp_path):
     made = []
 
-    def make(block: str = RECOMMEND, receiver: bool = True) -> Harness:
-        h = Harness(tmp_path, block, receiver)
+    def make(block: str = RECOMMEND, receiver: bool = True,
+             web_config: str | None = None) -> Harness:
+        h = Harness(tmp_path, block, receiver, web_config)
         made.append(h)
         return h
 
@@ -152,6 +154,24 @@ def test_receiver_refuses_requests_without_the_right_token(harness):
     assert exc.value.code == 401
     series = h.metrics()
     assert all(v == 0 for v in select(series, "specwatch_controller_alerts_total").values())
+
+
+def test_receiver_keeps_its_bearer_token_when_the_web_config_requires_basic_auth(
+        harness, tmp_path):
+    """With basic auth on every route (web config), Alertmanager still reaches the receiver
+    with the bearer token alone, while /metrics without basic auth is refused."""
+    import bcrypt
+
+    wc = tmp_path / "web.yml"
+    wc.write_text("basic_auth_users:\n  prom: "
+                  + bcrypt.hashpw(b"pw", bcrypt.gensalt(rounds=4)).decode() + "\n")
+    h = harness(web_config=str(wc))
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        _get(h.base + "/metrics")
+    assert exc.value.code == 401
+    status, text, _ = h.post(webhook_payload(alert("nope")))
+    assert status == 200 and json.loads(text)["alerts"][0]["outcome"] == "ignored_target"
+    assert h.post(webhook_payload(alert("nope")), token="bad")[0] == 401
 
 
 @pytest.mark.parametrize(("body", "message"), [

@@ -1304,4 +1304,5 @@ def install(app: Any) -> Controller | None:
     app.web.routes[STATUS_PATH] = only_get(ctl.status_handler)
     if ctl.receiver is not None:
         app.web.routes[ALERTMANAGER_PATH] = ctl.alertmanager_handler
+        app.web.own_auth_paths.add(ALERTMANAGER_PATH)
     return ctl

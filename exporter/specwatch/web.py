@@ -269,7 +269,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 self._refuse(Response(429, b"rate limit exceeded\n"), cfg, head)
                 return
             user = None
-            if cfg.auth is not None:
+            if cfg.auth is not None and parts.path not in srv.own_auth_paths:
                 user = cfg.auth.check_header(headers.get("authorization"))
                 if user is None:
                     stats.reject("unauthorized")
@@ -371,6 +371,10 @@ class WebServer:
                  limits: ServerLimits | None = None) -> None:
         self.listen = listen
         self.routes: dict[str, Handler] = dict(routes)
+        #: Routes whose handler authenticates the request itself (the controller's
+        #: Alertmanager receiver and its bearer token: one Authorization header cannot carry
+        #: both that and the web config's basic auth). TLS and every limit still apply.
+        self.own_auth_paths: set[str] = set()
         self.web_config_file = web_config_file
         self.limits = limits or ServerLimits()
         self._web_config = webconfig.WebConfig()
