@@ -61,8 +61,8 @@ VARIABLES = {
     "window": "5m",
     "__rate_interval": "20s",  # 4 x the 2 s spacing of the recorded pages, as Grafana would
 }
-# Series only Prometheus' scrape loop writes (none in a backfilled TSDB), and the controller's
-# series, which no released component produces yet. A query reading only these may be empty.
+# Series only Prometheus' scrape loop writes (none in a backfilled TSDB), and series no
+# released component produces yet. A query reading only these may be empty.
 NO_DATA_EXPECTED = frozenset({"up", "scrape_duration_seconds", "ALERTS"}) | NOT_YET_EXPORTED
 
 
@@ -116,6 +116,18 @@ def _build_timeline(tmp: Path) -> tuple[_Timeline, float, float]:
         "    url: http://127.0.0.1:9/metrics\n"  # never polled: the test feeds the pages
         "    engine: vllm\n"
         f"    params: {PARAMS}\n"
+        # The controller (recommend mode: decides, exposes, delivers nothing).
+        "    controller: {mode: recommend, min_drafts_per_window: 100,"
+        " min_requests_per_window: 2}\n"
+        # The same server seen through a 1m model window: the recording is shorter than 5m,
+        # and the controller's recommendation needs a complete window.
+        f"  - name: {TARGET}-1m\n"
+        "    url: http://127.0.0.1:9/metrics\n"
+        "    engine: vllm\n"
+        f"    params: {PARAMS}\n"
+        "    model_window: 1m\n"
+        "    controller: {mode: recommend, min_drafts_per_window: 100,"
+        " min_requests_per_window: 2}\n"
     )
     app = ServeApp(config.build_config(str(cfg_file), [], "127.0.0.1:0", None))
     timeline = _Timeline()
@@ -132,11 +144,14 @@ def _build_timeline(tmp: Path) -> tuple[_Timeline, float, float]:
             # The restart gap: the exporter keeps polling every 2 s and fails to connect.
             t = previous + 2.0
             while t < ts - 1.0:
-                app.pipeline.apply(PollResult(TARGET, t, t, 0.001, error_reason="connection",
-                                              error_message="connection refused"))
+                for target in (TARGET, f"{TARGET}-1m"):
+                    app.pipeline.apply(PollResult(target, t, t, 0.001,
+                                                  error_reason="connection",
+                                                  error_message="connection refused"))
                 collect_exporter(t)
                 t += 2.0
-        app.pipeline.apply(PollResult(TARGET, ts, ts, 0.05, body=text))
+        for target in (TARGET, f"{TARGET}-1m"):
+            app.pipeline.apply(PollResult(target, ts, ts, 0.05, body=text))
         collect_exporter(ts)
         for family in text_string_to_metric_families(text):
             if not family.name.startswith("vllm:"):
