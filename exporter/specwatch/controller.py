@@ -503,15 +503,18 @@ class ModelController:
         if usable and obs.sd_on is not None:
             self._track_configuration(obs)
         problem = self._data_problem(obs)
+        # A recommendation may use a window that is not complete yet (as the live model
+        # series do); decisions, remembered profiles and latency records may not.
+        soft = problem if problem is None else self._data_problem(obs, for_decision=False)
         if problem is None:
             self._update_latency_record(obs)
-        live = self._live_profile(obs) if problem is None and self.observed_sd else None
-        if live is not None and live.acceptance_rate is not None \
+        live = self._live_profile(obs) if soft is None and self.observed_sd else None
+        if problem is None and live is not None and live.acceptance_rate is not None \
                 and live.acceptance_rate >= self.s.min_acceptance_rate:
             self.remembered = dataclasses.replace(live, source="remembered")
         self.profile = live or self.remembered or self.fallback_profile
         self.assessment = None
-        if problem is None and self.profile is not None and self.assessor is not None:
+        if soft is None and self.profile is not None and self.assessor is not None:
             self.assessment = self.assessor(obs, self.profile)
         self.blocked = problem
         self.waiting = None
@@ -615,7 +618,9 @@ class ModelController:
                        recommendation=self.state)
 
     # -- guards ------------------------------------------------------------------------------
-    def _data_problem(self, obs: Observation) -> str | None:
+    def _data_problem(self, obs: Observation, for_decision: bool = True) -> str | None:
+        """Why this poll cannot be used (None: it can). ``for_decision=False`` relaxes the
+        window rules (complete, after the last switch) for recommendations."""
         s = self.s
         if not obs.up:
             return "target down: no fresh data"
@@ -626,9 +631,10 @@ class ModelController:
                     "sglang:spec_num_steps gauge)")
         if not obs.window_found:
             return f"window {s.window} has no data yet"
-        if not obs.window_complete:
+        if for_decision and not obs.window_complete:
             return f"window {s.window} is not complete yet"
-        if obs.window_start is None or obs.window_start < self.config_since - _EPS:
+        if for_decision and (obs.window_start is None
+                             or obs.window_start < self.config_since - _EPS):
             return f"window {s.window} still spans the last configuration change"
         if self.observed_sd:
             if obs.drafts < s.min_drafts_per_window:

@@ -200,6 +200,12 @@ class Demo:
         params = scaled_params_file(self.scenario, 0, self.args.speed, self.tmp)
         if params is not None and "params" in config.TARGET_SCHEMA:
             target["params"] = str(params)
+        # The controller in recommend mode (it decides and shows its state, switches
+        # nothing), with its default timers (300 s stabilization, 600 s between switches)
+        # scaled to the simulated time.
+        speed = max(self.args.speed, 1e-9)
+        target["controller"] = {"mode": "recommend", "stabilization_seconds": 300.0 / speed,
+                                "min_switch_interval_seconds": 600.0 / speed}
         doc = {"global": {"listen": self.args.exporter_listen,
                           "poll_interval": self.args.poll_interval},
                "targets": [target]}
