@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 from deploytools import (
+    ALERTMANAGER_CONFIG,
     COMPOSE_FILE,
     DEPLOY,
     PROMETHEUS_CONFIG,
@@ -36,7 +38,7 @@ from deploytools import (
     system_tool,
 )
 
-MONITORING = {"prometheus", "alertmanager", "grafana"}
+MONITORING = {"prometheus", "alertmanager", "grafana", "controller-token"}
 EXPORTER = {"demo": "specwatch-demo", "gpu": "specwatch"}
 
 
@@ -316,9 +318,48 @@ def test_documented_override_file_merges(tmp_path: Path):
     assert "--tensor-parallel-size=2" in services["vllm"]["command"]
     mounts = {v["target"]: Path(v["source"]) for v in services["specwatch"]["volumes"]}
     assert set(mounts) == {"/etc/specwatch/specwatch.yaml", "/etc/specwatch/secrets",
-                           "/etc/specwatch/params.yaml"}
+                           "/etc/specwatch/controller", "/etc/specwatch/params.yaml"}
     # Relative paths resolve against the project folder, deploy/compose/, like the others.
     assert mounts["/etc/specwatch/params.yaml"] == COMPOSE_FILE.parent / "params.yaml"
     readme = (DEPLOY / "README.md").read_text()
     assert ("docker compose -f deploy/compose/compose.yaml -f deploy/compose/override.yaml "
             "--profile gpu up -d") in readme
+
+
+def _volume_file(service: dict, container_path: str) -> tuple[str, str]:
+    """(named volume, path inside it) of a container path that lies in a named volume."""
+    for volume in service.get("volumes", []):
+        target = volume["target"].rstrip("/") + "/"
+        if volume["type"] == "volume" and container_path.startswith(target):
+            return volume["source"], container_path[len(target):]
+    raise AssertionError(f"{container_path} is not in a named volume of the service")
+
+
+def test_controller_token_is_generated_once_and_shared_with_alertmanager(tmp_path: Path):
+    """The one-shot `controller-token` service writes a random 256-bit token, read-only, and
+    keeps an existing one; Alertmanager reads that same file as its bearer credentials, and
+    starts only after the token exists."""
+    services = cached_compose_config("demo")["services"]
+    init = services["controller-token"]
+    assert init["entrypoint"] == ["python", "-c"]
+    (script,) = init["command"]
+    (written,) = re.findall(r'path = "([^"]+)"', script)
+    volume, name = _volume_file(init, written)
+
+    local = tmp_path / name
+    patched = script.replace(written, str(local))
+    assert run([sys.executable, "-c", patched]).returncode == 0
+    token = local.read_text()
+    assert re.fullmatch(r"[0-9a-f]{64}", token)
+    assert local.stat().st_mode & 0o777 == 0o444
+    assert run([sys.executable, "-c", patched]).returncode == 0
+    assert local.read_text() == token, "a restart must not rotate the token"
+
+    alertmanager = services["alertmanager"]
+    config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    (controller,) = [r for r in config["receivers"] if r["name"] == "specwatch-controller"]
+    credentials = controller["webhook_configs"][0]["http_config"]["authorization"][
+        "credentials_file"]
+    assert _volume_file(alertmanager, credentials) == (volume, name)
+    assert alertmanager["depends_on"]["controller-token"]["condition"] == \
+        "service_completed_successfully"

@@ -224,7 +224,7 @@ def _deploy_command_lines() -> dict[str, list[str]]:
     lines = {"Dockerfile CMD": list([c for c in final if c.cmd == "CMD"][-1].value)}
     for profile in ("demo", "gpu"):
         for name, service in cached_compose_config(profile)["services"].items():
-            if service["image"].startswith("specwatch"):
+            if service["image"].startswith("specwatch") and not service.get("entrypoint"):
                 lines[f"compose {name}"] = list(service["command"])
     for variant in ("base", "sidecar"):
         for path in (KUBERNETES / variant).glob("*.yaml"):
