@@ -343,9 +343,10 @@ def _target_up(app: ServeApp, name: str) -> bool:
 
 
 def test_slow_targets_do_not_delay_the_others():
-    """10 targets that never answer (each poll ends at its 1 s deadline) and 10 fast ones,
+    """10 targets that never answer (each poll ends at its 2 s deadline) and 10 fast ones,
     0.5 s interval for 3 s: with a worker per target every fast target keeps its interval
-    (about 6 polls); a single shared worker would give each fast target 1 or 2 polls."""
+    (about 6 polls; at least 3 asked, for a loaded machine); a single shared worker gives
+    each fast target at most 1 poll (measured: 0)."""
     stall = PageSequenceServer([Stall(30.0)]).start()
     fast = PageSequenceServer([Page(PAGE)]).start()
     polls: dict[str, int] = {}
@@ -354,8 +355,8 @@ def test_slow_targets_do_not_delay_the_others():
         if result.error_reason is None:
             polls[result.target] = polls.get(result.target, 0) + 1
 
-    targets = [PollTarget(f"slow{i}", stall.url, timeout_seconds=1.0) for i in range(10)] + \
-        [PollTarget(f"fast{i}", fast.url, timeout_seconds=1.0) for i in range(10)]
+    targets = [PollTarget(f"slow{i}", stall.url, timeout_seconds=2.0) for i in range(10)] + \
+        [PollTarget(f"fast{i}", fast.url, timeout_seconds=2.0) for i in range(10)]
     poller = Poller(targets, 0.5, count)
     try:
         poller.start()
@@ -365,7 +366,7 @@ def test_slow_targets_do_not_delay_the_others():
         stall.stop()
         fast.stop()
     fast_polls = [polls.get(f"fast{i}", 0) for i in range(10)]
-    assert min(fast_polls) >= 4, fast_polls
+    assert min(fast_polls) >= 3, fast_polls
 
 
 def test_poller_set_targets_while_running():
