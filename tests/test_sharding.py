@@ -405,3 +405,31 @@ def test_pipeline_set_targets_keeps_history_and_drops_removed_results():
     p.apply(PollResult("a", 5.0, 6.0, 0.01, body=PAGE))
     assert p._states["a"].history.models  # two polls in one history
     assert len(next(iter(p._states["a"].history.models.values())).entries) == 2
+
+
+def test_polls_are_spread_over_the_interval_and_keep_it():
+    """After the start-up poll, each target is polled on its own phase of the interval
+    (``Poller.phase``, a fixed hash of its name: 20 targets cover the interval) and once per
+    interval; with poll_spread off every target keeps phase 0 (all polls go out together)."""
+    server = PageSequenceServer([Page(PAGE)]).start()
+    try:
+        for spread in (True, False):
+            starts: dict[str, list[float]] = {}
+            poller = Poller([PollTarget(f"t{i}", server.url) for i in range(20)], 1.0,
+                            lambda r, s=starts: s.setdefault(r.target, []).append(r.started),
+                            spread=spread)
+            try:
+                poller.start()
+                time.sleep(3.8)
+            finally:
+                poller.stop(timeout=5)
+            t0 = min(v[0] for v in starts.values())
+            assert all(3 <= len(v) <= 5 for v in starts.values()), starts
+            phases = [poller.phase(n) for n in starts]
+            assert (max(phases) - min(phases) > 0.5) == spread
+            for name, v in starts.items():
+                for t in v[1:]:  # every later poll on the target's slot (0.25 s lateness)
+                    off = (t - t0 - poller.phase(name)) % 1.0
+                    assert off < 0.25 or off > 0.95, (name, spread, v)
+    finally:
+        server.stop()

@@ -298,6 +298,7 @@ GLOBAL_SCHEMA: dict[str, Key] = {
     "shard_index": Key(int, check=_positive_int(0), doc="this exporter's shard, 0-based"),
     "max_concurrent_polls": Key(int, check=_positive_int(1),
                                 doc="polls in flight at once (default: one per target)"),
+    "poll_spread": Key(bool, doc="spread targets over the interval (default true)"),
 }
 FILE_SD_SCHEMA: dict[str, Key] = {
     "files": Key(list, required=True, items=Key(str), doc="file_sd files (globs allowed)"),
@@ -349,7 +350,7 @@ def validate(value: Any, key: Key, path: str, where: str) -> Any:
 def _kind_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     names = {int: "a number", float: "a number", str: "a string", dict: "a mapping",
-             list: "a list"}
+             list: "a list", bool: "true or false"}
     return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
 
 
@@ -400,6 +401,8 @@ class ServeConfig:
     file_sd: tuple[FileSDConfig, ...] = ()
     #: Polls in flight at once; None: one per target (see README, Performance and scale).
     max_concurrent_polls: int | None = None
+    #: Poll each target on its own phase of the interval (False: all together).
+    poll_spread: bool = True
     #: Defaults a discovered (file_sd) target gets: timeout, max_body_bytes, max_series.
     target_defaults: tuple[float, int, int] = (DEFAULT_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
                                                DEFAULT_MAX_SERIES)
@@ -618,6 +621,7 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
         min_bimodality_samples=g.get("min_bimodality_samples", DEFAULT_MIN_BIMODALITY_SAMPLES),
         parser=g.get("parser", "fast"), shard_index=shard_index, shard_count=shard_count,
         file_sd=file_sd, max_concurrent_polls=g.get("max_concurrent_polls"),
+        poll_spread=g.get("poll_spread", True),
         target_defaults=(timeout, max_body, max_series), raw=raw,
         source=where)
 

@@ -17,6 +17,7 @@ N finished requests back; it is absent until the history holds N finished reques
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from specwatch import sources
 from specwatch.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
 
 if TYPE_CHECKING:  # pragma: no cover
-    from specwatch.history import HistoryEntry, ModelHistory
+    from specwatch.history import HistoryEntry, HistoryRing, ModelHistory
 
 Counters = Mapping[tuple[str, str | None], float]
 
@@ -224,11 +225,16 @@ def bimodality_coefficient(samples: Sequence[float]) -> float | None:
     if n < 4:
         return None
     mean = sum(samples) / n
-    m2 = sum((x - mean) ** 2 for x in samples) / n
+    m2 = m3 = m4 = 0.0
+    for x in samples:  # one pass (derive runs on every poll of every target)
+        d = x - mean
+        d2 = d * d
+        m2 += d2
+        m3 += d2 * d
+        m4 += d2 * d2
+    m2, m3, m4 = m2 / n, m3 / n, m4 / n
     if m2 <= 1e-18:
         return None
-    m3 = sum((x - mean) ** 3 for x in samples) / n
-    m4 = sum((x - mean) ** 4 for x in samples) / n
     g1 = m3 / m2 ** 1.5
     g2 = m4 / m2 ** 2 - 3.0
     big_g1 = g1 * math.sqrt(n * (n - 1)) / (n - 2)
@@ -343,51 +349,92 @@ def _position_order(p: str) -> tuple[int, str]:
         return (1 << 30, p)
 
 
+def _time_base_index(times: Sequence[float], seconds: float) -> int | None:
+    if len(times) < 2:
+        return None
+    # Entry times strictly increase (history folds a poll that does not advance the clock).
+    return max(0, bisect.bisect_right(times, times[-1] - seconds + 1e-9) - 1)
+
+
 def time_window_base(entries: Sequence[HistoryEntry], seconds: float) -> HistoryEntry | None:
     """Newest entry at or before ``newest.t - seconds``; the oldest one if none is."""
-    if len(entries) < 2:
-        return None
-    horizon = entries[-1].t - seconds
-    base = entries[0]
-    for entry in entries:
-        if entry.t <= horizon + 1e-9:
-            base = entry
-        else:
-            break
-    return base
+    i = _time_base_index([e.t for e in entries], seconds)
+    return None if i is None else entries[i]
 
 
-def count_window_base(entries: Sequence[HistoryEntry], n_requests: int) -> HistoryEntry | None:
-    """Newest entry with at least ``n_requests`` finished requests after it, or None."""
+def _count_base_index(entries: Sequence[HistoryEntry], n_requests: int) -> int | None:
     if len(entries) < 2:
         return None
     key = (sources.REQUESTS_FINISHED, None)
     newest = entries[-1].counters.get(key)
     if newest is None:
         return None
-    for entry in reversed(entries[:-1]):
-        if newest - entry.counters.get(key, 0.0) >= n_requests:
-            return entry
-    return None
+    # Reset-corrected cumulative counters never decrease, so "at least n requests after it"
+    # holds for a prefix of the entries: binary search for its last one.
+    lo, hi = 0, len(entries) - 1  # the answer is in [lo, hi) or absent
+    if not newest - entries[0].counters.get(key, 0.0) >= n_requests:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if newest - entries[mid].counters.get(key, 0.0) >= n_requests:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _count_base_index_column(ring: HistoryRing, cur: HistoryEntry, n_requests: int
+                             ) -> int | None:
+    """:func:`_count_base_index` over the ring's requests column (NaN: absent, i.e. 0)."""
+    key = (sources.REQUESTS_FINISHED, None)
+    newest = cur.counters.get(key)
+    col = ring.column(key)
+    if len(ring) < 2 or newest is None or col is None:
+        return None
+
+    def value(i: int) -> float:
+        v = col[i]
+        return v if v == v else 0.0
+
+    lo, hi = 0, len(col) - 1
+    if not newest - value(0) >= n_requests:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if newest - value(mid) >= n_requests:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def count_window_base(entries: Sequence[HistoryEntry], n_requests: int) -> HistoryEntry | None:
+    """Newest entry with at least ``n_requests`` finished requests after it, or None."""
+    i = _count_base_index(entries, n_requests)
+    return None if i is None else entries[i]
 
 
 def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSnapshot:
     """Every window of one model, plus its sample histogram and configured k."""
-    entries = list(hist.entries)
+    ring = hist.entries
     windows: list[WindowSignals] = []
-    cur = entries[-1] if entries else None
-    bases: list[tuple[str, HistoryEntry | None]] = [
-        (label, time_window_base(entries, secs)) for label, secs in cfg.windows]
-    if cfg.count_window > 0:
-        bases.append((cfg.count_window_label, count_window_base(entries, cfg.count_window)))
-    for label, base in bases:
-        if base is None or cur is None:
-            continue
-        samples = [x.sample for x in entries if x.t > base.t and x.sample is not None]
-        w = derive_window(label, base, cur, hist.configured_k, hist.gauges, samples,
-                          cfg.min_bimodality_samples)
-        if w is not None:
-            windows.append(w)
+    cur = ring[-1] if ring else None
+    if cur is not None:
+        # Read the ring's columns (times, requests, samples) instead of making an object
+        # per entry: this runs on every poll of every target, over an hour of entries.
+        times = ring.times()
+        bases: list[tuple[str, int | None]] = [
+            (label, _time_base_index(times, secs)) for label, secs in cfg.windows]
+        if cfg.count_window > 0:
+            bases.append((cfg.count_window_label,
+                          _count_base_index_column(ring, cur, cfg.count_window)))
+        for label, i in bases:
+            if i is None:
+                continue
+            w = derive_window(label, ring[i], cur, hist.configured_k, hist.gauges,
+                              ring.samples_after(i), cfg.min_bimodality_samples)
+            if w is not None:
+                windows.append(w)
     samples_hist = None
     if hist.sample_count > 0 or _has(cur.counters if cur else {}, sources.DRAFT_TOKENS) \
             or _has(cur.counters if cur else {}, sources.VERIFY_CALLS):

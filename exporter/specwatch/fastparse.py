@@ -112,9 +112,15 @@ class SampleSelector:
             {n[: -len("_total")] for n in self.names if n.endswith("_total")}
             | {n for n in self.names if not n.endswith("_total")})
         wanted = _alternation(self.names)
+        renamable = _alternation(self.renamable)
         body = (rf"(?:{wanted})(?![{_NAME_CHAR}])[^\n]*"  # a wanted sample line
                 r"|\{[^\n]*"                               # name inside the braces
-                r"|#(?=[^\n]*TYPE)[^\n]*"                  # a TYPE comment (context guard)
+                # A TYPE comment that may rename a wanted sample (context guard): any
+                # comment mentioning TYPE except the canonical "# TYPE name type" of a
+                # name or type that cannot (most TYPE lines of a page; skipped in C).
+                rf"|\# TYPE (?:{renamable}) counter\r?(?=\n|\Z)"
+                rf"|\#(?! TYPE [a-zA-Z_:][a-zA-Z0-9_:]* [a-z]+\r?(?:\n|\Z))(?=[^\n]*TYPE)"
+                r"[^\n]*"
                 r"|[^\S\n]+\S[^\n]*")                      # an indented line
         self._lines = re.compile(rf"\n({body})")
         self._starts_wanted = re.compile(rf"(?:{wanted})(?![{_NAME_CHAR}])")

@@ -23,8 +23,8 @@ an operator wants to count restarts, not series).
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Mapping
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from specwatch import derive, sources
@@ -37,12 +37,13 @@ AggKey = tuple[str, str | None]
 SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HistoryEntry:
     """Cumulative, reset-corrected counters of one model at one successful poll.
 
     ``sample`` is the acceptance rate of the interval that ended at this poll, present only
-    when the interval held at least ``min_drafts_per_sample`` drafts.
+    when the interval held at least ``min_drafts_per_sample`` drafts. The history stores
+    entries as columns (:class:`HistoryRing`) and makes these objects when they are read.
     """
 
     t: float
@@ -50,12 +51,127 @@ class HistoryEntry:
     sample: float | None = None
 
 
+_NAN = float("nan")
+
+
+class HistoryRing:
+    """The entries of one model as columns of doubles: a bounded ring, oldest first.
+
+    Why columns: a history holds one entry per poll per model for the retention period (an
+    hour: 720 entries at 5 s) for every target. As objects (an entry, a mapping, its floats)
+    that is about 0.5-1.4 KB per entry, ~170-500 MB for 500 targets, and millions of objects
+    for the garbage collector to walk; as one ``array('d')`` per counter plus the times and
+    samples it is 8 bytes per value (~160 bytes per entry) in a few dozen objects.
+
+    It behaves like the deque of :class:`HistoryEntry` it replaces (``len``, ``[i]``,
+    iteration, ``append``, ``[-1] = entry``, ``popleft``, ``maxlen``); an entry read from
+    it is a fresh :class:`HistoryEntry` whose ``counters`` hold the keys present at that
+    poll. :func:`specwatch.derive.derive_model` reads the columns directly
+    (:meth:`times`, :meth:`column`, :meth:`samples_after`). A missing key is stored as NaN
+    (counters are never NaN: sources drops non-finite values).
+    """
+
+    __slots__ = ("_cols", "_s", "_start", "_t", "maxlen")
+
+    def __init__(self, entries: Iterable[HistoryEntry] = (), maxlen: int | None = None
+                 ) -> None:
+        self.maxlen = maxlen
+        self._t = array("d")
+        self._s = array("d")
+        self._cols: dict[AggKey, array] = {}
+        self._start = 0
+        for e in entries:
+            self.append(e)
+
+    def __len__(self) -> int:
+        return len(self._t) - self._start
+
+    def __bool__(self) -> bool:
+        return len(self._t) > self._start
+
+    def _row(self, i: int) -> int:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("history index out of range")
+        return self._start + i
+
+    def __getitem__(self, i: int) -> HistoryEntry:
+        r = self._row(i)
+        counters = {k: v for k, col in self._cols.items() if (v := col[r]) == v}
+        sample = self._s[r]
+        return HistoryEntry(self._t[r], counters, sample if sample == sample else None)
+
+    def __setitem__(self, i: int, entry: HistoryEntry) -> None:
+        if i != -1:
+            raise IndexError("only the newest entry can be replaced")
+        r = self._row(-1)
+        self._t[r] = entry.t
+        self._s[r] = _NAN if entry.sample is None else entry.sample
+        for key, col in self._cols.items():
+            col[r] = entry.counters.get(key, _NAN)
+        for key, v in entry.counters.items():
+            if key not in self._cols:
+                col = array("d", [_NAN]) * len(self._t)
+                col[r] = v
+                self._cols[key] = col
+
+    def __iter__(self) -> Iterator[HistoryEntry]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def append(self, entry: HistoryEntry) -> None:
+        n = len(self._t)
+        for key, v in entry.counters.items():
+            col = self._cols.get(key)
+            if col is None:
+                col = self._cols[key] = array("d", [_NAN]) * n
+            col.append(v)
+        for col in self._cols.values():
+            if len(col) == n:
+                col.append(_NAN)
+        self._t.append(entry.t)
+        self._s.append(_NAN if entry.sample is None else entry.sample)
+        if self.maxlen is not None and len(self) > self.maxlen:
+            self.popleft()
+
+    def popleft(self) -> None:
+        if not self:
+            raise IndexError("pop from an empty history")
+        self._start += 1
+        if self._start >= 32 and self._start * 4 >= len(self._t):
+            s = self._start  # drop the popped rows (amortized: a C copy now and then)
+            self._t = self._t[s:]
+            self._s = self._s[s:]
+            for key in self._cols:
+                self._cols[key] = self._cols[key][s:]
+            self._start = 0
+
+    # -- column access (derive) ------------------------------------------------------------
+    def time(self, i: int) -> float:
+        return self._t[self._row(i)]
+
+    def times(self) -> array:
+        """Entry times, oldest first (a copy)."""
+        return self._t[self._start:]
+
+    def column(self, key: AggKey) -> array | None:
+        """One counter over the entries, oldest first (a copy; NaN where absent)."""
+        col = self._cols.get(key)
+        return None if col is None else col[self._start:]
+
+    def samples_after(self, i: int) -> list[float]:
+        """The interval samples of the entries after entry ``i`` (those that have one)."""
+        return [x for x in self._s[self._start + i + 1:] if x == x]
+
+
 @dataclass
 class ModelHistory:
     """The ring of one model on one target, plus lifetime state the ring cannot hold."""
 
     model_name: str
-    entries: deque[HistoryEntry]
+    entries: HistoryRing
     cumulative: dict[AggKey, float] = field(default_factory=dict)
     sample_bucket_counts: list[int] = field(
         default_factory=lambda: [0] * (len(SAMPLE_BUCKETS) + 1))
@@ -66,6 +182,10 @@ class ModelHistory:
     last_seen: float = -math.inf
     #: Canonical counter signals on the latest page (e.g. whether SD families are present).
     signals: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.entries, HistoryRing):  # e.g. a deque of entries
+            self.entries = HistoryRing(self.entries, getattr(self.entries, "maxlen", None))
 
     def observe_sample(self, value: float) -> None:
         """Add one interval acceptance rate to the lifetime histogram."""
@@ -79,7 +199,7 @@ class ModelHistory:
         self.sample_count += 1
 
 
-@dataclass
+@dataclass(slots=True)
 class _RawState:
     value: float
     created: float | None
@@ -146,7 +266,7 @@ class TargetHistory:
         for model in page.models:
             hist = self.models.get(model)
             if hist is None:
-                hist = ModelHistory(model, deque(maxlen=self.max_entries))
+                hist = ModelHistory(model, HistoryRing(maxlen=self.max_entries))
                 self.models[model] = hist
             for agg_key, d in deltas.get(model, {}).items():
                 hist.cumulative[agg_key] = hist.cumulative.get(agg_key, 0.0) + d
@@ -155,7 +275,7 @@ class TargetHistory:
             hist.signals = frozenset(sig for (m, sig, _i) in page.counters if m == model)
             hist.last_seen = t
             prev_entry = hist.entries[-1] if hist.entries else None
-            counters = dict(hist.cumulative)
+            counters = hist.cumulative  # copied into the ring's columns by append
             sample = None
             if prev_entry is not None and t > prev_entry.t:
                 sample = derive.interval_acceptance_rate(
@@ -181,7 +301,7 @@ class TargetHistory:
     def _prune(self, hist: ModelHistory, now: float) -> None:
         # Keep one entry at or before now - retention: it is the base of the longest window.
         horizon = now - self.retention_seconds
-        while len(hist.entries) >= 2 and hist.entries[1].t <= horizon:
+        while len(hist.entries) >= 2 and hist.entries.time(1) <= horizon:
             hist.entries.popleft()
 
     def _forget_stale(self, now: float) -> None:

@@ -121,6 +121,11 @@ class Pipeline:
         """The latest published snapshot (an immutable object)."""
         return self._snapshot
 
+    def target_history(self, name: str) -> history.TargetHistory:
+        """The poll history of one target (for tools and benchmarks that inspect or preload
+        it; only while no poll of the target is running)."""
+        return self._states[name].history
+
     def add_target_hook(self, hook: TargetHook) -> None:
         """Register a post-derive hook (see the module docstring)."""
         self._hooks.append(hook)

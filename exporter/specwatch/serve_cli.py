@@ -77,7 +77,8 @@ class ServeApp:
                                  parser=cfg.parser)
         self.poller = Poller([_poll_target(t) for t in targets], cfg.poll_interval,
                              self.pipeline.apply, clock=clock,
-                             max_concurrent=cfg.max_concurrent_polls)
+                             max_concurrent=cfg.max_concurrent_polls,
+                             spread=cfg.poll_spread)
         self.collector = SpecwatchCollector(lambda: self.pipeline.snapshot)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
