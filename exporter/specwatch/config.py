@@ -350,7 +350,7 @@ def validate(value: Any, key: Key, path: str, where: str) -> Any:
 def _kind_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     names = {int: "a number", float: "a number", str: "a string", dict: "a mapping",
-             list: "a list", bool: "true or false"}
+             list: "a list"}
     return " or ".join(dict.fromkeys(names.get(k, k.__name__) for k in kinds))
 
 
