@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,7 @@ from deploytools import (
     compose_binary,
     compose_config,
     compose_env,
+    free_port,
     generator,
     is_mixin_output,
     mirror_binds,
@@ -36,6 +41,7 @@ from deploytools import (
     parse_duration,
     run,
     system_tool,
+    venv_tool,
 )
 
 MONITORING = {"prometheus", "alertmanager", "grafana", "controller-token"}
@@ -144,23 +150,52 @@ def test_specwatch_containers_are_hardened():
         assert "no-new-privileges:true" in service["security_opt"]
 
 
+def _run_token_init(root: Path) -> None:
+    """Run the compose `controller-token` service's script with its volume under `root`."""
+    init = cached_compose_config("demo")["services"]["controller-token"]
+    (script,) = init["command"]
+    (written,) = re.findall(r'path = "([^"]+)"', script)
+    local = root / written.lstrip("/")
+    local.parent.mkdir(parents=True, exist_ok=True)
+    result = run([sys.executable, "-c", script.replace(written, str(local))])
+    assert result.returncode == 0, result.stderr
+
+
 def _serve_config_as_mounted(service: dict, root: Path):
     """Load an exporter service's configuration the way `specwatch serve` does in the
-    container: its bind mounts laid out under `root`, absolute paths in the file (the
-    parameters file) read from that layout. Returns (ServeConfig, LiveModel)."""
-    from specwatch import model_live
+    container: its bind mounts laid out under `root`, the controller token written by the
+    token service into the shared volume, absolute paths in the file read from that layout.
+    Returns (ServeConfig, LiveModel, Controller or None)."""
+    from specwatch import controller, model_live
     from specwatch.config import build_config
 
     mirror_binds(service, root)
+    # Named volumes the service shares with the token service: same files, other paths.
+    _run_token_init(root / "volumes")
+    init = cached_compose_config("demo")["services"]["controller-token"]
+    init_paths = {v["source"]: v["target"] for v in init["volumes"]}
+
+    def local_path(path: str) -> str:
+        assert path.startswith("/"), f"{path}: a relative path depends on the workdir"
+        for volume in service.get("volumes", []):
+            target = volume["target"].rstrip("/") + "/"
+            if volume["type"] == "volume" and path.startswith(target):
+                inside = init_paths[volume["source"]].lstrip("/")
+                return str(root / "volumes" / inside / path[len(target):])
+        return str(root / path.lstrip("/"))
+
     local = root / _flag(service, "--config").lstrip("/")
     raw = yaml.safe_load(local.read_text())
     for target in raw["targets"]:
         if "params" in target:
-            assert target["params"].startswith("/"), "a relative path depends on the workdir"
-            target["params"] = str(root / target["params"].lstrip("/"))
+            target["params"] = local_path(target["params"])
+    receiver = raw.get("controller", {}).get("alertmanager")
+    if receiver:
+        receiver["token_file"] = local_path(receiver["token_file"])
     local.write_text(yaml.safe_dump(raw))
     config = build_config(str(local), [], None, None)
-    return config, model_live.from_config(config)
+    live = model_live.from_config(config)
+    return config, live, controller.from_config(config, live.params, live.windows)
 
 
 @pytest.mark.parametrize("profile", ["demo", "gpu"])
@@ -169,10 +204,31 @@ def test_exporter_config_polls_the_inference_service_and_loads(profile: str, tmp
     accepted by the real config loader; the demo exporter also loads the simulator's
     parameters file, so its latency-model series are configured."""
     service = cached_compose_config(profile)["services"][EXPORTER[profile]]
-    config, live = _serve_config_as_mounted(service, tmp_path)
+    config, live, _ = _serve_config_as_mounted(service, tmp_path)
     assert [t.url for t in config.targets] == ["http://vllm:8000/metrics"]
     if profile == "demo":
         assert set(live.params) == {"vllm"}
+
+
+@pytest.mark.parametrize("profile", ["demo", "gpu"])
+def test_exporter_runs_the_controller_receiver_with_alertmanagers_token(profile: str,
+                                                                         tmp_path: Path):
+    """Each profile's exporter runs the controller (recommend mode) for its target and the
+    Alertmanager receiver, reading the very token file Alertmanager presents (written by
+    the token service), and listens on the port Alertmanager's webhook URL names."""
+    from specwatch.controller import ALERTMANAGER_PATH
+
+    service = cached_compose_config(profile)["services"][EXPORTER[profile]]
+    _, _, ctl = _serve_config_as_mounted(service, tmp_path)
+    assert ctl is not None and ctl.receiver is not None
+    token = next((tmp_path / "volumes").rglob("token")).read_text()
+    assert ctl.receiver.token == token
+    assert "SDAcceptanceRateLow" in ctl.receiver.alerts
+    assert set(ctl.targets) == {"vllm"}
+    config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    (receiver,) = [r for r in config["receivers"] if r["name"] == "specwatch-controller"]
+    url = receiver["webhook_configs"][0]["url"]
+    assert url == f"http://specwatch:10440{ALERTMANAGER_PATH}"
 
 
 def test_demo_exporter_uses_the_parameters_of_the_simulated_scenario(tmp_path: Path):
@@ -182,7 +238,7 @@ def test_demo_exporter_uses_the_parameters_of_the_simulated_scenario(tmp_path: P
     from specwatch.scenario import load_scenario
 
     services = cached_compose_config("demo")["services"]
-    _, live = _serve_config_as_mounted(services["specwatch-demo"], tmp_path)
+    _, live, _ = _serve_config_as_mounted(services["specwatch-demo"], tmp_path)
     scenario = load_scenario(_flag(services["simulator"], "--scenario"))
     truth = load_params(scenario.models[0].params)
     assert live.params["vllm"] == truth
@@ -363,3 +419,84 @@ def test_controller_token_is_generated_once_and_shared_with_alertmanager(tmp_pat
     assert _volume_file(alertmanager, credentials) == (volume, name)
     assert alertmanager["depends_on"]["controller-token"]["condition"] == \
         "service_completed_successfully"
+
+
+def _metric(port: int, name: str, labels: str) -> float | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    match = re.search(rf"^{re.escape(name)}{{{re.escape(labels)}}} (\S+)$", text, re.M)
+    return float(match.group(1)) if match else None
+
+
+def _start(cmd: list, ready: str, deadline_s: float = 20) -> subprocess.Popen:
+    process = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            urllib.request.urlopen(ready, timeout=2).close()
+            return process
+        except OSError:
+            if process.poll() is not None:
+                pytest.fail(f"{cmd[0]} exited: {process.stderr.read()}")
+            if time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"{cmd[0]} not ready at {ready}")
+            time.sleep(0.1)
+
+
+def test_low_acceptance_alert_reaches_the_controller_through_alertmanager(tmp_path: Path):
+    """End to end with real processes: Alertmanager, loaded with the stack's file, delivers
+    SDAcceptanceRateLow through the controller route to `specwatch serve` running the demo
+    profile's configuration, authenticated with the token both read from the shared
+    volume; the controller accepts it. (Only the webhook's host:port and the container
+    paths are rewritten for loopback.)"""
+    service = cached_compose_config("demo")["services"]["specwatch-demo"]
+    _serve_config_as_mounted(service, tmp_path / "specwatch")
+    config_file = tmp_path / "specwatch" / _flag(service, "--config").lstrip("/")
+    token_file = next((tmp_path / "specwatch" / "volumes").rglob("token"))
+
+    am_dir = tmp_path / "alertmanager"
+    shutil.copytree(ALERTMANAGER_CONFIG.parent, am_dir)
+    exporter_port, am_port = free_port(), free_port()
+    am_config = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    (receiver,) = [r for r in am_config["receivers"] if r["name"] == "specwatch-controller"]
+    webhook = receiver["webhook_configs"][0]
+    webhook["url"] = webhook["url"].replace("specwatch:10440", f"127.0.0.1:{exporter_port}")
+    webhook["http_config"]["authorization"]["credentials_file"] = str(token_file)
+    (am_dir / "alertmanager.yml").write_text(yaml.safe_dump(am_config, sort_keys=False))
+
+    exporter = _start([venv_tool("specwatch"), "serve", "--config", config_file,
+                       "--listen", f"127.0.0.1:{exporter_port}"],
+                      f"http://127.0.0.1:{exporter_port}/healthz")
+    alertmanager = _start([system_tool("prometheus-alertmanager"),
+                           f"--config.file={am_dir / 'alertmanager.yml'}",
+                           f"--storage.path={tmp_path / 'am-data'}",
+                           f"--web.listen-address=127.0.0.1:{am_port}",
+                           "--cluster.listen-address="],
+                          f"http://127.0.0.1:{am_port}/-/ready")
+    try:
+        accepted = 'outcome="accepted"'
+        assert _metric(exporter_port, "specwatch_controller_alerts_total", accepted) == 0
+        alert = {"labels": {"alertname": "SDAcceptanceRateLow", "severity": "critical",
+                            "target": "vllm", "model_name": "demo/llama-8b-eagle3"},
+                 "annotations": {"summary": "low"},
+                 "startsAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{am_port}/api/v2/alerts", data=json.dumps([alert]).encode(),
+            headers={"Content-Type": "application/json"}, method="POST")
+        urllib.request.urlopen(request, timeout=5).close()
+        # The controller route waits group_wait (10s) before its first notification.
+        group_wait = parse_duration(next(
+            r for r in am_config["route"]["routes"] if r["receiver"] == "specwatch-controller"
+        )["group_wait"])
+        deadline = time.monotonic() + group_wait + 15
+        while _metric(exporter_port, "specwatch_controller_alerts_total", accepted) != 1:
+            assert time.monotonic() < deadline, "the controller never got the alert"
+            time.sleep(0.25)
+        assert _metric(exporter_port, "specwatch_controller_alerts_total",
+                       'outcome="ignored_target"') == 0
+    finally:
+        for process in (alertmanager, exporter):
+            process.terminate()
+            process.wait(timeout=10)

@@ -257,7 +257,9 @@ def test_specwatch_container_is_hardened_and_bounded(variant: str):
 def test_probes_config_and_secret_wiring(variant: str):
     """Readiness and liveness probe /healthz on the container's metrics port; the config file
     named in the args comes from a rendered ConfigMap that holds it and that the real config
-    loader accepts; secrets come from the Secret specwatch-secrets."""
+    loader accepts, controller (recommend mode) included; secrets come from the Secret
+    specwatch-secrets."""
+    from specwatch import controller, model_live
     from specwatch.config import build_config
 
     deployment, container = _pod_spec(variant)
@@ -277,7 +279,10 @@ def test_probes_config_and_secret_wiring(variant: str):
     assert "/tmp" in mounts  # writable scratch space under a read-only root
     local = KUBERNETES / variant / config_path.name
     assert local.read_text() == text
-    assert build_config(str(local), [], None, None).targets
+    config = build_config(str(local), [], None, None)
+    live = model_live.from_config(config)
+    ctl = controller.from_config(config, live.params, live.windows)
+    assert ctl is not None and set(ctl.targets) == {t.name for t in config.targets}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
