@@ -8,8 +8,6 @@ Each step is one of:
   (the poller sees a connection error);
 * :class:`Stall` - answer nothing for ``seconds`` (the poller should time out);
 * :class:`Trickle` - send headers, then the body a few bytes at a time.
-* :class:`Dynamic` - call a function per request for the step to serve (a server whose
-  page depends on time or on what the test did, e.g. a restart requested by a webhook).
 
 ``advance="manual"``: the test moves with :meth:`PageSequenceServer.set_step` /
 :meth:`advance`, and every request gets the current step (deterministic replay).
@@ -25,7 +23,6 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -56,14 +53,7 @@ class Trickle:
     interval_seconds: float = 0.1
 
 
-@dataclass(frozen=True)
-class Dynamic:
-    """A step computed per request: ``render()`` returns the Page/Drop/Stall/Trickle to serve."""
-
-    render: Callable[[], Page | Drop | Stall | Trickle]
-
-
-Step = Page | Drop | Stall | Trickle | Dynamic
+Step = Page | Drop | Stall | Trickle
 
 
 def fixture_pages(directory: Path) -> list[tuple[float, str]]:
@@ -119,8 +109,6 @@ class PageSequenceServer:
 
             def do_GET(self) -> None:
                 step = owner._next_step()
-                if isinstance(step, Dynamic):
-                    step = step.render()
                 if isinstance(step, Drop):
                     self.close_connection = True
                     with contextlib.suppress(OSError):
