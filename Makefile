@@ -69,6 +69,13 @@ check-generated: $(STAMP)
 demo: setup
 	$(BIN)/specwatch demo
 
+# Long fuzzing run of the parse-and-derive path (>= 100,000 cases; see tests/test_fuzz.py).
+FUZZ_EXAMPLES ?= 100000
+fuzz: $(STAMP)
+	SPECWATCH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
+	SPECWATCH_FUZZ_FAILURE_FILE=tests/fixtures/fuzz-corpus/new-failure.prom \
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info exporter/*.egg-info .pytest_cache
 

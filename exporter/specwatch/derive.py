@@ -338,6 +338,11 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
         bc = bimodality_coefficient(samples)
         if bc is not None:
             v[BIMODALITY_COEFFICIENT] = bc
+    # Last line of defence (found by fuzzing): a denominator that is positive but tiny (a
+    # subnormal count delta) overflows a mean to inf. A value that is not finite is absent.
+    v = {name: x for name, x in v.items() if math.isfinite(x)}
+    positions = {name: {p: x for p, x in per.items() if math.isfinite(x)}
+                 for name, per in positions.items()}
     return WindowSignals(window=label, values=v, positions=positions, span_seconds=dt,
                          requests=requests, drafts=drafts, histograms=histograms)
 

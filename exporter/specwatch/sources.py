@@ -145,6 +145,11 @@ _COUNTER_TO_CREATED = {
     if name.endswith("_total")
 }
 
+#: Largest counter value taken as real: 2**53, where float64 stops counting integers
+#: (thousands of years of tokens at a million a second). Beyond it deltas are noise and
+#: sums overflow, so such a value makes its model invalid for the page like NaN does.
+MAX_COUNTER_VALUE = float(2**53)
+
 #: Label set of one series minus ``model_name``, sorted: what makes the series unique.
 Identity = tuple[tuple[str, str], ...]
 #: (model_name, canonical signal, identity)
@@ -245,12 +250,13 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast") -> ParsedP
     :mod:`specwatch.fastparse`) or "full" (prometheus_client's parser over the whole page:
     the baseline).
 
-    A counter that is NaN, infinite or negative, or a counter series listed twice with
-    different values, makes its *whole model* invalid for this page: the model is left out
-    (as if it had vanished) and its series are counted in ``invalid_series``. Dropping only
-    the bad series would publish a ratio of sums missing one term (e.g. one engine's
-    accepted tokens but all engines' draft tokens); leaving the model out for one poll
-    publishes nothing wrong, and its counters catch up at the next good page.
+    A counter that is NaN, infinite, negative or above MAX_COUNTER_VALUE, or a counter
+    series listed twice with different values, makes its *whole model* invalid for this
+    page: the model is left out (as if it had vanished) and its series are counted in
+    ``invalid_series``. Dropping only the bad series would publish a ratio of sums missing
+    one term (e.g. one engine's accepted tokens but all engines' draft tokens); leaving the
+    model out for one poll publishes nothing wrong, and its counters catch up at the next
+    good page.
     Raises :class:`PageParseError` when prometheus_client's parser rejects the text.
     """
     if engine not in ENGINE_KINDS:
@@ -283,7 +289,7 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast") -> ParsedP
             if name in counter_names:
                 sig = counter_names[name]
                 key = (model, sig, identity)
-                if not math.isfinite(value) or value < 0 or counters.get(key, value) != value:
+                if not 0 <= value <= MAX_COUNTER_VALUE or counters.get(key, value) != value:
                     invalid_models.add(model)
                     invalid_hits += 1
                     continue
