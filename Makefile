@@ -73,7 +73,7 @@ demo: setup
 FUZZ_EXAMPLES ?= 100000
 fuzz: $(STAMP)
 	SPECWATCH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
-	SPECWATCH_FUZZ_FAILURE_FILE=tests/fixtures/fuzz-corpus/new-failure.prom \
+	SPECWATCH_FUZZ_FAILURE_FILE=tests/fixtures/fuzz-corpus/new-failure.txt \
 	$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py
 
 clean:
