@@ -16,7 +16,6 @@ import shutil
 import signal
 import socket
 import ssl
-import statistics
 import subprocess
 import sys
 import threading
@@ -400,8 +399,8 @@ def test_basic_auth(tmp_path, web_hash, who, status):
 
 def test_unknown_user_costs_one_bcrypt_of_the_same_cost_as_a_wrong_password(web_hash):
     """No user enumeration: an unknown user runs exactly one bcrypt comparison against a
-    dummy hash of the users' cost, like a wrong password does, and takes as long (median of
-    7 uncached attempts each, within a factor 1.6)."""
+    dummy hash of the users' cost, like a wrong password does, and takes as long (fastest
+    of 7 interleaved uncached attempts each, within a factor 1.5)."""
     auth = BasicAuth({testsecrets.WEB_USER: web_hash.encode()})
     assert auth._dummy[:7] == web_hash.encode()[:7]  # same algorithm and cost: "$2b$10$"
 
@@ -413,9 +412,13 @@ def test_unknown_user_costs_one_bcrypt_of_the_same_cost_as_a_wrong_password(web_
         assert auth.bcrypt_calls == calls + 1
         return took
 
-    wrong = statistics.median(timed(testsecrets.WEB_USER, i) for i in range(7))
-    unknown = statistics.median(timed("mallory", 100 + i) for i in range(7))
-    assert 1 / 1.6 < unknown / wrong < 1.6, (wrong, unknown)
+    # Interleaved, and the minimum of each: scheduling noise on a shared machine only ever
+    # adds time, so the minimum is the intrinsic cost (identical when the paths are).
+    wrong, unknown = [], []
+    for i in range(7):
+        wrong.append(timed(testsecrets.WEB_USER, i))
+        unknown.append(timed("mallory", 100 + i))
+    assert 1 / 1.5 < min(unknown) / min(wrong) < 1.5, (wrong, unknown)
 
 
 def test_concurrent_good_and_bad_logins_give_exact_results(tmp_path, web_hash):
