@@ -91,7 +91,7 @@ class FaultServer:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", self.port))
-        s.listen(16)
+        s.listen(128)
         s.settimeout(0.05)
         self.port = s.getsockname()[1]
         self._listener = s

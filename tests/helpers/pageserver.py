@@ -62,6 +62,13 @@ def fixture_pages(directory: Path) -> list[tuple[float, str]]:
     return [(int(p.stem.split("_")[1]) / 1000.0, p.read_text()) for p in files]
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: ten pollers connecting at once overflow
+    # it, the kernel drops the extra SYNs and those clients retry after 1 s (a spurious
+    # poll timeout in any test with many targets on one server).
+    request_queue_size = 128
+
+
 class PageSequenceServer:
     def __init__(self, steps: list[Step], advance: str = "manual") -> None:
         if advance not in ("manual", "per_request"):
@@ -143,7 +150,7 @@ class PageSequenceServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True).start()
