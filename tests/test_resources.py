@@ -36,9 +36,14 @@ def _rss_bytes() -> int:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+_APP_THREADS = ("specwatch-poll", "specwatch-scheduler", "specwatch-http", "specwatch-conn",
+                "specwatch-h")
+
+
 def _exporter_threads() -> int:
-    """Threads of the exporter (poller, scheduler, HTTP), not of the fake target."""
-    return sum(1 for t in threading.enumerate() if t.name.startswith("specwatch"))
+    """Threads of the exporter's poller and HTTP server: not the fake target's, and not the
+    leftovers of other tests in the same process (other components' names differ)."""
+    return sum(1 for t in threading.enumerate() if t.name.startswith(_APP_THREADS))
 
 
 def _wait_errors(app: ServeApp, name: str, n: int, timeout: float) -> int:
@@ -69,14 +74,14 @@ def test_memory_and_threads_flat_over_1000_failed_polls(caplog):
         gc.collect()
         # Traced from here on: what is still allocated at the end is the growth.
         tracemalloc.start()
-        threads0, mem0, rss0 = threading.active_count(), tracemalloc.get_traced_memory()[0], \
+        threads0, mem0, rss0 = _exporter_threads(), tracemalloc.get_traced_memory()[0], \
             _rss_bytes()
         for step in range(1, 11):
             _wait_errors(app, "dead", 200 + 100 * step, 60)
             urllib.request.urlopen(url, timeout=5).read()
         polls = _wait_errors(app, "dead", 1200, 60)
         gc.collect()
-        threads1, mem1, rss1 = threading.active_count(), tracemalloc.get_traced_memory()[0], \
+        threads1, mem1, rss1 = _exporter_threads(), tracemalloc.get_traced_memory()[0], \
             _rss_bytes()
         snap = app.pipeline.snapshot.targets["dead"]
     finally:
