@@ -46,6 +46,13 @@ def _exporter_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith(_APP_THREADS))
 
 
+def _wait_connections_closed(app: ServeApp) -> None:
+    """The scrape's server-side connection thread ends just after the client closes."""
+    deadline = time.monotonic() + 5
+    while app.web.stats().connections and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def _wait_errors(app: ServeApp, name: str, n: int, timeout: float) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -59,7 +66,7 @@ def _wait_errors(app: ServeApp, name: str, n: int, timeout: float) -> int:
 def test_memory_and_threads_flat_over_1000_failed_polls(caplog):
     """1,000 failed polls (connection refused) after a 200-poll warm-up, with the real
     scheduler and scrapes in between: traced memory grows < 256 kB, RSS < 4 MB, and the
-    thread count does not grow."""
+    exporter's thread count stays within its pools (+2)."""
     # pytest keeps every captured record: at DEBUG that alone would look like a leak.
     caplog.set_level(logging.WARNING)
     cfg = config.build_config(None, [f"dead={_dead_url()}"], "127.0.0.1:0", 0.002)
@@ -71,6 +78,7 @@ def test_memory_and_threads_flat_over_1000_failed_polls(caplog):
         app.poller.start()
         assert _wait_errors(app, "dead", 200, 60) >= 200
         urllib.request.urlopen(url, timeout=5).read()
+        _wait_connections_closed(app)
         gc.collect()
         # Traced from here on: what is still allocated at the end is the growth.
         tracemalloc.start()
@@ -80,6 +88,7 @@ def test_memory_and_threads_flat_over_1000_failed_polls(caplog):
             _wait_errors(app, "dead", 200 + 100 * step, 60)
             urllib.request.urlopen(url, timeout=5).read()
         polls = _wait_errors(app, "dead", 1200, 60)
+        _wait_connections_closed(app)
         gc.collect()
         threads1, mem1, rss1 = _exporter_threads(), tracemalloc.get_traced_memory()[0], \
             _rss_bytes()
@@ -93,7 +102,10 @@ def test_memory_and_threads_flat_over_1000_failed_polls(caplog):
           f"threads {threads0} -> {threads1}")
     assert mem1 - mem0 < 256 * 1024, (mem0, mem1)
     assert rss1 - rss0 < 4 * 1024 * 1024, (rss0, rss1)
-    assert threads1 <= threads0, (threads0, threads1)
+    # Tolerance 2: thread pools (bounded: poll workers, HTTP handler workers) may add a
+    # worker when a task is submitted just before the previous worker marked itself idle.
+    # A per-poll leak would add hundreds.
+    assert threads1 <= threads0 + 2, (threads0, threads1)
 
 
 def test_threads_do_not_pile_up_on_a_target_that_never_answers(caplog, tmp_path):
