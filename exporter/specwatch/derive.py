@@ -18,6 +18,7 @@ N finished requests back; it is absent until the history holds N finished reques
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -163,9 +164,12 @@ def solve_token_acceptance_probability(e: float, k: float) -> float | None:
             lo = mid
         else:
             hi = mid
+        if hi - lo <= 1e-15:  # converged (about 50 steps; 80 is the safety bound)
+            break
     return 0.5 * (lo + hi)
 
 
+@functools.lru_cache(maxsize=4096)
 def _bound(le: str) -> float:
     try:
         return float(le)
@@ -184,8 +188,10 @@ def window_buckets(base: Counters, cur: Counters, signal: str
     les = [le for (s, le) in cur if s == signal and le is not None]
     out: list[tuple[float, float]] = []
     running = 0.0
+    cur_get, base_get = cur.get, base.get
     for bound, le in sorted((_bound(le), le) for le in les):
-        running = max(running, delta(base, cur, (signal, le)))
+        key = (signal, le)
+        running = max(running, cur_get(key, 0.0) - base_get(key, 0.0))  # delta(), inline
         out.append((bound, running))
     return tuple(out)
 
@@ -390,18 +396,17 @@ def _count_base_index(entries: Sequence[HistoryEntry], n_requests: int) -> int |
 
 def _count_base_index_column(ring: HistoryRing, cur: HistoryEntry, n_requests: int
                              ) -> int | None:
-    """:func:`_count_base_index` over the ring's requests column (NaN: absent, i.e. 0)."""
+    """:func:`_count_base_index` over the ring, reading one counter per probe."""
     key = (sources.REQUESTS_FINISHED, None)
     newest = cur.counters.get(key)
-    col = ring.column(key)
-    if len(ring) < 2 or newest is None or col is None:
+    if len(ring) < 2 or newest is None:
         return None
 
     def value(i: int) -> float:
-        v = col[i]
-        return v if v == v else 0.0
+        v = ring.value(i, key)
+        return 0.0 if v is None else v
 
-    lo, hi = 0, len(col) - 1
+    lo, hi = 0, len(ring) - 1
     if not newest - value(0) >= n_requests:
         return None
     while hi - lo > 1:

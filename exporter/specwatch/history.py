@@ -52,33 +52,43 @@ class HistoryEntry:
 
 
 _NAN = float("nan")
+#: An absent value in a uint32 column (counts stay below it; a larger one widens the column).
+_ABSENT = 0xFFFFFFFF
+
+
+def _fits_u32(v: float) -> bool:
+    return 0.0 <= v < _ABSENT and v == int(v)
 
 
 class HistoryRing:
-    """The entries of one model as columns of doubles: a bounded ring, oldest first.
+    """The entries of one model as columns: a bounded ring, oldest first.
 
     Why columns: a history holds one entry per poll per model for the retention period (an
-    hour: 720 entries at 5 s) for every target. As objects (an entry, a mapping, its floats)
-    that is about 0.5-1.4 KB per entry, ~170-500 MB for 500 targets, and millions of objects
-    for the garbage collector to walk; as one ``array('d')`` per counter plus the times and
-    samples it is 8 bytes per value (~160 bytes per entry) in a few dozen objects.
+    hour: 720 entries at 5 s) for every target, and an entry holds every counter read
+    (vLLM: about 60 with the latency histogram buckets). As objects (an entry, a mapping,
+    its floats) that is 1.4-4 KB per entry, 0.5-1.5 GB for 500 targets, and millions of
+    objects for the garbage collector to walk; as one array per counter it is 4 bytes per
+    whole-number count and 8 per other value, in a few dozen objects per model.
 
     It behaves like the deque of :class:`HistoryEntry` it replaces (``len``, ``[i]``,
     iteration, ``append``, ``[-1] = entry``, ``popleft``, ``maxlen``); an entry read from
     it is a fresh :class:`HistoryEntry` whose ``counters`` hold the keys present at that
-    poll. :func:`specwatch.derive.derive_model` reads the columns directly
-    (:meth:`times`, :meth:`column`, :meth:`samples_after`). A missing key is stored as NaN
-    (counters are never NaN: sources drops non-finite values).
+    poll. :func:`specwatch.derive.derive_model` reads it without making an entry per row
+    (:meth:`times`, :meth:`value`, :meth:`samples_after`).
     """
 
-    __slots__ = ("_cols", "_s", "_start", "_t", "maxlen")
+    __slots__ = ("_f64", "_s", "_start", "_t", "_u32", "maxlen")
 
     def __init__(self, entries: Iterable[HistoryEntry] = (), maxlen: int | None = None
                  ) -> None:
         self.maxlen = maxlen
         self._t = array("d")
         self._s = array("d")
-        self._cols: dict[AggKey, array] = {}
+        # A counter's column is uint32 (absent: _ABSENT) while every value is a whole number
+        # below 2**32 - 1 (request, token and bucket counts: 4 bytes a value), else doubles
+        # (absent: NaN). A value that does not fit moves the column to _f64 for good.
+        self._u32: dict[AggKey, array] = {}
+        self._f64: dict[AggKey, array] = {}
         self._start = 0
         for e in entries:
             self.append(e)
@@ -99,9 +109,43 @@ class HistoryRing:
 
     def __getitem__(self, i: int) -> HistoryEntry:
         r = self._row(i)
-        counters = {k: v for k, col in self._cols.items() if (v := col[r]) == v}
+        counters = {k: float(x) for k, col in self._u32.items() if (x := col[r]) != _ABSENT}
+        counters.update((k, x) for k, col in self._f64.items() if (x := col[r]) == x)
         sample = self._s[r]
         return HistoryEntry(self._t[r], counters, sample if sample == sample else None)
+
+    def _widen(self, key: AggKey) -> array:
+        col = array("d", [_NAN if x == _ABSENT else float(x) for x in self._u32.pop(key)])
+        self._f64[key] = col
+        return col
+
+    def _put(self, key: AggKey, r: int, value: float | None) -> None:
+        """Write row ``r`` of ``key`` (``r == len``: append), creating or widening it."""
+        col = self._u32.get(key)
+        if col is not None:
+            if value is None or _fits_u32(value):
+                x = _ABSENT if value is None else int(value)
+                if r == len(col):
+                    col.append(x)
+                else:
+                    col[r] = x
+                return
+            col = self._widen(key)
+        else:
+            col = self._f64.get(key)
+            if col is None:
+                if value is None:
+                    return
+                if _fits_u32(value):
+                    col = self._u32[key] = array("I", [_ABSENT]) * r
+                    col.append(int(value))
+                    return
+                col = self._f64[key] = array("d", [_NAN]) * r
+        y = _NAN if value is None else value
+        if r == len(col):
+            col.append(y)
+        else:
+            col[r] = y
 
     def __setitem__(self, i: int, entry: HistoryEntry) -> None:
         if i != -1:
@@ -109,13 +153,11 @@ class HistoryRing:
         r = self._row(-1)
         self._t[r] = entry.t
         self._s[r] = _NAN if entry.sample is None else entry.sample
-        for key, col in self._cols.items():
-            col[r] = entry.counters.get(key, _NAN)
+        for key in [*self._u32, *self._f64]:
+            if key not in entry.counters:
+                self._put(key, r, None)
         for key, v in entry.counters.items():
-            if key not in self._cols:
-                col = array("d", [_NAN]) * len(self._t)
-                col[r] = v
-                self._cols[key] = col
+            self._put(key, r, v)
 
     def __iter__(self) -> Iterator[HistoryEntry]:
         for i in range(len(self)):
@@ -123,12 +165,17 @@ class HistoryRing:
 
     def append(self, entry: HistoryEntry) -> None:
         n = len(self._t)
+        u32 = self._u32
         for key, v in entry.counters.items():
-            col = self._cols.get(key)
-            if col is None:
-                col = self._cols[key] = array("d", [_NAN]) * n
-            col.append(v)
-        for col in self._cols.values():
+            col = u32.get(key)
+            if col is not None and 0.0 <= v < _ABSENT and v == int(v):
+                col.append(int(v))  # the common case, inline
+            else:
+                self._put(key, n, v)
+        for col in u32.values():
+            if len(col) == n:
+                col.append(_ABSENT)
+        for col in self._f64.values():
             if len(col) == n:
                 col.append(_NAN)
         self._t.append(entry.t)
@@ -144,11 +191,12 @@ class HistoryRing:
             s = self._start  # drop the popped rows (amortized: a C copy now and then)
             self._t = self._t[s:]
             self._s = self._s[s:]
-            for key in self._cols:
-                self._cols[key] = self._cols[key][s:]
+            for cols in (self._u32, self._f64):
+                for key in cols:
+                    cols[key] = cols[key][s:]
             self._start = 0
 
-    # -- column access (derive) ------------------------------------------------------------
+    # -- access without an entry per row (derive) ------------------------------------------
     def time(self, i: int) -> float:
         return self._t[self._row(i)]
 
@@ -156,10 +204,18 @@ class HistoryRing:
         """Entry times, oldest first (a copy)."""
         return self._t[self._start:]
 
-    def column(self, key: AggKey) -> array | None:
-        """One counter over the entries, oldest first (a copy; NaN where absent)."""
-        col = self._cols.get(key)
-        return None if col is None else col[self._start:]
+    def value(self, i: int, key: AggKey) -> float | None:
+        """One counter at entry ``i`` (None when the entry does not have it)."""
+        r = self._row(i)
+        col = self._u32.get(key)
+        if col is not None:
+            x = col[r]
+            return None if x == _ABSENT else float(x)
+        col = self._f64.get(key)
+        if col is None:
+            return None
+        x = col[r]
+        return None if x != x else x
 
     def samples_after(self, i: int) -> list[float]:
         """The interval samples of the entries after entry ``i`` (those that have one)."""
