@@ -185,15 +185,26 @@ def window_buckets(base: Counters, cur: Counters, signal: str
     (a running maximum): buckets are separate series, so a page rendered while requests
     finish can be off by one between neighbours.
     """
-    les = [le for (s, le) in cur if s == signal and le is not None]
+    # The bucket keys of ``cur``, sorted by bound, are the same for every window of a
+    # poll: remembered for the last ``cur`` seen (held, compared by identity and size;
+    # history entries are never changed once made).
+    last = _BUCKET_KEYS.get(signal)
+    if last is not None and last[0] is cur and last[1] == len(cur):
+        keys = last[2]
+    else:
+        les = [le for (s, le) in cur if s == signal and le is not None]
+        keys = [(bound, (signal, le)) for bound, le in sorted((_bound(le), le) for le in les)]
+        _BUCKET_KEYS[signal] = (cur, len(cur), keys)
     out: list[tuple[float, float]] = []
     running = 0.0
     cur_get, base_get = cur.get, base.get
-    for bound, le in sorted((_bound(le), le) for le in les):
-        key = (signal, le)
+    for bound, key in keys:
         running = max(running, cur_get(key, 0.0) - base_get(key, 0.0))  # delta(), inline
         out.append((bound, running))
     return tuple(out)
+
+
+_BUCKET_KEYS: dict[str, tuple[Counters, int, list[tuple[float, tuple[str, str]]]]] = {}
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:

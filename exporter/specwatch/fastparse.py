@@ -54,8 +54,15 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-#: (sample name, labels, value) - the value is an int for an integer literal, like the parser.
-RawSample = tuple[str, dict[str, str], float]
+#: (sample name, labels, value, label key): the value is an int for an integer literal, like
+#: the parser; the label key is the label text of a strict line (the same key means the same
+#: labels, so callers may cache what they derive from them) or None. ``labels`` dicts may be
+#: shared between calls: read them, never change them.
+RawSample = tuple[str, dict[str, str], float, str | None]
+
+#: Label texts remembered per selector (the same series recur on every poll of every target).
+LABEL_CACHE_SIZE = 16384
+_NO_LABELS: dict[str, str] = {}
 
 _NAME_CHAR = "A-Za-z0-9_:"
 _LABEL = r'(?!__)[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
@@ -66,7 +73,6 @@ _STRICT = re.compile(
     rf"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{{((?:{_LABEL}(?:,{_LABEL})*,?)?)\}})?"
     rf"[ \t]+({_NUMBER})(?:[ \t]+-?[0-9]{{1,18}})?[ \t\r]*")
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
-_INT = re.compile(r"[+-]?[0-9]+")
 #: Separators of prometheus_client's comment tokenizer (string.whitespace).
 _COMMENT_SPLIT = re.compile(r"[ \t\n\r\x0b\x0c]+")
 
@@ -123,6 +129,7 @@ class SampleSelector:
                 r"[^\n]*"
                 r"|[^\S\n]+\S[^\n]*")                      # an indented line
         self._lines = re.compile(rf"\n({body})")
+        self._labels: dict[str, dict[str, str]] = {}
         self._starts_wanted = re.compile(rf"(?:{wanted})(?![{_NAME_CHAR}])")
 
     def select(self, text: str) -> Selection | None:
@@ -146,7 +153,7 @@ class SampleSelector:
                     return None
                 continue
             s = strict(line)
-            if s is not None and (sample := _strict_sample(s)) is not None:
+            if s is not None and (sample := self._strict_sample(s)) is not None:
                 samples.append(sample)
             else:
                 samples.extend(self._parse_alone(line))
@@ -164,15 +171,15 @@ class SampleSelector:
         if line[0] == "#":
             return not self._may_rename(line)
         if line[0] == "{":
-            for name, labels, value in _parse_line(line):
-                seen.update(p for p in self.prefixes if name.startswith(p))
-                if name in self.names:
-                    samples.append((name, labels, value))
+            for sample in _parse_line(line):
+                seen.update(p for p in self.prefixes if sample[0].startswith(p))
+                if sample[0] in self.names:
+                    samples.append(sample)
             return True
         seen.update(p for p in self.prefixes if line.startswith(p))
         if self._starts_wanted.match(line):
             s = _STRICT.fullmatch(line)
-            sample = _strict_sample(s) if s is not None else None
+            sample = self._strict_sample(s) if s is not None else None
             if sample is not None:
                 samples.append(sample)
             else:
@@ -192,19 +199,27 @@ class SampleSelector:
     def _parse_alone(self, line: str) -> list[RawSample]:
         return [s for s in _parse_line(line) if s[0] in self.names]
 
-
-def _strict_sample(m: re.Match[str]) -> RawSample | None:
-    name, label_text, value_text = m.groups()
-    labels: dict[str, str] = {}
-    if label_text:
-        labels = dict(_PAIR.findall(label_text))
-        if len(labels) != label_text.count('="'):
-            return None  # a repeated label name: the parser decides (it rejects it)
-    value: float = int(value_text) if _INT.fullmatch(value_text) else float(value_text)
-    return name, labels, value
+    def _strict_sample(self, m: re.Match[str]) -> RawSample | None:
+        name, label_text, value_text = m.groups()
+        if label_text:
+            labels = self._labels.get(label_text)
+            if labels is None:
+                labels = dict(_PAIR.findall(label_text))
+                if len(labels) != label_text.count('="'):
+                    return None  # a repeated label name: the parser decides (it rejects it)
+                if len(self._labels) >= LABEL_CACHE_SIZE:
+                    self._labels.clear()
+                self._labels[label_text] = labels
+        else:
+            labels, label_text = _NO_LABELS, ""
+        # The strict form already checked the literal: it is an integer unless it has a
+        # point, an exponent, Inf or NaN (prometheus_client: int() first, then float()).
+        if value_text.isdigit() or (value_text[0] in "+-" and value_text[1:].isdigit()):
+            return name, labels, int(value_text), label_text
+        return name, labels, float(value_text), label_text
 
 
 def _parse_line(line: str) -> list[RawSample]:
     """One line through prometheus_client's parser (raises ValueError like it does)."""
-    return [(s.name, s.labels, s.value)
+    return [(s.name, s.labels, s.value, None)
             for fam in text_string_to_metric_families(line) for s in fam.samples]

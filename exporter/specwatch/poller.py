@@ -93,9 +93,15 @@ def fetch(session: requests.Session, target: PollTarget,
         verify = target.verify
         if verify is True:  # the environment's CA bundle, as requests itself would use
             verify = getattr(session, "default_verify", True)
-        resp = session.get(target.url, headers=headers, stream=True, allow_redirects=True,
-                           timeout=(target.timeout_seconds, target.timeout_seconds),
-                           auth=target.basic_auth, verify=verify, cert=target.cert)
+        prepared = getattr(session, "prepared", None)
+        if prepared is None:
+            prepared = session.prepare_request(requests.Request(
+                "GET", target.url, headers=headers, auth=target.basic_auth))
+            if isinstance(session, _TargetSession):
+                session.prepared = prepared
+        resp = session.send(prepared.copy(), stream=True, allow_redirects=True,
+                            timeout=(target.timeout_seconds, target.timeout_seconds),
+                            verify=verify, cert=target.cert)
     except requests.exceptions.Timeout as exc:
         raise PollError("timeout", f"no response within {target.timeout_seconds:g}s") from exc
     except requests.exceptions.SSLError as exc:
@@ -200,6 +206,9 @@ class _TargetSession(requests.Session):
         self.proxies.update(env.get("proxies") or {})
         #: The verify setting of a target that did not set one (True or the env's bundle).
         self.default_verify: bool | str = env.get("verify", True)
+        #: The target's request, prepared once (URL, headers, auth never change for a
+        #: session: a changed target gets a new session).
+        self.prepared: requests.PreparedRequest | None = None
 
 
 def _session(url: str) -> requests.Session:

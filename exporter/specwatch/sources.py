@@ -41,7 +41,7 @@ from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.fastparse import RawSample, SampleSelector
+from specwatch.fastparse import LABEL_CACHE_SIZE, RawSample, SampleSelector
 
 EngineKind = Literal["vllm", "sglang", "auto"]
 ENGINE_KINDS: tuple[str, ...] = ("vllm", "sglang", "auto")
@@ -205,6 +205,8 @@ class _Names:
     gauges: dict[str, str]
     created: dict[str, str]
     selector: SampleSelector
+    #: label key (see fastparse.RawSample) -> (model, identity): computed once per series.
+    identities: dict[str, tuple[str, Identity]] = field(default_factory=dict)
 
     @property
     def wanted(self) -> frozenset[str]:
@@ -237,7 +239,7 @@ def _full_samples(text: str, wanted: frozenset[str]) -> tuple[list[RawSample], s
             elif name.startswith("sglang:"):
                 seen.add("sglang:")
             if name in wanted:
-                samples.append((name, sample.labels, sample.value))
+                samples.append((name, sample.labels, sample.value, None))
     return samples, seen
 
 
@@ -279,13 +281,22 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast") -> ParsedP
             samples, seen_prefixes = selection.samples, selection.prefixes
         else:
             samples, seen_prefixes = _full_samples(text, names.wanted)
-        for name, labels, value in samples:
+        identities = names.identities
+        for name, labels, value, label_key in samples:
             if name == PROCESS_START:
                 process_start = value
                 continue
-            model = labels.get("model_name", "")
-            identity: Identity = tuple(sorted(
-                (k, v) for k, v in labels.items() if k != "model_name"))
+            known = identities.get(label_key) if label_key is not None else None
+            if known is None:
+                model = labels.get("model_name", "")
+                identity: Identity = tuple(sorted(
+                    (k, v) for k, v in labels.items() if k != "model_name"))
+                if label_key is not None:
+                    if len(identities) >= LABEL_CACHE_SIZE:
+                        identities.clear()
+                    identities[label_key] = (model, identity)
+            else:
+                model, identity = known
             if name in counter_names:
                 sig = counter_names[name]
                 key = (model, sig, identity)
