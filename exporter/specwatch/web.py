@@ -261,7 +261,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self._refuse(Response(503, b"too many requests in flight, retry later\n",
                                   headers={"Retry-After": "1"}), cfg, head)
             return
-        handed_over = False
+        abandoned = False  # a handler past the deadline keeps its slot until it returns
         try:
             limiter = srv._limiter
             if limiter is not None and not limiter.allow():
@@ -295,11 +295,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
                           remote=f"{self.client_address[0]}:{self.client_address[1]}",
                           user=user)
             fut = srv._executor.submit(_run_handler, handler, req)
-            fut.add_done_callback(lambda _f: srv._release_slot())
-            handed_over = True
             try:
                 resp = fut.result(timeout=max(0.0, self._deadline.left()))
             except concurrent.futures.TimeoutError:
+                abandoned = True
+                fut.add_done_callback(lambda _f: srv._release_slot())
                 stats.reject("timeout")
                 log.warning("handler for %s did not finish within %gs", parts.path,
                             srv.limits.request_timeout)
@@ -307,7 +307,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 return
             self._send(resp, cfg, head, gzip_ok="gzip" in headers.get("accept-encoding", ""))
         finally:
-            if not handed_over:
+            # Released here, after the answer is written: a client that gets its answer
+            # and sends the next request at once must never find its own slot still taken.
+            if not abandoned:
                 srv._release_slot()
 
     def _refuse(self, resp: Response, cfg: webconfig.WebConfig, head: bool) -> None:
