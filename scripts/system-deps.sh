@@ -17,5 +17,5 @@ fi
 echo "specwatch setup: installing Debian packages: ${need[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-# policy-rc.d keeps the packages' services from being started by the install.
+# The suite never uses the packages' services: tests start their own servers on free ports.
 $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -522,8 +522,12 @@ def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout:
         max_series=raw.get("max_series", default_max_series))
 
 
-def load_file(path: str) -> Mapping[str, Any]:
-    """Read and validate a YAML config file; return the validated mapping."""
+def read_yaml(path: str) -> Any:
+    """Parse one YAML file (an empty file is ``{}``); errors name the file and line.
+
+    Shared by every file the exporter reads at start-up (this config, the web config) so
+    they all fail the same way: one ConfigError, never a traceback.
+    """
     try:
         with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh)
@@ -533,9 +537,12 @@ def load_file(path: str) -> Mapping[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path
         raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
-    if data is None:
-        data = {}
-    return validate(data, Key(dict, children=TOP_SCHEMA), "", path)
+    return {} if data is None else data
+
+
+def load_file(path: str) -> Mapping[str, Any]:
+    """Read and validate a YAML config file; return the validated mapping."""
+    return validate(read_yaml(path), Key(dict, children=TOP_SCHEMA), "", path)
 
 
 def parse_target_flag(flag: str) -> dict[str, Any]:

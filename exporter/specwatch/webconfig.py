@@ -63,9 +63,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import bcrypt
-import yaml
 
-from specwatch.config import CheckError, Key, parse_duration, validate
+from specwatch.config import CheckError, Key, parse_duration, read_yaml, validate
 from specwatch.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -199,17 +198,7 @@ class WebConfig:
 
 def load(path: str) -> WebConfig:
     """Read, validate and build a web config; raise ConfigError naming file and key."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
-    if data is None:
-        data = {}
+    data = read_yaml(path)
     if isinstance(data, dict):
         # An empty section (`basic_auth_users:` with nothing under it) means "not set".
         data = {k: v for k, v in data.items() if v is not None}
