@@ -12,7 +12,7 @@ help:
 	@echo "make demo             simulated vLLM + exporter (+ Prometheus when installed)"
 	@echo "make test             default test suite (installs what it needs)"
 	@echo "make test-all         default suite plus slow tests"
-	@echo "make lint             ruff"
+	@echo "make lint             ruff, jsonnetfmt, import-linter layering contracts"
 	@echo "make generate         render the Jsonnet mixin into dashboards/ and alerts/"
 	@echo "make check-generated  fail when generated files are out of date"
 	@echo "make bench            benchmarks (ratios against a baseline in the same run)"
@@ -37,6 +37,7 @@ test-all: setup
 
 lint: $(STAMP) lint-jsonnet
 	$(BIN)/ruff check exporter tests bench scripts
+	$(BIN)/lint-imports
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix exporter tests bench scripts

@@ -31,10 +31,10 @@ from pathlib import Path
 from benchlib.pages import real_pages
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from specwatch import config, sources
-from specwatch.pipeline import PollResult
-from specwatch.serve_cli import ServeApp
-from specwatch.web import Request
+from specwatch.app.serve import ServeApp
+from specwatch.exporter import config, sources
+from specwatch.exporter.pipeline import PollResult
+from specwatch.web.server import Request
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 

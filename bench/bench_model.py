@@ -4,7 +4,7 @@ One million (arrival rate, draft length, α) points are priced twice on the same
 
 - specwatch: `specwatch.model.predict` (E from α, both systems at their own fixed point,
   speedup, validity), one vectorised numpy call;
-- baseline: the naive seed pseudo-code (`specwatch.model_naive.naive_speedup_scalar`), a Python
+- baseline: the naive seed pseudo-code (`specwatch.model.naive.naive_speedup_scalar`), a Python
   fixed-point loop on the batch size, one point at a time.
 
 The scalar loop would take minutes on a million points, so it runs on a random subsample and
@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-from specwatch.model import acceptance_length_from_alpha, cost_terms, predict
-from specwatch.model_naive import naive_speedup_scalar
-from specwatch.params import load_params
+from specwatch.model.closed_form import acceptance_length_from_alpha, cost_terms, predict
+from specwatch.model.naive import naive_speedup_scalar
+from specwatch.model.params import load_params
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"

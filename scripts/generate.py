@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "exporter"))
 
-from specwatch.errors import SpecwatchError  # noqa: E402
-from specwatch.mixin import stale_files, write_files  # noqa: E402
+from specwatch.common.errors import SpecwatchError  # noqa: E402
+from specwatch.mixin.render import stale_files, write_files  # noqa: E402
 
 
 def _overrides(text: str | None) -> dict:

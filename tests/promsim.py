@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
-from specwatch.model import Coefficients, acceptance_length_from_alpha, latency
+from specwatch.model.closed_form import Coefficients, acceptance_length_from_alpha, latency
 
 SCRAPE_S = 15.0
 MODEL = "qwen-sim"

@@ -12,7 +12,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from specwatch.actuation import (
+from specwatch.control.actuation import (
     Actuator,
     CommandDelivery,
     Decision,

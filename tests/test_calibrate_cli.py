@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 from specwatch.cli import main
-from specwatch.params import load_params
+from specwatch.model.params import load_params
 
 FIX = Path(__file__).parent / "fixtures"
 SWEEP = FIX / "sd-validation" / "tomasruizt_qwen3-32b_1xH100_vllm-bench.csv"

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from specwatch import model
-from specwatch.calibrate_fit import (
+from specwatch.calibrate.fit import (
     FitOptions,
     design_matrix,
     fit_system,
     variance_inflation,
 )
-from specwatch.calibrate_inputs import Point, read_inputs
+from specwatch.calibrate.inputs import Point, read_inputs
 
 SWEEP = (
     Path(__file__).parent

@@ -8,14 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-from specwatch.calibrate_inputs import (
+from specwatch.calibrate.inputs import (
     BenchOptions,
     detect_format,
     read_inputs,
     read_text,
 )
 from specwatch.cli import main
-from specwatch.errors import ConfigError
+from specwatch.common.errors import ConfigError
 
 FIX = Path(__file__).parent / "fixtures"
 SWEEP = FIX / "sd-validation" / "tomasruizt_qwen3-32b_1xH100_vllm-bench.csv"

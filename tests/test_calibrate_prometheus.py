@@ -14,15 +14,15 @@ import yaml
 from promsim import ALPHA, MODEL, TRUE, backfill, default_phases, openmetrics_history
 from promsim import running_prometheus as prometheus_server
 from specwatch import model
-from specwatch.calibrate_fit import FitOptions, fit_system
-from specwatch.calibrate_prometheus import (
+from specwatch.calibrate.fit import FitOptions, fit_system
+from specwatch.calibrate.prometheus import (
     PrometheusQuery,
     parse_duration,
     parse_time,
     read_prometheus,
 )
 from specwatch.cli import main
-from specwatch.errors import ConfigError, SpecwatchError
+from specwatch.common.errors import ConfigError, SpecwatchError
 
 
 @pytest.fixture(scope="module")

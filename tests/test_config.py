@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from specwatch import config
 from specwatch.cli import main
-from specwatch.errors import ConfigError
+from specwatch.common.errors import ConfigError
+from specwatch.exporter import config
 
 
 def _write(tmp_path, text: str) -> str:

@@ -13,18 +13,19 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
-from specwatch.actuation import Outcome
-from specwatch.controller import (
+from specwatch.control.actuation import Outcome
+from specwatch.control.assess import (
     AcceptanceProfile,
     Assessment,
-    ModelController,
     Observation,
-    Settings,
+    admissible_k_max,
     model_assessor,
     params_profile,
 )
-from specwatch.model import optimal_draft_length
-from specwatch.params import load_params, params_from_mapping
+from specwatch.control.machine import ModelController
+from specwatch.control.settings import Settings
+from specwatch.model.closed_form import optimal_draft_length
+from specwatch.model.params import load_params, params_from_mapping
 
 PARAMS = "examples/params/qwen3-32b-h100-eagle3.yaml"
 GOOD = (0.8, 0.6, 0.45)  # per-position acceptance: rate (0.8+0.6+0.45)/3 = 0.617
@@ -350,7 +351,6 @@ def test_recommended_k_keeps_the_expected_acceptance_rate_above_the_guard():
     """The fitted EAGLE-3 profile implies acceptance rates 0.64, 0.51, 0.405, 0.33... at
     k = 1, 2, 3, 4: with min_acceptance_rate 0.4 the model may only choose k <= 3 (a larger k
     would trip the low-acceptance guard as soon as it ran)."""
-    from specwatch.controller import admissible_k_max
 
     params = load_params(PARAMS)
     prof = params_profile(params)

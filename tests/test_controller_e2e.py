@@ -27,8 +27,8 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from helpers.scrape import fetch_text, parse_exposition, select
-from specwatch.scenario import load_scenario, packaged_scenario_path
-from specwatch.simulate import SimulatorServer
+from specwatch.sim.scenario import load_scenario, packaged_scenario_path
+from specwatch.sim.server import SimulatorServer
 
 HEALTHY_S, DROP_S = 3.0, 2.0
 SCENARIO = """\

@@ -18,7 +18,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
-from specwatch import config
+from specwatch.exporter import config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "controller"
@@ -209,7 +209,7 @@ def test_example_configuration_and_rbac_are_valid(tmp_path):
     text = text.replace("examples/", str(ROOT / "examples") + "/")
     cfg_path = tmp_path / "c.yaml"
     cfg_path.write_text(text)
-    from specwatch.serve_cli import ServeApp
+    from specwatch.app.serve import ServeApp
 
     app = ServeApp(config.build_config(str(cfg_path), [], "127.0.0.1:0", None))
     assert app.controller is not None

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from helpers.scrape import parse_exposition, select
 from helpers.vllmpage import VllmState
-from specwatch import config
+from specwatch.app.serve import ServeApp
 from specwatch.cli import main
-from specwatch.pipeline import PollResult
-from specwatch.serve_cli import ServeApp
+from specwatch.exporter import config
+from specwatch.exporter.pipeline import PollResult
 from test_actuation import Receiver
 
 ROOT = Path(__file__).resolve().parents[1]

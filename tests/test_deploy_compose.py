@@ -166,8 +166,9 @@ def _serve_config_as_mounted(service: dict, root: Path):
     container: its bind mounts laid out under `root`, the controller token written by the
     token service into the shared volume, absolute paths in the file read from that layout.
     Returns (ServeConfig, LiveModel, Controller or None)."""
-    from specwatch import controller, model_live
-    from specwatch.config import build_config
+    from specwatch.app import live as model_live
+    from specwatch.control import controller
+    from specwatch.exporter.config import build_config
 
     mirror_binds(service, root)
     # Named volumes the service shares with the token service: same files, other paths.
@@ -216,7 +217,7 @@ def test_exporter_runs_the_controller_receiver_with_alertmanagers_token(profile:
     """Each profile's exporter runs the controller (recommend mode) for its target and the
     Alertmanager receiver, reading the very token file Alertmanager presents (written by
     the token service), and listens on the port Alertmanager's webhook URL names."""
-    from specwatch.controller import ALERTMANAGER_PATH
+    from specwatch.control.controller import ALERTMANAGER_PATH
 
     service = cached_compose_config(profile)["services"][EXPORTER[profile]]
     _, _, ctl = _serve_config_as_mounted(service, tmp_path)
@@ -234,8 +235,8 @@ def test_exporter_runs_the_controller_receiver_with_alertmanagers_token(profile:
 def test_demo_exporter_uses_the_parameters_of_the_simulated_scenario(tmp_path: Path):
     """The parameters file the demo exporter loads is the one the simulator's scenario uses
     as its ground truth, so predictions match the simulated server."""
-    from specwatch.params import load_params
-    from specwatch.scenario import load_scenario
+    from specwatch.model.params import load_params
+    from specwatch.sim.scenario import load_scenario
 
     services = cached_compose_config("demo")["services"]
     _, live, _ = _serve_config_as_mounted(services["specwatch-demo"], tmp_path)

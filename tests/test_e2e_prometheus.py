@@ -5,7 +5,7 @@ packaged acceptance-drop scenario 30 times faster than real time: 10 s healthy, 
 acceptance below 0.4, then recovered. Prometheus' clock is the wall clock, so time is
 compressed the other way round: the exporter's window is 10 s, vLLM's recording rules use
 a 20 s rate window and SDAcceptanceRateLow waits 10 s, all through the mixin's own config
-(`specwatch.mixin.render_rules` overrides), not by editing rule files.
+(`specwatch.mixin.render.render_rules` overrides), not by editing rule files.
 
 Checked through the Prometheus HTTP API, against the scenario's truth (not the exporter's
 code): the derived series exist and match the phase (acceptance rate and length, arrival
@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 import yaml
-from specwatch.demo import free_port, scaled_params_file
-from specwatch.mixin import dump_rules, render_rules
-from specwatch.model import predict
-from specwatch.scenario import load_scenario
+from specwatch.app.demo import free_port, scaled_params_file
+from specwatch.mixin.render import dump_rules, render_rules
+from specwatch.model.closed_form import predict
+from specwatch.sim.scenario import load_scenario
 
 SPEED = 30.0
 WINDOW = "10s"
@@ -237,7 +237,7 @@ def test_alert_fires_in_the_acceptance_drop_and_not_before(stack: Stack) -> None
 def check_model(stack: Stack, speedup: float) -> None:
     """The live model, fed the parameters divided by --speed, predicts for the simulated
     (faster) server what the model predicts for the scenario's own system and load."""
-    from specwatch.params import load_params
+    from specwatch.model.params import load_params
 
     spec = stack.scenario.models[0]
     phase = spec.phases[0]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from specwatch import sources
-from specwatch.fastparse import SampleSelector
+from specwatch.exporter import sources
+from specwatch.exporter.fastparse import SampleSelector
 
 FIX = Path(__file__).parent / "fixtures"
 PAGES = sorted(FIX.rglob("*.prom"))

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import pytest
 from helpers.faultserver import Blackhole, FaultServer, Raw, Refuse, Serve, Trickle, http_response
 from helpers.scrape import parse_exposition, select
-from specwatch import config
-from specwatch.serve_cli import ServeApp
+from specwatch.app.serve import ServeApp
+from specwatch.exporter import config
 
 POLL_DT = 5.0  # seconds between polls on the fake clock
 POLL_TIMEOUT = 1.5  # the targets' poll deadline

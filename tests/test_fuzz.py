@@ -31,9 +31,9 @@ from helpers.scrape import parse_exposition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
-from specwatch import derive, history, limits, sources
-from specwatch.collector import SpecwatchCollector
-from specwatch.snapshot import Snapshot, TargetSnapshot
+from specwatch.exporter import derive, history, limits, sources
+from specwatch.exporter.collector import SpecwatchCollector
+from specwatch.exporter.snapshot import Snapshot, TargetSnapshot
 
 CORPUS = Path(__file__).parent / "fixtures" / "fuzz-corpus"
 LONG_RUN = int(os.environ.get("SPECWATCH_FUZZ_EXAMPLES", "0"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from specwatch import derive, history, sources
-from specwatch.derive import DeriveConfig
+from specwatch.exporter import derive, history, sources
+from specwatch.exporter.derive import DeriveConfig
 
 M = "m"
 

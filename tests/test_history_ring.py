@@ -14,8 +14,8 @@ from collections import deque
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from specwatch import derive, sources
-from specwatch.history import HistoryEntry, HistoryRing, ModelHistory
+from specwatch.exporter import derive, sources
+from specwatch.exporter.history import HistoryEntry, HistoryRing, ModelHistory
 
 EXAMPLES = int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "60"))
 KEYS = [(sources.DRAFTS, None), (sources.DRAFT_TOKENS, None), (sources.ACCEPTED_TOKENS, None),

@@ -18,8 +18,9 @@ import pytest
 from helpers import testsecrets
 from helpers.faultserver import FaultServer, Serve
 from helpers.scrape import parse_exposition, select
-from specwatch import config, limits, redact, sources
-from specwatch.serve_cli import ServeApp
+from specwatch.app.serve import ServeApp
+from specwatch.common import redact
+from specwatch.exporter import config, limits, sources
 
 
 def page(models: dict[str, int], engines: int = 2) -> str:

@@ -23,7 +23,7 @@ from mixin_helpers import (
     recorded_metrics,
     vllm_metrics,
 )
-from specwatch import mixin
+from specwatch.mixin import render as mixin
 
 DASHBOARDS = load_dashboards()
 DS_REF = {"type": "prometheus", "uid": "${datasource}"}

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 from mixin_helpers import ALERTS_YAML, REPO, RULES_YAML, load_rule_file, promtool
-from specwatch import mixin
-from specwatch.errors import ConfigError
+from specwatch.common.errors import ConfigError
+from specwatch.mixin import render as mixin
 
 GENERATE = [sys.executable, str(REPO / "scripts" / "generate.py")]
 TEST_FILES = sorted((REPO / "alerts" / "tests").glob("*.yaml"))

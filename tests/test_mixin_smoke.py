@@ -42,9 +42,9 @@ from mixin_helpers import (
     promtool,
 )
 from prometheus_client.parser import text_string_to_metric_families
-from specwatch import config
-from specwatch.pipeline import PollResult
-from specwatch.serve_cli import ServeApp
+from specwatch.app.serve import ServeApp
+from specwatch.exporter import config
+from specwatch.exporter.pipeline import PollResult
 
 PAGES = FIXTURES / "vllm-0.32-cpu-ngram"
 PARAMS = REPO / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
@@ -338,7 +338,7 @@ def live_stack():
     Prometheus scraping both every second with the generated rule files loaded."""
     import argparse
 
-    from specwatch.demo import Demo
+    from specwatch.app.demo import Demo
 
     assert shutil.which("prometheus"), "`make setup` installs Debian's prometheus package"
     args = argparse.Namespace(

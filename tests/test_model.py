@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 import pytest
-from specwatch.model import (
+from specwatch.model.closed_form import (
     BreakEvenKind,
     Coefficients,
     ExpertCoefficients,
@@ -34,7 +34,7 @@ from specwatch.model import (
     reason_text,
     speedup,
 )
-from specwatch.model_naive import naive_speedup_scalar
+from specwatch.model.naive import naive_speedup_scalar
 
 COEF = Coefficients(a_p=0.1, b_p=0.01, a_v=0.02, b_v=0.001, a_d=0.002, b_d=0.0005)
 P, G, K, ALPHA = 100.0, 100.0, 3, 0.5

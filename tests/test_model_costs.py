@@ -8,7 +8,7 @@ functions agree with the coefficient-level ones on the worked example of test_mo
 
 import numpy as np
 import pytest
-from specwatch.model import (
+from specwatch.model.closed_form import (
     BreakEvenKind,
     Coefficients,
     breakeven,

@@ -25,9 +25,9 @@ import subprocess
 import pytest
 from helpers.pageserver import Page, PageSequenceServer
 from helpers.scrape import fetch_text, parse_exposition, select
-from specwatch import config
-from specwatch.errors import ConfigError
-from specwatch.serve_cli import ServeApp
+from specwatch.app.serve import ServeApp
+from specwatch.common.errors import ConfigError
+from specwatch.exporter import config
 
 PARAMS = """\
 system: worked-example

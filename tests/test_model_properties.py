@@ -7,7 +7,7 @@ import os
 import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from specwatch.model import (
+from specwatch.model.closed_form import (
     MOE_RESIDUAL_TOLERANCE,
     BreakEvenKind,
     Coefficients,

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-from specwatch import derive, history, sources
-from specwatch.collector import SpecwatchCollector
-from specwatch.pipeline import Pipeline, PollResult
+from specwatch.exporter import derive, history, sources
+from specwatch.exporter.collector import SpecwatchCollector
+from specwatch.exporter.pipeline import Pipeline, PollResult
 
 CONSTRUCTED = Path(__file__).parent / "fixtures" / "constructed"
 A = "meta-llama/Llama-3.1-8B-Instruct"

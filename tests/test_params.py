@@ -4,9 +4,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from specwatch.errors import ConfigError
-from specwatch.model import Coefficients, MoECoefficients
-from specwatch.params import Params, dump_params, load_params, params_from_mapping
+from specwatch.common.errors import ConfigError
+from specwatch.model.closed_form import Coefficients, MoECoefficients
+from specwatch.model.params import Params, dump_params, load_params, params_from_mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples" / "params").glob("*.yaml"))

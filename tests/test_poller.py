@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from helpers.pageserver import Page, PageSequenceServer, Stall, Trickle, fixture_pages
 from helpers.scrape import scrape, select
-from specwatch import config
-from specwatch.pipeline import PollResult
-from specwatch.poller import Poller, PollTarget
-from specwatch.serve_cli import ServeApp
+from specwatch.app.serve import ServeApp
+from specwatch.exporter import config
+from specwatch.exporter.pipeline import PollResult
+from specwatch.exporter.poller import Poller, PollTarget
 
 REPLAY = Path(__file__).parent / "fixtures" / "vllm-0.32-cpu-ngram"
 PAGE = (Path(__file__).parent / "fixtures" / "constructed" / "vllm-0.33-spec-decode.prom"

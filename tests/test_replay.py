@@ -24,8 +24,8 @@ from helpers.pageserver import Drop, Page, PageSequenceServer, fixture_pages
 from helpers.scrape import fetch_text, parse_exposition, scrape, select
 from prometheus_client.parser import text_string_to_metric_families
 from scipy import optimize, stats
-from specwatch import config
-from specwatch.serve_cli import ServeApp
+from specwatch.app.serve import ServeApp
+from specwatch.exporter import config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm-0.32-cpu-ngram"
 WINDOWS = {"1m": 60.0, "5m": 300.0, "15m": 900.0}

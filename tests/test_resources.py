@@ -20,8 +20,8 @@ import tracemalloc
 import urllib.request
 
 from helpers.faultserver import Blackhole, FaultServer
-from specwatch import config
-from specwatch.serve_cli import ServeApp
+from specwatch.app.serve import ServeApp
+from specwatch.exporter import config
 
 
 def _dead_url() -> str:

@@ -22,11 +22,17 @@ from pathlib import Path
 import pytest
 from helpers.pageserver import Page, PageSequenceServer, Stall
 from helpers.scrape import scrape, select
-from specwatch import config
-from specwatch.discovery import FileSDConfig, FileSDError, TargetSource, parse_file_sd, shard_of
-from specwatch.errors import ConfigError
-from specwatch.poller import Poller, PollTarget
-from specwatch.serve_cli import ServeApp
+from specwatch.app.serve import ServeApp
+from specwatch.common.errors import ConfigError
+from specwatch.exporter import config
+from specwatch.exporter.discovery import (
+    FileSDConfig,
+    FileSDError,
+    TargetSource,
+    parse_file_sd,
+    shard_of,
+)
+from specwatch.exporter.poller import Poller, PollTarget
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "tests" / "fixtures" / "constructed" / "vllm-0.33-spec-decode.prom").read_text()
@@ -391,8 +397,8 @@ def test_poller_set_targets_while_running():
 def test_pipeline_set_targets_keeps_history_and_drops_removed_results():
     """A kept target keeps its snapshot and history, a new one starts down, and a result
     that arrives for a removed target is not published (no resurrected series)."""
-    from specwatch import derive
-    from specwatch.pipeline import Pipeline, PollResult
+    from specwatch.exporter import derive
+    from specwatch.exporter.pipeline import Pipeline, PollResult
 
     p = Pipeline([("a", "auto"), ("b", "auto")], derive.DeriveConfig(), 5.0)
     p.apply(PollResult("a", 0.0, 1.0, 0.01, body=PAGE))

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from specwatch import derive
-from specwatch.pipeline import Pipeline, PollResult
-from specwatch.scenario import Scenario, load_scenario
-from specwatch.simengine import Simulation
-from specwatch.simulate import render_page
-from specwatch.snapshot import WindowSignals
+from specwatch.exporter import derive
+from specwatch.exporter.pipeline import Pipeline, PollResult
+from specwatch.exporter.snapshot import WindowSignals
+from specwatch.sim.engine import Simulation
+from specwatch.sim.scenario import Scenario, load_scenario
+from specwatch.sim.server import render_page
 
 POLL = 10.0
 T0 = 1_800_000_000.0

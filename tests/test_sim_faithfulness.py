@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from specwatch import model
-from specwatch.model import Coefficients, ExpertCoefficients, MoECoefficients
-from specwatch.scenario import (
+from specwatch.model.closed_form import Coefficients, ExpertCoefficients, MoECoefficients
+from specwatch.sim.engine import Simulation
+from specwatch.sim.scenario import (
     AcceptanceDist,
     LengthDist,
     ModelSpec,
@@ -26,8 +27,7 @@ from specwatch.scenario import (
     Restart,
     Scenario,
 )
-from specwatch.simengine import Simulation
-from specwatch.simulate import render_page
+from specwatch.sim.server import render_page
 
 K = 3
 ALPHA = 0.7

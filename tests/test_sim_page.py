@@ -16,8 +16,9 @@ from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as om_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
-from specwatch.model import Coefficients
-from specwatch.scenario import (
+from specwatch.model.closed_form import Coefficients
+from specwatch.sim.engine import Simulation
+from specwatch.sim.scenario import (
     AcceptanceDist,
     LengthDist,
     ModelSpec,
@@ -26,8 +27,7 @@ from specwatch.scenario import (
     Scenario,
     load_scenario,
 )
-from specwatch.simengine import Simulation
-from specwatch.simulate import render_page
+from specwatch.sim.server import render_page
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONSTRUCTED = FIXTURES / "constructed" / "vllm-0.33-spec-decode.prom"
@@ -173,7 +173,7 @@ def test_engines_are_labelled_and_openmetrics_is_negotiated() -> None:
 
 
 def test_packaged_demo_scenario_page_shape() -> None:
-    """The demo scenario (packaged files, params loaded through specwatch.params) renders
+    """The demo scenario (packaged files, params loaded through specwatch.model.params) renders
     the same family set as the hand-built one."""
     demo = Simulation(load_scenario("demo"))
     demo.advance_to(30.0)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from helpers.scrape import parse_exposition
-from specwatch.scenario import Restart, load_scenario
-from specwatch.simulate import SimulatorServer
+from specwatch.sim.scenario import Restart, load_scenario
+from specwatch.sim.server import SimulatorServer
 
 SPECWATCH = [sys.executable, "-m", "specwatch"]
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from specwatch import derive, history, sources
+from specwatch.exporter import derive, history, sources
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -21,9 +21,9 @@ import pytest
 from helpers import testsecrets
 from helpers.certs import PKI, make_pki
 from helpers.scrape import parse_exposition, select
-from specwatch import config
-from specwatch.errors import ConfigError
-from specwatch.serve_cli import ServeApp
+from specwatch.app.serve import ServeApp
+from specwatch.common.errors import ConfigError
+from specwatch.exporter import config
 
 PAGE = (Path(__file__).parent / "fixtures/vllm-0.32-cpu-ngram/snap_1795971826019.prom"
         ).read_bytes()

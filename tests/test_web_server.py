@@ -29,10 +29,10 @@ from helpers import testsecrets
 from helpers.certs import PKI, make_pki
 from helpers.faultserver import FaultServer, Serve
 from helpers.scrape import parse_exposition
-from specwatch import config
-from specwatch.serve_cli import ServeApp
-from specwatch.web import Request, Response, ServerLimits, WebServer
-from specwatch.webconfig import BasicAuth
+from specwatch.app.serve import ServeApp
+from specwatch.exporter import config
+from specwatch.web.server import Request, Response, ServerLimits, WebServer
+from specwatch.web.webconfig import BasicAuth
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,8 +13,8 @@ import bcrypt
 import pytest
 from helpers import testsecrets
 from helpers.certs import PKI, make_pki
-from specwatch import webconfig
-from specwatch.errors import ConfigError
+from specwatch.common.errors import ConfigError
+from specwatch.web import webconfig
 
 HASH = bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()
 

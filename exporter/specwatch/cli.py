@@ -12,17 +12,21 @@ import importlib
 import sys
 
 from specwatch import __version__
-from specwatch.errors import SpecwatchError
+from specwatch.common.errors import SpecwatchError
 
 # command name -> (module, one-line help). Keep in the order a new user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("specwatch.demo", "simulated vLLM + exporter (+ Prometheus with the rules)"),
-    "serve": ("specwatch.serve_cli", "poll vLLM/SGLang /metrics, derive SD signals, serve them"),
-    "predict": ("specwatch.whatif.predict", "predict SD and no-SD latency, speedup, break-even"),
-    "sweep": ("specwatch.whatif.sweep", "speedup vs arrival rate for each draft length"),
-    "advise": ("specwatch.whatif.advise", "enable SD or not, which k, at your load percentiles"),
-    "calibrate": ("specwatch.calibrate", "fit the latency model from benchmarks or Prometheus"),
-    "simulate": ("specwatch.simulate", "a simulated vLLM with speculative decoding (/metrics)"),
+    "demo": ("specwatch.app.demo", "simulated vLLM + exporter (+ Prometheus with the rules)"),
+    "serve": ("specwatch.app.serve", "poll vLLM/SGLang /metrics, derive SD signals, serve them"),
+    "predict": ("specwatch.model.whatif.predict",
+                "predict SD and no-SD latency, speedup, break-even"),
+    "sweep": ("specwatch.model.whatif.sweep",
+              "speedup vs arrival rate for each draft length"),
+    "advise": ("specwatch.model.whatif.advise",
+               "enable SD or not, which k, at your load percentiles"),
+    "calibrate": ("specwatch.calibrate.command",
+                  "fit the latency model from benchmarks or Prometheus"),
+    "simulate": ("specwatch.sim.server", "a simulated vLLM with speculative decoding (/metrics)"),
 }
 
 

@@ -2,7 +2,7 @@
 
 One command for a laptop without a GPU (the README Quickstart's ``make demo``):
 
-1. the simulator (`specwatch.simulate`) runs the packaged ``demo`` scenario: quiet traffic,
+1. the simulator (`specwatch.sim.server`) runs the packaged ``demo`` scenario: quiet traffic,
    load rising past the break-even arrival rate, an acceptance drop, bimodal traffic;
 2. the exporter (`specwatch serve`, in this process) polls it, with the scenario's
    parameters file as its latency model when the exporter supports per-target parameters;
@@ -18,7 +18,7 @@ so even a killed demo leaves no orphan behind.
 
 With ``--speed X`` the scenario runs X times faster; the exporter then gets the parameters
 divided by X, because the simulated page describes a server X times faster (see
-`specwatch.simengine`).
+`specwatch.sim.engine`).
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from typing import Any
 
 import yaml
 
-from specwatch.errors import ConfigError, SpecwatchError
-from specwatch.scenario import Scenario, load_scenario
+from specwatch.common.errors import ConfigError, SpecwatchError
+from specwatch.sim.scenario import Scenario, load_scenario
 
-log = logging.getLogger("specwatch.demo")
+log = logging.getLogger("specwatch.app.demo")
 
 DEFAULT_EXPORTER_LISTEN = "127.0.0.1:10440"
 PROMETHEUS_READY_TIMEOUT = 30.0
@@ -92,7 +92,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def default_rule_files() -> list[Path]:
     """The mixin's generated rule files in this checkout (``alerts/*.yaml``, without the
     promtool unit-test files), or an empty list (an installed package has no checkout)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     folder = root / "alerts"
     if not folder.is_dir():
         return []
@@ -118,7 +118,7 @@ def scaled_params_file(scenario: Scenario, index: int, speed: float, folder: Pat
     if speed == 1.0:
         return Path(spec.params)
     from specwatch.model import Coefficients, ExpertCoefficients
-    from specwatch.params import dump_params, load_params
+    from specwatch.model.params import dump_params, load_params
 
     params = load_params(spec.params)
 
@@ -185,15 +185,15 @@ class Demo:
     # ----------------------------------------------------------------- parts
 
     def start_simulator(self) -> None:
-        from specwatch.simulate import SimulatorServer
+        from specwatch.sim.server import SimulatorServer
 
         self.simulator = SimulatorServer(self.scenario, self.args.simulator_listen,
                                          self.args.speed, self.args.seed)
         self.simulator.start()
 
     def start_exporter(self) -> None:
-        from specwatch import config
-        from specwatch.serve_cli import ServeApp
+        from specwatch.app.serve import ServeApp
+        from specwatch.exporter import config
 
         target: dict[str, Any] = {"name": "vllm-sim", "url": f"{self.simulator.url}/metrics",
                                   "engine": "vllm"}

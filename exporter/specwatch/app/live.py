@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from specwatch import derive
-from specwatch.errors import ConfigError
+from specwatch.common.errors import ConfigError
+from specwatch.exporter import derive
+from specwatch.exporter.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
 from specwatch.model import (
     BreakEvenKind,
     Reason,
@@ -44,11 +45,10 @@ from specwatch.model import (
     predict,
     reason_text,
 )
-from specwatch.params import Params, load_params
-from specwatch.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
+from specwatch.model.params import Params, load_params
 
 if TYPE_CHECKING:  # pragma: no cover
-    from specwatch.config import ServeConfig
+    from specwatch.exporter.config import ServeConfig
 
 log = logging.getLogger(__name__)
 

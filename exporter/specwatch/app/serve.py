@@ -23,13 +23,24 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 
-from specwatch import __version__, config, controller, derive, model_live, redact
-from specwatch.collector import SpecwatchCollector
-from specwatch.discovery import TargetSource
-from specwatch.pipeline import Pipeline
-from specwatch.poller import Poller, PollTarget
-from specwatch.snapshot import Snapshot
-from specwatch.web import REJECT_REASONS, Request, Response, ServerLimits, WebServer, only_get
+from specwatch import __version__
+from specwatch.app import live as model_live
+from specwatch.common import redact
+from specwatch.control import controller
+from specwatch.exporter import config, derive
+from specwatch.exporter.collector import SpecwatchCollector
+from specwatch.exporter.discovery import TargetSource
+from specwatch.exporter.pipeline import Pipeline
+from specwatch.exporter.poller import Poller, PollTarget
+from specwatch.exporter.snapshot import Snapshot
+from specwatch.web.server import (
+    REJECT_REASONS,
+    Request,
+    Response,
+    ServerLimits,
+    WebServer,
+    only_get,
+)
 
 log = logging.getLogger("specwatch.serve")
 

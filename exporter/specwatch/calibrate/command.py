@@ -25,8 +25,8 @@ from typing import Any
 
 import yaml
 
-from specwatch.calibrate_inputs import BenchOptions, Point, read_inputs, systems_of
-from specwatch.errors import ConfigError
+from specwatch.calibrate.inputs import BenchOptions, Point, read_inputs, systems_of
+from specwatch.common.errors import ConfigError
 
 
 def _ratio_or_off(text: str) -> float | None:
@@ -198,8 +198,8 @@ def _params_file(path: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """Fit, report, write; with --compare the exit status is the drift verdict."""
-    from specwatch import calibrate_report as report
-    from specwatch.params import load_params
+    from specwatch.calibrate import report as report
+    from specwatch.model.params import load_params
 
     if (
         args.compare
@@ -252,7 +252,7 @@ def _gather(args: argparse.Namespace) -> list[Point]:
             paths.append(path)
     points = read_inputs(paths, default_system=args.system, bench_options=options)
     if args.prometheus:
-        from specwatch.calibrate_prometheus import PrometheusQuery, read_prometheus
+        from specwatch.calibrate.prometheus import PrometheusQuery, read_prometheus
 
         if not args.start:
             raise ConfigError("--prometheus needs --start (and optionally --end)")
@@ -298,7 +298,7 @@ def _select_systems(args: argparse.Namespace, points: list[Point]) -> dict[str, 
 
 
 def _fit_all(args: argparse.Namespace, points: list[Point]) -> list[Any]:
-    from specwatch.calibrate_fit import FitError, FitOptions, fit_system
+    from specwatch.calibrate.fit import FitError, FitOptions, fit_system
 
     options = FitOptions(
         max_utilization=args.max_utilization,
@@ -339,8 +339,8 @@ def _data_sources(args: argparse.Namespace) -> list[str]:
 def _write_params(
     args: argparse.Namespace, fits: list[Any]
 ) -> tuple[dict[str, str], ConfigError | None]:
-    from specwatch import calibrate_report as report
-    from specwatch.params import dump_params
+    from specwatch.calibrate import report as report
+    from specwatch.model.params import dump_params
 
     per_system = "{system}" in args.out
     if not per_system and len(fits) > 1:

@@ -12,6 +12,10 @@ length it has not seen (leave-one-k-out). When the six cannot be separated, each
 gets its own (C1, C2) so speedup and break-even are still measured-backed.
 
 Predictions go through `specwatch.model`; this module never re-implements the closed form.
+
+Size: the least-squares problem, its design matrix and the diagnostics that judge it
+(identifiability, leave-one-out) share the same column layout; splitting them would expose
+that layout as an interface.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from specwatch import model
-from specwatch.calibrate_inputs import Point
+from specwatch.calibrate.inputs import Point
 
 #: Design matrix column order (and the names the report uses).
 COEFFICIENTS = ("a_p", "a_v", "a_d", "b_p", "b_v", "b_d")

@@ -5,7 +5,11 @@ row, a Prometheus window), so the fitting code never sees a file format. Formats
 by CONTENT, not by extension, because operators rename files freely (`run-3.txt`, `out.log`).
 
 Bad input never becomes a silent gap in the fit: every reader raises
-:class:`specwatch.errors.ConfigError` naming the file, the row and what was expected.
+:class:`specwatch.common.errors.ConfigError` naming the file, the row and what was expected.
+
+Size: one module for every input format (vllm bench JSON, CSV, the common point
+validation) because each reader must apply the same checks in the same words; split by
+format, the rules would drift apart.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specwatch.errors import ConfigError
+from specwatch.common.errors import ConfigError
 
 #: Name given to the system of inputs that do not say which system they measured.
 DEFAULT_SYSTEM = "default"

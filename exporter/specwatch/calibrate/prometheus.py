@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import requests
 
-from specwatch.calibrate_inputs import Point, validate_point
-from specwatch.errors import ConfigError, SpecwatchError
+from specwatch.calibrate.inputs import Point, validate_point
+from specwatch.common.errors import ConfigError, SpecwatchError
 
 #: Prometheus refuses range queries with more than 11,000 points per series; stay below.
 MAX_POINTS_PER_QUERY = 10_000

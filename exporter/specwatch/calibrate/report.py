@@ -2,6 +2,10 @@
 
 Kept apart from the fit so the fit stays pure numbers, and so matplotlib is imported only when
 `--report` asks for plots.
+
+Size: the report is one document (tables, fit quality, plots, the parameters file it
+writes) whose sections share the same per-system fit records; kept whole so that it reads
+in the order the user sees it.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from specwatch import __version__, model
-from specwatch.calibrate_fit import COEFFICIENTS, SystemFit, k_key, workload_labels
-from specwatch.params import Params, params_from_mapping
+from specwatch.calibrate.fit import COEFFICIENTS, SystemFit, k_key, workload_labels
+from specwatch.model.params import Params, params_from_mapping
 
 #: Coefficients in the order the model reference lists them (params file order).
 PARAMS_ORDER = ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d")

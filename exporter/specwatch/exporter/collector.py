@@ -24,8 +24,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from specwatch import derive
-from specwatch.snapshot import POLL_ERROR_REASONS, SERIES_DROP_REASONS, Snapshot
+from specwatch.exporter import derive
+from specwatch.exporter.snapshot import POLL_ERROR_REASONS, SERIES_DROP_REASONS, Snapshot
 
 log = logging.getLogger(__name__)
 

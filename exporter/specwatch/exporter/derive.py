@@ -24,11 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specwatch import sources
-from specwatch.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
+from specwatch.exporter import sources
+from specwatch.exporter.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
 
 if TYPE_CHECKING:  # pragma: no cover
-    from specwatch.history import HistoryEntry, HistoryRing, ModelHistory
+    from specwatch.exporter.history import HistoryEntry, HistoryRing, ModelHistory
+
+#: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
+SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
 
 Counters = Mapping[tuple[str, str | None], float]
 
@@ -459,8 +462,6 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
     samples_hist = None
     if hist.sample_count > 0 or _has(cur.counters if cur else {}, sources.DRAFT_TOKENS) \
             or _has(cur.counters if cur else {}, sources.VERIFY_CALLS):
-        from specwatch.history import SAMPLE_BUCKETS  # local: history imports this module
-
         cumulative: list[int] = []
         running = 0
         for n in hist.sample_bucket_counts:

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from specwatch.errors import ConfigError, SpecwatchError
+from specwatch.common.errors import ConfigError, SpecwatchError
 
 log = logging.getLogger(__name__)
 

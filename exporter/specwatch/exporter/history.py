@@ -27,14 +27,15 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from specwatch import derive, sources
+from specwatch.exporter import derive, sources
 
 #: (canonical signal, position, bucket bound `le` or None): the key of an aggregated,
 #: reset-corrected counter.
 AggKey = tuple[str, str | None]
 
-#: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
-SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
+#: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (owned by derive, which
+#: builds the histogram; history counts samples into the same buckets).
+SAMPLE_BUCKETS = derive.SAMPLE_BUCKETS
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,7 @@ class HistoryRing:
     It behaves like the deque of :class:`HistoryEntry` it replaces (``len``, ``[i]``,
     iteration, ``append``, ``[-1] = entry``, ``popleft``, ``maxlen``); an entry read from
     it is a fresh :class:`HistoryEntry` whose ``counters`` hold the keys present at that
-    poll. :func:`specwatch.derive.derive_model` reads it without making an entry per row
+    poll. :func:`specwatch.exporter.derive.derive_model` reads it without making an entry per row
     (:meth:`times`, :meth:`value`, :meth:`samples_after`).
     """
 

@@ -16,7 +16,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Collection
 
-from specwatch.sources import ParsedPage
+from specwatch.exporter.sources import ParsedPage
 
 
 def series_count(page: ParsedPage) -> int:

@@ -2,8 +2,8 @@
 
 The poller calls :meth:`Pipeline.apply` from its worker thread when a poll of one target
 ends (success or failure). The pipeline updates that target's state, derives its
-:class:`~specwatch.snapshot.TargetSnapshot`, runs the target hooks, and publishes a new
-:class:`~specwatch.snapshot.Snapshot` by swapping one reference, so the collector reads a
+:class:`~specwatch.exporter.snapshot.TargetSnapshot`, runs the target hooks, and publishes a new
+:class:`~specwatch.exporter.snapshot.Snapshot` by swapping one reference, so the collector reads a
 consistent object without locking.
 
 Extension point: ``add_target_hook(fn)`` with ``fn(target: TargetSnapshot) -> TargetSnapshot``.
@@ -16,7 +16,7 @@ actuator thread). A hook that raises is logged and skipped; the previous value i
 Failure containment: whatever a page does to parsing or deriving (including a bug that
 raises something unexpected), the target is reported down with reason ``parse`` and the
 other targets and the HTTP endpoint are untouched. A target's ``max_series`` cap drops whole
-models (:mod:`specwatch.limits`) and counts the dropped series. A failing target logs a
+models (:mod:`specwatch.exporter.limits`) and counts the dropped series. A failing target logs a
 warning when it goes down or its reason changes, and an info line when it recovers, not one
 line per poll (a dead target polled every 5 s must not flood the log).
 """
@@ -29,8 +29,9 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specwatch import __version__, derive, history, limits, sources
-from specwatch.snapshot import POLL_ERROR_REASONS, Snapshot, TargetSnapshot
+from specwatch import __version__
+from specwatch.exporter import derive, history, limits, sources
+from specwatch.exporter.snapshot import POLL_ERROR_REASONS, Snapshot, TargetSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +72,8 @@ class Pipeline:
                  poll_interval: float, history_retention: float | None = None,
                  max_series: Mapping[str, int] | None = None, parser: str = "fast") -> None:
         """``targets``: (name, engine kind) in display order; ``max_series``: per-target cap
-        of source series (default 10000); ``parser``: see :func:`specwatch.sources.parse_page`
-        ("fast" or "full")."""
+        of source series (default 10000); ``parser``: see
+        :func:`specwatch.exporter.sources.parse_page` ("fast" or "full")."""
         self.derive_config = derive_config
         self.parser = parser
         longest = max([s for _, s in derive_config.windows] or [0.0])

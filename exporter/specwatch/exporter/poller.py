@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import requests
 
 from specwatch import __version__
-from specwatch.pipeline import PollResult
+from specwatch.exporter.pipeline import PollResult
 
 log = logging.getLogger(__name__)
 

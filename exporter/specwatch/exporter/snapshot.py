@@ -10,7 +10,7 @@ Extension points (for later features; none of them needs a change in this module
   optional fields :attr:`ModelSnapshot.predictions` and :attr:`ModelSnapshot.controller`
   (``None`` until a hook fills them), plus :attr:`ModelSnapshot.extensions`, a free mapping
   for anything else. Fill them from a *target hook* registered on
-  :class:`specwatch.pipeline.Pipeline` (``pipeline.add_target_hook(fn)``) with
+  :class:`specwatch.exporter.pipeline.Pipeline` (``pipeline.add_target_hook(fn)``) with
   :func:`dataclasses.replace`; see :meth:`TargetSnapshot.with_model`.
 * **Per-target data** (e.g. ``specwatch_model_configured{target}``): :attr:`TargetSnapshot.model`
   and :attr:`TargetSnapshot.extensions`.
@@ -54,7 +54,7 @@ class WindowSignals:
     #: proposed draft tokens (older vLLM); 0 when nothing was drafted (or SD is off).
     drafts: float = 0.0
     #: Bucket increases of the latency histograms over the window, keyed by
-    #: :data:`specwatch.derive.LATENCY_HISTOGRAMS` names: ((upper bound, cumulative count),
+    #: :data:`specwatch.exporter.derive.LATENCY_HISTOGRAMS` names: ((upper bound, cumulative count),
     #: ...) sorted by bound, +Inf last. Feeds quantiles (the controller's before/after record).
     histograms: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 

@@ -3,7 +3,7 @@
 It turns one `/metrics` page into *canonical signals*: per-series cumulative values keyed by
 ``(model_name, signal, identity)``, where ``identity`` is every label except ``model_name``
 (``engine``, ``position``, ``finished_reason``, ``is_streaming``, SGLang's ranks...). Keeping
-every series apart is what lets :mod:`specwatch.history` detect a counter reset per series
+every series apart is what lets :mod:`specwatch.exporter.history` detect a counter reset per series
 *before* summing over ``engine`` (one data-parallel rank restarting among eight is invisible
 in the sum).
 
@@ -20,10 +20,10 @@ Engines and what each one can give (details in the README, "Exporter"):
   little higher than v1's); acceptance length, draft length, α and per-position are absent.
 * **SGLang (0.5.x)**: no accepted/proposed counters. The cumulative
   ``sglang:spec_verify_calls_total`` and ``sglang:generation_tokens_total`` give a windowed
-  acceptance length (see :func:`specwatch.derive.derive_window`); the configured chain length
-  comes from the ``sglang:spec_num_steps`` gauge and the proposed tokens per verify call from
-  ``sglang:spec_num_draft_tokens`` − 1. No per-position data, so no position or heterogeneity
-  signals.
+  acceptance length (see :func:`specwatch.exporter.derive.derive_window`); the configured
+  chain length comes from the ``sglang:spec_num_steps`` gauge and the proposed tokens per
+  verify call from ``sglang:spec_num_draft_tokens`` − 1. No per-position data, so no
+  position or heterogeneity signals.
 
 Pitfalls handled here (reference: vllm-metrics.md §7): samples are matched on the *sample*
 name (prometheus_client returns counters under the base family name), ``*_created`` samples
@@ -41,7 +41,7 @@ from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.fastparse import LABEL_CACHE_SIZE, RawSample, SampleSelector
+from specwatch.exporter.fastparse import LABEL_CACHE_SIZE, RawSample, SampleSelector
 
 EngineKind = Literal["vllm", "sglang", "auto"]
 ENGINE_KINDS: tuple[str, ...] = ("vllm", "sglang", "auto")
@@ -193,7 +193,7 @@ def _tables_for(engine: str) -> list[tuple[dict[str, str], dict[str, str]]]:
 
 
 #: How a page is turned into samples: "fast" (only the families read here, see
-#: :mod:`specwatch.fastparse`) or "full" (prometheus_client's parser over the whole page).
+#: :mod:`specwatch.exporter.fastparse`) or "full" (prometheus_client's parser over the whole page).
 PARSERS: tuple[str, ...] = ("fast", "full")
 PROCESS_START = "process_start_time_seconds"
 _PREFIXES = ("vllm:", "sglang:")
@@ -249,7 +249,7 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast") -> ParsedP
     ``engine`` restricts the names considered ("vllm", "sglang") or accepts both ("auto";
     the prefixes never collide). ``parser`` is "fast" (parse only the families read here;
     the same result as "full" on every page prometheus_client accepts, see
-    :mod:`specwatch.fastparse`) or "full" (prometheus_client's parser over the whole page:
+    :mod:`specwatch.exporter.fastparse`) or "full" (prometheus_client's parser over the whole page:
     the baseline).
 
     A counter that is NaN, infinite, negative or above MAX_COUNTER_VALUE, or a counter

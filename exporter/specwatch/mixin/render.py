@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from specwatch.errors import ConfigError
+from specwatch.common.errors import ConfigError
 
 # Output files, relative to the output directory (the repository root for committed files).
 ALERTS_FILE = "alerts/specwatch-alerts.yaml"
@@ -49,7 +49,7 @@ _RULE_KEY_ORDER = ("alert", "record", "expr", "for", "keep_firing_for", "labels"
 def mixin_dir() -> Path:
     """The directory holding mixin.libsonnet: $SPECWATCH_MIXIN_DIR, else this checkout's root."""
     env = os.environ.get("SPECWATCH_MIXIN_DIR")
-    root = Path(env) if env else Path(__file__).resolve().parents[2]
+    root = Path(env) if env else Path(__file__).resolve().parents[3]
     if not (root / "mixin.libsonnet").is_file():
         raise ConfigError(
             f"mixin sources not found: {root / 'mixin.libsonnet'} does not exist; run from a "

@@ -21,6 +21,10 @@ The mixture-of-experts form (share of experts touched φ(T) = 1 − (1 − m/M)^
 form; `solve_moe_latency` brackets the smallest fixed point and bisects a fixed number of
 times, so it always terminates and says when it did not converge or when no stable operating
 point exists.
+
+Size: the closed forms for one system, both systems, break-even and the best draft length
+share private solvers (the fixed point, the MoE bracket); they are one derivation and are
+read together with the model document.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Calibration writes it, the what-if CLI, the exporter and the simulator read it. It is strict
 on purpose: a coefficient typed in milliseconds where seconds are expected, a negative cost
 or a misspelt key would silently turn every prediction into nonsense, so loading names the
-file, line and field and says what was expected (specwatch.errors.ConfigError, exit 2).
+file, line and field and says what was expected (specwatch.common.errors.ConfigError, exit 2).
 
 Schema (README "Parameters file"):
 
@@ -37,8 +37,8 @@ from typing import Any
 
 import yaml
 
-from specwatch.errors import ConfigError
-from specwatch.model import (
+from specwatch.common.errors import ConfigError
+from specwatch.model.closed_form import (
     DEFAULT_K_MAX,
     DEFAULT_MAX_UTILIZATION,
     Coefficients,

@@ -61,6 +61,10 @@ Everything here runs in simulated seconds. `time_scale` multiplies every duratio
 the histograms: `specwatch simulate --speed X` uses 1/X, so that the page describes a
 consistent server X times faster than the scenario (Little's law and the model still hold
 on the page with every coefficient divided by X).
+
+Size: one discrete-event loop (arrivals, scheduling, prefill, drafting, verification,
+restarts) whose handlers share the engine's state; split across modules they would each
+need all of it.
 """
 
 from __future__ import annotations
@@ -75,8 +79,8 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.scenario import AcceptanceDist, ModelSpec, Restart, Scenario
-from specwatch.simstats import EngineStats
+from specwatch.sim.scenario import AcceptanceDist, ModelSpec, Restart, Scenario
+from specwatch.sim.stats import EngineStats
 
 __all__ = ["Engine", "Simulation", "StepCosts"]
 

@@ -4,11 +4,15 @@ A scenario is YAML (documented in the README, "Simulator and demo"). It is valid
 like every specwatch input: an unknown key, a wrong type or an out-of-range number raises
 `ConfigError` naming the file and the key path (``models[0].phases[2].arrival_rate.to``), so a
 typo never silently becomes a default. The packaged scenarios live in
-``specwatch/data/scenarios/`` and can be named without a path (``--scenario demo``).
+``specwatch/sim/data/scenarios/`` and can be named without a path (``--scenario demo``).
 
-The objects here are plain, immutable descriptions; the physics lives in `specwatch.simengine`.
+The objects here are plain, immutable descriptions; the physics lives in `specwatch.sim.engine`.
 Distributions carry both a sampler and their exact (or numerically integrated) moments, because
 the tests compare what the exporter derives against the scenario's known truth.
+
+Size: the scenario file format is one schema (models, phases, acceptance distributions,
+restarts, faults) validated in one pass with errors that name the file and key; it reads
+best as one module, like the serve config.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from specwatch.errors import ConfigError
+from specwatch.common.errors import ConfigError
 
 __all__ = [
     "AcceptanceDist",
@@ -438,7 +442,7 @@ class ModelSpec:
     """One served model: its engines, SD configuration, cost system and timeline.
 
     `params` is the path of the parameters file holding the six coefficients (the ground truth
-    of the simulated system; see `specwatch.simengine` for how they become step costs).
+    of the simulated system; see `specwatch.sim.engine` for how they become step costs).
     `coefficients` is filled in by the loader (or directly by Python callers and tests).
     """
 
@@ -680,7 +684,7 @@ def parse_scenario(
 
 def packaged_scenario_names() -> list[str]:
     """Names of the scenarios shipped with specwatch (usable as ``--scenario NAME``)."""
-    root = resources.files("specwatch").joinpath(_SCENARIO_DIR)
+    root = resources.files("specwatch.sim").joinpath(_SCENARIO_DIR)
     names = []
     for entry in root.iterdir():
         if entry.name.endswith(".yaml") and not entry.name.endswith("-params.yaml"):
@@ -689,7 +693,7 @@ def packaged_scenario_names() -> list[str]:
 
 
 def packaged_scenario_path(name: str) -> Path:
-    return Path(str(resources.files("specwatch").joinpath(_SCENARIO_DIR, f"{name}.yaml")))
+    return Path(str(resources.files("specwatch.sim").joinpath(_SCENARIO_DIR, f"{name}.yaml")))
 
 
 def resolve_scenario_path(value: str) -> Path:
@@ -729,8 +733,8 @@ def load_scenario(value: str | Path, *, load_coefficients: bool = True) -> Scena
 
 
 def attach_coefficients(scenario: Scenario) -> Scenario:
-    """Load every model's parameters file (`specwatch.params`, the model's own loader)."""
-    from specwatch.params import load_params
+    """Load every model's parameters file (`specwatch.model.params`, the model's own loader)."""
+    from specwatch.model.params import load_params
 
     models = []
     for i, m in enumerate(scenario.models):

@@ -1,8 +1,8 @@
 """`specwatch simulate`: a vLLM-shaped /metrics server driven by a discrete-event simulation.
 
-The physics is `specwatch.simengine` (continuous batching, speculative decoding, queueing),
-the page is `specwatch.simstats` (vLLM 0.33's families, rendered by prometheus_client), the
-scenario is `specwatch.scenario`. This module only keeps the simulation in step with the wall
+The physics is `specwatch.sim.engine` (continuous batching, speculative decoding, queueing),
+the page is `specwatch.sim.stats` (vLLM 0.33's families, rendered by prometheus_client), the
+scenario is `specwatch.sim.scenario`. This module only keeps the simulation in step with the wall
 clock and serves it:
 
 * simulated time = ``speed`` × wall time since start; a driver thread advances the
@@ -34,13 +34,13 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from specwatch import __version__
-from specwatch.errors import ConfigError
-from specwatch.scenario import Restart, Scenario, load_scenario
-from specwatch.simengine import Simulation
-from specwatch.simstats import vllm_families
-from specwatch.web import Request, Response, WebServer, only_get, parse_listen
+from specwatch.common.errors import ConfigError
+from specwatch.sim.engine import Simulation
+from specwatch.sim.scenario import Restart, Scenario, load_scenario
+from specwatch.sim.stats import vllm_families
+from specwatch.web.server import Request, Response, WebServer, only_get, parse_listen
 
-log = logging.getLogger("specwatch.simulate")
+log = logging.getLogger("specwatch.sim.server")
 
 DEFAULT_LISTEN = "127.0.0.1:8000"  # vLLM's default port; loopback unless asked otherwise
 DEFAULT_TICK = 0.05

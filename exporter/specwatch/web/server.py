@@ -24,7 +24,7 @@ What the transport guarantees for every endpoint (anchors-reliability §1.2, §2
   TCP; each accepted socket is wrapped and its handshake driven non-blocking in the
   connection's own thread with a total ``handshake_timeout``. prometheus_client wraps the
   *listening* socket, so one client that never sends a ClientHello stalls every HTTPS scrape.
-* **Web config** (:mod:`specwatch.webconfig`): TLS, client certificates, basic auth, security
+* **Web config** (:mod:`specwatch.web.webconfig`): TLS, client certificates, basic auth, security
   headers, rate limit (429). :meth:`WebServer.reload_web_config` swaps it atomically (SIGHUP):
   requests in flight finish under the config they started with, new connections and requests
   use the new one, and a bad new file keeps the old config.
@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
-from specwatch import webconfig
-from specwatch.errors import ConfigError
+from specwatch.common.errors import ConfigError
+from specwatch.web import webconfig
 
 log = logging.getLogger(__name__)
 

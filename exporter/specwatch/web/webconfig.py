@@ -64,8 +64,8 @@ from typing import Any
 
 import bcrypt
 
-from specwatch.config import CheckError, Key, parse_duration, read_yaml, validate
-from specwatch.errors import ConfigError
+from specwatch.common.errors import ConfigError
+from specwatch.common.schema import CheckError, Key, parse_duration, read_yaml, validate
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.model import (
+from specwatch.model.closed_form import (
     BreakEvenKind,
     Reason,
     breakeven,
@@ -30,8 +30,8 @@ from specwatch.model import (
     optimal_draft_length,
     predict,
 )
-from specwatch.whatif import common
-from specwatch.whatif.predict import KIND_NAMES
+from specwatch.model.whatif import common
+from specwatch.model.whatif.predict import KIND_NAMES
 
 PERCENTILES = ("p50", "p95", "p99")
 # Share of time the load spends up to each percentile (the top 1% goes with p99).

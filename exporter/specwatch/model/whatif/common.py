@@ -18,15 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.errors import ConfigError
-from specwatch.model import (
+from specwatch.common.errors import ConfigError
+from specwatch.model.closed_form import (
     Reason,
     acceptance_length_from_alpha,
     acceptance_length_from_profile,
     alpha_from_acceptance_length,
     reason_text,
 )
-from specwatch.params import Params, load_params
+from specwatch.model.params import Params, load_params
 
 
 class InputError(ConfigError):

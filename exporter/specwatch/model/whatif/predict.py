@@ -12,8 +12,14 @@ import argparse
 import math
 from typing import Any
 
-from specwatch.model import BreakEvenKind, Reason, breakeven, optimal_draft_length, predict
-from specwatch.whatif import common
+from specwatch.model.closed_form import (
+    BreakEvenKind,
+    Reason,
+    breakeven,
+    optimal_draft_length,
+    predict,
+)
+from specwatch.model.whatif import common
 
 KIND_NAMES = {
     BreakEvenKind.PAYS_BELOW: "pays_below",

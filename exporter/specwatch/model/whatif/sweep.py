@@ -16,9 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.model import Reason, breakeven, optimal_draft_length, predict, reason_text, speedup
-from specwatch.whatif import common
-from specwatch.whatif.predict import KIND_NAMES
+from specwatch.model.closed_form import (
+    Reason,
+    breakeven,
+    optimal_draft_length,
+    predict,
+    reason_text,
+    speedup,
+)
+from specwatch.model.whatif import common
+from specwatch.model.whatif.predict import KIND_NAMES
 
 MAX_POINTS = 10_000
 EMPTY: dict[str, Any] = {"arrival_rates": [], "curves": [], "best_draft_length": []}

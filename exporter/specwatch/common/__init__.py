@@ -1,0 +1,9 @@
+"""Shared foundations: the error types every command reports, secret redaction for logs, and
+the strict YAML schema checker that both config files use.
+
+Owns: ``errors`` (SpecwatchError, ConfigError: one message, an exit code), ``redact`` (log
+filter that hides every registered secret), ``schema`` (read a YAML file, check it against
+typed keys, point at the file and key on error).
+
+May import: the standard library and PyYAML only. Everything else in specwatch may import it.
+"""

@@ -1,0 +1,8 @@
+"""The Jsonnet mixin renderer: turns ``mixin.libsonnet`` and ``config.libsonnet`` into the
+Prometheus rule files and Grafana dashboards, with the user's overrides.
+
+Owns: ``render`` (evaluate the mixin with the jsonnet library, write and check generated files).
+
+May import: ``specwatch.common`` only. The mixin's queries name the exporter's series by
+string; nothing here imports the exporter.
+"""

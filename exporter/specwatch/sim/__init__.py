@@ -1,0 +1,11 @@
+"""The simulated vLLM: a discrete-event engine with continuous batching and speculative
+decoding that serves a real vLLM-shaped ``/metrics`` page, driven by scenario files.
+
+Owns: ``scenario`` (scenario files and the packaged ones in ``data/scenarios``), ``engine``
+(the event loop), ``stats`` (vLLM counters and histograms), ``server`` (``specwatch
+simulate``: the HTTP page and control endpoints).
+
+May import: ``specwatch.model`` (coefficients and parameters), ``specwatch.web`` and
+``specwatch.common``. Never the exporter's internals: the simulator is a target, not a
+client of the poll path.
+"""

@@ -1,0 +1,10 @@
+"""The hardened HTTP server that every specwatch process serves from (the exporter's
+``/metrics``, the controller's receiver, the simulator's pages) and the exporter-toolkit style
+web configuration (TLS, client certificates, basic auth, reload).
+
+Owns: ``server`` (deadlines, in-flight cap, connection limits, routing), ``webconfig``
+(web-config.yml parsing and the TLS/auth state it produces).
+
+May import: ``specwatch.common`` and the standard library (plus bcrypt). It knows nothing of
+metrics, the model or the controller: routes are handed to it.
+"""
