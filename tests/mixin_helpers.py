@@ -36,11 +36,11 @@ _REFERENCE_ROW = re.compile(r"^\| `([a-z_:]+)` \| (gauge|counter|histogram|summa
 
 
 def exporter_metrics() -> frozenset[str]:
-    """The exporter's series as its metrics reference (README, "Metrics reference") documents
+    """The exporter's series as its metrics reference (docs/metrics.md) documents
     them: the one place the exporter's names are listed for users. Histograms expand to their
     _bucket/_count/_sum series."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Metrics reference", 1)[1].split("\n## ", 1)[0]
+    page = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    section = page.split("\n## ", 1)[0]  # the table, before the method notes
     names: set[str] = set()
     for line in section.splitlines():
         m = _REFERENCE_ROW.match(line)
