@@ -186,7 +186,7 @@ def test_every_configured_alert_is_rendered_and_listed_in_the_docs():
     configured = set(mixin.default_config()["alerts"])
     assert configured == {a["alert"] for a in _alerts()}
     for name in configured:
-        assert f"`{name}`" in readme, f"{name} missing from the alert table of docs/dashboards-alerts.md"
+        assert f"`{name}`" in readme, f"{name} missing from docs/dashboards-alerts.md"
 
 
 def test_low_acceptance_alert_pages():
