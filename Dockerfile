@@ -18,7 +18,15 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
 # Only what the wheel needs: a change to tests or deploy files does not rebuild this layer.
-COPY pyproject.toml README.md ./
+# The wheel is the whole bundle (setup.py copies the mixin, rules, dashboards and examples
+# into the package), so those sources come too.
+COPY pyproject.toml setup.py MANIFEST.in README.md runbook.md mixin.libsonnet config.libsonnet ./
+COPY alerts/*.libsonnet alerts/*.yaml alerts/
+COPY dashboards/*.libsonnet dashboards/*.json dashboards/
+COPY dashboards/lib/ dashboards/lib/
+COPY examples/specwatch.yaml examples/
+COPY examples/params/ examples/params/
+COPY tests/fixtures/sd-validation/ tests/fixtures/sd-validation/
 COPY exporter/ exporter/
 RUN python -m venv /opt/specwatch \
     && python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \

@@ -27,7 +27,32 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("specwatch.calibrate.command",
                   "fit the latency model from benchmarks or Prometheus"),
     "simulate": ("specwatch.sim.server", "a simulated vLLM with speculative decoding (/metrics)"),
+    "mixin": ("specwatch.mixin.command",
+              "render the rules and dashboards with your selectors and thresholds"),
 }
+
+# Optional dependencies: top-level module -> (PyPI package, the extra that installs it). A
+# command that needs one that is not installed says so in one line (exit 2), no traceback.
+OPTIONAL_MODULES: dict[str, tuple[str, str | None]] = {
+    "scipy": ("scipy", "analysis"),
+    "matplotlib": ("matplotlib", "analysis"),
+    "rich": ("rich", "analysis"),
+    "_jsonnet": ("jsonnet", None),  # a core dependency; missing only after --no-deps
+}
+
+
+def missing_dependency_message(name: str, exc: ModuleNotFoundError) -> str | None:
+    """The one-line error for a missing optional module, or None for any other import error
+    (a missing specwatch module is a bug and keeps its traceback)."""
+    top = (exc.name or "").split(".")[0]
+    if top not in OPTIONAL_MODULES:
+        return None
+    package, extra = OPTIONAL_MODULES[top]
+    if extra is None:
+        return (f"specwatch {name}: error: needs the Python package {package!r}, which is not "
+                f"installed: pip install {package}")
+    return (f"specwatch {name}: error: needs {package}, which is not installed; it comes with "
+            f"the {extra!r} extra: pip install 'specwatch[{extra}]'")
 
 
 def _usage() -> str:
@@ -52,15 +77,22 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"specwatch: error: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"specwatch {name}", description=COMMANDS[name][1])
-    module.add_arguments(parser)
-    args = parser.parse_args(rest)
     try:
+        module = importlib.import_module(COMMANDS[name][0])
+        parser = argparse.ArgumentParser(prog=f"specwatch {name}",
+                                         description=COMMANDS[name][1])
+        module.add_arguments(parser)
+        args = parser.parse_args(rest)
         return int(module.run(args) or 0)
     except SpecwatchError as exc:
         print(f"specwatch {name}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ModuleNotFoundError as exc:
+        message = missing_dependency_message(name, exc)
+        if message is None:
+            raise
+        print(message, file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -44,6 +44,7 @@ from typing import Any
 
 import yaml
 
+from specwatch.common.bundle import ALERTS_DIR, bundle_dir
 from specwatch.common.errors import ConfigError, SpecwatchError
 from specwatch.sim.scenario import Scenario, load_scenario
 
@@ -71,8 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prometheus-port", type=int, default=0, metavar="PORT",
                         help="Prometheus web port (default: a free one)")
     parser.add_argument("--rules", action="append", default=None, metavar="FILE",
-                        help="rule files for Prometheus (default: the generated alerts/*.yaml "
-                             "of this checkout)")
+                        help="rule files for Prometheus (default: the bundle's generated "
+                             "alerts/*.yaml)")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help="stop by itself after this many seconds (default: run until "
                              "Ctrl-C)")
@@ -90,10 +91,13 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def default_rule_files() -> list[Path]:
-    """The mixin's generated rule files in this checkout (``alerts/*.yaml``, without the
-    promtool unit-test files), or an empty list (an installed package has no checkout)."""
-    root = Path(__file__).resolve().parents[3]
-    folder = root / "alerts"
+    """The mixin's generated rule files (``alerts/*.yaml``, without the promtool unit-test
+    files) from the bundle: the copy packaged in the wheel, or this checkout's. Empty when
+    neither exists (the banner says so)."""
+    try:
+        folder = bundle_dir() / ALERTS_DIR
+    except ConfigError:
+        return []
     if not folder.is_dir():
         return []
     files = []
@@ -316,7 +320,7 @@ class Demo:
         lines.append(f"  exporter        {self.exporter_url()}/metrics")
         if self.prometheus_url:
             rules = (f"{len(self.rule_files)} rule file(s)" if self.rule_files
-                     else "no rule files found (run `make generate`)")
+                     else "no rule files found: in a checkout run `make generate`")
             lines.append(f"  Prometheus      {self.prometheus_url}/   ({rules})")
         else:
             lines.append(f"  {self.prometheus_note}")

@@ -12,8 +12,9 @@ Overrides are a nested dict deep-merged into the mixin's ``_config`` with Jsonne
 already exist in the config: a typo (``"fro"`` for ``"for"``) is an error naming the key, never
 a silently ignored setting.
 
-The Jsonnet sources live in the repository, not in the installed package; rendering needs a
-checkout (or ``SPECWATCH_MIXIN_DIR`` pointing at one).
+The Jsonnet sources live at the top of the repository and, in an installed wheel, in the
+packaged bundle (`specwatch.common.bundle` finds either); ``specwatch mixin render`` (module
+`specwatch.mixin.command`) is the user's way in.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from specwatch.common.bundle import bundle_dir
 from specwatch.common.errors import ConfigError
 
 # Output files, relative to the output directory (the repository root for committed files).
@@ -47,15 +48,8 @@ _RULE_KEY_ORDER = ("alert", "record", "expr", "for", "keep_firing_for", "labels"
 
 
 def mixin_dir() -> Path:
-    """The directory holding mixin.libsonnet: $SPECWATCH_MIXIN_DIR, else this checkout's root."""
-    env = os.environ.get("SPECWATCH_MIXIN_DIR")
-    root = Path(env) if env else Path(__file__).resolve().parents[3]
-    if not (root / "mixin.libsonnet").is_file():
-        raise ConfigError(
-            f"mixin sources not found: {root / 'mixin.libsonnet'} does not exist; run from a "
-            "specwatch checkout or set SPECWATCH_MIXIN_DIR to one"
-        )
-    return root
+    """The directory holding mixin.libsonnet: the packaged bundle or this checkout's root."""
+    return bundle_dir()
 
 
 def _jsonnet_literal(value: Any) -> str:
@@ -105,9 +99,10 @@ def _evaluate_cached(expression: str, overrides_json: str, root_dir: str) -> Any
     overrides = json.loads(overrides_json)
     try:
         import _jsonnet  # the PyPI `jsonnet` package
-    except ImportError as exc:  # pragma: no cover - dev extra missing
+    except ImportError as exc:  # pragma: no cover - a core dependency, unless --no-deps
         raise ConfigError(
-            "rendering the mixin needs the `jsonnet` Python package: pip install -e '.[dev]'"
+            "rendering the mixin needs the Python package 'jsonnet' (a dependency of specwatch),"
+            " which is not installed: pip install jsonnet"
         ) from exc
     root = Path(root_dir)
     snippet = (
@@ -178,7 +173,7 @@ def _str_representer(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str_representer)
 
 
-def dump_rules(rule_file: Mapping[str, Any]) -> str:
+def dump_rules(rule_file: Mapping[str, Any], header: str = _HEADER) -> str:
     """YAML text of a rule file, deterministic (same input, same bytes)."""
     body = yaml.dump(
         _ordered_groups(rule_file),
@@ -188,7 +183,7 @@ def dump_rules(rule_file: Mapping[str, Any]) -> str:
         allow_unicode=True,
         width=1_000_000,  # one line per annotation: no folding inside templates
     )
-    return _HEADER + body
+    return header + body
 
 
 def dump_dashboard(dashboard: Mapping[str, Any]) -> str:
@@ -196,21 +191,23 @@ def dump_dashboard(dashboard: Mapping[str, Any]) -> str:
     return json.dumps(dashboard, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def render_files(overrides: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """Every generated file: relative path -> text."""
+def render_files(overrides: Mapping[str, Any] | None = None,
+                 header: str = _HEADER) -> dict[str, str]:
+    """Every generated file: relative path -> text. ``header`` heads the rule files."""
     out = render(overrides)
     files = {
-        ALERTS_FILE: dump_rules(out["alerts"]),
-        RULES_FILE: dump_rules(out["rules"]),
+        ALERTS_FILE: dump_rules(out["alerts"], header),
+        RULES_FILE: dump_rules(out["rules"], header),
     }
     for name, dashboard in sorted(out["dashboards"].items()):
         files[f"{DASHBOARDS_DIR}/{name}"] = dump_dashboard(dashboard)
     return files
 
 
-def write_files(out_dir: Path, overrides: Mapping[str, Any] | None = None) -> list[str]:
+def write_files(out_dir: Path, overrides: Mapping[str, Any] | None = None,
+                header: str = _HEADER) -> list[str]:
     """Render and write every generated file under ``out_dir``; returns the paths written."""
-    files = render_files(overrides)
+    files = render_files(overrides, header)
     for rel, text in files.items():
         path = out_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from specwatch.common.bundle import resolve_params
 from specwatch.common.errors import ConfigError
 from specwatch.model.closed_form import (
     Reason,
@@ -37,8 +38,9 @@ class InputError(ConfigError):
 
 
 def add_params_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", required=True, metavar="FILE",
-                        help="parameters file (YAML) with the fitted coefficients")
+    parser.add_argument("--params", required=True, metavar="FILE|NAME",
+                        help="parameters file (YAML) with the fitted coefficients, or the name "
+                             "of a shipped example (qwen3-32b-h100-eagle3, ...)")
     parser.add_argument("--max-utilization", type=float, metavar="U",
                         help="validity ceiling on λ·C2 (default: the file's, else 0.9)")
 
@@ -90,7 +92,7 @@ def check_acceptance_length(option: str, value: float, k: float) -> float:
 
 def load(args: argparse.Namespace) -> Params:
     """Load the parameters file and apply the command-line overrides."""
-    params = load_params(args.params)
+    params = load_params(resolve_params(args.params))
     ceiling = getattr(args, "max_utilization", None)
     if ceiling is not None and not (math.isfinite(ceiling) and 0.0 < ceiling <= 1.0):
         raise InputError(f"--max-utilization: expected a number in (0, 1], got {ceiling}")

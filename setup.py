@@ -1,0 +1,70 @@
+"""Build step that makes the wheel the whole bundle (issue 13); the metadata is in pyproject.toml.
+
+The mixin's Jsonnet sources, its generated rules and dashboards, the example parameter files
+and the calibration data behind them live at the top of the repository, where `make generate`
+writes them and reviewers read them. A wheel only carries what is inside the package, so
+`build_py` copies them into ``specwatch/bundle/`` (same relative paths; the runtime finds them
+with `specwatch.common.bundle`). The files are copied, never moved or regenerated: the
+committed outputs of `make generate` stay the single source, and the sdist carries the same
+files (MANIFEST.in) so that a wheel built from it is the same.
+
+A pattern that matches nothing stops the build: a wheel silently missing its rules is the bug
+this step exists to prevent. Editable installs copy nothing (the runtime reads the checkout).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+
+# (glob relative to the repository root, folder inside specwatch/bundle/)
+BUNDLE: tuple[tuple[str, str], ...] = (
+    ("mixin.libsonnet", "."),
+    ("config.libsonnet", "."),
+    ("runbook.md", "."),
+    ("alerts/*.libsonnet", "alerts"),
+    ("alerts/*.yaml", "alerts"),
+    ("dashboards/*.libsonnet", "dashboards"),
+    ("dashboards/lib/*.libsonnet", "dashboards/lib"),
+    ("dashboards/*.json", "dashboards"),
+    ("examples/specwatch.yaml", "examples"),
+    ("examples/params/*.yaml", "examples/params"),
+    # The public benchmark sweep the example parameter files were fitted from.
+    ("tests/fixtures/sd-validation/*.csv", "examples/calibration"),
+    ("tests/fixtures/sd-validation/README.md", "examples/calibration"),
+)
+
+
+def bundle_files(root: Path = ROOT) -> dict[str, Path]:
+    """Path inside the bundle -> source file. Raises when a pattern matches nothing."""
+    files: dict[str, Path] = {}
+    for pattern, folder in BUNDLE:
+        matches = sorted(p for p in root.glob(pattern) if p.is_file())
+        if not matches:
+            raise SystemExit(f"setup.py: bundle file(s) {pattern!r} not found under {root}")
+        for src in matches:
+            files[(Path(folder) / src.name).as_posix()] = src
+    return files
+
+
+class BuildPyWithBundle(build_py):
+    """build_py, then copy the bundle into the built package."""
+
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        dest = Path(self.build_lib) / "specwatch" / "bundle"
+        for rel, src in bundle_files().items():
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, target)
+
+
+if __name__ == "__main__":
+    setup(cmdclass={"build_py": BuildPyWithBundle})

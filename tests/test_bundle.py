@@ -1,0 +1,227 @@
+"""The wheel is the whole bundle (issue 13): it carries the Jsonnet sources, the generated rules
+and dashboards, the example parameter files and the calibration data; `specwatch mixin render`
+adapts the rules to the user's selectors; a missing optional dependency is one line.
+
+The wheel here is built offline (no build isolation, no dependencies) and unpacked onto
+``PYTHONPATH`` in an empty folder outside the repository, which is enough to prove what the
+wheel carries and that the code finds it there. tests/test_wheel_install.py (slow) installs it
+into a fresh virtualenv with its dependencies and runs the commands end to end.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from mixin_helpers import promtool
+from specwatch import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _setup_module():
+    """setup.py as a module (its BUNDLE list is the one list of what ships)."""
+    spec = importlib.util.spec_from_file_location("specwatch_setup", ROOT / "setup.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rule_exprs(path: Path) -> list[tuple[str, str]]:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return [(r.get("alert") or r.get("record"), r["expr"])
+            for g in doc["groups"] for r in g["rules"]]
+
+
+# --------------------------------------------------------------------------- mixin render
+
+
+def test_mixin_render_with_one_selector_writes_rules_promtool_accepts(tmp_path: Path,
+                                                                      capsys) -> None:
+    """The acceptance command: every selector in the rules becomes the user's."""
+    out = tmp_path / "out"
+    rc = cli.main(["mixin", "render", "--out", str(out), "--set", 'selector=job="llm"'])
+    assert rc == 0
+    printed = capsys.readouterr().out.split()
+    rules = sorted((out / "alerts").glob("*.yaml"))
+    assert [p.name for p in rules] == ["specwatch-alerts.yaml", "specwatch-rules.yaml"]
+    assert sorted(str(p) for p in rules) == sorted(p for p in printed if p.endswith(".yaml"))
+    assert sorted(p.name for p in (out / "dashboards").glob("*.json")) == sorted(
+        p.name for p in (ROOT / "dashboards").glob("*.json"))
+    check = subprocess.run([promtool(), "check", "rules", *map(str, rules)],
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    exprs = [e for p in rules for e in _rule_exprs(p)]
+    # Every rule that selects raw series does it with the user's selector (the others read
+    # recorded series, which carry it already).
+    selecting = [(n, e) for n, e in exprs if "{" in e]
+    assert len(selecting) >= len(exprs) // 2, exprs
+    for name, expr in selecting:
+        assert 'job="llm"' in expr, f"{name}: selector not applied: {expr}"
+        assert 'job="vllm"' not in expr and 'job="specwatch"' not in expr, name
+    # The dashboards carry it too.
+    dashboards = "".join(p.read_text() for p in (out / "dashboards").glob("*.json"))
+    assert 'job=\\"llm\\"' in dashboards and 'job=\\"vllm\\"' not in dashboards
+
+
+def test_mixin_render_typed_overrides_reach_the_rules(tmp_path: Path) -> None:
+    rc = cli.main(["mixin", "render", "--out", str(tmp_path),
+                   "--set", "alerts.SDAcceptanceRateLow.threshold=0.35",
+                   "--set", "alerts.SDAcceptanceRateLow.for=3m",
+                   "--set", "alerts.SDModelInvalid.enabled=false"])
+    assert rc == 0
+    doc = yaml.safe_load((tmp_path / "alerts" / "specwatch-alerts.yaml").read_text())
+    alerts = {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
+    low = alerts["SDAcceptanceRateLow"]
+    assert "< 0.35" in low["expr"] and low["for"] == "3m"
+    assert "SDModelInvalid" not in alerts
+    assert "SDModelSaturated" in alerts
+
+
+def test_mixin_render_without_overrides_writes_the_committed_files(tmp_path: Path) -> None:
+    """Same code path as `make generate`: only the header line differs."""
+    assert cli.main(["mixin", "render", "--out", str(tmp_path)]) == 0
+    for rel in ("alerts/specwatch-alerts.yaml", "alerts/specwatch-rules.yaml"):
+        body = (tmp_path / rel).read_text().split("\ngroups:", 1)[1]
+        assert body == (ROOT / rel).read_text().split("\ngroups:", 1)[1], rel
+    for path in (ROOT / "dashboards").glob("*.json"):
+        assert (tmp_path / "dashboards" / path.name).read_text() == path.read_text()
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ("alerts.Foo.threshold=1", "alerts has no key 'Foo'"),
+    ("vllmSelectr=x", "_config has no key 'vllmSelectr'"),
+    ("showMultiCluster=yes", "expected true or false, got 'yes'"),
+    ("alerts.SDAcceptanceRateLow.threshold=low", "expected a number, got 'low'"),
+    ("alerts=1", "is a group of settings"),
+    ("selector", "expected KEY=VALUE"),
+])
+def test_mixin_render_bad_set_is_one_line_exit_2(tmp_path: Path, capsys, setting: str,
+                                                  expected: str) -> None:
+    rc = cli.main(["mixin", "render", "--out", str(tmp_path / "o"), "--set", setting])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert expected in err and err.startswith("specwatch mixin: error: --set ")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------- missing extras
+
+
+@pytest.mark.parametrize("argv, module, extra", [
+    (["calibrate", "x.csv", "--out", "p.yaml"], "scipy", "analysis"),
+    (["mixin", "render", "--out", "o"], "_jsonnet", None),
+])
+def test_missing_optional_dependency_is_one_line_naming_the_extra(tmp_path: Path, argv, module,
+                                                                  extra) -> None:
+    """A fresh interpreter where the module cannot be imported (as after a plain install)."""
+    code = (f"import sys; sys.modules[{module!r}] = None\n"
+            "from specwatch.cli import main\n"
+            f"sys.exit(main({argv!r}))\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=tmp_path, env=env, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    if extra:
+        assert f"pip install 'specwatch[{extra}]'" in lines[0]
+    else:
+        assert "pip install jsonnet" in lines[0]
+
+
+def test_missing_specwatch_module_is_not_disguised_as_an_extra() -> None:
+    """Only the listed optional modules get the one-line message; a bug keeps its traceback."""
+    exc = ModuleNotFoundError("No module named 'specwatch.nope'", name="specwatch.nope")
+    assert cli.missing_dependency_message("serve", exc) is None
+    exc = ModuleNotFoundError("No module named 'matplotlib.pyplot'", name="matplotlib.pyplot")
+    assert "specwatch[analysis]" in (cli.missing_dependency_message("sweep", exc) or "")
+
+
+# --------------------------------------------------------------------------- the wheel
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built offline from the working tree (no isolation, no dependencies)."""
+    out = tmp_path_factory.mktemp("wheel")
+    build = tmp_path_factory.mktemp("build")
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(out), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TMPDIR": str(build)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    wheels = list(out.glob("specwatch-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_wheel_carries_the_bundle_byte_for_byte(wheel: Path) -> None:
+    expected = _setup_module().bundle_files(ROOT)
+    # The acceptance alert's rules, the mixin entry point, an example: the list is not empty
+    # of what matters.
+    for rel in ("mixin.libsonnet", "config.libsonnet", "alerts/specwatch-alerts.yaml",
+                "alerts/specwatch-rules.yaml", "dashboards/specwatch-sd-overview.json",
+                "dashboards/lib/g.libsonnet", "examples/params/qwen3-32b-h100-eagle3.yaml"):
+        assert rel in expected, rel
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        bundled = {n.removeprefix("specwatch/bundle/") for n in names
+                   if n.startswith("specwatch/bundle/")}
+        assert bundled == set(expected)
+        for rel, src in expected.items():
+            assert zf.read(f"specwatch/bundle/{rel}") == src.read_bytes(), rel
+        scenarios = {n for n in names if n.startswith("specwatch/sim/data/scenarios/")}
+    assert "specwatch/sim/data/scenarios/demo.yaml" in scenarios
+
+
+def test_unpacked_wheel_finds_its_bundle_from_an_empty_folder(wheel: Path,
+                                                               tmp_path: Path) -> None:
+    """No checkout in sight: the rules, the mixin sources and the examples come from the wheel."""
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECWATCH_")}
+    env["PYTHONPATH"] = str(site)
+    bundle = site / "specwatch" / "bundle"
+
+    def py(*args: str) -> subprocess.CompletedProcess[str]:
+        # PYTHONPATH comes before site-packages, so the unpacked wheel wins over any
+        # editable checkout installed there; the dependencies come from site-packages.
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                              cwd=empty, env=env, timeout=120)
+
+    probe = py("-c", "import specwatch, specwatch.app.demo as d; print(specwatch.__file__); "
+                     "print('\\n'.join(map(str, d.default_rule_files())))")
+    assert probe.returncode == 0, probe.stderr
+    lines = probe.stdout.split()
+    assert lines[0] == str(site / "specwatch" / "__init__.py")
+    assert lines[1:] == [str(bundle / "alerts" / "specwatch-alerts.yaml"),
+                         str(bundle / "alerts" / "specwatch-rules.yaml")]
+
+    render = py("-m", "specwatch", "mixin", "render", "--out", "out",
+                "--set", 'selector=job="llm"')
+    assert render.returncode == 0, render.stderr
+    text = (empty / "out" / "alerts" / "specwatch-alerts.yaml").read_text()
+    assert "SDAcceptanceRateLow" in text and 'job="llm"' in text
+
+    sweep = py("-m", "specwatch", "sweep", "--params", "qwen3-32b-h100-eagle3",
+               "--prompt-tokens", "500", "--generation-tokens", "300",
+               "--arrival-rates", "0.5:4:3", "--draft-lengths", "2,4", "--json")
+    assert sweep.returncode == 0, sweep.stderr
+    assert "Qwen3-32B" in sweep.stdout
+
+    where = py("-m", "specwatch.common.bundle")
+    assert where.returncode == 0 and where.stdout.strip() == str(bundle)
