@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps test test-all lint lint-jsonnet fmt fmt-jsonnet generate check-generated demo bench fuzz clean
+.PHONY: help setup system-deps test test-all lint lint-jsonnet fmt fmt-jsonnet generate check-generated demo bench fuzz clean dist
 
 help:
 	@echo "make demo             simulated vLLM + exporter (+ Prometheus when installed)"
@@ -16,6 +16,7 @@ help:
 	@echo "make generate         render the Jsonnet mixin into dashboards/ and alerts/"
 	@echo "make check-generated  fail when generated files are out of date"
 	@echo "make bench            benchmarks (ratios against a baseline in the same run)"
+	@echo "make dist             sdist and wheel (the whole bundle) in dist/, checked by twine"
 	@echo "make fuzz             long fuzzing run of the parse/derive path"
 
 $(STAMP): pyproject.toml
@@ -77,8 +78,16 @@ fuzz: $(STAMP)
 	SPECWATCH_FUZZ_FAILURE_FILE=tests/fixtures/fuzz-corpus/new-failure.txt \
 	$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py
 
+# The wheel is the whole bundle: setup.py copies the mixin, rules, dashboards and examples into
+# it (tests/test_bundle.py checks the contents; tests/test_wheel_install.py, slow, installs it
+# into a fresh virtualenv and runs serve, demo, mixin render and calibrate).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) build *.egg-info exporter/*.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info exporter/*.egg-info .pytest_cache
 
 # Fitted parameters for the public Qwen3-32B sweep (one file per drafter; README "Calibration").
 .PHONY: calibrate-examples

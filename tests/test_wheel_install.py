@@ -1,0 +1,193 @@
+"""The wheel, installed into a fresh virtualenv outside the repository, is the whole bundle
+(issue 13, acceptance): `serve` against a recorded vLLM page, `demo` with Prometheus loading the
+packaged rules (and the low-acceptance alert going pending on the simulated drop),
+`mixin render` with the user's selector (promtool accepts the rules), `calibrate` on the
+shipped benchmark data.
+
+Slow (builds an sdist and a wheel, installs the dependencies into a new virtualenv): run by
+`make test-all`. The default suite's tests/test_bundle.py checks the same wheel's contents
+from an unpacked copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.pageserver import Page, PageSequenceServer, fixture_pages
+from mixin_helpers import promtool
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ROOT / "tests" / "fixtures" / "vllm-0.32-cpu-ngram"
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600
+         ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.read().decode()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+    """(venv bin folder, an empty working folder, environment) after `pip install wheel`."""
+    base = tmp_path_factory.mktemp("wheel-install")
+    dist = base / "dist"
+    # What `make dist` runs (without build isolation, so that it works offline: setuptools
+    # and wheel come from the dev extra), then twine's metadata check.
+    built = _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, ROOT],
+                 cwd=base, env=dict(os.environ))
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    files = sorted(dist.iterdir())
+    assert sorted(p.suffix for p in files) == [".gz", ".whl"], files
+    checked = _run([sys.executable, "-m", "twine", "check", "--strict", *files], cwd=base,
+                   env=dict(os.environ))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    venv = base / "venv"
+    made = _run([sys.executable, "-m", "venv", venv], cwd=base, env=dict(os.environ))
+    assert made.returncode == 0, made.stderr
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("SPECWATCH_")}
+    wheel = next(p for p in files if p.suffix == ".whl")
+    pip = _run([venv / "bin" / "python", "-m", "pip", "install", "-q", f"{wheel}[analysis]"],
+               cwd=base, env=env, timeout=900)
+    assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
+    empty = base / "empty"
+    empty.mkdir()
+    where = _run([venv / "bin" / "python", "-c", "import specwatch; print(specwatch.__file__)"],
+                 cwd=empty, env=env)
+    assert where.stdout.strip().startswith(str(venv)), where.stdout + where.stderr
+    return venv / "bin", empty, env
+
+
+def test_serve_from_the_wheel_derives_sd_series_from_a_recorded_page(installed) -> None:
+    bindir, cwd, env = installed
+    pages = [Page(text) for _, text in fixture_pages(PAGES)]
+    port = _free_port()
+    with PageSequenceServer(pages, advance="per_request") as server:
+        proc = subprocess.Popen(
+            [bindir / "specwatch", "serve", "--target", f"cpu={server.url}/metrics",
+             "--listen", f"127.0.0.1:{port}", "--poll-interval", "0.5", "--log-level", "error"],
+            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            text = ""
+            while 'sd_acceptance_rate{' not in text:
+                assert proc.poll() is None, proc.communicate()[0]
+                assert time.monotonic() < deadline, text[-2000:]
+                time.sleep(0.5)
+                try:
+                    text = _get(f"http://127.0.0.1:{port}/metrics")
+                except OSError:
+                    continue
+            assert re.search(r'specwatch_target_up\{target="cpu"\} 1\.0', text)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None,
+                    reason="prometheus not installed (make setup installs it)")
+def test_demo_from_the_wheel_loads_the_packaged_rules_and_the_alert_works(installed) -> None:
+    """`specwatch demo --duration` in an empty folder: Prometheus lists the packaged alerting
+    and recording rules, and SDAcceptanceRateLow goes pending in the simulated drop."""
+    bindir, cwd, env = installed
+    port = _free_port()
+    proc = subprocess.Popen(
+        [bindir / "specwatch", "demo", "--duration", "120", "--scenario", "acceptance-drop",
+         "--speed", "30", "--poll-interval", "1", "--exporter-listen", "127.0.0.1:0",
+         "--prometheus-port", str(port)],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True)
+    prom = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        rules: dict = {}
+        while True:
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, f"no rules at {prom}"
+            try:
+                rules = json.loads(_get(f"{prom}/api/v1/rules"))
+                break
+            except OSError:
+                time.sleep(0.5)
+        listed = {r["name"]: r for g in rules["data"]["groups"] for r in g["rules"]}
+        files = {g["file"] for g in rules["data"]["groups"]}
+        assert "SDAcceptanceRateLow" in listed
+        assert any(r["type"] == "recording" for r in listed.values())
+        assert "model_name:vllm_spec_decode_acceptance_rate:ratio_rate5m" in listed
+        assert files and all("/specwatch/bundle/alerts/" in f for f in files), files
+        query = urllib.parse.quote('ALERTS{alertname="SDAcceptanceRateLow"}')
+        deadline = time.monotonic() + 100
+        while True:
+            assert proc.poll() is None, proc.communicate()[0]
+            result = json.loads(_get(f"{prom}/api/v1/query?query={query}"))["data"]["result"]
+            if result:
+                break
+            assert time.monotonic() < deadline, "SDAcceptanceRateLow never went pending"
+            time.sleep(1)
+        assert result[0]["metric"]["alertstate"] in ("pending", "firing")
+        health = json.loads(_get(f"{prom}/api/v1/rules"))["data"]["groups"]
+        assert all(r["health"] == "ok" for g in health for r in g["rules"]), health
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+
+
+def test_mixin_render_from_the_wheel_uses_the_users_selector(installed) -> None:
+    bindir, cwd, env = installed
+    result = _run([bindir / "specwatch", "mixin", "render", "--out", "out",
+                   "--set", 'selector=job="llm"'], cwd=cwd, env=env)
+    assert result.returncode == 0, result.stderr
+    rules = sorted((cwd / "out" / "alerts").glob("*.yaml"))
+    assert len(rules) == 2
+    check = _run([promtool(), "check", "rules", *rules], cwd=cwd, env=env)
+    assert check.returncode == 0, check.stdout + check.stderr
+    for path in rules:
+        doc = yaml.safe_load(path.read_text())
+        exprs = [r["expr"] for g in doc["groups"] for r in g["rules"] if "{" in r["expr"]]
+        assert exprs and all('job="llm"' in e for e in exprs), path
+
+
+def test_calibrate_from_the_wheel_refits_the_shipped_example(installed) -> None:
+    """The shipped benchmark sweep refits to the shipped parameters file (same coefficients)."""
+    bindir, cwd, env = installed
+    where = _run([bindir / "python", "-m", "specwatch.common.bundle"], cwd=cwd, env=env)
+    bundle = Path(where.stdout.strip())
+    (data,) = (bundle / "examples" / "calibration").glob("*.csv")
+    result = _run([bindir / "specwatch", "calibrate", data, "--system", "Qwen3-32B+Qwen3-4B",
+                   "--max-concurrency", "64", "--out", "fitted.yaml"], cwd=cwd, env=env)
+    assert result.returncode == 0, result.stderr
+    fitted = yaml.safe_load((cwd / "fitted.yaml").read_text())["coefficients"]
+    shipped = yaml.safe_load(
+        (bundle / "examples" / "params" / "qwen3-32b-h100-qwen3-4b.yaml").read_text()
+    )["coefficients"]
+    assert fitted.keys() == shipped.keys()
+    for name, value in shipped.items():
+        assert fitted[name] == pytest.approx(value, rel=1e-9), name
