@@ -6,14 +6,16 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps test test-all lint lint-jsonnet fmt fmt-jsonnet generate check-generated demo bench fuzz clean dist
+.PHONY: help setup system-deps test test-all lint lint-jsonnet fmt fmt-jsonnet generate check-generated demo bench fuzz clean dist docs docs-images
 
 help:
 	@echo "make demo             simulated vLLM + exporter (+ Prometheus when installed)"
 	@echo "make test             default test suite (installs what it needs)"
 	@echo "make test-all         default suite plus slow tests"
-	@echo "make lint             ruff, jsonnetfmt, import-linter layering contracts"
-	@echo "make generate         render the Jsonnet mixin into dashboards/ and alerts/"
+	@echo "make lint             ruff, jsonnetfmt, import-linter layering contracts, mkdocs --strict"
+	@echo "make generate         render the mixin (dashboards/, alerts/) and the reference pages (docs/)"
+	@echo "make docs             build the docs site into site/ (MkDocs, strict)"
+	@echo "make docs-images      redraw the pictures of the README and docs (docs/img/)"
 	@echo "make check-generated  fail when generated files are out of date"
 	@echo "make bench            benchmarks (ratios against a baseline in the same run)"
 	@echo "make dist             sdist and wheel (the whole bundle) in dist/, checked by twine"
@@ -37,11 +39,12 @@ test-all: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP) lint-jsonnet
-	$(BIN)/ruff check exporter tests bench scripts
+	$(BIN)/ruff check exporter tests bench scripts setup.py
 	$(BIN)/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site-lint
 
 fmt: $(STAMP)
-	$(BIN)/ruff check --fix exporter tests bench scripts
+	$(BIN)/ruff check --fix exporter tests bench scripts setup.py
 
 bench: $(STAMP)
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
@@ -60,13 +63,25 @@ fmt-jsonnet: system-deps
 
 # The mixin renders alerts/*.yaml and dashboards/*.json first; the deploy manifests that
 # carry them (deploy/kubernetes/mixin/) follow from those files.
+# The reference pages (docs/metrics.md's table, docs/cli.md) come from the code: the metric
+# table in specwatch.exporter.metricdefs and each command's argparse parser.
 generate: $(STAMP)
 	$(BIN)/python scripts/generate.py
 	$(BIN)/python scripts/generate_deploy.py
+	$(BIN)/python scripts/generate_docs.py
 
 check-generated: $(STAMP)
 	$(BIN)/python scripts/generate.py --check
 	$(BIN)/python scripts/generate_deploy.py --check
+	$(BIN)/python scripts/generate_docs.py --check
+
+# The docs site (MkDocs + Material; mkdocs.yml has the nav). `make lint` builds it strict too.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# Pictures are redrawn on purpose (their bytes depend on the matplotlib version), not checked.
+docs-images: $(STAMP)
+	$(BIN)/python scripts/generate_docs.py --images
 
 demo: setup
 	$(BIN)/specwatch demo
@@ -87,7 +102,7 @@ dist: $(STAMP)
 	$(BIN)/twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info exporter/*.egg-info .pytest_cache
+	rm -rf $(VENV) build dist site *.egg-info exporter/*.egg-info .pytest_cache
 
 # Fitted parameters for the public Qwen3-32B sweep (one file per drafter; README "Calibration").
 .PHONY: calibrate-examples

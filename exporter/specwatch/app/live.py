@@ -30,10 +30,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from specwatch.common.errors import ConfigError
-from specwatch.exporter import derive
+from specwatch.exporter import derive, metricdefs
 from specwatch.exporter.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
 from specwatch.model import (
     BreakEvenKind,
@@ -199,34 +199,13 @@ class LiveModel:
 
     def families(self, snap: Snapshot) -> Iterator[Metric]:
         """Collector family builder for the model series."""
-        labels = ["target", "model_name", "window"]
-        speedup = GaugeMetricFamily(
-            PREDICTED_SPEEDUP, "Predicted mean-latency speedup of SD at the live load, "
-            "L_noSD / L_SD, each system at its own fixed point (present only when "
-            "sd_model_valid is 1).", labels=labels)
-        lat = GaugeMetricFamily(
-            PREDICTED_LATENCY, "Predicted mean end-to-end request latency with SD "
-            "(mode=\"sd\", the running draft length) and without (mode=\"nosd\").",
-            labels=[*labels, "mode"])
-        be = GaugeMetricFamily(
-            BREAKEVEN_ARRIVAL_RATE, "Arrival rate (req/s) at which the predicted speedup of "
-            "the running configuration crosses 1; +Inf: SD pays at every load below "
-            "saturation, 0: it never pays.", labels=labels)
-        best = GaugeMetricFamily(
-            OPTIMAL_DRAFT_LENGTH, "Draft length with the lowest predicted latency at the "
-            "live load among 0..k_max (0 = SD off), from the measured per-position "
-            "acceptance.", labels=labels)
-        util = GaugeMetricFamily(
-            MODEL_UTILIZATION, "Model utilisation lambda*C2 of the running SD "
-            "configuration: 1 is saturation (may exceed 1: then sd_model_valid is 0).",
-            labels=labels)
-        valid = GaugeMetricFamily(
-            MODEL_VALID, "1 when every model input is present and both systems are below "
-            "the validity ceiling, else 0 (then speedup and latencies are absent).",
-            labels=labels)
-        configured = GaugeMetricFamily(
-            MODEL_CONFIGURED, "1 when the target's configuration names a latency-model "
-            "parameters file, else 0.", labels=["target"])
+        speedup = metricdefs.gauge(PREDICTED_SPEEDUP)
+        lat = metricdefs.gauge(PREDICTED_LATENCY)
+        be = metricdefs.gauge(BREAKEVEN_ARRIVAL_RATE)
+        best = metricdefs.gauge(OPTIMAL_DRAFT_LENGTH)
+        util = metricdefs.gauge(MODEL_UTILIZATION)
+        valid = metricdefs.gauge(MODEL_VALID)
+        configured = metricdefs.gauge(MODEL_CONFIGURED)
         for tname, target in snap.targets.items():
             # From the configuration, not the snapshot: known before the first poll.
             configured.add_metric([tname], 1.0 if tname in self.params else 0.0)

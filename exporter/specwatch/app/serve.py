@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__
 from specwatch.app import live as model_live
 from specwatch.common import redact
 from specwatch.control import controller
-from specwatch.exporter import config, derive
+from specwatch.exporter import config, derive, metricdefs
 from specwatch.exporter.collector import SpecwatchCollector
 from specwatch.exporter.discovery import TargetSource
 from specwatch.exporter.pipeline import Pipeline
@@ -107,42 +107,25 @@ class ServeApp:
     def exporter_families(self, _snap: Snapshot) -> list[Metric]:
         """The exporter's own limits and HTTP server: what it refused and dropped."""
         st = self.web.stats()
-        rejected = CounterMetricFamily(
-            "specwatch_http_requests_rejected",
-            "Requests and connections the HTTP server refused, by reason (in_flight_limit:"
-            " 503; connection_limit; timeout: request not received or not answered in time;"
-            " tls_handshake; unauthorized: 401; rate_limited: 429).", labels=["reason"])
+        rejected = metricdefs.counter("specwatch_http_requests_rejected")
         for reason in REJECT_REASONS:
             rejected.add_metric([reason], float(st.rejected.get(reason, 0)))
-        in_flight = GaugeMetricFamily("specwatch_http_requests_in_flight",
-                                      "Requests being handled (this scrape included).",
-                                      value=float(st.in_flight))
+        in_flight = metricdefs.gauge("specwatch_http_requests_in_flight", float(st.in_flight))
         sd = self.targets.stats
-        targets_dropped = GaugeMetricFamily(
-            "specwatch_targets_dropped",
-            "Configured targets not polled because global.max_targets was reached.",
-            value=float(sd.dropped))
-        discovered = GaugeMetricFamily(
-            "specwatch_targets_discovered",
-            "Targets known to this exporter (static and file_sd, every shard); it polls"
-            " the ones of its shard (global.shard_index of global.shard_count).",
-            value=float(sd.discovered))
+        targets_dropped = metricdefs.gauge("specwatch_targets_dropped", float(sd.dropped))
+        discovered = metricdefs.gauge("specwatch_targets_discovered", float(sd.discovered))
         fams: list[Metric] = [rejected, in_flight, targets_dropped, discovered]
         if self.cfg.file_sd:
-            fams.append(CounterMetricFamily(
-                "specwatch_sd_file_read_errors",
-                "file_sd files that could not be read or parsed (their previous targets"
-                " are kept).", value=float(sd.read_errors_total)))
+            fams.append(metricdefs.counter("specwatch_sd_file_read_errors",
+                                           float(sd.read_errors_total)))
         if self.web.web_config_file:
-            ok = GaugeMetricFamily("specwatch_web_config_last_reload_successful",
-                                   "1 when the last load of the web config file succeeded.",
-                                   value=1.0 if st.web_config_reload_success else 0.0)
+            ok = metricdefs.gauge("specwatch_web_config_last_reload_successful",
+                                  1.0 if st.web_config_reload_success else 0.0)
             fams.append(ok)
             if st.web_config_reload_timestamp is not None:
-                fams.append(GaugeMetricFamily(
+                fams.append(metricdefs.gauge(
                     "specwatch_web_config_last_reload_success_timestamp_seconds",
-                    "Unix time of the last successful load of the web config file.",
-                    value=st.web_config_reload_timestamp))
+                    st.web_config_reload_timestamp))
         return fams
 
     def metrics_handler(self, req: Request) -> Response:

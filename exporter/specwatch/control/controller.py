@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 
 from specwatch.control.actuation import (
     Actuator,
@@ -88,6 +88,7 @@ from specwatch.control.settings import (
     _read_file_secret,
     settings_from_raw,
 )
+from specwatch.exporter import metricdefs
 from specwatch.exporter.snapshot import Snapshot, TargetSnapshot
 from specwatch.web.server import Request, Response, only_get
 
@@ -305,35 +306,13 @@ class Controller:
     # -- metric families ---------------------------------------------------------------------
     def families(self, snap: Snapshot) -> Iterator[Metric]:
         """Collector family builder for the controller series (from the snapshot only)."""
-        lbl = ["target", "model_name"]
-        state = GaugeMetricFamily(
-            "sd_controller_state", "Controller state of the target and model: 1 for the "
-            "current state (enabled: SD on, disabled: SD off, pending: a switch was requested "
-            "and the server has not come back with it yet), 0 for the others.",
-            labels=[*lbl, "state"])
-        rec_k = GaugeMetricFamily(
-            "sd_controller_recommended_draft_length", "Draft length with the lowest predicted "
-            "latency at the live load (0 = SD off), from the live or the last known good "
-            "acceptance profile; absent without a valid prediction.", labels=lbl)
-        trans = CounterMetricFamily(
-            "sd_controller_transitions", "Switches decided by the controller, by action (in "
-            "recommend mode: recommendations).", labels=[*lbl, "action"])
-        last = GaugeMetricFamily(
-            "sd_controller_last_transition_timestamp_seconds", "Unix time of the last switch "
-            "the controller decided.", labels=lbl)
-        errors = CounterMetricFamily(
-            "sd_controller_actuation_errors", "Decisions that did not take effect: delivery "
-            "failed after its retries, or the server did not report the requested "
-            "configuration within pending_timeout_seconds.", labels=lbl)
-        ratio = GaugeMetricFamily(
-            "sd_switch_latency_ratio", "Latency quantile over the decision window after the "
-            "last switch divided by the same quantile before it (below 1: the switch helped), "
-            "for end-to-end latency and TTFT at the 50th and 99th percentile.",
-            labels=[*lbl, "action", "latency", "percentile"])
-        alerts = CounterMetricFamily(
-            "specwatch_controller_alerts", "Alertmanager alerts received by the controller "
-            "receiver, by outcome (accepted, resolved, ignored_alertname, ignored_target, "
-            "ignored_model).", labels=["outcome"])
+        state = metricdefs.gauge("sd_controller_state")
+        rec_k = metricdefs.gauge("sd_controller_recommended_draft_length")
+        trans = metricdefs.counter("sd_controller_transitions")
+        last = metricdefs.gauge("sd_controller_last_transition_timestamp_seconds")
+        errors = metricdefs.counter("sd_controller_actuation_errors")
+        ratio = metricdefs.gauge("sd_switch_latency_ratio")
+        alerts = metricdefs.counter("specwatch_controller_alerts")
         for tname, target in snap.targets.items():
             statuses = target.extensions.get("controller")
             if not isinstance(statuses, Mapping):

@@ -9,6 +9,9 @@ raising collector turns the whole page into a 500).
 
 Extension point: ``add_family_builder(fn)`` with ``fn(snapshot) -> Iterable[Metric]`` renders
 data that hooks attached to the snapshot (issue 3 predictions, issue 7 controller state).
+
+Names, types, labels and HELP texts come from `specwatch.exporter.metricdefs`, the table the
+metrics reference is generated from.
 """
 
 from __future__ import annotations
@@ -16,53 +19,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from specwatch.exporter import derive
+from specwatch.exporter import derive, metricdefs
 from specwatch.exporter.snapshot import POLL_ERROR_REASONS, SERIES_DROP_REASONS, Snapshot
 
 log = logging.getLogger(__name__)
 
 FamilyBuilder = Callable[[Snapshot], Iterable[Metric]]
 
-_WINDOW_NOTE = (" Computed from the exporter's own poll history (every poll interval), so all"
-                " Prometheus replicas see the same value.")
-
-#: (metric name, help) of the per-window gauges, in exposition order.
-WINDOW_GAUGES: tuple[tuple[str, str], ...] = (
-    (derive.ACCEPTANCE_RATE, "Accepted / proposed draft tokens over the window (vLLM's"
-     " definition, 0-1)."),
-    (derive.ACCEPTANCE_LENGTH, "Tokens committed per verify cycle over the window:"
-     " 1 + accepted / drafts (bonus token included)."),
-    (derive.DRAFT_LENGTH, "Proposed draft tokens per draft over the window (effective k)."),
-    (derive.TOKEN_ACCEPTANCE_PROBABILITY, "Per-token acceptance probability alpha of the"
-     " i.i.d. model, solved from the acceptance length and draft length (not the acceptance"
-     " rate)."),
-    (derive.ACCEPTANCE_HETEROGENEITY, "Share of the maximum possible variance of per-draft"
-     " acceptance, (p1 - p0^2) / (p0 (1 - p0)) from positions 0 and 1: 0 homogeneous traffic,"
-     " 1 an all-or-nothing mixture. A lower bound when acceptance decays with position."),
-    (derive.ARRIVAL_RATE, "Finished requests per second over the window (the arrival rate in"
-     " steady state)."),
-    (derive.EFFECTIVE_BATCH_SIZE, "Mean requests in flight over the window by Little's law"
-     " (arrival rate x mean e2e latency)."),
-    (derive.MEAN_PROMPT_TOKENS, "Mean prompt tokens per finished request over the window."),
-    (derive.MEAN_GENERATION_TOKENS, "Mean generated tokens per finished request over the"
-     " window."),
-    (derive.MEAN_LATENCY_SECONDS, "Mean end-to-end request latency over the window."),
-    (derive.BIMODALITY_COEFFICIENT, "Sarle's bimodality coefficient of the per-poll-interval"
-     " acceptance rates in the window; above 5/9 suggests two populations."),
+#: Names of the per-window gauges, in exposition order (type, labels, HELP: metricdefs).
+WINDOW_GAUGES: tuple[str, ...] = (
+    derive.ACCEPTANCE_RATE, derive.ACCEPTANCE_LENGTH, derive.DRAFT_LENGTH,
+    derive.TOKEN_ACCEPTANCE_PROBABILITY, derive.ACCEPTANCE_HETEROGENEITY, derive.ARRIVAL_RATE,
+    derive.EFFECTIVE_BATCH_SIZE, derive.MEAN_PROMPT_TOKENS, derive.MEAN_GENERATION_TOKENS,
+    derive.MEAN_LATENCY_SECONDS, derive.BIMODALITY_COEFFICIENT,
 )
-POSITION_GAUGES: tuple[tuple[str, str], ...] = (
-    (derive.POSITION_ACCEPTANCE_RATE, "Share of drafts whose token at this position was"
-     " accepted, over the window."),
-    (derive.POSITION_CONDITIONAL_ACCEPTANCE_RATE, "Acceptance at this position given the"
-     " previous position was accepted, over the window."),
+POSITION_GAUGES: tuple[str, ...] = (
+    derive.POSITION_ACCEPTANCE_RATE, derive.POSITION_CONDITIONAL_ACCEPTANCE_RATE,
 )
 
 
@@ -102,33 +77,15 @@ class SpecwatchCollector(Collector):
 
 def health_families(snap: Snapshot) -> Iterator[Metric]:
     """specwatch_build_info and the per-target health series (always present per target)."""
-    info = GaugeMetricFamily("specwatch_build_info", "specwatch build information (value 1).",
-                             labels=["version"])
+    info = metricdefs.gauge("specwatch_build_info")
     info.add_metric([snap.version], 1.0)
     yield info
-    up = GaugeMetricFamily("specwatch_target_up",
-                           "1 when the last poll of the target succeeded and parsed, else 0.",
-                           labels=["target"])
-    duration = GaugeMetricFamily("specwatch_target_poll_duration_seconds",
-                                 "Duration of the last poll of the target (connect + read).",
-                                 labels=["target"])
-    errors = CounterMetricFamily("specwatch_target_poll_errors",
-                                 "Failed polls of the target by reason (timeout, connection,"
-                                 " tls, http_status, parse, too_large).",
-                                 labels=["target", "reason"])
-    resets = CounterMetricFamily("specwatch_target_resets",
-                                 "Polls of the target in which at least one source counter"
-                                 " restarted (server, engine or adapter restart).",
-                                 labels=["target"])
-    dropped = CounterMetricFamily("specwatch_target_series_dropped",
-                                  "Source series not used, by reason: max_series (the target's"
-                                  " cap), invalid (a model skipped for a page with a NaN,"
-                                  " negative or conflicting counter). Whole models are dropped"
-                                  " so that published values stay exact.",
-                                  labels=["target", "reason"])
-    last = GaugeMetricFamily("specwatch_target_last_success_timestamp_seconds",
-                             "Unix time of the last successful poll of the target.",
-                             labels=["target"])
+    up = metricdefs.gauge("specwatch_target_up")
+    duration = metricdefs.gauge("specwatch_target_poll_duration_seconds")
+    errors = metricdefs.counter("specwatch_target_poll_errors")
+    resets = metricdefs.counter("specwatch_target_resets")
+    dropped = metricdefs.counter("specwatch_target_series_dropped")
+    last = metricdefs.gauge("specwatch_target_last_success_timestamp_seconds")
     for name, t in snap.targets.items():
         up.add_metric([name], 1.0 if t.up else 0.0)
         if t.poll_duration_seconds is not None:
@@ -145,20 +102,10 @@ def health_families(snap: Snapshot) -> Iterator[Metric]:
 
 def derived_families(snap: Snapshot) -> Iterator[Metric]:
     """The sd_* series of every target that is up (a down target exposes none)."""
-    gauges = {name: GaugeMetricFamily(name, help_ + _WINDOW_NOTE,
-                                      labels=["target", "model_name", "window"])
-              for name, help_ in WINDOW_GAUGES}
-    pos_gauges = {name: GaugeMetricFamily(name, help_ + _WINDOW_NOTE,
-                                          labels=["target", "model_name", "window", "position"])
-                  for name, help_ in POSITION_GAUGES}
-    configured = GaugeMetricFamily(
-        "sd_draft_length_configured",
-        "Configured draft length k (number of position series; SGLang: speculative_num_steps).",
-        labels=["target", "model_name"])
-    samples = HistogramMetricFamily(
-        "sd_acceptance_rate_samples",
-        "Acceptance rate of each poll interval with enough drafts (one observation per"
-        " interval), 0.05-wide buckets.", labels=["target", "model_name"])
+    gauges = {name: metricdefs.gauge(name) for name in WINDOW_GAUGES}
+    pos_gauges = {name: metricdefs.gauge(name) for name in POSITION_GAUGES}
+    configured = metricdefs.gauge("sd_draft_length_configured")
+    samples = metricdefs.histogram("sd_acceptance_rate_samples")
     for tname, target in snap.targets.items():
         if not target.up:
             continue

@@ -1,0 +1,338 @@
+"""The exporter's metric catalogue: every series specwatch exposes, with its type, labels, HELP
+text and the meaning the metrics reference documents. One source of truth.
+
+Why a table: the collectors (`specwatch.exporter.collector`, the model's `specwatch.app.live`,
+the HTTP server's `specwatch.app.serve`, the controller's `specwatch.control.controller`) build
+their families from it with :func:`gauge`, :func:`counter` and :func:`histogram`, and
+scripts/generate_docs.py writes docs/metrics.md's table from it, so the page cannot drift from
+what `/metrics` serves (tests/test_docs_generated.py fails when the page is stale,
+tests/test_metricdefs.py when a collector serves a family the table does not define).
+
+Adding a series: add a :class:`MetricDef` here (in the order the reference lists it), build
+the family with ``gauge(NAME)`` / ``counter(NAME)`` / ``histogram(NAME)`` in the collector,
+then run ``make generate`` (or ``python scripts/generate_docs.py``) to refresh the reference.
+
+It lives in the exporter package, the layer that serves ``/metrics``; the layers above it
+(``app``, ``control``) import it to name their series. Names only: nothing here knows how a
+value is computed. ``name`` is the family name as prometheus_client takes it: a counter's
+exposed name adds ``_total`` (:attr:`MetricDef.exposed_name`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+WINDOW_NOTE = (" Computed from the exporter's own poll history (every poll interval), so all"
+               " Prometheus replicas see the same value.")
+TYPES = ("gauge", "counter", "histogram")
+
+
+@dataclass(frozen=True)
+class MetricDef:
+    """One family: what the exposition says (name, type, labels, help) and what the reference
+    says (doc, Markdown; may be longer than the HELP line)."""
+
+    name: str
+    type: str
+    labels: tuple[str, ...]
+    help: str
+    doc: str
+
+    @property
+    def exposed_name(self) -> str:
+        """The name a scrape shows: counters end in ``_total``."""
+        return f"{self.name}_total" if self.type == "counter" else self.name
+
+
+METRICS: tuple[MetricDef, ...] = (
+    MetricDef(
+        "sd_acceptance_rate", "gauge", ("target", "model_name", "window"),
+        help="Accepted / proposed draft tokens over the window (vLLM's "
+             "definition, 0-1)." + WINDOW_NOTE,
+        doc="accepted / proposed draft tokens (vLLM's definition)"),
+    MetricDef(
+        "sd_acceptance_length", "gauge", ("target", "model_name", "window"),
+        help="Tokens committed per verify cycle over the window: 1 + accepted "
+             "/ drafts (bonus token included)." + WINDOW_NOTE,
+        doc="tokens committed per verify cycle, 1 + accepted / drafts (bonus token included), "
+            "1 … k + 1"),
+    MetricDef(
+        "sd_draft_length", "gauge", ("target", "model_name", "window"),
+        help="Proposed draft tokens per draft over the window (effective k)." + WINDOW_NOTE,
+        doc="proposed draft tokens per draft: the effective k (below the configured k with "
+            "n-gram misses, dynamic SD, suffix decoding)"),
+    MetricDef(
+        "sd_draft_length_configured", "gauge", ("target", "model_name"),
+        help="Configured draft length k (number of position series; SGLang: "
+             "speculative_num_steps).",
+        doc="configured k: number of `position` series (SGLang: `speculative_num_steps`)"),
+    MetricDef(
+        "sd_token_acceptance_probability", "gauge", ("target", "model_name", "window"),
+        help="Per-token acceptance probability alpha of the i.i.d. model, "
+             "solved from the acceptance length and draft length (not the "
+             "acceptance rate)." + WINDOW_NOTE,
+        doc="per-token α of the i.i.d. model: E = (1 − α^(k+1)) / (1 − α) solved by bisection "
+            "with k = `sd_draft_length`; not the acceptance rate"),
+    MetricDef(
+        "sd_position_acceptance_rate", "gauge", ("target", "model_name", "window", "position"),
+        help="Share of drafts whose token at this position was accepted, over "
+             "the window." + WINDOW_NOTE,
+        doc="share of drafts whose token at `position` was accepted, p_i"),
+    MetricDef(
+        "sd_position_conditional_acceptance_rate", "gauge",
+        ("target", "model_name", "window", "position"),
+        help="Acceptance at this position given the previous position was "
+             "accepted, over the window." + WINDOW_NOTE,
+        doc="p_i / p_(i−1): acceptance at `position` given the previous one was accepted"),
+    MetricDef(
+        "sd_acceptance_heterogeneity", "gauge", ("target", "model_name", "window"),
+        help="Share of the maximum possible variance of per-draft acceptance, "
+             "(p1 - p0^2) / (p0 (1 - p0)) from positions 0 and 1: 0 "
+             "homogeneous traffic, 1 an all-or-nothing mixture. A lower bound "
+             "when acceptance decays with position." + WINDOW_NOTE,
+        doc="(p_1 − p_0²) / (p_0 (1 − p_0)), 0 … 1: spread of acceptance across drafts (next "
+            "section)"),
+    MetricDef(
+        "sd_arrival_rate", "gauge", ("target", "model_name", "window"),
+        help="Finished requests per second over the window (the arrival rate "
+             "in steady state)." + WINDOW_NOTE,
+        doc="finished requests per second (= arrival rate in steady state; 0 on an idle "
+            "server: a true value over elapsed time)"),
+    MetricDef(
+        "sd_effective_batch_size", "gauge", ("target", "model_name", "window"),
+        help="Mean requests in flight over the window by Little's law (arrival "
+             "rate x mean e2e latency)." + WINDOW_NOTE,
+        doc="mean requests in flight, Little's law λ · L"),
+    MetricDef(
+        "sd_mean_prompt_tokens", "gauge", ("target", "model_name", "window"),
+        help="Mean prompt tokens per finished request over the window." + WINDOW_NOTE,
+        doc="mean prompt tokens per finished request"),
+    MetricDef(
+        "sd_mean_generation_tokens", "gauge", ("target", "model_name", "window"),
+        help="Mean generated tokens per finished request over the window." + WINDOW_NOTE,
+        doc="mean generated tokens per finished request"),
+    MetricDef(
+        "sd_mean_latency_seconds", "gauge", ("target", "model_name", "window"),
+        help="Mean end-to-end request latency over the window." + WINDOW_NOTE,
+        doc="mean end-to-end request latency"),
+    MetricDef(
+        "sd_acceptance_rate_samples", "histogram", ("target", "model_name"),
+        help="Acceptance rate of each poll interval with enough drafts (one observation per "
+             "interval), 0.05-wide buckets.",
+        doc="one observation per poll interval with ≥ `min_drafts_per_sample` drafts: that "
+            "interval's acceptance rate; buckets 0.05 wide"),
+    MetricDef(
+        "sd_acceptance_bimodality_coefficient", "gauge", ("target", "model_name", "window"),
+        help="Sarle's bimodality coefficient of the per-poll-interval "
+             "acceptance rates in the window; above 5/9 suggests two "
+             "populations." + WINDOW_NOTE,
+        doc="Sarle's coefficient of the samples in the window (≥ `min_bimodality_samples`); "
+            "above 5/9 suggests two populations"),
+    MetricDef(
+        "specwatch_target_up", "gauge", ("target",),
+        help="1 when the last poll of the target succeeded and parsed, else 0.",
+        doc="1 when the last poll succeeded and parsed, else 0"),
+    MetricDef(
+        "specwatch_target_poll_duration_seconds", "gauge", ("target",),
+        help="Duration of the last poll of the target (connect + read).",
+        doc="duration of the last poll"),
+    MetricDef(
+        "specwatch_target_poll_errors", "counter", ("target", "reason"),
+        help="Failed polls of the target by reason (timeout, connection, tls, http_status, "
+             "parse, too_large).",
+        doc="failed polls; reason = `timeout`, `connection`, `tls` (certificate or handshake), "
+            "`http_status`, `parse` (not a metrics page, bad or unsupported encoding), "
+            "`too_large` (body or *decompressed* body over `max_body_bytes`) (all six always "
+            "present)"),
+    MetricDef(
+        "specwatch_target_series_dropped", "counter", ("target", "reason"),
+        help="Source series not used, by reason: max_series (the target's cap), invalid (a "
+             "model skipped for a page with a NaN, negative or conflicting counter). Whole "
+             "models are dropped so that published values stay exact.",
+        doc="source series not used: `max_series` (whole models beyond the target's cap), "
+            "`invalid` (a model skipped for one page because a counter was NaN, ±Inf, "
+            "negative, above 2⁵³ or listed twice with different values; its counters catch up "
+            "at the next good page)"),
+    MetricDef(
+        "specwatch_target_resets", "counter", ("target",),
+        help="Polls of the target in which at least one source counter restarted (server, "
+             "engine or adapter restart).",
+        doc="polls in which at least one source counter restarted. Named without `counter` "
+            "because `promtool check metrics` rejects a counter whose name contains "
+            "`_counter_` (architecture.md lists it as `specwatch_target_counter_resets_total`)"),
+    MetricDef(
+        "specwatch_target_last_success_timestamp_seconds", "gauge", ("target",),
+        help="Unix time of the last successful poll of the target.",
+        doc="Unix time of the last successful poll"),
+    MetricDef(
+        "specwatch_build_info", "gauge", ("version",),
+        help="specwatch build information (value 1).",
+        doc="always 1"),
+    MetricDef(
+        "specwatch_targets_dropped", "gauge", (),
+        help="Configured targets not polled because global.max_targets was reached.",
+        doc="configured targets not polled because `global.max_targets` was reached"),
+    MetricDef(
+        "specwatch_targets_discovered", "gauge", (),
+        help="Targets known to this exporter (static and file_sd, every shard); it polls the "
+             "ones of its shard (global.shard_index of global.shard_count).",
+        doc="targets known to this exporter, static and `file_sd`, of every shard; it polls "
+            "those of its shard (`global.shard_index` of `global.shard_count`)"),
+    MetricDef(
+        "specwatch_sd_file_read_errors", "counter", (),
+        help="file_sd files that could not be read or parsed (their previous targets are kept).",
+        doc="with `file_sd`: files that could not be read or parsed (their previous targets "
+            "are kept)"),
+    MetricDef(
+        "specwatch_http_requests_rejected", "counter", ("reason",),
+        help="Requests and connections the HTTP server refused, by reason (in_flight_limit: "
+             "503; connection_limit; timeout: request not received or not answered in time; "
+             "tls_handshake; unauthorized: 401; rate_limited: 429).",
+        doc="requests or connections the HTTP server refused: `in_flight_limit` (503), "
+            "`connection_limit`, `timeout` (request not received, or handler not done, within "
+            "`request_timeout`), `tls_handshake` (failed or over `tls_handshake_timeout`, bad "
+            "client certificate), `unauthorized` (401), `rate_limited` (429)"),
+    MetricDef(
+        "specwatch_http_requests_in_flight", "gauge", (),
+        help="Requests being handled (this scrape included).",
+        doc="requests being handled, this scrape included"),
+    MetricDef(
+        "specwatch_web_config_last_reload_successful", "gauge", (),
+        help="1 when the last load of the web config file succeeded.",
+        doc="with `--web-config`: 1 when the last (re)load of the file succeeded, 0 when it "
+            "failed and the previous config is still in use"),
+    MetricDef(
+        "specwatch_web_config_last_reload_success_timestamp_seconds", "gauge", (),
+        help="Unix time of the last successful load of the web config file.",
+        doc="with `--web-config`: Unix time of the last successful load"),
+    MetricDef(
+        "sd_predicted_speedup", "gauge", ("target", "model_name", "window"),
+        help="Predicted mean-latency speedup of SD at the live load, L_noSD / L_SD, each "
+             "system at its own fixed point (present only when sd_model_valid is 1).",
+        doc="predicted L_noSD / L_SD at the live load, k, E, p, g of the model window (each "
+            "system at its own fixed point); only while `sd_model_valid` is 1"),
+    MetricDef(
+        "sd_predicted_latency_seconds", "gauge", ("target", "model_name", "window", "mode"),
+        help="Predicted mean end-to-end request latency with SD (mode=\"sd\", the running draft "
+             "length) and without (mode=\"nosd\").",
+        doc="predicted mean e2e latency with SD at the running k (`mode=\"sd\"`) and without "
+            "(`mode=\"nosd\"`); only while `sd_model_valid` is 1"),
+    MetricDef(
+        "sd_breakeven_arrival_rate", "gauge", ("target", "model_name", "window"),
+        help="Arrival rate (req/s) at which the predicted speedup of the running configuration "
+             "crosses 1; +Inf: SD pays at every load below saturation, 0: it never pays.",
+        doc="arrival rate λ* where the running configuration's predicted speedup crosses 1 (SD "
+            "pays below it); `+Inf`: pays at every load below saturation; `0`: never pays; "
+            "absent when undefined. In the rare case where SD is slower alone but cheaper "
+            "under load, SD pays *above* it (`specwatch predict` says which)"),
+    MetricDef(
+        "sd_optimal_draft_length", "gauge", ("target", "model_name", "window"),
+        help="Draft length with the lowest predicted latency at the live load among 0..k_max "
+             "(0 = SD off), from the measured per-position acceptance.",
+        doc="k in 0 … `k_max` with the lowest predicted latency at the live load, 0 = SD off; "
+            "acceptance from the live per-position rates (extended geometrically past the "
+            "running k), or from α when there are none; present even when the running "
+            "configuration is saturated"),
+    MetricDef(
+        "sd_model_utilization", "gauge", ("target", "model_name", "window"),
+        help="Model utilisation lambda*C2 of the running SD configuration: 1 is saturation "
+             "(may exceed 1: then sd_model_valid is 0).",
+        doc="λ · C2 of the running SD configuration (1 = saturation; can exceed 1, then "
+            "`sd_model_valid` is 0); present whenever the inputs are"),
+    MetricDef(
+        "sd_model_valid", "gauge", ("target", "model_name", "window"),
+        help="1 when every model input is present and both systems are below the validity "
+             "ceiling, else 0 (then speedup and latencies are absent).",
+        doc="1 when every input is present and both systems are below the validity ceiling "
+            "(`max_utilization`, default 0.9), else 0"),
+    MetricDef(
+        "specwatch_model_configured", "gauge", ("target",),
+        help="1 when the target's configuration names a latency-model parameters file, else 0.",
+        doc="1 when the target names a parameters file, else 0 (then no model series exist for "
+            "it)"),
+    MetricDef(
+        "sd_controller_state", "gauge", ("target", "model_name", "state"),
+        help="Controller state of the target and model: 1 for the current state (enabled: SD "
+             "on, disabled: SD off, pending: a switch was requested and the server has not "
+             "come back with it yet), 0 for the others.",
+        doc="[controller](controller.md) state: 1 for the current one of `enabled`, "
+            "`disabled`, `pending`, 0 for the other two; only for targets with a controller"),
+    MetricDef(
+        "sd_controller_recommended_draft_length", "gauge", ("target", "model_name"),
+        help="Draft length with the lowest predicted latency at the live load (0 = SD off), "
+             "from the live or the last known good acceptance profile; absent without a valid "
+             "prediction.",
+        doc="best k at the live load (0 = SD off) among those whose expected acceptance rate "
+            "stays ≥ `min_acceptance_rate`; absent without a valid prediction"),
+    MetricDef(
+        "sd_controller_transitions", "counter", ("target", "model_name", "action"),
+        help="Switches decided by the controller, by action (in recommend mode: "
+             "recommendations).",
+        doc="switches the controller decided, `action` = `disable`, `enable` (both always "
+            "present); in `recommend` mode, recommendations"),
+    MetricDef(
+        "sd_controller_last_transition_timestamp_seconds", "gauge", ("target", "model_name"),
+        help="Unix time of the last switch the controller decided.",
+        doc="Unix time of the last decided switch"),
+    MetricDef(
+        "sd_controller_actuation_errors", "counter", ("target", "model_name"),
+        help="Decisions that did not take effect: delivery failed after its retries, or the "
+             "server did not report the requested configuration within pending_timeout_seconds.",
+        doc="decisions that did not take effect: delivery failed after its retries, or the "
+            "server did not report the switch within `pending_timeout_seconds`"),
+    MetricDef(
+        "sd_switch_latency_ratio", "gauge",
+        ("target", "model_name", "action", "latency", "percentile"),
+        help="Latency quantile over the decision window after the last switch divided by the "
+             "same quantile before it (below 1: the switch helped), for end-to-end latency and "
+             "TTFT at the 50th and 99th percentile.",
+        doc="quantile of e2e latency (`latency=\"e2e\"`) or TTFT (`\"ttft\"`) over the decision "
+            "window after the last switch ÷ the same before it, `percentile` = `50`, `99`. The "
+            "label is not `quantile` (architecture.md's spelling): `promtool check metrics` "
+            "reserves it for summaries"),
+    MetricDef(
+        "specwatch_controller_alerts", "counter", ("outcome",),
+        help="Alertmanager alerts received by the controller receiver, by outcome (accepted, "
+             "resolved, ignored_alertname, ignored_target, ignored_model).",
+        doc="Alertmanager alerts received: `accepted`, `resolved`, `ignored_alertname`, "
+            "`ignored_target`, `ignored_model`; only with the receiver configured"),
+)
+
+BY_NAME: dict[str, MetricDef] = {m.name: m for m in METRICS}
+
+
+def definition(name: str, kind: str) -> MetricDef:
+    """The table's entry for ``name``; a KeyError or TypeError names the mistake (a collector
+    bug caught by the first test that scrapes it, never a user-facing error)."""
+    try:
+        d = BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"metric {name!r} is not in specwatch.exporter.metricdefs.METRICS: "
+                       "add it there (then run make generate)") from None
+    if d.type != kind:
+        raise TypeError(f"metric {name!r} is a {d.type} in metricdefs, built as a {kind}")
+    return d
+
+
+def gauge(name: str, value: float | None = None) -> GaugeMetricFamily:
+    """An empty gauge family (or one unlabelled sample ``value``) as the table defines it."""
+    d = definition(name, "gauge")
+    if value is not None:
+        return GaugeMetricFamily(d.name, d.help, value=value)
+    return GaugeMetricFamily(d.name, d.help, labels=list(d.labels))
+
+
+def counter(name: str, value: float | None = None) -> CounterMetricFamily:
+    """An empty counter family (or one unlabelled sample ``value``) as the table defines it."""
+    d = definition(name, "counter")
+    if value is not None:
+        return CounterMetricFamily(d.name, d.help, value=value)
+    return CounterMetricFamily(d.name, d.help, labels=list(d.labels))
+
+
+def histogram(name: str) -> HistogramMetricFamily:
+    """An empty histogram family as the table defines it."""
+    d = definition(name, "histogram")
+    return HistogramMetricFamily(d.name, d.help, labels=list(d.labels))

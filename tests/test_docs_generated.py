@@ -1,0 +1,104 @@
+"""The docs site (issue 13): the reference pages are generated from the code and current, the
+site builds with `mkdocs build --strict` (every page in the nav, no broken link or anchor), the
+README is a front page that points into it, and the runbook the alerts link to is on the site
+with the same anchors.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("generate_docs",
+                                                  ROOT / "scripts" / "generate_docs.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("page", ["docs/metrics.md", "docs/cli.md"])
+def test_reference_page_is_current(page: str) -> None:
+    gen = _generator()
+    expected = gen.pages()[ROOT / page]
+    current = (ROOT / page).read_text(encoding="utf-8")
+    assert current == expected, (
+        f"{page} is stale: run `{gen.REGENERATE.split(' (')[0]}` (or `make generate`) "
+        "and commit the result")
+
+
+def test_metrics_reference_lists_every_series_of_the_table() -> None:
+    from specwatch.exporter.metricdefs import METRICS
+
+    table = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8").split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([a-z_]+)` \| (\w+) \|", table, flags=re.M)
+    assert rows == [(m.exposed_name, m.type) for m in METRICS]
+
+
+def test_cli_reference_has_every_command_and_option() -> None:
+    from specwatch import cli
+
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    gen = _generator()
+    for name in cli.COMMANDS:
+        assert f"## `specwatch {name}`" in page
+        for action in gen._parser(name)._actions:
+            for option in action.option_strings:
+                if option not in ("-h", "--help"):
+                    assert f"`{option}`" in page, f"{name} {option}"
+
+
+def test_mkdocs_builds_strict(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    runbook = (tmp_path / "runbook" / "index.html").read_text(encoding="utf-8")
+    alerts = yaml.safe_load((ROOT / "alerts" / "specwatch-alerts.yaml").read_text())
+    for group in alerts["groups"]:
+        for rule in group["rules"]:
+            anchor = rule["annotations"]["runbook_url"].rsplit("#", 1)[1]
+            assert f'id="{anchor}"' in runbook, f"{rule['alert']}: no #{anchor} on the site"
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+
+    def pages(node) -> list[str]:
+        if isinstance(node, str):
+            return [node]
+        if isinstance(node, list):
+            return [p for item in node for p in pages(item)]
+        return [p for value in node.values() for p in pages(value)]
+
+    listed = pages(config["nav"])
+    docs = sorted(p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").glob("*.md"))
+    assert sorted(listed) == docs
+
+
+def test_the_site_runbook_is_the_runbook_the_alerts_link_to() -> None:
+    """runbook.md stays at the top of the repository (the alerts' runbook_url points there on
+    GitHub); the site shows the same file through a symbolic link, never a copy."""
+    link = ROOT / "docs" / "runbook.md"
+    assert link.is_symlink() and link.resolve() == (ROOT / "runbook.md").resolve()
+
+
+def test_readme_is_a_front_page_whose_links_resolve() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert text.count("\n") <= 250
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not re.match(r"[a-z]+:", t)]
+    assert any(t.endswith(".png") for t in local), "the README has no picture"
+    for target in local:
+        assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
