@@ -225,3 +225,32 @@ def test_unpacked_wheel_finds_its_bundle_from_an_empty_folder(wheel: Path,
 
     where = py("-m", "specwatch.common.bundle")
     assert where.returncode == 0 and where.stdout.strip() == str(bundle)
+
+
+# --------------------------------------------------------------------------- the resolver
+
+
+def test_params_argument_takes_a_shipped_example_by_name(tmp_path: Path, monkeypatch) -> None:
+    from specwatch.common import bundle
+
+    examples = bundle.example_params()
+    assert set(examples) == {p.stem for p in (ROOT / "examples" / "params").glob("*.yaml")}
+    monkeypatch.chdir(tmp_path)
+    assert bundle.resolve_params("qwen3-32b-h100-eagle3") == examples["qwen3-32b-h100-eagle3"]
+    # A file of that name in the working folder wins over the example.
+    (tmp_path / "qwen3-32b-h100-eagle3").write_text("system: mine\n")
+    assert bundle.resolve_params("qwen3-32b-h100-eagle3") == Path("qwen3-32b-h100-eagle3")
+    # Anything else is left to the loader, which names it in its error.
+    assert bundle.resolve_params("no-such-params") == Path("no-such-params")
+
+
+def test_bundle_dir_not_found_names_where_it_looked(tmp_path: Path, monkeypatch) -> None:
+    from specwatch.common import bundle
+    from specwatch.common.errors import ConfigError
+
+    monkeypatch.setenv(bundle.ENV, str(tmp_path))
+    with pytest.raises(ConfigError, match=f"no mixin.libsonnet in {tmp_path}"):
+        bundle.bundle_dir()
+    assert bundle.example_params() == {}
+    rc = cli.main(["mixin", "render", "--out", str(tmp_path / "o")])
+    assert rc == 2
