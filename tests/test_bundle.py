@@ -2,7 +2,7 @@
 and dashboards, the example parameter files and the calibration data; `specwatch mixin render`
 adapts the rules to the user's selectors; a missing optional dependency is one line.
 
-The wheel here is built offline (no build isolation, no dependencies) and unpacked onto
+The wheel here is built offline (no build isolation) and unpacked onto
 ``PYTHONPATH`` in an empty folder outside the repository, which is enough to prove what the
 wheel carries and that the code finds it there. tests/test_wheel_install.py (slow) installs it
 into a fresh virtualenv with its dependencies and runs the commands end to end.
@@ -152,15 +152,15 @@ def test_missing_specwatch_module_is_not_disguised_as_an_extra() -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel, built offline from the working tree (no isolation, no dependencies)."""
-    out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")
+    """The wheel as `make dist` builds it: sdist first, then the wheel from the unpacked sdist
+    (so MANIFEST.in is checked too, and no stale build/ folder of the checkout leaks in);
+    offline, without build isolation (setuptools and wheel come from the dev extra)."""
+    out = tmp_path_factory.mktemp("dist")
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(out), str(ROOT)],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "TMPDIR": str(build)})
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert len(list(out.glob("specwatch-*.tar.gz"))) == 1
     wheels = list(out.glob("specwatch-*.whl"))
     assert len(wheels) == 1, wheels
     return wheels[0]
