@@ -3,7 +3,8 @@ the strict YAML schema checker that both config files use.
 
 Owns: ``errors`` (SpecwatchError, ConfigError: one message, an exit code), ``redact`` (log
 filter that hides every registered secret), ``schema`` (read a YAML file, check it against
-typed keys, point at the file and key on error).
+typed keys, point at the file and key on error), ``bundle`` (where the mixin sources, generated
+rules and dashboards and the examples are: the copy packaged in the wheel, or the checkout).
 
 May import: the standard library and PyYAML only. Everything else in specwatch may import it.
 """
