@@ -108,6 +108,17 @@
         severity: 'warning',
         'for': '15m',
       },
+      // Measured A/B pair (issue 16, `pairs:` in the serve config): the baseline's
+      // latency / the SD side's latency (sd_measured_speedup, statistic `statistic`) is
+      // below `threshold` in the arrival-rate bin the pair is at now. Unlike
+      // SDPredictedSpeedupLow this is a measurement, not a model's prediction.
+      SDMeasuredSlowdown: {
+        enabled: true,
+        severity: 'warning',
+        threshold: 1,
+        statistic: 'mean',
+        'for': '30m',
+      },
       // specwatch cannot poll one of its targets (vLLM or SGLang server): its SD series
       // are absent, so SD alerts for it cannot fire.
       SpecwatchTargetDown: {

@@ -4,4 +4,5 @@
 (import 'config.libsonnet')
 + (import 'alerts/rules.libsonnet')
 + (import 'alerts/alerts.libsonnet')
++ (import 'alerts/measured.libsonnet')
 + (import 'dashboards/dashboards.libsonnet')

@@ -26,8 +26,9 @@ from prometheus_client.exposition import choose_encoder
 from specwatch import __version__
 from specwatch.app import live as model_live
 from specwatch.common import redact
+from specwatch.common.schema import parse_duration
 from specwatch.control import controller
-from specwatch.exporter import config, derive, metricdefs
+from specwatch.exporter import config, derive, metricdefs, pairs
 from specwatch.exporter.collector import SpecwatchCollector
 from specwatch.exporter.discovery import TargetSource
 from specwatch.exporter.pipeline import Pipeline
@@ -101,6 +102,8 @@ class ServeApp:
             "/": only_get(self.landing_handler),
         }, web_config_file=cfg.web_config, limits=server_limits(cfg))
         self.model = model_live.install(self)
+        self.pairs = pairs.install(self.pipeline, self.collector, cfg.pairs, cfg.pair_settings,
+                                   parse_duration(cfg.pair_settings.window))
         self.controller = controller.install(self)
         self.collector.add_family_builder(self.exporter_families)
 

@@ -10,6 +10,7 @@ issue 7: ``TOP_SCHEMA["controller"] = Key(...)``) and reads the validated value 
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import ssl
@@ -40,6 +41,7 @@ from specwatch.common.schema import (
     validate,
 )
 from specwatch.exporter.discovery import DEFAULT_REFRESH_INTERVAL, FileSDConfig, shard_of
+from specwatch.exporter.pairs import PairConfig, PairSettings
 from specwatch.exporter.sources import ENGINE_KINDS, PARSERS
 
 DEFAULT_LISTEN = "0.0.0.0:10440"
@@ -172,6 +174,35 @@ GLOBAL_SCHEMA: dict[str, Key] = {
                                 doc="polls in flight at once (default: one per target)"),
     "poll_spread": Key(bool, doc="spread targets over the interval (default true)"),
 }
+def _bin_edges(value: Any) -> tuple[float, ...]:
+    edges = []
+    for x in value:
+        if isinstance(x, bool) or not isinstance(x, int | float) or not x >= 0 \
+                or not x < float("inf"):
+            raise CheckError(f"expected non-negative numbers (requests/s), got {x!r}")
+        edges.append(float(x))
+    if len(edges) < 2 or any(b <= a for a, b in itertools.pairwise(edges)):
+        raise CheckError(f"expected at least two increasing bin edges, got {list(value)}")
+    return tuple(edges)
+
+
+#: `pairs:` entries (issue 16): an SD target and a baseline target serving the same model.
+PAIR_SCHEMA: dict[str, Key] = {
+    "name": Key(str, required=True, check=_name, doc="label value of `pair`"),
+    "sd": Key(str, required=True, doc="target name of the side running SD"),
+    "baseline": Key(str, required=True, doc="target name of the side without SD (or another k)"),
+    "model": Key(str, doc="model name to compare (default: every model both serve)"),
+}
+PAIR_OPTIONS_SCHEMA: dict[str, Key] = {
+    "window": Key(str, doc="window one segment is (one of global.windows; default 1m)"),
+    "min_requests": Key(_NUM, check=_non_negative,
+                        doc="finished requests each side needs in a bin (default 50)"),
+    "retention": Key((*_NUM, str), check=parse_duration, doc="how long segments count (1h)"),
+    "arrival_rate_bins": Key(list, check=_bin_edges, doc="bin edges in requests/s"),
+    "models": Key(dict, values=Key(dict, children={
+        "arrival_rate_bins": Key(list, required=True, check=_bin_edges, doc="bin edges"),
+    }), doc="per model: its own arrival_rate_bins"),
+}
 FILE_SD_SCHEMA: dict[str, Key] = {
     "files": Key(list, required=True, items=Key(str), doc="file_sd files (globs allowed)"),
     "refresh_interval": Key((*_NUM, str), check=parse_duration, doc="re-read period"),
@@ -182,6 +213,9 @@ TOP_SCHEMA: dict[str, Key] = {
     "file_sd_configs": Key(list, items=Key(dict, children=FILE_SD_SCHEMA),
                            doc="Prometheus file_sd target files"),
     "controller": Key(dict, children=CONTROLLER_GLOBAL_SCHEMA),
+    "pairs": Key(list, items=Key(dict, children=PAIR_SCHEMA),
+                 doc="measured A/B pairs: sd_measured_speedup"),
+    "pair_options": Key(dict, children=PAIR_OPTIONS_SCHEMA, doc="windows and bins of pairs"),
 }
 
 
@@ -231,6 +265,10 @@ class ServeConfig:
     #: Defaults a discovered (file_sd) target gets: timeout, max_body_bytes, max_series.
     target_defaults: tuple[float, int, int] = (DEFAULT_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
                                                DEFAULT_MAX_SERIES)
+
+    #: Measured A/B pairs (issue 16) and their options.
+    pairs: tuple[PairConfig, ...] = ()
+    pair_settings: PairSettings = field(default_factory=PairSettings)
 
     #: Where the configuration came from (the file name, for error messages).
     source: str = "command line"
@@ -424,7 +462,10 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
             and not os.path.isabs(web_config_file):
         web_config_file = os.path.join(os.path.dirname(os.path.abspath(config_file)),
                                        web_config_file)
+    pairs, pair_settings = build_pairs(raw, where, [t.name for t in targets],
+                                       bool(file_sd) or shard_count > 1, labels)
     return ServeConfig(
+        pairs=pairs, pair_settings=pair_settings,
         targets=tuple(targets[:max_targets]), listen=listen_value,
         web_config=web_config_file, max_targets=max_targets, dropped_targets=dropped,
         http_server=g.get("http_server", {}),
@@ -438,6 +479,51 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
         poll_spread=g.get("poll_spread", True),
         target_defaults=(timeout, max_body, max_series), raw=raw,
         source=where)
+
+
+def build_pairs(raw: Mapping[str, Any], where: str, target_names: list[str],
+                open_target_set: bool, windows: list[str]
+                ) -> tuple[tuple[PairConfig, ...], PairSettings]:
+    """``pairs:`` and ``pair_options:`` checked against the targets and windows.
+
+    A side must name a configured target unless targets are discovered (file_sd) or
+    sharded, where the set is only known at run time; a pair's window must be one the
+    exporter derives."""
+    pairs: list[PairConfig] = []
+    seen: set[str] = set()
+    known = set(target_names)
+    for i, p in enumerate(raw.get("pairs", [])):
+        path = f"pairs[{i}]"
+        if p["name"] in seen:
+            raise ConfigError(f"{where}: {path}.name: duplicate pair name {p['name']!r}")
+        seen.add(p["name"])
+        if p["sd"] == p["baseline"]:
+            raise ConfigError(f"{where}: {path}.baseline: the same target as sd "
+                              f"({p['sd']!r}); a pair compares two targets")
+        for side in ("sd", "baseline"):
+            if not open_target_set and p[side] not in known:
+                raise ConfigError(f"{where}: {path}.{side}: no target named {p[side]!r} "
+                                  f"(targets: {', '.join(sorted(known)) or 'none'})")
+        pairs.append(PairConfig(p["name"], p["sd"], p["baseline"], p.get("model")))
+    o = raw.get("pair_options", {})
+    defaults = PairSettings()
+    window = o.get("window", defaults.window)
+    if "window" in o or pairs:
+        try:
+            window_s = parse_duration(window)
+        except CheckError as exc:
+            raise ConfigError(f"{where}: pair_options.window: {exc}") from None
+        window = format_duration(window_s)
+        if window not in windows:
+            raise ConfigError(f"{where}: pair_options.window: {window!r} is not one of the "
+                              f"exporter's windows ({', '.join(windows)}); add it to "
+                              f"global.windows")
+    settings = PairSettings(
+        window=window, min_requests=o.get("min_requests", defaults.min_requests),
+        retention_seconds=o.get("retention", defaults.retention_seconds),
+        bins=o.get("arrival_rate_bins", defaults.bins),
+        model_bins={m: v["arrival_rate_bins"] for m, v in o.get("models", {}).items()})
+    return tuple(pairs), settings
 
 
 def _relative_to(config_file: str | None, path: str) -> str:

@@ -67,8 +67,11 @@ TTFT_COUNT = "ttft_seconds_count"
 # Histogram buckets (identity carries `le`): latency quantiles before/after a controller switch.
 E2E_LATENCY_BUCKET = "e2e_latency_seconds_bucket"
 TTFT_BUCKET = "ttft_seconds_bucket"
+#: Inter-token latency (vLLM >= 0.10 ``inter_token_latency_seconds``; SGLang's namesake):
+#: the third ratio of a measured A/B pair (issue 16).
+ITL_BUCKET = "inter_token_latency_seconds_bucket"
 #: Bucket signals: aggregated per `le` (as per-position counters are per `position`).
-BUCKET_SIGNALS = frozenset({E2E_LATENCY_BUCKET, TTFT_BUCKET})
+BUCKET_SIGNALS = frozenset({E2E_LATENCY_BUCKET, TTFT_BUCKET, ITL_BUCKET})
 
 #: Counters vLLM (v0 and v1) registers only when --speculative-config is set: their presence on
 #: a page says SD is configured, whatever the traffic.
@@ -102,6 +105,7 @@ _VLLM_COUNTERS: dict[str, str] = {
     "vllm:time_to_first_token_seconds_count": TTFT_COUNT,
     "vllm:e2e_request_latency_seconds_bucket": E2E_LATENCY_BUCKET,
     "vllm:time_to_first_token_seconds_bucket": TTFT_BUCKET,
+    "vllm:inter_token_latency_seconds_bucket": ITL_BUCKET,
 }
 _VLLM_GAUGES: dict[str, str] = {
     "vllm:num_requests_running": RUNNING,
@@ -124,6 +128,7 @@ _SGLANG_COUNTERS: dict[str, str] = {
     "sglang:time_to_first_token_seconds_count": TTFT_COUNT,
     "sglang:e2e_request_latency_seconds_bucket": E2E_LATENCY_BUCKET,
     "sglang:time_to_first_token_seconds_bucket": TTFT_BUCKET,
+    "sglang:inter_token_latency_seconds_bucket": ITL_BUCKET,
 }
 _SGLANG_GAUGES: dict[str, str] = {
     "sglang:num_running_reqs": RUNNING,

@@ -241,6 +241,10 @@ class Engine:
         self._noise_sigma = math.sqrt(math.log1p(spec.step_noise_cv**2))
         self._enter_phase(start)
         self.next_arrival = self._next_arrival(start)
+        #: Ground-truth latency records (issue 16): when the simulation keeps them, each
+        #: finished request appends (finish time, e2e, TTFT) in page seconds (simulated
+        #: seconds x time scale; finish time in simulated seconds).
+        self.records: deque[tuple[float, float, float]] | None = None
 
     # ----------------------------------------------------------------- arrivals
 
@@ -605,6 +609,9 @@ class Engine:
         st.h_preemptions.observe(r.preemptions)
         st.request_success[r.finish_reason] += 1
         st.http_2xx += 1
+        if self.records is not None:
+            self.records.append((now, (now - r.arrival) * scale,
+                                 (r.first_token_at - r.arrival) * scale))
 
     def _finish_many(self, reqs: list[_Request]) -> None:
         """`_finish` for the requests one step completed, with array observations."""
@@ -639,6 +646,11 @@ class Engine:
             r.kv_blocks = 0
             st.request_success[r.finish_reason] += 1
         st.http_2xx += n
+        if self.records is not None:
+            e2e = (now - arrival) * scale
+            ttft = (first - arrival) * scale
+            self.records.extend((now, float(a), float(b)) for a, b in zip(e2e, ttft,
+                                                                          strict=True))
 
     def refresh_gauges(self) -> None:
         """Copy the scheduler state into the gauges (done when the page is rendered)."""
@@ -685,7 +697,10 @@ class Simulation:
     """
 
     def __init__(self, scenario: Scenario, *, seed: int | None = None, time_scale: float = 1.0,
-                 wall_time: Callable[[float], float] | None = None) -> None:
+                 wall_time: Callable[[float], float] | None = None,
+                 record_latencies: int = 0) -> None:
+        """``record_latencies``: keep the last N finished requests' (finish time, e2e,
+        TTFT) in :attr:`records` (the ground truth of measured-speedup tests; 0: none)."""
         import time
 
         for i, m in enumerate(scenario.models):
@@ -702,6 +717,8 @@ class Simulation:
         self.up_since = 0.0
         self.restarts_done = 0
         self._requested: list[Restart] = []
+        self.records: deque[tuple[float, float, float]] | None = (
+            deque(maxlen=record_latencies) if record_latencies > 0 else None)
         self.costs = [StepCosts(m.coefficients, m.num_speculative_tokens, m.nonlinear_s)
                       for m in scenario.models]
         self.slots: list[_Slot] = []
@@ -715,8 +732,10 @@ class Simulation:
         created = self.wall_time(start)
         stats = EngineStats(spec.model_name, e, spec.num_speculative_tokens,
                             spec.max_model_len, created)
-        return Engine(spec, e, self.costs[mi], rng, stats, start, self.scenario.loop,
-                      self.time_scale, mix_seed=(self.seed, mi))
+        engine = Engine(spec, e, self.costs[mi], rng, stats, start, self.scenario.loop,
+                        self.time_scale, mix_seed=(self.seed, mi))
+        engine.records = getattr(self, "records", None)
+        return engine
 
     @property
     def up(self) -> bool:

@@ -21,6 +21,7 @@ clock and serves it:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import signal
@@ -59,8 +60,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default 1)")
     parser.add_argument("--seed", type=int, default=None, metavar="N",
                         help="random seed (default: the scenario's)")
+    parser.add_argument("--pair", action="store_true",
+                        help="also run the scenario's A/B baseline: a second server with SD "
+                             "off for every model (num_speculative_tokens 0), same traffic, "
+                             "on --baseline-listen; pair them in the serve config (pairs:)")
+    parser.add_argument("--baseline-listen", default=None, metavar="HOST:PORT",
+                        help="address of the --pair baseline (default: the port after "
+                             "--listen's; port 0 picks a free one)")
     parser.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
+
+
+def baseline_scenario(scenario: Scenario) -> Scenario:
+    """The same scenario with SD off for every model (the baseline side of an A/B pair):
+    same seed, traffic and phases; restarts that would set a draft length keep SD off."""
+    models = [dataclasses.replace(m, num_speculative_tokens=0) for m in scenario.models]
+    restarts = tuple(dataclasses.replace(r, num_speculative_tokens=0)
+                     if r.num_speculative_tokens is not None else r
+                     for r in scenario.restarts)
+    return dataclasses.replace(scenario, models=tuple(models), restarts=restarts)
+
+
+def default_baseline_listen(listen: str) -> str:
+    """--listen's host with the next port (port 0 stays 0: a free one)."""
+    host, port = parse_listen(listen)
+    port = port + 1 if port else 0
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class SimulationCollector(Collector):
@@ -107,7 +132,7 @@ class SimulatorServer:
 
     def __init__(self, scenario: Scenario, listen: str = DEFAULT_LISTEN, speed: float = 1.0,
                  seed: int | None = None, tick: float = DEFAULT_TICK,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, record_latencies: int = 0) -> None:
         if not speed > 0:
             raise ConfigError(f"--speed: expected a positive number, got {speed}")
         parse_listen(listen)  # fail early on a malformed address
@@ -119,7 +144,8 @@ class SimulatorServer:
         self.wall0 = clock()
         self.lock = threading.Lock()
         self.sim = Simulation(scenario, seed=seed, time_scale=1.0 / self.speed,
-                              wall_time=lambda t: self.wall0 + t / self.speed)
+                              wall_time=lambda t: self.wall0 + t / self.speed,
+                              record_latencies=record_latencies)
         self.registry = simulation_registry(self.sim, self.lock)
         self.routes = {
             "/metrics": only_get(self._metrics),
@@ -311,6 +337,12 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     scenario = load_scenario(args.scenario)
     server = SimulatorServer(scenario, args.listen, args.speed, args.seed)
+    baseline = None
+    if args.pair:
+        baseline = SimulatorServer(baseline_scenario(scenario),
+                                   args.baseline_listen or default_baseline_listen(args.listen),
+                                   args.speed, args.seed)
+        baseline.wall0 = server.wall0  # one clock: both sides see the same phase
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -320,6 +352,9 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
+    if baseline is not None:
+        baseline.start()
+        log.info("A/B baseline (SD off) on %s/metrics", baseline.url)
     models = ", ".join(f"{m.model_name} (k={m.num_speculative_tokens}, {m.engines} engine(s))"
                        for m in scenario.models)
     log.info("simulated vLLM on %s/metrics (%s; scenario %s, %gx real time)",
@@ -329,4 +364,6 @@ def run(args: argparse.Namespace) -> int:
             pass
     finally:
         server.stop()
+        if baseline is not None:
+            baseline.stop()
     return 0
