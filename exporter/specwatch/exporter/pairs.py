@@ -122,6 +122,7 @@ class _Side:
 
     last_end: float = -math.inf
     current_bin: int | None = None
+    latest_rate: float | None = None
     bins: dict[int, deque[_Segment]] = field(default_factory=dict)
 
 
@@ -150,6 +151,12 @@ class PairTracker:
         self._lock = threading.Lock()
         self._sides: dict[tuple[str, str], _Side] = {}
         self._targets = {t for p in self.pairs for t in (p.sd, p.baseline)}
+        # The other side(s) of each target: a segment is binned by the larger of its own
+        # arrival rate and its partners' latest one (see _fold).
+        self._partners: dict[str, set[str]] = {}
+        for p in self.pairs:
+            self._partners.setdefault(p.sd, set()).add(p.baseline)
+            self._partners.setdefault(p.baseline, set()).add(p.sd)
 
     # -- feeding (poll threads) -------------------------------------------------------------
     def observe(self, target: TargetSnapshot) -> TargetSnapshot:
@@ -167,12 +174,21 @@ class PairTracker:
         return target
 
     def _fold(self, tname: str, mname: str, end: float, w: derive.WindowSignals) -> None:
-        rate = w.values.get(derive.ARRIVAL_RATE)
+        own = w.values.get(derive.ARRIVAL_RATE)
         edges = self.settings.bins_for(mname)
-        idx = bin_index(edges, rate) if rate is not None else None
         start = end - w.span_seconds
         with self._lock:
             side = self._sides.setdefault((tname, mname), _Side())
+            side.latest_rate = own
+            # Both sides take the same offered load; what a window measures is the rate of
+            # *finished* requests, which lags arrivals on a side that is building a queue
+            # (the slower side past break-even). The larger of the two sides' rates is the
+            # better estimate of the load both are at, so both bin by it.
+            rates = [own] + [other.latest_rate for p in self._partners.get(tname, ())
+                             if (other := self._sides.get((p, mname))) is not None]
+            rates = [r for r in rates if r is not None]
+            rate = max(rates) if rates else None
+            idx = bin_index(edges, rate) if rate is not None else None
             side.current_bin = idx
             horizon = end - self.settings.retention_seconds
             for segs in side.bins.values():
