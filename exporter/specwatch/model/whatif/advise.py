@@ -18,6 +18,7 @@ express it and the advice says so.
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,12 +39,32 @@ PERCENTILES = ("p50", "p95", "p99")
 WEIGHTS = np.array([0.50, 0.45, 0.05])
 SCHEDULE_GRID = 4000
 EMPTY: dict[str, Any] = {"enable": None, "draft_length": None, "schedule": None}
+DEFAULT_MIN_GAIN = 1.1
+DEFAULT_PREFILL_RATIO = 4.0
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+@dataclass(frozen=True)
+class Traffic:
+    """Load and workload measured elsewhere (``advise --prometheus``, issue 16), in place of
+    the typed flags: the core stays pure (no I/O); the reader lives in the calibrate layer."""
+
+    arrival_rates: dict[str, float]  # p50, p95, p99 (req/s)
+    prompt_tokens: float
+    generation_tokens: float
+    prompt_tokens_p95: float | None = None
+    generation_tokens_p95: float | None = None
+    #: Per-position acceptance (P(first i+1 drafts accepted)); None: use the flags/file.
+    acceptance_profile: tuple[float, ...] | None = None
+    #: Largest requests-in-flight batch seen (peak vllm:num_requests_running).
+    peak_batch: float | None = None
+    source: str = ""
+
+
+def add_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """The options; ``required=False`` when another source (Prometheus) fills the load."""
     common.add_params_argument(parser)
     for q in PERCENTILES:
-        parser.add_argument(f"--arrival-rate-{q}", type=float, required=True, metavar="R",
+        parser.add_argument(f"--arrival-rate-{q}", type=float, required=required, metavar="R",
                             help=f"arrival rate at the {q} of your load (req/s)")
     acc = parser.add_mutually_exclusive_group()
     acc.add_argument("--alpha", type=float, metavar="A",
@@ -52,7 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="measured tokens per verify cycle at --draft-length")
     parser.add_argument("--draft-length", type=float, metavar="K",
                         help="the k --acceptance-length was measured at")
-    common.add_length_arguments(parser)
+    if required:
+        common.add_length_arguments(parser)
+    else:
+        parser.add_argument("--prompt-tokens", type=float, metavar="P",
+                            help="mean prompt tokens per request")
+        parser.add_argument("--generation-tokens", type=float, metavar="G",
+                            help="mean generated tokens per request")
+    parser.add_argument("--min-gain", type=float, default=DEFAULT_MIN_GAIN, metavar="X",
+                        help="recommend SD only at or above this load-weighted predicted "
+                             f"speedup (default {DEFAULT_MIN_GAIN:g})")
     common.add_k_max_argument(parser)
     parser.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
                         help="vLLM max_num_seqs: the schedule's last range ends here "
@@ -95,12 +125,27 @@ def _schedule(model: Any, acc: common.Acceptance, p: float, g: float, k_max: int
     return ranges, b_off
 
 
-def compute(args: argparse.Namespace) -> dict[str, Any]:
+def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[str, Any]:
+    """The advice; ``traffic`` (measured load) replaces the rate and length flags."""
     params = common.load(args)
-    rates = {
-        q: common.finite_nonnegative(f"--arrival-rate-{q}", getattr(args, f"arrival_rate_{q}"))
-        for q in PERCENTILES
-    }
+    if traffic is not None:
+        rates = dict(traffic.arrival_rates)
+        args.prompt_tokens = traffic.prompt_tokens
+        args.generation_tokens = traffic.generation_tokens
+    else:
+        for flag in ("prompt_tokens", "generation_tokens",
+                     *(f"arrival_rate_{q}" for q in PERCENTILES)):
+            if getattr(args, flag, None) is None:
+                raise common.InputError(f"--{flag.replace('_', '-')}: required (or read the "
+                                        "load from --prometheus URL)")
+        rates = {
+            q: common.finite_nonnegative(f"--arrival-rate-{q}",
+                                         getattr(args, f"arrival_rate_{q}"))
+            for q in PERCENTILES
+        }
+    min_gain = getattr(args, "min_gain", DEFAULT_MIN_GAIN)
+    if not (np.isfinite(min_gain) and min_gain > 0):
+        raise common.InputError(f"--min-gain: expected a positive number, got {min_gain}")
     if not rates["p50"] <= rates["p95"] <= rates["p99"]:
         raise common.InputError(
             "--arrival-rate-p95: percentiles must not decrease: expected p50 <= p95 <= p99, "
@@ -115,7 +160,10 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     k_meas = None
     if args.draft_length is not None:
         k_meas = common.finite_nonnegative("--draft-length", args.draft_length)
-    acc = common.acceptance_from(args, params, k_meas)
+    if traffic is not None and traffic.acceptance_profile:
+        acc = common.Acceptance("measured profile", None, traffic.acceptance_profile)
+    else:
+        acc = common.acceptance_from(args, params, k_meas)
     ceiling = common.ceiling_of(args, params)
     k_max = common.k_max_of(args, params)
     if acc.profile is not None:
@@ -148,8 +196,24 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     static_k = 0
     if eligible.any() and float(np.min(relative)) < 1.0:
         static_k = int(ks[int(np.argmin(relative))])
+    below_min_gain = None
+    if static_k and 1.0 / float(relative[static_k - 1]) < min_gain:
+        below_min_gain = (static_k, 1.0 / float(relative[static_k - 1]))
+        static_k = 0
     schedule, b_off = _schedule(model, acc, p, g, k_max, ceiling, args.max_num_seqs)
     schedule_k = max(r[2] for r in schedule)
+    peak = None
+    sized_by_peak = False
+    prefill_ratio = getattr(args, "prefill_ratio", DEFAULT_PREFILL_RATIO)
+    if traffic is not None and traffic.peak_batch is not None:
+        peak = _peak(model, acc, p, g, k_max, ceiling, traffic.peak_batch, ks, es)
+        if g > 0 and p / g >= prefill_ratio and peak["valid"]:
+            # Prefill-heavy: the batch swings with long prompts; size by the peak batch.
+            sized_by_peak = True
+            k_peak = int(peak["optimal_draft_length"])
+            static_k = k_peak if k_peak and peak["optimal_speedup"] >= min_gain else 0
+            if static_k and not bool(np.all(grid.valid[:, static_k - 1])):
+                static_k = 0
 
     per_q: dict[str, Any] = {}
     for i, q in enumerate(PERCENTILES):
@@ -164,7 +228,13 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             "optimal_speedup": float(best.speedup[i]),
             "utilization": float(grid.sd.utilization[i, j]) if static_k
             else float(nosd.utilization[i, 0]),
+            "valid": bool(grid.valid[i, j]) if static_k else bool(nosd.valid[i, 0]),
         }
+        lat = per_q[q]["latency_sd_s"] if static_k else per_q[q]["latency_nosd_s"]
+        # Requests in flight at this load (Little's law) and the schedule's k for it.
+        per_q[q]["batch_size"] = rates[q] * lat if lat is not None else None
+        per_q[q]["schedule_draft_length"] = (
+            _schedule_k(schedule, per_q[q]["batch_size"]) if lat is not None else None)
     off_rate = None
     be_kind = None
     if static_k:
@@ -204,9 +274,59 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "breakeven_arrival_rate": off_rate,
         "breakeven_kind": be_kind,
         "sd_off_above_arrival_rate": any_off_rate,
+        "min_gain": min_gain,
+        "below_min_gain": None if below_min_gain is None else {
+            "draft_length": below_min_gain[0], "load_weighted_speedup": below_min_gain[1]},
+        "peak": peak,
+        "sized_by_peak_batch": sized_by_peak,
+        "prefill_ratio": prefill_ratio,
+        "traffic": None if traffic is None else {
+            "source": traffic.source, "prompt_tokens_p95": traffic.prompt_tokens_p95,
+            "generation_tokens_p95": traffic.generation_tokens_p95,
+            "peak_batch": traffic.peak_batch,
+            "acceptance_profile": traffic.acceptance_profile},
         "valid": True,
     }
+    if static_k:
+        out["load_weighted_speedup"] = float(
+            WEIGHTS @ (1.0 / np.where(grid.valid[:, static_k - 1], s[:, static_k - 1], np.inf))
+        ) ** -1 if bool(np.all(grid.valid[:, static_k - 1])) else None
     out["advice"] = advice_lines(out)
+    return out
+
+
+def _schedule_k(schedule: list[list[int]], batch: float) -> int:
+    """The schedule's k at a batch size (the last range's beyond it)."""
+    b = max(1, round(batch))
+    for start, end, k in schedule:
+        if start <= b <= end:
+            return k
+    return schedule[-1][2]
+
+
+def _peak(model: Any, acc: common.Acceptance, p: float, g: float, k_max: int,
+          ceiling: float, peak_batch: float, ks: np.ndarray, es: np.ndarray) -> dict[str, Any]:
+    """The decision at the peak batch: the arrival rate whose best-path requests in flight
+    λ·L equal it (Little's law), and the best k and speedup there."""
+    nosd_c2 = float(latency(model, 1.0, 0, 1.0, p, g, max_utilization=1.0).utilization)
+    lam_top = 1.0 / nosd_c2 if nosd_c2 > 0 else 1000.0
+    lams = np.linspace(0.0, lam_top, SCHEDULE_GRID)
+    opt = optimal_draft_length(model, lams, p=p, g=g, k_max=k_max, max_utilization=ceiling,
+                               **acc.optimal_kwargs())
+    ok = opt.valid
+    batch = lams[ok] * opt.latency[ok]
+    out: dict[str, Any] = {"batch": peak_batch, "arrival_rate": None, "valid": False,
+                           "optimal_draft_length": None, "optimal_speedup": None}
+    if not batch.size or peak_batch > float(batch.max()):
+        out["reason"] = (f"a batch of {peak_batch:g} requests in flight is past the model's "
+                         f"validity ceiling {ceiling:g} (largest valid batch "
+                         f"{float(batch.max()) if batch.size else 0:.3g})")
+        return out
+    lam = float(np.interp(peak_batch, batch, lams[ok]))
+    best = optimal_draft_length(model, np.array([lam]), p=p, g=g, k_max=k_max,
+                                max_utilization=ceiling, **acc.optimal_kwargs())
+    out.update(arrival_rate=lam, valid=bool(best.valid[0]),
+               optimal_draft_length=int(best.k[0]), optimal_speedup=float(best.speedup[0]))
     return out
 
 
@@ -240,7 +360,14 @@ def advice_lines(out: dict[str, Any]) -> list[str]:
             lines.append(f"With k = {k}, SD pays at every load below saturation.")
     else:
         best50 = pq["p50"]["optimal_draft_length"]
-        if best50 == 0:
+        below = out.get("below_min_gain")
+        if below is not None:
+            lines.append(
+                f"Keep speculative decoding off: the best static k = {below['draft_length']} "
+                f"gains only {below['load_weighted_speedup']:.2f}x load-weighted, below "
+                f"--min-gain {out['min_gain']:g}x."
+            )
+        elif best50 == 0:
             lines.append("Keep speculative decoding off: at your p50 load no draft length beats "
                          "plain decoding.")
         else:
@@ -248,6 +375,23 @@ def advice_lines(out: dict[str, Any]) -> list[str]:
                 "No single draft length helps at p50 without slowing down p99: keep SD off, or "
                 "use the batch-size schedule below so drafting stops as the batch grows."
             )
+    peak = out.get("peak")
+    if peak is not None:
+        if peak["valid"]:
+            lines.append(
+                f"At the peak batch ({peak['batch']:g} requests in flight, ≈ "
+                f"{peak['arrival_rate']:.3g} req/s): best k = {peak['optimal_draft_length']}, "
+                f"{peak['optimal_speedup']:.2f}x predicted."
+            )
+        else:
+            lines.append(f"At the peak batch: no valid prediction ({peak['reason']}).")
+    if out.get("sized_by_peak_batch"):
+        lines.append(
+            f"Prefill-heavy traffic (prompt/generation = "
+            f"{out['prompt_tokens'] / out['generation_tokens']:.1f} >= "
+            f"{out['prefill_ratio']:g}): the decision is sized by the peak batch, not the "
+            "mean load."
+        )
     if out["sd_off_above_arrival_rate"] is not None and out["sd_off_above_arrival_rate"] > 0:
         lines.append(f"Whatever k: above {out['sd_off_above_arrival_rate']:.3g} req/s the best "
                      "choice is SD off.")
