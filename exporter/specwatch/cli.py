@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "predict SD and no-SD latency, speedup, break-even"),
     "sweep": ("specwatch.model.whatif.sweep",
               "speedup vs arrival rate for each draft length"),
-    "advise": ("specwatch.model.whatif.advise",
+    "advise": ("specwatch.app.advise",
                "enable SD or not, which k, at your load percentiles"),
     "calibrate": ("specwatch.calibrate.command",
                   "fit the latency model from benchmarks or Prometheus"),
