@@ -30,6 +30,9 @@ import pytest
 import yaml
 from specwatch.app.demo import free_port
 from specwatch.app.serve import ServeApp
+from specwatch.calibrate.measured import read_pair_points
+from specwatch.calibrate.prometheus import PrometheusQuery
+from specwatch.cli import main
 from specwatch.exporter import config
 from specwatch.mixin.render import dump_rules, render_rules
 from specwatch.sim.scenario import load_scenario
@@ -39,6 +42,7 @@ SPEED = 20.0
 BINS = [0, 70, 125, 185, 1000]  # page req/s: the steps are at 40, 100, 150 and 220
 LABELS = ["0-70", "70-125", "125-185", "185-1000"]
 SEGMENT_S = 5.0
+STEP_S = 600.0  # simulated seconds per load step (30 s of wall time)
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="needs Debian's prometheus (make setup installs it)")
@@ -64,13 +68,59 @@ def truth(server: SimulatorServer, start_s: float, end_s: float) -> float:
     return float(rec[sel, 1].mean())
 
 
-def test_measured_speedup_matches_the_simulators_truth_and_alerts(tmp_path: Path) -> None:
-    scenario = dataclasses.replace(load_scenario("pair"), loop=False)
+def check_calibration_points(prom: str, sd: SimulatorServer, base: SimulatorServer,
+                             phases: Any, sim_now: float,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`calibrate --prometheus --point-sources pairs`: one (λ, L) point per bin and side,
+    L within 10% and λ within 15% of the simulator's own records, counted as pair
+    points."""
+    with capsys.disabled():
+        print(capsys.readouterr().out)  # what the test printed so far
+    rc = main(["calibrate", "--prometheus", prom, "--start", "now-10m", "--json",
+               "--point-sources", "pairs", "--max-ttft-ratio", "off"])
+    out = capsys.readouterr().out
+    doc = json.loads(out)
+    with capsys.disabled():
+        print("calibrate exit", rc, "point sources", doc.get("point_sources"))
+    model = phases and sd.scenario.models[0].model_name
+    assert doc["point_sources"] == {model: {"pair": 8}}
+    points = read_pair_points(PrometheusQuery(prom, time.time() - 600, time.time(), 60.0))
+    start = 0.0
+    by_bin = {}
+    for label, ph in zip(LABELS, phases, strict=True):
+        # The last step holds on (the scenario does not loop): it ends at sim_now.
+        by_bin[label] = (start, sim_now if label == LABELS[-1]
+                         else min(start + ph.duration_s, sim_now))
+        start += ph.duration_s
+    for p in points:
+        side, label = p.source.split()[2], p.source.split()[4]
+        server = sd if side == "sd" else base
+        lo, hi = by_bin[label]
+        lo += SEGMENT_S * SPEED
+        with server.lock:
+            rec = np.array(server.sim.records)
+        sel = (rec[:, 0] >= lo) & (rec[:, 0] < hi)
+        rate = sel.sum() / ((hi - lo) / SPEED)
+        with capsys.disabled():
+            print(p.source, p.arrival_rate, rate, p.latency_s, rec[sel, 1].mean())
+        assert p.draft_length == (3 if side == "sd" else 0)
+        assert p.latency_s == pytest.approx(float(rec[sel, 1].mean()), rel=0.10), p.source
+        # A bin also holds the segment that straddles the step into it (λ between the two
+        # steps): λ within 15% of the step's own rate.
+        assert p.arrival_rate == pytest.approx(rate, rel=0.15), p.source
+
+
+def test_measured_speedup_matches_the_simulators_truth_and_alerts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Each step 30 s of wall time (six 5 s segments), so the step changes (a segment that
+    # straddles one) weigh little; the last step holds on.
+    packaged = load_scenario("pair")
+    model = packaged.models[0]
+    steps = tuple(dataclasses.replace(ph, duration_s=STEP_S) for ph in model.phases)
+    scenario = dataclasses.replace(packaged, loop=False, models=(
+        dataclasses.replace(model, phases=steps),))
     phases = scenario.models[0].phases
-    prom_port, exp_port = free_port(), free_port()
-    sd = SimulatorServer(scenario, "127.0.0.1:0", SPEED, record_latencies=2_000_000)
-    base = SimulatorServer(baseline_scenario(scenario), "127.0.0.1:0", SPEED,
-                           record_latencies=2_000_000)
+    prom_port, exp_port, sd_port, base_port = (free_port() for _ in range(4))
     rules = render_rules({"alerts": {"SDMeasuredSlowdown": {"for": "5s"}}})
     (tmp_path / "rules.yaml").write_text(dump_rules(rules))
     prom_cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -84,35 +134,51 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(tmp_path: Path
                              f"--storage.tsdb.path={tmp_path / 'data'}",
                              f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
                             stdout=log, stderr=subprocess.STDOUT)
-    app = None
+    exp_cfg = {
+        "global": {"listen": f"127.0.0.1:{exp_port}", "poll_interval": "500ms",
+                   "windows": ["5s", "15s"], "count_window": 0},
+        "targets": [{"name": "sd", "url": f"http://127.0.0.1:{sd_port}/metrics",
+                     "engine": "vllm"},
+                    {"name": "baseline", "url": f"http://127.0.0.1:{base_port}/metrics",
+                     "engine": "vllm"}],
+        "pairs": [{"name": "ab", "sd": "sd", "baseline": "baseline"}],
+        "pair_options": {"window": "5s", "min_requests": 100, "arrival_rate_bins": BINS},
+    }
+    (tmp_path / "specwatch.yaml").write_text(yaml.safe_dump(exp_cfg))
+    app = ServeApp(config.build_config(str(tmp_path / "specwatch.yaml"), [], None, None))
+    sd = base = None
     try:
+        app.start()
+        # The simulators start last: scenario time 0 is now, with everything watching.
+        sd = SimulatorServer(scenario, f"127.0.0.1:{sd_port}", SPEED,
+                             record_latencies=2_000_000)
+        base = SimulatorServer(baseline_scenario(scenario), f"127.0.0.1:{base_port}", SPEED,
+                               record_latencies=2_000_000)
+        base.wall0 = sd.wall0  # one clock: both sides are in the same step
         sd.start()
         base.start()
-        base.wall0 = sd.wall0  # one clock: both sides are in the same step
-        exp_cfg = {
-            "global": {"listen": f"127.0.0.1:{exp_port}", "poll_interval": "500ms",
-                       "windows": ["5s", "15s"], "count_window": 0},
-            "targets": [{"name": "sd", "url": f"{sd.url}/metrics", "engine": "vllm"},
-                        {"name": "baseline", "url": f"{base.url}/metrics", "engine": "vllm"}],
-            "pairs": [{"name": "ab", "sd": "sd", "baseline": "baseline"}],
-            "pair_options": {"window": "5s", "min_requests": 100, "arrival_rate_bins": BINS},
-        }
-        (tmp_path / "specwatch.yaml").write_text(yaml.safe_dump(exp_cfg))
-        app = ServeApp(config.build_config(str(tmp_path / "specwatch.yaml"), [], None, None))
-        app.start()
         total_s = sum(p.duration_s for p in phases)
-        # Run through the ramp, and 8 s (wall) into the last step's second half.
+        # Run through the ramp. Past break-even the SD side's queue grows, so its mean
+        # latency depends on where the measurement stops: the truth stops where the
+        # exporter's last segment ended (its poll time), read right after one was added
+        # and before the next (segments are 5 s apart; Prometheus has 2 s to scrape).
         end_wall = sd.wall0 + total_s / SPEED
         while time.time() < end_wall:
             time.sleep(0.5)
+        model_name = scenario.models[0].model_name
+        pair_sides = app.pairs._sides
+        seen = pair_sides[("sd", model_name)].last_end
+        while pair_sides[("sd", model_name)].last_end == seen:
+            time.sleep(0.05)
+        last_end = pair_sides[("sd", model_name)].last_end
         time.sleep(2.0)
-        sim_now = sd.sim_time_now()
+        sim_now = (last_end - sd.wall0) * SPEED
         rows = query(prom, 'sd_measured_speedup{statistic="mean"}')
         measured = {r["metric"]["arrival_rate_bin"]: float(r["value"][1]) for r in rows}
         start = 0.0
         expected = {}
         for label, ph in zip(LABELS, phases, strict=True):
-            end = min(start + ph.duration_s, sim_now)
+            end = sim_now if label == LABELS[-1] else min(start + ph.duration_s, sim_now)
             lo = start + SEGMENT_S * SPEED  # after the step's first window
             expected[label] = truth(base, lo, end) / truth(sd, lo, end)
             start += ph.duration_s
@@ -134,11 +200,12 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(tmp_path: Path
                       and a["state"] == "firing"]
             time.sleep(0.5)
         assert firing and firing[0]["labels"]["arrival_rate_bin"] == LABELS[3], alerts
+        check_calibration_points(prom, sd, base, phases, sim_now, capsys)
     finally:
-        if app is not None:
-            app.stop()
-        sd.stop()
-        base.stop()
+        app.stop()
+        for server in (sd, base):
+            if server is not None:
+                server.stop()
         proc.terminate()
         proc.wait(timeout=15)
         log.close()

@@ -146,6 +146,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--min-window", metavar="S", default="5m", help="shortest steady window kept (5m)"
     )
     prom.add_argument(
+        "--point-sources",
+        metavar="LIST",
+        default="vllm",
+        help="comma-separated Prometheus point sources: vllm (steady windows of vLLM's"
+        " history), pairs (the exporter's measured A/B pairs, one point per bin and side)"
+        " (vllm)",
+    )
+    prom.add_argument(
         "--timeout",
         type=_positive,
         default=30.0,
@@ -228,6 +236,7 @@ def run(args: argparse.Namespace) -> int:
         drift = _drift_against(old, fits, args, report)
     doc: dict[str, Any] = {
         "systems": {f.system: report.system_json(f) for f in fits},
+        "point_sources": point_sources(points),
         "written": written,
         "compare": drift.to_json() if drift is not None else None,
     }
@@ -237,11 +246,25 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
         report.print_report(fits, written, drift)
+        for system, counts in point_sources(points).items():
+            print(f"points of {system}: " + ", ".join(f"{n} from {kind}"
+                                                      for kind, n in counts.items()))
     if pending_error is not None:
         raise pending_error
     if drift is not None and drift.drifted:
         return 1
     return 0
+
+
+def point_sources(points: list[Point]) -> dict[str, dict[str, int]]:
+    """How many points of each system came from where: bench/CSV files, vLLM's Prometheus
+    history (``prometheus``) or the exporter's measured pairs (``pair``)."""
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for p in points:
+        head = p.source.split(" ", 1)[0]
+        kind = head if head in ("prometheus", "pair") else "file"
+        out[p.system][kind] += 1
+    return {s: dict(c) for s, c in sorted(out.items())}
 
 
 def _gather(args: argparse.Namespace) -> list[Point]:
@@ -265,7 +288,17 @@ def _gather(args: argparse.Namespace) -> list[Point]:
             min_window=args.min_window,
             timeout=args.timeout,
         )
-        points.extend(read_prometheus(query, progress=not args.json))
+        sources = [x.strip() for x in args.point_sources.split(",") if x.strip()]
+        unknown = sorted(set(sources) - {"vllm", "pairs"})
+        if unknown or not sources:
+            raise ConfigError(f"--point-sources: expected vllm and/or pairs, got "
+                              f"{args.point_sources!r}")
+        if "vllm" in sources:
+            points.extend(read_prometheus(query, progress=not args.json))
+        if "pairs" in sources:
+            from specwatch.calibrate.measured import read_pair_points
+
+            points.extend(read_pair_points(query))
     elif args.start or args.selector:
         raise ConfigError("--start/--end/--selector need --prometheus URL")
     if not points:

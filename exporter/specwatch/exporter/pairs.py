@@ -114,6 +114,12 @@ class _Segment:
     requests: float
     e2e_sum: float | None  # mean e2e latency x requests; None without a mean
     histograms: Mapping[str, tuple[tuple[float, float], ...]]
+    #: Window means kept for calibration points (None where the window had none).
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    acceptance_length: float | None = None
+    draft_length: float | None = None
+    drafts: float = 0.0
 
 
 @dataclass
@@ -204,9 +210,14 @@ class PairTracker:
             mean = w.values.get(derive.MEAN_LATENCY_SECONDS)
             e2e = w.histograms.get("e2e_latency_seconds")
             n_lat = e2e[-1][1] if e2e else 0.0
-            seg = _Segment(end, float(rate), w.requests,
+            vals = w.values
+            seg = _Segment(end, float(own if own is not None else rate), w.requests,
                            mean * n_lat if mean is not None and n_lat > 0 else None,
-                           {k: v for k, v in w.histograms.items() if k in RATIO_METRICS})
+                           {k: v for k, v in w.histograms.items() if k in RATIO_METRICS},
+                           vals.get(derive.MEAN_PROMPT_TOKENS),
+                           vals.get(derive.MEAN_GENERATION_TOKENS),
+                           vals.get(derive.ACCEPTANCE_LENGTH), vals.get(derive.DRAFT_LENGTH),
+                           w.drafts)
             maxlen = int(self.settings.retention_seconds / max(self.window_seconds, 1e-3)) + 2
             side.bins.setdefault(idx, deque(maxlen=maxlen)).append(seg)
 
@@ -238,17 +249,31 @@ class PairTracker:
         current = GaugeMetricFamily("sd_pair_current_arrival_rate_bin",
                                     "1 for the bin holding the SD side's current arrival"
                                     " rate (the load the pair is at now).", labels=labels)
+        side_labels = [*labels, "side"]
+        sides = {name: GaugeMetricFamily(name, help_, labels=side_labels) for name, help_ in (
+            ("sd_measured_latency_seconds", "Mean e2e request latency of one side of a pair"
+             " over the bin's finished requests."),
+            ("sd_measured_side_arrival_rate", "Finished requests per second of one side of a"
+             " pair, over the bin's windows."),
+            ("sd_measured_prompt_tokens", "Mean prompt tokens of one side of a pair in the"
+             " bin."),
+            ("sd_measured_generation_tokens", "Mean generated tokens of one side of a pair in"
+             " the bin."),
+            ("sd_measured_acceptance_length", "Tokens per verify cycle of one side of a pair in"
+             " the bin (absent on a side without SD)."),
+            ("sd_measured_draft_length", "Proposed draft tokens per draft of one side of a"
+             " pair in the bin (absent on a side without SD)."))}
         with self._lock:
             for pair in self.pairs:
                 for model in self._models(pair):
-                    self._render(pair, model, ratio, rate, requests, current)
-        for fam in (*ratio.values(), rate, requests, current):
+                    self._render(pair, model, ratio, rate, requests, current, sides)
+        for fam in (*ratio.values(), rate, requests, current, *sides.values()):
             if fam.samples:
                 yield fam
 
     def _render(self, pair: PairConfig, model: str, ratio: dict[str, GaugeMetricFamily],
                 rate: GaugeMetricFamily, requests: GaugeMetricFamily,
-                current: GaugeMetricFamily) -> None:
+                current: GaugeMetricFamily, sides: dict[str, GaugeMetricFamily]) -> None:
         sd = self._sides.get((pair.sd, model))
         base = self._sides.get((pair.baseline, model))
         names = bin_labels(self.settings.bins_for(model))
@@ -262,6 +287,9 @@ class PairTracker:
             for s in SIDES:
                 if counts[s] > 0:
                     requests.add_metric([pair.name, model, label, s], counts[s])
+                if counts[s] >= max(self.settings.min_requests, 1):
+                    for name, value in _side_means(segs[s]).items():
+                        sides[name].add_metric([pair.name, model, label, s], value)
             if min(counts.values()) < max(self.settings.min_requests, 1):
                 continue
             key = [pair.name, model, label]
@@ -270,6 +298,36 @@ class PairTracker:
             for hname, metric in RATIO_METRICS.items():
                 for stat, value in _ratios(hname, segs["sd"], segs["baseline"]).items():
                     ratio[metric].add_metric([*key, stat], value)
+
+
+def _weighted(pairs_: Sequence[tuple[float | None, float]]) -> float | None:
+    """Weighted mean over the (value, weight) pairs that have a value and weight."""
+    num = sum(v * w for v, w in pairs_ if v is not None and w > 0)
+    den = sum(w for v, w in pairs_ if v is not None and w > 0)
+    return num / den if den > 0 else None
+
+
+def _side_means(segs: Sequence[_Segment]) -> dict[str, float]:
+    """One side's absolute figures in a bin: what calibration turns into (λ, L) points.
+
+    Latency is exact (sum over count); rates and lengths are weighted by requests, the
+    acceptance and draft lengths by drafts (a side without drafts has none)."""
+    with_sum = [g for g in segs if g.e2e_sum is not None and "e2e_latency_seconds"
+                in g.histograms]
+    n = sum(g.histograms["e2e_latency_seconds"][-1][1] for g in with_sum)
+    out = {
+        "sd_measured_latency_seconds": sum(g.e2e_sum or 0.0 for g in with_sum) / n
+        if n > 0 else None,
+        "sd_measured_side_arrival_rate": sum(g.rate for g in segs) / len(segs) if segs
+        else None,
+        "sd_measured_prompt_tokens": _weighted([(g.prompt_tokens, g.requests) for g in segs]),
+        "sd_measured_generation_tokens": _weighted([(g.generation_tokens, g.requests)
+                                                    for g in segs]),
+        "sd_measured_acceptance_length": _weighted([(g.acceptance_length, g.drafts)
+                                                    for g in segs]),
+        "sd_measured_draft_length": _weighted([(g.draft_length, g.drafts) for g in segs]),
+    }
+    return {k: v for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
 def _ratios(hname: str, sd: Sequence[_Segment], base: Sequence[_Segment]) -> dict[str, float]:
