@@ -188,3 +188,16 @@ def test_unreachable_prometheus_is_exit_2(capsys):
     rc = main(["advise", "--params", str(PARAMS), "--prometheus", f"http://127.0.0.1:{port}"])
     err = capsys.readouterr().err
     assert rc == 2 and "cannot reach Prometheus" in err
+
+
+def test_calibrate_from_pairs_without_pair_series_is_exit_2_and_writes_nothing(
+        prometheus, capsys, tmp_path):
+    """`calibrate --prometheus --point-sources pairs` where no exporter pair was ever
+    scraped: one clear error, exit 2, no parameters file."""
+    url, end = prometheus
+    out = tmp_path / "params.yaml"
+    rc = main(["calibrate", "--prometheus", url, "--start", str(end - 3600), "--end",
+               str(end), "--point-sources", "pairs", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no measured-pair series" in err and "Traceback" not in err
+    assert not out.exists()
