@@ -1,6 +1,7 @@
 // "SD overview": where speculative decoding stops paying, and whether acceptance is healthy.
 local common = import 'common.libsonnet';
 local g = import 'lib/g.libsonnet';
+local measured = import 'measured.libsonnet';
 
 local ts = g.panel.timeSeries;
 local row = g.panel.row;
@@ -13,6 +14,7 @@ local row = g.panel.row;
     local t = m.target;
     local a = c.alerts;
     local who = '{{target}} · {{model_name}}';
+    local ms = measured.new(c, m);
 
     // Ratio of two summed vLLM counters over $__rate_interval, absent (not 0) when the
     // denominator did not move.
@@ -155,7 +157,7 @@ local row = g.panel.row;
               'Value #B': 'predicted speedup',
               'Value #C': 'break-even arrival rate',
               'Value #D': 'speedup at break-even',
-            },
+            } + ms.renames,
           },
         },
         {
@@ -356,7 +358,7 @@ local row = g.panel.row;
         bimodality,
         conditional,
         row.new('Latency model: does SD pay at this load?'),
-        speedupVsLoad,
+        speedupVsLoad + ms.overlay,
         predictedSpeedup + ts.panelOptions.withGridPos(10, 12),
         breakeven,
         optimalK,
@@ -370,6 +372,9 @@ local row = g.panel.row;
         row.new('Controller'),
         controllerState,
         controllerK,
+        row.new('Measured speedup'),
+        ms.measuredSpeedup,
+        ms.switchHistory,
       ])
     ),
 }

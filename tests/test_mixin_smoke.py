@@ -64,6 +64,14 @@ VARIABLES = {
 # Series only Prometheus' scrape loop writes (none in a backfilled TSDB), and series no
 # released component produces yet. A query reading only these may be empty.
 NO_DATA_EXPECTED = frozenset({"up", "scrape_duration_seconds", "ALERTS"}) | NOT_YET_EXPORTED
+#: Series that exist only after a controller switch completed its before/after record
+#: (neither the recording nor the short live run switches SD): a query reading one of them
+#: is skipped, and listed by the test. tests/test_controller_e2e.py covers them.
+ONLY_AFTER_A_SWITCH = frozenset({"sd_switch_latency_ratio"})
+#: The measured-pair series (issue 16): the live demo run is shorter than the pair window
+#: (1m), so it has no complete segment; the replay configures a pair and must have them.
+PAIR_SERIES = frozenset({"sd_measured_speedup", "sd_measured_arrival_rate",
+                         "sd_pair_current_arrival_rate_bin"})
 
 
 def _labels_text(labels: dict[str, str]) -> str:
@@ -128,6 +136,11 @@ def _build_timeline(tmp: Path) -> tuple[_Timeline, float, float]:
         "    model_window: 1m\n"
         "    controller: {mode: recommend, min_drafts_per_window: 100,"
         " min_requests_per_window: 2}\n"
+        # A measured A/B pair of the two (issue 16): the same pages on both sides, so the
+        # measured speedup is 1; one bin, a 1m segment, the CPU model's few requests.
+        "pairs:\n"
+        f"  - {{name: smoke-ab, sd: {TARGET}, baseline: {TARGET}-1m}}\n"
+        "pair_options: {window: 1m, min_requests: 1, arrival_rate_bins: [0, 1000]}\n"
     )
     app = ServeApp(config.build_config(str(cfg_file), [], "127.0.0.1:0", None))
     timeline = _Timeline()
@@ -256,6 +269,9 @@ def test_every_dashboard_query_returns_data(prometheus):
             result = _query_range(base, _substitute(expr), start, end)
             if metric_names(expr) <= NO_DATA_EXPECTED:
                 continue
+            if metric_names(expr) & ONLY_AFTER_A_SWITCH:
+                print(f"skipped (no switch in the recording): {where}")
+                continue
             checked += 1
             if not result:
                 empty.append(where)
@@ -374,6 +390,9 @@ def test_live_every_dashboard_query_returns_data(live_stack):
                 result = _query_range(base, _substitute(expr), start, end)
                 # Prometheus scrapes here, so up and scrape_duration_seconds must have data.
                 if metric_names(expr) <= NOT_YET_EXPORTED | {"ALERTS"}:
+                    continue
+                if metric_names(expr) & (ONLY_AFTER_A_SWITCH | PAIR_SERIES):
+                    print(f"skipped (no switch / pair segment in the live run): {where}")
                     continue
                 checked += 1
                 if not result:

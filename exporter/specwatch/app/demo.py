@@ -77,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help="stop by itself after this many seconds (default: run until "
                              "Ctrl-C)")
+    parser.add_argument("--no-pair", dest="pair", action="store_false",
+                        help="do not run the A/B baseline (a second simulated vLLM with SD "
+                             "off, paired with the first: sd_measured_speedup)")
     parser.add_argument("--log-level", default="warning",
                         choices=["debug", "info", "warning", "error"])
 
@@ -180,6 +183,7 @@ class Demo:
         self.scenario = load_scenario(args.scenario)
         self.tmp = Path(tempfile.mkdtemp(prefix="specwatch-demo-"))
         self.simulator: Any = None
+        self.baseline: Any = None
         self.exporter: Any = None
         self.prometheus: subprocess.Popen[bytes] | None = None
         self.prometheus_url: str | None = None
@@ -193,7 +197,17 @@ class Demo:
 
         self.simulator = SimulatorServer(self.scenario, self.args.simulator_listen,
                                          self.args.speed, self.args.seed)
+        if getattr(self.args, "pair", False):
+            # The A/B baseline (issue 16): the same scenario and traffic with SD off, on the
+            # same clock, so the exporter measures the speedup beside the predicted one.
+            from specwatch.sim.server import baseline_scenario
+
+            self.baseline = SimulatorServer(baseline_scenario(self.scenario), "127.0.0.1:0",
+                                            self.args.speed, self.args.seed)
+            self.baseline.wall0 = self.simulator.wall0
         self.simulator.start()
+        if self.baseline is not None:
+            self.baseline.start()
 
     def start_exporter(self) -> None:
         from specwatch.app.serve import ServeApp
@@ -210,9 +224,17 @@ class Demo:
         speed = max(self.args.speed, 1e-9)
         target["controller"] = {"mode": "recommend", "stabilization_seconds": 300.0 / speed,
                                 "min_switch_interval_seconds": 600.0 / speed}
-        doc = {"global": {"listen": self.args.exporter_listen,
-                          "poll_interval": self.args.poll_interval},
-               "targets": [target]}
+        doc: dict[str, Any] = {"global": {"listen": self.args.exporter_listen,
+                                          "poll_interval": self.args.poll_interval},
+                               "targets": [target]}
+        if self.baseline is not None:
+            doc["targets"].append({"name": "vllm-sim-baseline",
+                                   "url": f"{self.baseline.url}/metrics", "engine": "vllm"})
+            doc["pairs"] = [{"name": "demo-ab", "sd": "vllm-sim", "baseline":
+                             "vllm-sim-baseline"}]
+            # Bins along the demo's load (0.5 to 12 req/s, times the speed on the page).
+            doc["pair_options"] = {"arrival_rate_bins": [
+                round(b * speed, 6) for b in (0, 1, 2, 4, 6, 8, 10, 12)]}
         path = self.tmp / "specwatch.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         cfg = config.build_config(str(path), [], None, None)
@@ -308,6 +330,9 @@ class Demo:
         if self.simulator is not None:
             simulator, self.simulator = self.simulator, None
             simulator.stop()
+        if self.baseline is not None:
+            baseline, self.baseline = self.baseline, None
+            baseline.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     # ----------------------------------------------------------------- text
@@ -317,6 +342,8 @@ class Demo:
         speed = self.args.speed
         lines = ["", "specwatch demo is running. Ctrl-C stops everything.", ""]
         lines.append(f"  simulated vLLM  {self.simulator.url}/metrics")
+        if self.baseline is not None:
+            lines.append(f"  baseline (no SD) {self.baseline.url}/metrics  (A/B pair demo-ab)")
         lines.append(f"  exporter        {self.exporter_url()}/metrics")
         if self.prometheus_url:
             rules = (f"{len(self.rule_files)} rule file(s)" if self.rule_files
@@ -337,6 +364,9 @@ class Demo:
                          "break-even)")
             lines.append(f"  {p}/alerts  (SDAcceptanceRateLow goes pending, then fires, in "
                          "the acceptance-drop phase)")
+            if self.baseline is not None:
+                lines.append(f"  {p}/graph?g0.expr=sd_measured_speedup%7Bstatistic%3D%22mean"
+                             "%22%7D  (measured, per arrival-rate bin, beside the predicted)")
         lines += ["", f"Scenario {sc.source} ({speed:g}x real time"
                   f"{', loops' if sc.loop else ''}):"]
         for m in sc.models:

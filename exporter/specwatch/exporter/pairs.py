@@ -14,7 +14,7 @@ increases (e2e, TTFT, inter-token), the e2e latency sum and the request count ar
 that bin. Segments older than ``retention`` are dropped, so a bin describes recent traffic,
 and state is bounded: (pairs' sides) x (bins) x (retention / window) segments.
 
-Exposed per pair, model and bin (a bin where a side has too few requests has no series;
+Exposed per pair (``target`` is its SD side), model and bin (a bin where a side has too few requests has no series;
 nothing here is ever a placeholder 0):
 
 * ``sd_measured_speedup{statistic="mean|p50|p99"}``: baseline e2e latency / SD e2e latency
@@ -231,7 +231,9 @@ class PairTracker:
 
     def families(self, _snap: Snapshot | None = None) -> Iterator[Metric]:
         """The measured-pair families (collector family builder; see the module docstring)."""
-        labels = ["pair", "model_name", "arrival_rate_bin"]
+        # `target` is the pair's SD side: the measured points sit beside that target's
+        # predicted speedup (and dashboards filter by target like every exporter series).
+        labels = ["pair", "target", "model_name", "arrival_rate_bin"]
         ratio = {name: GaugeMetricFamily(
             name, f"Baseline {what} / SD {what} of a pair's targets at the same arrival rate"
             f" (> 1: SD is faster), over the finished requests of the bin.",
@@ -278,7 +280,7 @@ class PairTracker:
         base = self._sides.get((pair.baseline, model))
         names = bin_labels(self.settings.bins_for(model))
         if sd is not None and sd.current_bin is not None:
-            current.add_metric([pair.name, model, names[sd.current_bin]], 1.0)
+            current.add_metric([pair.name, pair.sd, model, names[sd.current_bin]], 1.0)
         if sd is None or base is None:
             return
         for idx, label in enumerate(names):
@@ -286,13 +288,13 @@ class PairTracker:
             counts = {s: sum(g.requests for g in segs[s]) for s in SIDES}
             for s in SIDES:
                 if counts[s] > 0:
-                    requests.add_metric([pair.name, model, label, s], counts[s])
+                    requests.add_metric([pair.name, pair.sd, model, label, s], counts[s])
                 if counts[s] >= max(self.settings.min_requests, 1):
                     for name, value in _side_means(segs[s]).items():
-                        sides[name].add_metric([pair.name, model, label, s], value)
+                        sides[name].add_metric([pair.name, pair.sd, model, label, s], value)
             if min(counts.values()) < max(self.settings.min_requests, 1):
                 continue
-            key = [pair.name, model, label]
+            key = [pair.name, pair.sd, model, label]
             all_segs = segs["sd"] + segs["baseline"]
             rate.add_metric(key, sum(g.rate for g in all_segs) / len(all_segs))
             for hname, metric in RATIO_METRICS.items():

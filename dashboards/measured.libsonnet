@@ -1,0 +1,80 @@
+// Measured speedup (issue 16), kept apart from sd-overview.libsonnet: the points an A/B
+// pair (`pairs:` in the exporter config) and the controller's before/after switch records
+// measure, overlaid on the predicted speedup-vs-arrival-rate panel, and the panels of
+// their own (measured speedup per arrival-rate bin, switch history).
+local g = import 'lib/g.libsonnet';
+
+local ts = g.panel.timeSeries;
+local xy = g.panel.xyChart;
+
+{
+  new(c, m)::
+    local f = m.filters;
+    local t = m.target;
+    // Pair series carry `target` (the pair's SD side): the points land in the frame of
+    // that target's predicted curve.
+    local pairFilter = f.sd;
+    local switchE2E(action) =
+      'sd_switch_latency_ratio{%s, action="%s", latency="e2e", percentile="50"}' % [f.sd, action];
+    {
+      // Field names of the overlay's queries, merged into the xychart's organize step.
+      renames:: {
+        'Value #E': 'measured arrival rate (pair)',
+        'Value #F': 'measured speedup (pair)',
+        'Value #G': 'arrival rate at switch',
+        'Value #H': 'measured speedup (switch)',
+      },
+      // Mixed into the predicted xychart: refIds E-H follow its A-D.
+      overlay:: {
+                  targets+: [
+                    t('max by (target, model_name, arrival_rate_bin) (sd_measured_arrival_rate{%s})' % pairFilter)
+                    + g.query.prometheus.withFormat('table'),
+                    t('max by (target, model_name, arrival_rate_bin) (sd_measured_speedup{%s, statistic="mean"})' % pairFilter)
+                    + g.query.prometheus.withFormat('table'),
+                    // A switch record: the arrival rate at the switch, and no-SD / SD latency (P50):
+                    // after/before for a switch off, before/after for a switch on.
+                    t('max by (target, model_name) (sd_arrival_rate{%s}) and on (target, model_name) group by (target, model_name) (sd_switch_latency_ratio{%s})'
+                      % [f.sdWindow, f.sd])
+                    + g.query.prometheus.withFormat('table'),
+                    t('max by (target, model_name) (%s) or max by (target, model_name) (1 / %s)'
+                      % [switchE2E('disable'), switchE2E('enable')])
+                    + g.query.prometheus.withFormat('table'),
+                  ],
+                  options+: {
+                    series+: [
+                      xy.options.series.new('measured arrival rate (pair)', 'measured speedup (pair)'),
+                      xy.options.series.new('arrival rate at switch', 'measured speedup (switch)'),
+                    ],
+                  },
+                }
+                + xy.standardOptions.withOverridesMixin([
+                  xy.standardOptions.override.byName.new('measured speedup (pair)')
+                  + xy.standardOptions.override.byName.withProperty('custom.pointSize', { fixed: 9 })
+                  + xy.standardOptions.override.byName.withProperty('color', { mode: 'fixed', fixedColor: 'green' }),
+                  xy.standardOptions.override.byName.new('measured speedup (switch)')
+                  + xy.standardOptions.override.byName.withProperty('custom.pointSize', { fixed: 9 })
+                  + xy.standardOptions.override.byName.withProperty('color', { mode: 'fixed', fixedColor: 'purple' }),
+                ]),
+
+      measuredSpeedup::
+        m.timeSeries(
+          'Measured speedup (A/B pairs)',
+          'Baseline latency / SD latency measured by each A/B pair (`pairs:` in the exporter config) in each arrival-rate bin, over the finished requests of both sides (mean, P50, P99 of end-to-end latency). Below 1 (dashed line) SD is measured slower; at the current load that fires SDMeasuredSlowdown after %s. A bin without enough requests on both sides has no line.' % c.alerts.SDMeasuredSlowdown['for'],
+          'none',
+          [t('sd_measured_speedup{%s}' % pairFilter, '{{pair}} · {{model_name}} · {{arrival_rate_bin}} req/s · {{statistic}}')],
+        )
+        + m.thresholdLines([['red', null], ['green', c.alerts.SDMeasuredSlowdown.threshold]]),
+
+      switchHistory::
+        m.timeSeries(
+          'Switch history: latency after / before',
+          'Each controller switch (enable/disable SD) and the latency ratio it measured: the P50 and P99 of end-to-end latency and TTFT over the decision window after the switch divided by the window before it (below 1: the switch helped). The switches line counts them per interval (sd_controller_transitions_total).',
+          'none',
+          [
+            t('sd_switch_latency_ratio{%s}' % f.sd, '{{target}} · {{model_name}} · {{action}} · {{latency}} P{{percentile}}'),
+            t('sum by (target, model_name, action) (increase(sd_controller_transitions_total{%s}[$__rate_interval]))' % f.sd, '{{target}} · {{model_name}} · switches ({{action}})'),
+          ],
+        )
+        + m.thresholdLines([['green', null], ['red', 1]]),
+    },
+}
