@@ -14,8 +14,8 @@ increases (e2e, TTFT, inter-token), the e2e latency sum and the request count ar
 that bin. Segments older than ``retention`` are dropped, so a bin describes recent traffic,
 and state is bounded: (pairs' sides) x (bins) x (retention / window) segments.
 
-Exposed per pair (``target`` is its SD side), model and bin (a bin where a side has too few requests has no series;
-nothing here is ever a placeholder 0):
+Exposed per pair (``target`` is its SD side), model and bin (a bin where a side has too
+few requests has no series; nothing here is ever a placeholder 0):
 
 * ``sd_measured_speedup{statistic="mean|p50|p99"}``: baseline e2e latency / SD e2e latency
   (> 1: SD is faster);
