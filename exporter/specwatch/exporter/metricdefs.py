@@ -46,6 +46,11 @@ class MetricDef:
         return f"{self.name}_total" if self.type == "counter" else self.name
 
 
+#: Labels of the measured-pair series (issue 16).
+_PAIR = ("pair", "target", "model_name", "arrival_rate_bin")
+_PAIR_STAT = (*_PAIR, "statistic")
+_PAIR_SIDE = (*_PAIR, "side")
+
 METRICS: tuple[MetricDef, ...] = (
     MetricDef(
         "sd_acceptance_rate", "gauge", ("target", "model_name", "window"),
@@ -292,6 +297,69 @@ METRICS: tuple[MetricDef, ...] = (
             "window after the last switch ÷ the same before it, `percentile` = `50`, `99`. The "
             "label is not `quantile` (architecture.md's spelling): `promtool check metrics` "
             "reserves it for summaries"),
+    # Measured A/B pairs (issue 16, specwatch.exporter.pairs): `target` is the pair's SD side.
+    MetricDef(
+        "sd_measured_speedup", "gauge", _PAIR_STAT,
+        help="Baseline e2e request latency / SD e2e request latency of a pair's targets at the "
+             "same arrival rate (> 1: SD is faster), over the finished requests of the bin.",
+        doc="measured A/B pair (`pairs:`, [exporter](exporter.md#measured-ab-pairs)): baseline "
+            "e2e latency ÷ SD e2e latency over the bin's finished requests, `statistic` = "
+            "`mean`, `p50`, `p99`; only where both sides have `pair_options.min_requests` in "
+            "the bin (absent otherwise, never 0)"),
+    MetricDef(
+        "sd_measured_ttft_ratio", "gauge", _PAIR_STAT,
+        help="Baseline time to first token / SD time to first token of a pair's targets at the "
+             "same arrival rate (> 1: SD is faster), over the finished requests of the bin.",
+        doc="the same ratio for time to first token, `statistic` = `p50`, `p99`"),
+    MetricDef(
+        "sd_measured_inter_token_latency_ratio", "gauge", _PAIR_STAT,
+        help="Baseline inter-token latency / SD inter-token latency of a pair's targets at the "
+             "same arrival rate (> 1: SD is faster), over the finished requests of the bin.",
+        doc="the same ratio for inter-token latency (`vllm:inter_token_latency_seconds`), "
+            "`statistic` = `p50`, `p99`"),
+    MetricDef(
+        "sd_measured_arrival_rate", "gauge", _PAIR,
+        help="Mean arrival rate (requests/s) of a pair's windows in the bin (both sides): where "
+             "the measured point sits.",
+        doc="mean arrival rate (req/s) of the bin's windows, both sides: the x of a measured "
+            "point"),
+    MetricDef(
+        "sd_measured_requests", "gauge", _PAIR_SIDE,
+        help="Finished requests of one side of a pair in the bin (within the retention).",
+        doc="finished requests of one side (`sd`, `baseline`) in the bin, within "
+            "`pair_options.retention`"),
+    MetricDef(
+        "sd_pair_current_arrival_rate_bin", "gauge", _PAIR,
+        help="1 for the bin holding the SD side's current arrival rate (the load the pair is at "
+             "now).",
+        doc="1 for the bin of the pair's current arrival rate (what `SDMeasuredSlowdown` joins "
+            "on)"),
+    MetricDef(
+        "sd_measured_latency_seconds", "gauge", _PAIR_SIDE,
+        help="Mean e2e request latency of one side of a pair over the bin's finished requests.",
+        doc="mean e2e latency of one side in the bin (a calibration point's L)"),
+    MetricDef(
+        "sd_measured_side_arrival_rate", "gauge", _PAIR_SIDE,
+        help="Finished requests per second of one side of a pair, over the bin's windows.",
+        doc="finished requests per second of one side in the bin (a calibration point's λ)"),
+    MetricDef(
+        "sd_measured_prompt_tokens", "gauge", _PAIR_SIDE,
+        help="Mean prompt tokens of one side of a pair in the bin.",
+        doc="mean prompt tokens of one side in the bin"),
+    MetricDef(
+        "sd_measured_generation_tokens", "gauge", _PAIR_SIDE,
+        help="Mean generated tokens of one side of a pair in the bin.",
+        doc="mean generated tokens of one side in the bin"),
+    MetricDef(
+        "sd_measured_acceptance_length", "gauge", _PAIR_SIDE,
+        help="Tokens per verify cycle of one side of a pair in the bin (absent on a side "
+             "without SD).",
+        doc="tokens per verify cycle of one side in the bin (absent without SD)"),
+    MetricDef(
+        "sd_measured_draft_length", "gauge", _PAIR_SIDE,
+        help="Proposed draft tokens per draft of one side of a pair in the bin (absent on a "
+             "side without SD).",
+        doc="proposed draft tokens per draft of one side in the bin (absent without SD)"),
     MetricDef(
         "specwatch_controller_alerts", "counter", ("outcome",),
         help="Alertmanager alerts received by the controller receiver, by outcome (accepted, "

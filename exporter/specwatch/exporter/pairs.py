@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from specwatch.exporter import derive
+from specwatch.exporter import derive, metricdefs
 from specwatch.exporter.snapshot import Snapshot, TargetSnapshot
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,10 @@ RATIO_METRICS: dict[str, str] = {
     "inter_token_latency_seconds": "sd_measured_inter_token_latency_ratio",
 }
 SIDES = ("sd", "baseline")
+#: Per-side figures of a bin (calibration points).
+SIDE_METRICS = ("sd_measured_latency_seconds", "sd_measured_side_arrival_rate",
+                "sd_measured_prompt_tokens", "sd_measured_generation_tokens",
+                "sd_measured_acceptance_length", "sd_measured_draft_length")
 
 
 @dataclass(frozen=True)
@@ -233,38 +237,12 @@ class PairTracker:
         """The measured-pair families (collector family builder; see the module docstring)."""
         # `target` is the pair's SD side: the measured points sit beside that target's
         # predicted speedup (and dashboards filter by target like every exporter series).
-        labels = ["pair", "target", "model_name", "arrival_rate_bin"]
-        ratio = {name: GaugeMetricFamily(
-            name, f"Baseline {what} / SD {what} of a pair's targets at the same arrival rate"
-            f" (> 1: SD is faster), over the finished requests of the bin.",
-            labels=[*labels, "statistic"]) for name, what in (
-                ("sd_measured_speedup", "e2e request latency"),
-                ("sd_measured_ttft_ratio", "time to first token"),
-                ("sd_measured_inter_token_latency_ratio", "inter-token latency"))}
-        rate = GaugeMetricFamily("sd_measured_arrival_rate",
-                                 "Mean arrival rate (requests/s) of a pair's windows in the bin"
-                                 " (both sides): where the measured point sits.",
-                                 labels=labels)
-        requests = GaugeMetricFamily("sd_measured_requests",
-                                     "Finished requests of one side of a pair in the bin"
-                                     " (within the retention).", labels=[*labels, "side"])
-        current = GaugeMetricFamily("sd_pair_current_arrival_rate_bin",
-                                    "1 for the bin holding the SD side's current arrival"
-                                    " rate (the load the pair is at now).", labels=labels)
-        side_labels = [*labels, "side"]
-        sides = {name: GaugeMetricFamily(name, help_, labels=side_labels) for name, help_ in (
-            ("sd_measured_latency_seconds", "Mean e2e request latency of one side of a pair"
-             " over the bin's finished requests."),
-            ("sd_measured_side_arrival_rate", "Finished requests per second of one side of a"
-             " pair, over the bin's windows."),
-            ("sd_measured_prompt_tokens", "Mean prompt tokens of one side of a pair in the"
-             " bin."),
-            ("sd_measured_generation_tokens", "Mean generated tokens of one side of a pair in"
-             " the bin."),
-            ("sd_measured_acceptance_length", "Tokens per verify cycle of one side of a pair in"
-             " the bin (absent on a side without SD)."),
-            ("sd_measured_draft_length", "Proposed draft tokens per draft of one side of a"
-             " pair in the bin (absent on a side without SD)."))}
+        # Names, labels and HELP come from the metric table (specwatch.exporter.metricdefs).
+        ratio = {name: metricdefs.gauge(name) for name in RATIO_METRICS.values()}
+        rate = metricdefs.gauge("sd_measured_arrival_rate")
+        requests = metricdefs.gauge("sd_measured_requests")
+        current = metricdefs.gauge("sd_pair_current_arrival_rate_bin")
+        sides = {name: metricdefs.gauge(name) for name in SIDE_METRICS}
         with self._lock:
             for pair in self.pairs:
                 for model in self._models(pair):
