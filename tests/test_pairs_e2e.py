@@ -82,6 +82,9 @@ def check_calibration_points(prom: str, sd: SimulatorServer, base: SimulatorServ
     doc = json.loads(out)
     with capsys.disabled():
         print("calibrate exit", rc, "point sources", doc.get("point_sources"))
+        fit = next(iter(doc["systems"].values()))
+        print("fit:", {k: fit.get(k) for k in ("mode", "identifiable", "not_identifiable",
+                                               "fallback_reason", "coefficients", "r2")})
     model = phases and sd.scenario.models[0].model_name
     assert doc["point_sources"] == {model: {"pair": 8}}
     points = read_pair_points(PrometheusQuery(prom, time.time() - 600, time.time(), 60.0))
