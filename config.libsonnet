@@ -60,6 +60,17 @@
         // (Prometheus >= 2.42). Set to '' to omit the field for older Prometheus.
         keepFiringFor: '2m',
         minArrivalRate: 0.05,  // finished requests per second
+        // Exporter window the alert reads (source 'exporter'). 1m, not the 5m of the
+        // dashboards: the `for` clock starts when the window crosses the threshold, and a
+        // 5m window of a drop that follows heavy traffic crosses it up to 5 minutes late
+        // (4.3 min in the demo), so the page would come 14-15 minutes after the drop.
+        // With 1m it comes 10-12 minutes after (tests/test_mixin_alert_timing.py).
+        window: '1m',
+        // An isolated missing sample (a failed poll drops the target's series for one
+        // scrape, a missed scrape) must not reset the `for` clock: the rule reads the last
+        // sample within this grace (last_over_time) instead of the instant value. Keep it
+        // at least 2x the scrape interval of specwatch. '' reads instant values.
+        missingSampleGrace: '2m',
         // 'exporter': specwatch's windowed sd_acceptance_rate (labels target, model_name);
         // 'vllm': the recording rule computed from vLLM's counters, for Prometheus setups
         // without the exporter (labels job, model_name).

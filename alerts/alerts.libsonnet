@@ -49,31 +49,40 @@
     ],
 
   local low = a.SDAcceptanceRateLow,
+  // An isolated missing sample (one failed poll removes the target's series from one
+  // scrape; a missed scrape) makes an instant selector return nothing, which resets the
+  // `for` clock: pending -> inactive -> pending. last_over_time() reads the latest sample
+  // within the grace instead (range selectors skip staleness markers), so the clock keeps
+  // running through a gap; a series that has really gone (idle server) is still absent
+  // after the grace.
+  local graced(sel) =
+    if low.missingSampleGrace == '' then sel
+    else 'last_over_time(%s[%s])' % [sel, low.missingSampleGrace],
   local lowExpr =
     if low.source == 'exporter' then
       |||
         %(rate)s < %(threshold)g
-      ||| % { rate: exp('sd_acceptance_rate', c.exporterWindow), threshold: low.threshold }
+      ||| % { rate: graced(exp('sd_acceptance_rate', low.window)), threshold: low.threshold }
       + (
         if low.minArrivalRate > 0 then |||
           and on (%(on)s)
           %(arrival)s >= %(min)g
-        ||| % { on: exporterOn, arrival: exp('sd_arrival_rate', c.exporterWindow), min: low.minArrivalRate }
+        ||| % { on: exporterOn, arrival: graced(exp('sd_arrival_rate', low.window)), min: low.minArrivalRate }
         else ''
       )
     else if low.source == 'vllm' then
       |||
         %(rate)s < %(threshold)g
-      ||| % { rate: rec.acceptanceRate, threshold: low.threshold }
+      ||| % { rate: graced(rec.acceptanceRate), threshold: low.threshold }
       + (
         if low.minArrivalRate > 0 then |||
           and on (%(on)s)
           %(arrival)s >= %(min)g
-        ||| % { on: vllmOn, arrival: rec.arrivalRate, min: low.minArrivalRate }
+        ||| % { on: vllmOn, arrival: graced(rec.arrivalRate), min: low.minArrivalRate }
         else ''
       )
     else error "alerts.SDAcceptanceRateLow.source must be 'exporter' or 'vllm', got %s" % low.source,
-  local lowWindow = if low.source == 'exporter' then c.exporterWindow else c.rateWindow,
+  local lowWindow = if low.source == 'exporter' then low.window else c.rateWindow,
 
   prometheusAlerts+:: {
     groups+: [
