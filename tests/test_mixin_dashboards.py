@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import promql_parser
 import pytest
 from mixin_helpers import (
     NOT_YET_EXPORTED,
@@ -113,6 +114,44 @@ def test_variables(name, required):
             assert per_instance or 'target=~"$target"' in expr, where
         if any(n.startswith("vllm:") for n in names):
             assert 'job=~"$vllm_job"' in expr and 'model_name=~"$model_name"' in expr, where
+
+
+def _selectors(expr: str) -> list:
+    from mixin_helpers import _walk, parse
+
+    return [n for n in _walk(parse(expr)) if isinstance(n, promql_parser.VectorSelector)]
+
+
+def _equal_matchers(selector: str) -> set[tuple[str, str]]:
+    """{'job="vllm"'} -> {("job", "vllm")}: the configured selectors are equality matchers."""
+    return set(re.findall(r'(\w+)="([^"]*)"', selector))
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_panels_select_only_the_configured_jobs_whatever_all_expands_to(name):
+    """Issue 18, item 1: with `$job` at All (`.+`), "Exporter instances up" counted every job
+    Prometheus scrapes (6 where there were 3 exporters) and the scrape duration panel drew
+    the vLLM jobs. Every selector of an exporter series (and of `up`,
+    `scrape_duration_seconds`) carries the exporterSelector's matchers, every vLLM series
+    the vllmSelector's, whatever the variable holds; and `$job`'s All is not `.+`."""
+    config = mixin.default_config()
+    exporter_sel = _equal_matchers(config["exporterSelector"])
+    vllm_sel = _equal_matchers(config["vllmSelector"])
+    assert exporter_sel and vllm_sel
+    exporter_names = exporter_metrics() | NOT_YET_EXPORTED | {"up", "scrape_duration_seconds"}
+    d = DASHBOARDS[name]
+    for where, expr in dashboard_exprs(name, d):
+        if "annotation" in where:
+            continue
+        for sel in _selectors(expr):
+            eq = {(m.name, m.value) for m in sel.matchers.matchers if str(m.op) == "MatchOp.Equal"}
+            if sel.name in exporter_names:
+                assert exporter_sel <= eq, f"{where}: {sel.name} not scoped to the exporter job"
+            elif sel.name.startswith("vllm:"):
+                assert vllm_sel <= eq, f"{where}: {sel.name} not scoped to the vLLM job"
+    for v in d["templating"]["list"]:
+        if v["name"] in ("job", "vllm_job"):
+            assert v["includeAll"] and v.get("allValue") in (None, ""), v["name"]
 
 
 def test_multi_cluster_adds_a_cluster_variable_and_filter():

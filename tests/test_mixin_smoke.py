@@ -410,3 +410,41 @@ def test_live_recording_rules_are_evaluated(live_stack):
     for group in load_rule_file(RULES_YAML)["groups"]:
         for rule in group["rules"]:
             assert _query_range(base, rule["record"], start, end), rule["record"]
+
+
+def _all_value(base: str, variable: dict, start: float, end: float) -> str:
+    """What Grafana substitutes for a multi-value variable set to All: its allValue when it
+    has one, else the regex of every value its query lists."""
+    if variable.get("allValue"):
+        return variable["allValue"]
+    selector, label = variable["query"][len("label_values("):-1].rsplit(",", 1)
+    q = urllib.parse.urlencode({"match[]": _substitute(selector), "start": start, "end": end})
+    values = sorted({s[label.strip()] for s in _get(f"{base}/api/v1/series?{q}")["data"]})
+    assert values, variable["name"]
+    return "(" + "|".join(values) + ")"
+
+
+def test_live_job_all_counts_only_the_exporters(live_stack):
+    """Issue 18, item 1: Prometheus scrapes the exporter and the simulated vLLM; with `$job`
+    at All (Grafana 11's default), "Exporter instances up" counts the exporters only (1, not
+    2) and "Exporter scrape duration" draws no vLLM job."""
+    base, start, end = live_stack
+    d = load_dashboards()["specwatch-exporter.json"]
+    (job,) = [v for v in d["templating"]["list"] if v["name"] == "job"]
+    by_title = {p["title"]: p for p in d["panels"] if p["type"] != "row"}
+    saved = dict(VARIABLES)
+    VARIABLES["job"] = _all_value(base, job, start, end)
+    try:
+        up = _query_range(
+            base, _substitute(by_title["Exporter instances up"]["targets"][0]["expr"]),
+            start, end)
+        durations = _query_range(
+            base, _substitute(by_title["Exporter scrape duration"]["targets"][0]["expr"]),
+            start, end)
+    finally:
+        VARIABLES.clear()
+        VARIABLES.update(saved)
+    exporters = _query_range(base, 'count(up{job="specwatch"})', start, end)
+    assert {v for _, v in exporters[0]["values"]} == {"1"}
+    assert up and {v for _, v in up[0]["values"]} == {"1"}
+    assert durations and {s["metric"]["job"] for s in durations} == {"specwatch"}
