@@ -93,9 +93,12 @@ local row = g.panel.row;
 
     local hm = g.panel.heatmap;
     local samplesHeatmap =
-      hm.new('Acceptance-rate distribution')
-      + hm.panelOptions.withDescription('Distribution of per-poll acceptance rates (the sd_acceptance_rate_samples histogram, buckets 0.05 wide; only polls with enough drafts count), summed over the selected targets and models. One band is one population; two bands (easy and hard traffic) mean the mean acceptance rate describes neither. Cells are samples per second.')
+      hm.new('Acceptance-rate distribution · $model_name')
+      + hm.panelOptions.withDescription("Distribution of per-poll acceptance rates (the sd_acceptance_rate_samples histogram, buckets 0.05 wide; only polls with enough drafts count) of one target (this row) and one model (this panel): the panel repeats per model, the row per target, because summed over several targets each one's band would draw a multi-band picture of unimodal traffic. One band is one population; two bands that alternate in time are two kinds of traffic taking turns, while one band that moves is a change. Cells are samples per second.")
       + hm.panelOptions.withGridPos(8, 12)
+      + hm.panelOptions.withRepeat('model_name')
+      + hm.panelOptions.withRepeatDirection('h')
+      + hm.panelOptions.withMaxPerRow(2)
       + hm.queryOptions.withTargets([
         t('sum by (le) (rate(sd_acceptance_rate_samples_bucket{%s}[$__rate_interval]))' % f.sd, '{{le}}')
         + g.query.prometheus.withFormat('heatmap'),
@@ -354,9 +357,12 @@ local row = g.panel.row;
         acceptanceLength,
         draftLength,
         positionAcceptance,
-        samplesHeatmap,
         bimodality,
         conditional,
+        // One row per target, one heatmap per model in it: a heatmap must never sum the
+        // distributions of two targets or models.
+        row.new('Acceptance distribution · $target') + row.withRepeat('target'),
+        samplesHeatmap,
         row.new('Latency model: does SD pay at this load?'),
         speedupVsLoad + ms.overlay,
         predictedSpeedup + ts.panelOptions.withGridPos(10, 12),

@@ -235,6 +235,39 @@ def test_heatmap_reads_histogram_buckets():
     assert hm["options"]["calculate"] is False
 
 
+def _enclosing_rows(d: dict) -> dict[int, dict]:
+    """panel id -> the row it sits under (top-level layout: a row owns the panels after it)."""
+    out, row = {}, None
+    for p in d["panels"]:
+        if p["type"] == "row":
+            row = p
+            for inner in p.get("panels", []):
+                out[inner["id"]] = p
+        elif row is not None:
+            out[p["id"]] = row
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_no_panel_sums_distributions_of_several_targets_or_models(name):
+    """Issue 18, item 2: the acceptance heatmap summed every selected target (`sum by (le)`),
+    so several unimodal targets drew a multi-band picture that reads as bimodal. A panel
+    that aggregates away target or model_name (a heatmap, a stat of one number) must get
+    one value of each from a repeat: the panel's own or its row's."""
+    d = DASHBOARDS[name]
+    rows = _enclosing_rows(d)
+    for p in _data_panels(d):
+        if p["type"] != "heatmap":
+            continue
+        repeats = {p.get("repeat"), rows.get(p["id"], {}).get("repeat")}
+        for label in ("target", "model_name"):
+            for t in p["targets"]:
+                grouped = re.search(r"by \(([^)]*)\)", t["expr"])
+                kept = grouped and label in grouped.group(1)
+                assert kept or label in repeats, f"{p['title']}: sums over several {label}s"
+        assert "$model_name" in p["title"] or p.get("repeat") is None
+
+
 def test_acceptance_panel_draws_the_alert_threshold():
     """The 0.4 line on the acceptance panel is the alert's threshold from the same config."""
     d = DASHBOARDS["specwatch-sd-overview.json"]

@@ -261,6 +261,7 @@ local variableCommon = {
     row: {
       new(title): { type: 'row', title: title, collapsed: false, panels: [] },
       withCollapsed(value=true): { collapsed: value },
+      withRepeat(value): { repeat: value },
       withGridPos(y): { gridPos: { h: 1, w: 24, x: 0, y: y } },
     },
 
