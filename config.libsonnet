@@ -118,6 +118,9 @@
         enabled: true,
         severity: 'warning',
         'for': '15m',
+        // Only with traffic: an idle server (sd_arrival_rate 0) has no request lengths to
+        // feed the model, so it is invalid by construction and nobody waits on it.
+        minArrivalRate: 0.05,  // finished requests per second, over the model's window
       },
       // Measured A/B pair (issue 16, `pairs:` in the serve config): the baseline's
       // latency / the SD side's latency (sd_measured_speedup, statistic `statistic`) is
@@ -130,6 +133,8 @@
         statistic: 'mean',
         'for': '30m',
       },
+      // Place for the model-drift alert (issue 14: SDModelDrift on
+      // sd_model_latency_error_ratio).
       // specwatch cannot poll one of its targets (vLLM or SGLang server): its SD series
       // are absent, so SD alerts for it cannot fire.
       SpecwatchTargetDown: {

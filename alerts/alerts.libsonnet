@@ -173,14 +173,20 @@
           alert(
             'SDModelInvalid',
             // Saturation also makes the model invalid; SDModelSaturated reports that case.
+            // An idle server is invalid by construction (no finished requests, no lengths):
+            // the alert needs traffic in the model's window.
             |||
               %(valid)s == 0
               unless on (%(on)s, window)
               %(utilization)s > %(saturated)g
+              and on (%(on)s, window)
+              %(arrival)s >= %(min)g
             ||| % {
               valid: exp('sd_model_valid'),
               utilization: exp('sd_model_utilization'),
               saturated: a.SDModelSaturated.threshold,
+              arrival: exp('sd_arrival_rate'),
+              min: a.SDModelInvalid.minArrivalRate,
               on: exporterOn,
             },
             'The latency model cannot make a valid prediction.',
@@ -190,6 +196,7 @@
             },
             dashboardURL,
           ),
+          // Issue 14 (SDModelDrift) and issue 16 (SDMeasuredSlowdown) add their alerts here.
         ]),
       },
       {
