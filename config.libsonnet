@@ -169,9 +169,14 @@
       datasourceName: 'default',
       // Regex limiting which Prometheus data sources the variable offers ('' = all).
       datasourceRegex: '',
+      // The oldest Grafana the dashboards are written and type-checked for (dashboard
+      // `__requires`, docs/dashboards-alerts.md; tests/test_grafana_schema.py types every
+      // dashboard against @grafana/schema of this version and of the newest). The XY
+      // chart needs 11.2 at least (earlier versions hide it behind a feature toggle).
+      minVersion: '11.4.0',
       // Panel plugin version the JSON is written for. Set on every panel so that Grafana
       // does not run a pre-GA migration over the xychart options (it does when empty).
-      pluginVersion: '11.4.0',
+      pluginVersion: self.minVersion,
     },
 
     // Dashboard file name -> uid (stable across releases so links and bookmarks keep

@@ -17,14 +17,15 @@ local xy = g.panel.xyChart;
     local switchE2E(action) =
       'sd_switch_latency_ratio{%s, action="%s", latency="e2e", percentile="50"}' % [f.sd, action];
     {
-      // Field names of the overlay's queries, merged into the xychart's organize step.
-      renames:: {
-        'Value #E': 'measured arrival rate (pair)',
-        'Value #F': 'measured speedup (pair)',
-        'Value #G': 'arrival rate at switch',
-        'Value #H': 'measured speedup (switch)',
-      },
-      // Mixed into the predicted xychart: refIds E-H follow its A-D.
+      // Mixed into the predicted xychart after its six queries (A-F): refIds G-J. Like
+      // the chart's own series, fields keep their query names (Value #G ...) and get display
+      // names from their labels; the series match either form.
+      local field(refId, suffix) = { id: 'byRegexp', options: '^(Value #%s( .*)?|.* \\(%s\\))$' % [refId, suffix] },
+      local named(refId, suffix, color) =
+        xy.standardOptions.override.byRegexp.new('^Value #%s( .*)?$' % refId)
+        + xy.standardOptions.override.byRegexp.withProperty('displayName', '${__field.labels.target} · ${__field.labels.model_name} (%s)' % suffix)
+        + xy.standardOptions.override.byRegexp.withProperty('custom.pointSize', { fixed: 9 })
+        + xy.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: color }),
       overlay:: {
                   targets+: [
                     t('max by (target, model_name, arrival_rate_bin) (sd_measured_arrival_rate{%s})' % pairFilter)
@@ -42,18 +43,14 @@ local xy = g.panel.xyChart;
                   ],
                   options+: {
                     series+: [
-                      xy.options.series.new('measured arrival rate (pair)', 'measured speedup (pair)'),
-                      xy.options.series.new('arrival rate at switch', 'measured speedup (switch)'),
+                      { x: { matcher: field('G', 'measured arrival rate (pair)') }, y: { matcher: field('H', 'measured speedup (pair)') } },
+                      { x: { matcher: field('I', 'arrival rate at switch') }, y: { matcher: field('J', 'measured speedup (switch)') } },
                     ],
                   },
                 }
                 + xy.standardOptions.withOverridesMixin([
-                  xy.standardOptions.override.byName.new('measured speedup (pair)')
-                  + xy.standardOptions.override.byName.withProperty('custom.pointSize', { fixed: 9 })
-                  + xy.standardOptions.override.byName.withProperty('color', { mode: 'fixed', fixedColor: 'green' }),
-                  xy.standardOptions.override.byName.new('measured speedup (switch)')
-                  + xy.standardOptions.override.byName.withProperty('custom.pointSize', { fixed: 9 })
-                  + xy.standardOptions.override.byName.withProperty('color', { mode: 'fixed', fixedColor: 'purple' }),
+                  named('H', 'measured speedup (pair)', 'green'),
+                  named('J', 'measured speedup (switch)', 'purple'),
                 ]),
 
       measuredSpeedup::

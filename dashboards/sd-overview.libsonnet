@@ -129,49 +129,68 @@ local row = g.panel.row;
       + ts.standardOptions.withMax(1)
       + m.thresholdLines([['green', null], ['orange', a.SDAcceptanceBimodal.threshold]]);
 
-    // Speedup against arrival rate: every scrape gives one (arrival rate, predicted
-    // speedup) point per target and model, so over the time range the points trace the
-    // model's curve at the loads actually seen. The break-even arrival rate is drawn as a
-    // larger point at speedup 1. Table queries are merged on time and labels, then
-    // partitioned into one frame per target and model, each a series of the xychart.
+    // Speedup against arrival rate, now: per target and model, the current operating
+    // point (the measured arrival rate and the predicted speedup, both over the model's
+    // window), the break-even point (lambda*, 1) and the break-even line (speedup 1, from
+    // 0 to past both points). Instant queries: the chart shows the present, not a cloud
+    // of past values. Table queries are merged on their labels and partitioned into one
+    // frame per target and model; the partition values become field labels, from which
+    // the display names are built, so every target's points carry its own name.
+    //
+    // The model's curve (predicted speedup over arrival rate at the current acceptance)
+    // needs a series the exporter does not expose yet (the speedup at a grid of arrival
+    // rates); it goes here as one more line series when it exists.
     local xy = g.panel.xyChart;
     local by = 'max by (target, model_name)';
+    local modelKey = 'job, instance, target, model_name, window';
+    // The arrival rate of the window the model's series were computed over.
+    local arrivalOfModelWindow =
+      'sd_arrival_rate{%(f)s} and on (%(on)s) sd_model_valid{%(f)s}' % { f: f.sd, on: modelKey };
+    local finiteBreakeven = 'sd_breakeven_arrival_rate{%s} < +Inf' % f.sd;
+    local lineEnd = |||
+      1.5 * %(by)s (
+        label_replace(%(arrival)s, "point", "now", "", "")
+        or label_replace(%(be)s, "point", "break-even", "", "")
+      )
+    ||| % { by: by, arrival: arrivalOfModelWindow, be: finiteBreakeven };
+    local lineStart = '0 * %s (sd_model_valid{%s})' % [by, f.sd];
+    local atEnds(start, end_) =
+      'label_replace(%s, "end", "start", "", "")\nor\nlabel_replace(%s, "end", "end", "", "")' % [start, end_];
+    local instantTable(expr) = t(expr) + g.query.prometheus.withFormat('table') + g.query.prometheus.withInstant();
+    // Fields keep their query names (Value #A ...) and get display names from the
+    // target and model labels; the series match either form, so they hold whether
+    // Grafana matches before or after the display names are applied.
+    local named(refId, suffix) =
+      xy.standardOptions.override.byRegexp.new('^Value #%s( .*)?$' % refId)
+      + xy.standardOptions.override.byRegexp.withProperty('displayName', '${__field.labels.target} · ${__field.labels.model_name} (%s)' % suffix);
+    local field(refId, suffix) = { id: 'byRegexp', options: '^(Value #%s( .*)?|.* \\(%s\\))$' % [refId, suffix] };
     local speedupVsLoad =
-      xy.new('Predicted speedup against arrival rate')
+      xy.new('Predicted speedup against arrival rate, now')
       + xy.withPluginVersion(c.grafana.pluginVersion)
-      + xy.panelOptions.withDescription('Each point is one scrape: the measured arrival rate (x) and the speedup the latency model predicts for SD at that load (y), per target and model. Above 1 SD makes requests faster; the large points mark the break-even arrival rate, where the predicted speedup is 1 and above which SD costs latency. Points come only from targets with a model parameters file (specwatch_model_configured 1).')
+      + xy.panelOptions.withDescription("Per target and model, now: the current operating point (measured arrival rate, x, against the speedup the latency model predicts there, y; both over the model's window), the break-even point (the arrival rate where the predicted speedup is 1) and the break-even line (speedup 1: below it SD makes requests slower). An operating point left of the break-even point is a load where SD pays. A break-even of +Inf (SD pays at every load below saturation) has no point. Only targets with a model parameters file appear. The model's whole curve at the current acceptance is not drawn: the exporter does not expose it yet.")
       + xy.panelOptions.withGridPos(10, 12)
       + xy.queryOptions.withTargets([
-        t('%s (sd_arrival_rate{%s})' % [by, f.sdWindow]) + g.query.prometheus.withFormat('table'),
-        t('%s (sd_predicted_speedup{%s})' % [by, f.sd]) + g.query.prometheus.withFormat('table'),
-        t('%s (sd_breakeven_arrival_rate{%s})' % [by, f.sd]) + g.query.prometheus.withFormat('table'),
+        instantTable('%s (%s)' % [by, arrivalOfModelWindow]),
+        instantTable('%s (sd_predicted_speedup{%s})' % [by, f.sd]),
+        instantTable('%s (%s)' % [by, finiteBreakeven]),
         // y of the break-even point: the predicted speedup there is 1 by definition.
-        t('%s (sd_breakeven_arrival_rate{%s}) * 0 + 1' % [by, f.sd]) + g.query.prometheus.withFormat('table'),
+        instantTable('%s (%s) * 0 + 1' % [by, finiteBreakeven]),
+        // The break-even line: x from 0 to 1.5 x the larger of the two points, y = 1.
+        instantTable(atEnds(lineStart, lineEnd)),
+        instantTable(atEnds(lineStart + ' + 1', '0 * ' + lineEnd + ' + 1')),
       ])
       + xy.queryOptions.withTransformations([
         { id: 'merge', options: {} },
-        {
-          id: 'organize',
-          options: {
-            excludeByName: {},
-            indexByName: {},
-            renameByName: {
-              'Value #A': 'arrival rate',
-              'Value #B': 'predicted speedup',
-              'Value #C': 'break-even arrival rate',
-              'Value #D': 'speedup at break-even',
-            } + ms.renames,
-          },
-        },
         {
           id: 'partitionByValues',
           options: { fields: ['target', 'model_name'], keepFields: false, naming: { asLabels: true } },
         },
       ])
-      + xy.options.withMapping('auto')
+      + xy.options.withMapping('manual')
       + xy.options.withSeries([
-        xy.options.series.new('arrival rate', 'predicted speedup'),
-        xy.options.series.new('break-even arrival rate', 'speedup at break-even'),
+        { x: { matcher: field('A', 'arrival rate') }, y: { matcher: field('B', 'now') } },
+        { x: { matcher: field('C', 'break-even arrival rate') }, y: { matcher: field('D', 'break-even') } },
+        { x: { matcher: field('E', 'line x') }, y: { matcher: field('F', 'speedup 1') } },
       ])
       + xy.options.legend.withDisplayMode('list')
       + xy.options.legend.withPlacement('bottom')
@@ -179,17 +198,24 @@ local row = g.panel.row;
       + xy.options.tooltip.withMode('single')
       + xy.standardOptions.withUnit('none')
       + xy.fieldConfig.defaults.custom.withShow('points')
-      + xy.fieldConfig.defaults.custom.withPointSize(4)
+      + xy.fieldConfig.defaults.custom.withPointSize(10)
       + xy.fieldConfig.defaults.custom.withAxisLabel('predicted speedup (x)')
       + xy.standardOptions.withOverrides([
-        xy.standardOptions.override.byName.new('arrival rate')
-        + xy.standardOptions.override.byName.withProperty('unit', 'reqps')
-        + xy.standardOptions.override.byName.withProperty('custom.axisLabel', 'arrival rate'),
-        xy.standardOptions.override.byName.new('break-even arrival rate')
-        + xy.standardOptions.override.byName.withProperty('unit', 'reqps'),
-        xy.standardOptions.override.byName.new('speedup at break-even')
-        + xy.standardOptions.override.byName.withProperty('custom.pointSize', { fixed: 12 })
-        + xy.standardOptions.override.byName.withProperty('color', { mode: 'fixed', fixedColor: 'red' }),
+        named('A', 'arrival rate')
+        + xy.standardOptions.override.byRegexp.withProperty('unit', 'reqps')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.axisLabel', 'arrival rate'),
+        named('B', 'now'),
+        named('C', 'break-even arrival rate')
+        + xy.standardOptions.override.byRegexp.withProperty('unit', 'reqps'),
+        named('D', 'break-even')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.pointShape', 'square')
+        + xy.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: 'red' }),
+        named('E', 'line x')
+        + xy.standardOptions.override.byRegexp.withProperty('unit', 'reqps'),
+        named('F', 'speedup 1')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.show', 'lines')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [10, 10] })
+        + xy.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: 'red' }),
       ]);
 
     local predictedSpeedup =

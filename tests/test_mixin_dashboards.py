@@ -47,13 +47,19 @@ def test_the_two_dashboards_exist():
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_dashboard_identity_is_stable(name):
     """schemaVersion >= 39, the uid from config (stable links), id null, no __inputs (which
-    breaks file provisioning), not editable (dashboards as code), tagged for the link menu."""
+    breaks file provisioning), __requires naming the minimum Grafana, not editable (dashboards as code), tagged for the link menu."""
     d = DASHBOARDS[name]
     config = mixin.default_config()
     assert d["schemaVersion"] >= 39
     assert d["uid"] == config["dashboardUIDs"][name] and 8 <= len(d["uid"]) <= 40
     assert d["id"] is None
-    assert "__inputs" not in d and "__requires" not in d
+    assert "__inputs" not in d
+    # The minimum Grafana version is declared (issue 18, item 6: the XY chart needs 11.2+).
+    (grafana,) = [r for r in d["__requires"] if r["type"] == "grafana"]
+    assert grafana["version"] == config["grafana"]["minVersion"]
+    assert tuple(map(int, grafana["version"].split("."))) >= (11, 2, 0)
+    panel_types = {p["type"] for p in _data_panels(d)}
+    assert {r["id"] for r in d["__requires"] if r["type"] == "panel"} == panel_types
     assert d["editable"] is False
     assert "specwatch" in d["tags"]
     assert d["title"].startswith(config["grafana"]["dashboardNamePrefix"])
@@ -209,21 +215,74 @@ def test_layout_ids_and_refids(name):
         assert p["type"] == "row" or p.get("pluginVersion"), p["title"]
 
 
-def test_speedup_xychart_maps_fields_the_transformations_produce():
-    """The xychart's series name fields that exist after merge/organize, one per query, and
-    pluginVersion is set so Grafana does not re-migrate the options."""
+def _xychart() -> dict:
     d = DASHBOARDS["specwatch-sd-overview.json"]
     (xy,) = [p for p in panels(d) if p["type"] == "xychart"]
+    return xy
+
+
+def _display_names(xy: dict, labels: dict[str, str]) -> dict[str, str]:
+    """refId -> the display name the panel's overrides give that query's field for a frame
+    with these partition labels (Grafana's ${__field.labels.X} interpolation)."""
+    out = {}
+    for t in xy["targets"]:
+        raw = f"Value #{t['refId']}"
+        name = raw
+        for o in xy["fieldConfig"]["overrides"]:
+            m = o["matcher"]
+            hit = (m["id"] == "byName" and m["options"] == raw) or (
+                m["id"] == "byRegexp" and re.search(m["options"], raw))
+            for prop in o["properties"] if hit else []:
+                if prop["id"] == "displayName":
+                    name = re.sub(r"\$\{__field\.labels\.(\w+)\}",
+                                  lambda g: labels[g.group(1)], prop["value"])
+        out[t["refId"]] = name
+    return out
+
+
+def _matched(matcher: dict, names: set[str]) -> set[str]:
+    if matcher["id"] == "byName":
+        return {n for n in names if n == matcher["options"]}
+    assert matcher["id"] == "byRegexp", matcher
+    return {n for n in names if re.search(matcher["options"], n)}
+
+
+def test_speedup_xychart_names_every_target_and_shows_the_present():
+    """Issue 18, item 6: every target's points were named "predicted speedup" (a rename
+    overrode the partition labels), x followed $window while y was the model's window, and
+    the break-even markers were a cloud of past values. Now: instant table queries (the
+    current point), no fixed rename, display names built from the target and model labels
+    (distinct for two targets), x and y of the operating point from the same (model)
+    window, and each series' matchers pick exactly one field of one query, whether Grafana
+    matches the raw field name or the display name."""
+    xy = _xychart()
     assert xy["pluginVersion"]
-    assert all(t["format"] == "table" for t in xy["targets"])
-    ids = [t["id"] for t in xy["transformations"]]
-    assert ids == ["merge", "organize", "partitionByValues"]
-    renames = xy["transformations"][1]["options"]["renameByName"]
-    assert set(renames) == {f"Value #{t['refId']}" for t in xy["targets"]}
-    fields = set(renames.values())
-    for s in xy["options"]["series"]:
-        assert s["x"]["matcher"]["options"] in fields and s["y"]["matcher"]["options"] in fields
-    assert "sd_breakeven_arrival_rate" in " ".join(t["expr"] for t in xy["targets"])
+    assert all(t["format"] == "table" and t["instant"] is True for t in xy["targets"])
+    assert [t["id"] for t in xy["transformations"]] == ["merge", "partitionByValues"]
+    part = xy["transformations"][1]["options"]
+    assert part["fields"] == ["target", "model_name"] and part["naming"]["asLabels"] is True
+    exprs = {t["refId"]: t["expr"] for t in xy["targets"]}
+    assert not any("$window" in e for e in exprs.values()), "x and y must share the model window"
+    assert "on (job, instance, target, model_name, window) sd_model_valid" in exprs["A"]
+    assert "sd_predicted_speedup" in exprs["B"] and "sd_breakeven_arrival_rate" in exprs["C"]
+    a = _display_names(xy, {"target": "vllm-a", "model_name": "llama"})
+    b = _display_names(xy, {"target": "vllm-b", "model_name": "llama"})
+    assert set(a.values()).isdisjoint(b.values()), "two targets must not share a series name"
+    for names in (a, b):
+        raw = {f"Value #{r}" for r in names}
+        for s in xy["options"]["series"]:
+            for axis in ("x", "y"):
+                m = s[axis]["matcher"]
+                hits_raw = _matched(m, raw)
+                hits_display = _matched(m, set(names.values()))
+                assert len(hits_raw) == 1 and len(hits_display) == 1, (axis, m)
+                (ref,) = [r for r in names if f"Value #{r}" in hits_raw]
+                assert hits_display == {names[ref]}, (axis, m)
+        assert "name" not in xy["options"]["series"][0], "a fixed name hides the target"
+    # The break-even line: a series drawn as a line at speedup 1.
+    line = [o for o in xy["fieldConfig"]["overrides"]
+            if {"id": "custom.show", "value": "lines"} in o["properties"]]
+    assert len(line) == 1
 
 
 def test_heatmap_reads_histogram_buckets():
