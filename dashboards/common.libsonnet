@@ -101,6 +101,11 @@ local ds = '${datasource}';
         ),
     },
 
+    // The specwatch alerts firing for the selected targets and models; alerts without a
+    // target or model label (SpecwatchAbsent, SpecwatchExporterDown, the vLLM-source
+    // variant) match the empty alternative.
+    alertsSelector:: 'ALERTS{%salertname=~"SD.+|Specwatch.+", alertstate="firing", target=~"${target:regex}|", model_name=~"${model_name:regex}|"}' % clusterFilter,
+
     // The cluster variable, only for multi-cluster setups (goes right after datasource).
     clusterVariables:: if multi then [clusterVar] else [],
 

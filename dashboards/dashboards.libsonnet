@@ -47,7 +47,7 @@ local overview = import 'sd-overview.libsonnet';
 
   grafanaDashboards+:: {
     [file]: withDefaults(file, {
-      'specwatch-sd-overview.json': overview.new(c),
+      'specwatch-sd-overview.json': overview.new(c { recordedNames: $._recordedNames }),
       'specwatch-exporter.json': exporter.new(c),
     }[file])
     for file in ['specwatch-sd-overview.json', 'specwatch-exporter.json']

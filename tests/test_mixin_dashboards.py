@@ -12,6 +12,7 @@ import promql_parser
 import pytest
 from mixin_helpers import (
     NOT_YET_EXPORTED,
+    OLDER_VLLM_METRICS,
     PROMETHEUS_METRICS,
     all_mixin_exprs,
     counters_outside_rate,
@@ -47,7 +48,8 @@ def test_the_two_dashboards_exist():
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_dashboard_identity_is_stable(name):
     """schemaVersion >= 39, the uid from config (stable links), id null, no __inputs (which
-    breaks file provisioning), __requires naming the minimum Grafana, not editable (dashboards as code), tagged for the link menu."""
+    breaks file provisioning), __requires naming the minimum Grafana, not editable
+    (dashboards as code), tagged for the link menu."""
     d = DASHBOARDS[name]
     config = mixin.default_config()
     assert d["schemaVersion"] >= 39
@@ -153,7 +155,7 @@ def test_panels_select_only_the_configured_jobs_whatever_all_expands_to(name):
             eq = {(m.name, m.value) for m in sel.matchers.matchers if str(m.op) == "MatchOp.Equal"}
             if sel.name in exporter_names:
                 assert exporter_sel <= eq, f"{where}: {sel.name} not scoped to the exporter job"
-            elif sel.name.startswith("vllm:"):
+            elif sel.name.startswith("vllm:") or sel.name in recorded_metrics():
                 assert vllm_sel <= eq, f"{where}: {sel.name} not scoped to the vLLM job"
     for v in d["templating"]["list"]:
         if v["name"] in ("job", "vllm_job"):
@@ -367,7 +369,8 @@ def test_every_metric_read_is_produced_by_vllm_the_exporter_or_the_rules():
     assert {"sd_acceptance_rate", "specwatch_target_up", "sd_acceptance_rate_samples_bucket"} <= (
         exporter
     )
-    known = vllm | exporter | NOT_YET_EXPORTED | recorded_metrics() | PROMETHEUS_METRICS
+    known = (vllm | exporter | NOT_YET_EXPORTED | recorded_metrics() | PROMETHEUS_METRICS
+             | OLDER_VLLM_METRICS)
     unknown = {}
     for where, expr in all_mixin_exprs():
         missing = metric_names(expr) - known
@@ -376,7 +379,99 @@ def test_every_metric_read_is_produced_by_vllm_the_exporter_or_the_rules():
     assert unknown == {}
 
 
+def test_older_vllm_names_are_only_fallbacks_of_current_ones():
+    """A pre-0.11 vLLM name is read only beside its current name (`current or older`), never
+    alone, and is really gone from the current pages."""
+    assert OLDER_VLLM_METRICS.isdisjoint(vllm_metrics())
+    for where, expr in all_mixin_exprs():
+        names = metric_names(expr)
+        if names & OLDER_VLLM_METRICS:
+            assert names & vllm_metrics(), where
+            assert " or " in expr, where
+
+
 def test_not_yet_exported_list_only_holds_series_the_exporter_lacks():
     """Once the exporter documents a series, it must come off the pending list (so a later
     rename in the exporter is caught by the test above)."""
     assert NOT_YET_EXPORTED & exporter_metrics() == set()
+
+
+# --- issue 18, item 8: what an operator needs on one screen ------------------------------------
+
+
+def _titles_by_row(d: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    current = ""
+    for p in d["panels"]:
+        if p["type"] == "row":
+            current = p["title"]
+            out[current] = list(p.get("panels", []))
+        else:
+            out.setdefault(current, []).append(p)
+    return out
+
+
+def _reads(p: dict) -> set[str]:
+    return set().union(*(metric_names(t["expr"]) for t in p["targets"]))
+
+
+def test_top_row_answers_is_sd_paying_off_now():
+    """The first row: measured acceptance, predicted speedup with its validity, headroom to
+    break-even (lambda*/lambda over the same window), and the specwatch alerts firing for
+    the selected targets."""
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    first_row = d["panels"][0]
+    assert first_row["type"] == "row"
+    top = _titles_by_row(d)[first_row["title"]]
+    reads = [_reads(p) for p in top]
+    assert {"sd_acceptance_rate"} in reads
+    assert {"sd_predicted_speedup", "sd_model_valid"} in reads
+    assert {"sd_breakeven_arrival_rate", "sd_arrival_rate"} in reads
+    assert {"ALERTS"} in reads
+    (headroom,) = [p for p in top if _reads(p) == {"sd_breakeven_arrival_rate", "sd_arrival_rate"}]
+    assert "on (job, instance, target, model_name, window)" in headroom["targets"][0]["expr"]
+    (speedup,) = [p for p in top if "sd_model_valid" in _reads(p)]
+    mapped = [prop["value"] for o in speedup["fieldConfig"]["overrides"]
+              for prop in o["properties"] if prop["id"] == "mappings"]
+    assert mapped and mapped[0][0]["options"]["0"]["text"] == "invalid"
+
+
+def test_serving_context_row_reads_vllm_throughput_latency_and_cache():
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    rows = _titles_by_row(d)
+    (name,) = [r for r in rows if r.startswith("Serving context")]
+    reads = set().union(*(_reads(p) for p in rows[name]))
+    recorded = recorded_metrics()
+    for needed in ("vllm:generation_tokens_total", "vllm:request_queue_time_seconds_bucket",
+                   "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total",
+                   "vllm:request_time_per_output_token_seconds_bucket"):
+        assert needed in reads, needed
+    assert {r for r in reads if r in recorded} >= {
+        "model_name:vllm_spec_decode_num_accepted_tokens:rate5m",
+        "model_name:vllm_spec_decode_num_draft_tokens:rate5m",
+    }
+
+
+def test_panels_use_the_recording_rules_instead_of_recomputing_them():
+    """The recording rules were used by no panel: a panel that needs what a rule records
+    reads the rule, and most rules are on a panel."""
+    counters = {
+        "vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_drafts_total", "vllm:request_success_total",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    }
+    used = set()
+    for name, d in DASHBOARDS.items():
+        for where, expr in dashboard_exprs(name, d):
+            assert not metric_names(expr) & counters, f"{where} recomputes a recording rule"
+            used |= metric_names(expr) & recorded_metrics()
+    unused = recorded_metrics() - used
+    # The rate of verification steps only feeds the ratios.
+    assert unused <= {"model_name:vllm_spec_decode_num_drafts:rate5m"}, unused
+
+
+def test_alert_annotations_are_scoped_to_the_selected_target_and_model():
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    (ann,) = [a for a in d["annotations"]["list"] if not a.get("builtIn")]
+    assert 'target=~"${target:regex}|"' in ann["expr"]
+    assert 'model_name=~"${model_name:regex}|"' in ann["expr"]

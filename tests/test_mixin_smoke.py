@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import socket
 import subprocess
@@ -29,6 +30,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers.pageserver import fixture_pages
 from mixin_helpers import (
     FIXTURES,
@@ -187,9 +189,50 @@ def _get(url: str) -> dict:
         return json.loads(resp.read())
 
 
+def _inlined_recording_rules() -> list[dict]:
+    """The recording rules with every recorded name they read replaced by its expression:
+    `promtool tsdb create-blocks-from rules` evaluates each rule against the data as it is,
+    where no recorded series exists yet."""
+    recorded: dict[str, str] = {}
+    out = []
+    for group in load_rule_file(RULES_YAML)["groups"]:
+        for rule in group["rules"]:
+            expr = rule["expr"]
+            for name in sorted(recorded, key=len, reverse=True):
+                expr = expr.replace(name, f"({recorded[name]})")
+            recorded[rule["record"]] = expr
+            out.append({"record": rule["record"], "expr": expr})
+    return out
+
+
+def _serve(binary: str, tmp: Path, tsdb: Path, port: int, log) -> subprocess.Popen:
+    server = subprocess.Popen(
+        [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tsdb}",
+         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d",
+         # A backfill has no staleness markers: a series that stops (the exporter drops a
+         # down target's series) would be looked back on for 5 minutes. 5 s is 2.5 polls.
+         "--query.lookback-delta=5s"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(base + "/-/ready", timeout=2) as resp:
+                if resp.status == 200:
+                    return server
+        except OSError:
+            pass
+        assert server.poll() is None, (tmp / "prometheus.log").read_text()
+        assert time.monotonic() < deadline, "prometheus did not become ready"
+        time.sleep(0.2)
+
+
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
-    """A real Prometheus serving the backfilled timeline; yields (base URL, start, end)."""
+    """A real Prometheus serving the backfilled timeline, the recording rules backfilled too
+    (`promtool tsdb create-blocks-from rules`, so that panels reading them have data);
+    yields (base URL, start, end)."""
     binary = shutil.which("prometheus")
     assert binary, "prometheus not found: `make setup` installs Debian's prometheus package"
     tmp = tmp_path_factory.mktemp("smoke")
@@ -206,28 +249,26 @@ def prometheus(tmp_path_factory):
         f"rule_files:\n  - {RULES_YAML}\n  - {REPO / 'alerts' / 'specwatch-alerts.yaml'}\n"
     )
     port = _free_port()
-    log = (tmp / "prometheus.log").open("w")
-    server = subprocess.Popen(
-        [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tsdb}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1d",
-         # A backfill has no staleness markers: a series that stops (the exporter drops a
-         # down target's series) would be looked back on for 5 minutes. 5 s is 2.5 polls.
-         "--query.lookback-delta=5s"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
     base = f"http://127.0.0.1:{port}"
+    log = (tmp / "prometheus.log").open("w")
+    server = _serve(binary, tmp, tsdb, port, log)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp / "prometheus.log").read_text()
-            assert time.monotonic() < deadline, "prometheus did not become ready"
-            time.sleep(0.2)
+        rules = tmp / "inlined-rules.yaml"
+        rules.write_text(yaml.safe_dump({"groups": [
+            {"name": "backfill", "rules": _inlined_recording_rules()}]}))
+        blocks = tmp / "rule-blocks"
+        proc = subprocess.run(
+            [promtool(), "tsdb", "create-blocks-from", "rules", f"--start={int(start) - 1}",
+             f"--end={int(end) + 1}", "--eval-interval=2s", f"--url={base}",
+             f"--output-dir={blocks}", str(rules)],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        server.terminate()
+        server.wait(timeout=30)
+        for block in blocks.iterdir():
+            shutil.move(str(block), tsdb / block.name)
+        server = _serve(binary, tmp, tsdb, port, log)
         yield base, start, end
     finally:
         server.terminate()
@@ -238,7 +279,8 @@ def prometheus(tmp_path_factory):
 def _substitute(expr: str) -> str:
     for name in sorted(VARIABLES, key=len, reverse=True):
         value = VARIABLES[name]
-        expr = expr.replace("${" + name + "}", value).replace("$" + name, value)
+        expr = re.sub(r"\$\{" + name + r"(?::\w+)?\}", lambda _m, v=value: v, expr)
+        expr = expr.replace("$" + name, value)
     return expr
 
 
