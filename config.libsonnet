@@ -37,9 +37,11 @@
     // the anchor GitHub generates for that alert's heading in runbook.md.
     runbookURLPattern: 'https://github.com/specwatch/specwatch/blob/main/runbook.md#%s',
 
-    // When set (e.g. 'https://grafana.example.com'), alerts carry a `dashboard_url`
-    // annotation linking to the SD overview filtered to the alert's target and model.
-    grafanaURL: '',
+    // Grafana's address: alerts carry a `dashboard_url` annotation linking to the SD
+    // overview (the exporter dashboard for exporter alerts) filtered to the alert's target
+    // and model. The default is where deploy/compose serves Grafana; set your Grafana's
+    // external URL (e.g. 'https://grafana.example.com'), or '' for no link.
+    grafanaURL: 'http://127.0.0.1:3000',
 
     // Alerts. Each one can be switched off (`enabled: false`), and its threshold,
     // pending duration (`for`) and severity changed. Severities follow the

@@ -18,14 +18,19 @@
   // `target`; the vLLM recording rules carry `job` only.
   local where = '{{ $labels.model_name }} on {{ with $labels.target }}target {{ . }}{{ else }}job {{ $labels.job }}{{ end }}',
 
-  local dashboardURL =
+  // Link to the dashboard filtered to the alert's target and model (the variables of
+  // dashboards/common.libsonnet); vLLM-source alerts have no target and select the vLLM job.
+  local link(file, query) =
     if c.grafanaURL == '' then {}
-    else {
-      dashboard_url: '%s/d/%s?var-target={{ $labels.target }}&var-model_name={{ $labels.model_name }}' % [
-        c.grafanaURL,
-        c.dashboardUIDs['specwatch-sd-overview.json'],
-      ],
-    },
+    else { dashboard_url: '%s/d/%s/?%s' % [c.grafanaURL, c.dashboardUIDs[file], query] },
+  local dashboardURL = link(
+    'specwatch-sd-overview.json',
+    '{{ with $labels.target }}var-target={{ . | urlquery }}{{ else }}var-vllm_job={{ $labels.job | urlquery }}{{ end }}&var-model_name={{ $labels.model_name | urlquery }}',
+  ),
+  local exporterURL(byTarget) = link(
+    'specwatch-exporter.json',
+    'var-job={{ $labels.job | urlquery }}' + (if byTarget then '&var-target={{ $labels.target | urlquery }}' else ''),
+  ),
 
   // One alert rule from its config block; [] when switched off.
   local alert(name, expr, summary, description, extraAnnotations={}) =
@@ -209,6 +214,7 @@
             'specwatch {{ $labels.instance }} has failed to poll target {{ $labels.target }} for %(for)s; its SD series are absent and its SD alerts cannot fire.{{ with printf "topk(1, increase(specwatch_target_poll_errors_total{job=%%q,instance=%%q,target=%%q}[10m]))" $labels.job $labels.instance $labels.target | query }}{{ with . | first }} Most frequent poll error in the last 10 minutes: {{ .Labels.reason }}.{{ end }}{{ end }}' % {
               'for': a.SpecwatchTargetDown['for'],
             },
+            exporterURL(true),
           ),
           alert(
             'SpecwatchExporterDown',
@@ -217,6 +223,7 @@
             'Prometheus has failed to scrape specwatch at {{ $labels.instance }} (job {{ $labels.job }}) for %(for)s; the SD series of its targets are missing.' % {
               'for': a.SpecwatchExporterDown['for'],
             },
+            exporterURL(false),
           ),
           alert(
             'SpecwatchAbsent',
