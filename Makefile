@@ -27,7 +27,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[analysis,dev]'
 	touch $@
 
-setup: system-deps $(STAMP)
+# Grafana's schema packages and TypeScript for tests/test_grafana_schema.py, from the lockfile.
+SCHEMA_DIR := tests/grafana-schema
+$(SCHEMA_DIR)/node_modules/.package-lock.json: $(SCHEMA_DIR)/package-lock.json | system-deps
+	cd $(SCHEMA_DIR) && npm ci --no-audit --no-fund
+
+setup: system-deps $(STAMP) $(SCHEMA_DIR)/node_modules/.package-lock.json
 
 system-deps:
 	@scripts/system-deps.sh
@@ -102,7 +107,7 @@ dist: $(STAMP)
 	$(BIN)/twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) build dist site *.egg-info exporter/*.egg-info .pytest_cache
+	rm -rf $(VENV) build dist site *.egg-info exporter/*.egg-info .pytest_cache $(SCHEMA_DIR)/node_modules
 
 # Fitted parameters for the public Qwen3-32B sweep (one file per drafter; README "Calibration").
 .PHONY: calibrate-examples
