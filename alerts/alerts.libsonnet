@@ -89,6 +89,9 @@
     else error "alerts.SDAcceptanceRateLow.source must be 'exporter' or 'vllm', got %s" % low.source,
   local lowWindow = if low.source == 'exporter' then low.window else c.rateWindow,
 
+  // The SD dashboard link, for alert groups kept in other files (alerts/measured.libsonnet).
+  sdDashboardURL:: dashboardURL,
+
   prometheusAlerts+:: {
     groups+: [
       {
