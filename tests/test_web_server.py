@@ -600,7 +600,7 @@ def test_exporter_exposes_http_rejections(tmp_path):
         reasons = {dict(k[1])["reason"] for k in series
                    if k[0] == "specwatch_http_requests_rejected_total"}
         assert reasons == {"in_flight_limit", "connection_limit", "timeout", "tls_handshake",
-                           "unauthorized", "rate_limited"}
+                           "unauthorized", "rate_limited", "bad_request"}
         assert series[("specwatch_targets_dropped", frozenset())] == 0.0
     finally:
         app.stop()

@@ -8,33 +8,92 @@ that comes from elsewhere (a library's exception message quoting a header, say).
 from __future__ import annotations
 
 import logging
+import re
 import threading
+from collections.abc import Mapping
+from urllib.parse import quote, quote_plus
 
 REDACTED = "<redacted>"
 _lock = threading.Lock()
-_secrets: frozenset[str] = frozenset()
+#: Registered forms, longest first (so a secret that contains another is replaced whole).
+_secrets: tuple[str, ...] = ()
+
+
+def forms(secret: str) -> set[str]:
+    """Every way ``secret`` can appear in printed text: raw, stripped, as ``repr`` and
+    ``ascii`` print it (``\\n``, ``\\x00``, ``\\'``), as the log filter escapes it, and
+    URL-encoded (``%2F`` and ``+`` for spaces), so a value that went through any of these
+    still matches."""
+    out = {secret, secret.strip(), repr(secret)[1:-1], ascii(secret)[1:-1],
+           escape_controls(secret), quote(secret, safe=""), quote_plus(secret, safe=""),
+           quote(secret, safe="/:@!$&'()*+,;=")}
+    return {f for f in out if len(f) >= 4}
 
 
 def register(secret: str) -> None:
-    """Remember a secret (ignored when shorter than 4 characters: too many false hits)."""
+    """Remember a secret in all its printable forms (:func:`forms`; a form shorter than 4
+    characters is ignored: too many false hits)."""
     global _secrets
-    if len(secret) >= 4:
+    new = forms(secret)
+    if new:
         with _lock:
-            _secrets = _secrets | {secret}
+            _secrets = tuple(sorted(set(_secrets) | new, key=len, reverse=True))
 
 
 def redact(text: str) -> str:
-    """``text`` with every registered secret replaced by ``<redacted>``."""
+    """``text`` with every registered secret replaced by ``<redacted>`` (longest first, so a
+    secret that contains another is replaced whole)."""
     for s in _secrets:
         if s in text:
             text = text.replace(s, REDACTED)
     return text
 
 
+#: C0 controls, DEL, C1 controls and the Unicode line/paragraph separators: whatever a
+#: terminal or a log shipper could take as the end of a line or an escape sequence.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with control characters written as escapes (``\\n``, ``\\x1b``, ``\\u2028``).
+
+    Values that come from outside (a model name from a target's page, a header, a request
+    line) are formatted into log lines; a newline in one would forge a second log line.
+    """
+    if not _CONTROLS.search(text):
+        return text
+    return _CONTROLS.sub(lambda m: _NAMED.get(m.group()) or (
+        f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"),
+        text)
+
+
+def _escape_arg(arg: object) -> object:
+    if isinstance(arg, str):
+        return escape_controls(arg)
+    if arg is None or isinstance(arg, (int, float)):
+        return arg  # keeps %d and %.3f working
+    text = str(arg)
+    return escape_controls(text) if _CONTROLS.search(text) else arg
+
+
+def escape_record_args(record: logging.LogRecord) -> None:
+    """Escape control characters in a record's arguments (the format string is code's own)."""
+    args = record.args
+    if not args:
+        return
+    if isinstance(args, Mapping):
+        record.args = {k: _escape_arg(v) for k, v in args.items()}
+    elif isinstance(args, tuple):
+        record.args = tuple(_escape_arg(a) for a in args)
+
+
 class RedactingFilter(logging.Filter):
-    """A handler filter that rewrites records containing a registered secret."""
+    """A handler filter that escapes control characters in a record's arguments and
+    rewrites records containing a registered secret."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        escape_record_args(record)
         if not _secrets:
             return True
         msg = record.getMessage()

@@ -38,6 +38,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import gzip
+import http.client
 import io
 import logging
 import math
@@ -61,7 +62,8 @@ MAX_REQUEST_BODY = 1024 * 1024
 
 #: Reasons in ``specwatch_http_requests_rejected_total{reason}``.
 REJECT_REASONS: tuple[str, ...] = ("in_flight_limit", "connection_limit", "timeout",
-                                   "tls_handshake", "unauthorized", "rate_limited")
+                                   "tls_handshake", "unauthorized", "rate_limited",
+                                   "bad_request")
 
 
 @dataclass(frozen=True)
@@ -245,6 +247,42 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s - %s", self.address_string(), format % args)
 
+    def parse_request(self) -> bool:
+        """http.server's parser, then the framing rules that stop request smuggling.
+
+        A request whose length is ambiguous is refused and its connection closed: two
+        ``Content-Length`` headers (equal or not), one that is not plain digits (``int()``
+        would read ``+5`` or ``1_0``), or any ``Transfer-Encoding`` (a scrape and the
+        Alertmanager webhook send a ``Content-Length``; a proxy in front that chose the other
+        header would see a different request boundary). HTTP/0.9 (a request line without a
+        version) has no headers at all, so no Host, no auth header and no framing: refused.
+        """
+        words = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n").split()
+        problem = None
+        if len(words) == 2:  # refused before http.server waits for headers 0.9 never sends
+            self.command, self.path = words
+            self.requestline = " ".join(words)
+            self.request_version = "HTTP/1.0"  # answer with a status line and headers
+            self.headers = http.client.HTTPMessage()
+            problem = "HTTP/0.9 is not supported"
+        elif not super().parse_request():
+            return False
+        else:
+            lengths = self.headers.get_all("Content-Length") or []
+            if len(lengths) > 1:
+                problem = "more than one Content-Length"
+            elif lengths and not _is_digits(lengths[0].strip(" \t")):
+                problem = "Content-Length is not a decimal number"
+            elif self.headers.get_all("Transfer-Encoding"):
+                problem = "Transfer-Encoding is not accepted (send a Content-Length)"
+        if problem is None:
+            return True
+        self.server._stats.reject("bad_request")
+        log.debug("bad request from %s: %s", self.address_string(), problem)
+        self._refuse(Response(400, f"bad request: {problem}\n".encode()),
+                     self.server._web_config, head=False)
+        return False
+
     def _handle(self) -> None:
         srv = self.server
         cfg = srv._web_config
@@ -339,6 +377,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _handle  # noqa: N815
+
+
+def _is_digits(text: str) -> bool:
+    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
 
 
 def _run_handler(handler: Handler, req: Request) -> Response:
