@@ -19,7 +19,9 @@ import io
 import logging
 import re
 import socket
+import threading
 import time
+from pathlib import Path
 
 import bcrypt
 import pytest
@@ -160,3 +162,186 @@ def test_a_newline_in_a_logged_value_cannot_forge_a_log_line():
     assert lines[0] == ("WARNING model llama\\nERROR forged: controller disabled speculative "
                         "decoding\\x1b[2J\\u2028x: 3 polls")
     assert all(line.startswith("WARNING ") for line in lines)
+
+
+# -- item 5: authentication before work -------------------------------------------------------
+
+
+def write_web_config(tmp_path: Path, text: str, name: str = "web.yml") -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def scrape_share(srv: WebServer, seconds: float, headers: dict[str, str] | None = None,
+                 timeout: float = 5.0) -> tuple[int, int]:
+    """(answered with 200, attempted) for one scraper polling ``/metrics`` every 0.1 s
+    from 127.0.0.1 for ``seconds`` (a scrape counts when its 200 arrives within
+    ``timeout``, Prometheus' scrape_timeout role)."""
+    ok = tried = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        tried += 1
+        conn = http.client.HTTPConnection(*srv.address, timeout=timeout)
+        try:
+            conn.request("GET", "/metrics", headers=headers or {})
+            resp = conn.getresponse()
+            ok += resp.status == 200 and resp.read() == b"up 1\n"
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        time.sleep(0.1)
+    return ok, tried
+
+
+class Flood:
+    """``clients`` threads sending GETs with a fresh wrong password each, from ``source``."""
+
+    def __init__(self, srv: WebServer, clients: int, source: str) -> None:
+        self.srv, self.source = srv, source
+        self.stop = threading.Event()
+        self.sent = 0
+        self.statuses: dict[int, int] = {}
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                        for i in range(clients)]
+
+    def _run(self, i: int) -> None:
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            conn = http.client.HTTPConnection(*self.srv.address, timeout=10,
+                                              source_address=(self.source, 0))
+            try:
+                conn.request("GET", "/metrics",
+                             headers=basic(testsecrets.WEB_USER, f"wrong-{i}-{n}"))
+                status = conn.getresponse().status
+                self.statuses[status] = self.statuses.get(status, 0) + 1
+            except OSError:
+                pass
+            finally:
+                conn.close()
+            self.sent += 1
+
+    def __enter__(self) -> Flood:
+        for t in self.threads:
+            t.start()
+        time.sleep(0.5)  # the flood is under way before the first measured scrape
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(15)
+
+
+def _flood_run(tmp_path: Path, web_hash: str, source: str, seconds: float
+               ) -> tuple[int, int, Flood, int]:
+    wc = write_web_config(tmp_path, f"basic_auth_users:\n  {testsecrets.WEB_USER}: "
+                                    f"'{web_hash}'\n")
+    good = basic(testsecrets.WEB_USER, testsecrets.WEB_PASSWORD)
+    with server(web_config=wc) as srv:
+        # Prometheus scrapes all the time: its credential was verified before the attack.
+        assert scrape_share(srv, 0.01, good) == (1, 1)
+        with Flood(srv, 40, source) as flood:
+            ok, tried = scrape_share(srv, seconds, good)
+        auth = srv.web_config.auth
+        assert auth is not None
+        return ok, tried, flood, auth.bcrypt_calls
+
+
+@pytest.mark.parametrize("source", [OTHER_CLIENT, "127.0.0.1"], ids=["other", "same"])
+def test_wrong_password_flood_leaves_the_real_scraper_served(tmp_path, web_hash, source):
+    """Issue 17 item 5: 40 clients sending wrong passwords (a new one each time) while the
+    real scraper polls: at least 95% of its scrapes are answered, from another address or
+    from the scraper's own (old code: 51 × 503, 1 × 200: the flood took every in-flight
+    slot and queued on one bcrypt lock). bcrypt runs at most burst + one per second for the
+    flooding address, and once for the scraper's credential."""
+    seconds = 6.0
+    ok, tried, flood, bcrypt_calls = _flood_run(tmp_path, web_hash, source, seconds)
+    print(f"\nflood from {source}: scraper {ok}/{tried} answered ({ok / tried:.1%}); "
+          f"flood sent {flood.sent}: {flood.statuses}; bcrypt ran {bcrypt_calls} times")
+    assert ok / tried >= 0.95, (ok, tried, flood.statuses)
+    assert flood.statuses.get(429, 0) > flood.statuses.get(401, 0)
+    # burst (10) + refill (1/s over the run and the flood's warm-up) + the scraper's one
+    assert bcrypt_calls <= 10 + seconds + 3 + 1
+
+
+@pytest.mark.slow
+def test_wrong_password_flood_for_a_minute(tmp_path, web_hash):
+    """The same flood held for 60 s (make test-all)."""
+    ok, tried, flood, _ = _flood_run(tmp_path, web_hash, OTHER_CLIENT, 60.0)
+    print(f"\n60 s flood: scraper {ok}/{tried} answered ({ok / tried:.1%}); {flood.statuses}")
+    assert ok / tried >= 0.95
+
+
+def test_a_verified_credential_runs_bcrypt_once(tmp_path, web_hash):
+    """Issue 17 item 5: 30 scrapes with the right password cost one bcrypt, not 30."""
+    wc = write_web_config(tmp_path, f"basic_auth_users:\n  {testsecrets.WEB_USER}: "
+                                    f"'{web_hash}'\n")
+    good = basic(testsecrets.WEB_USER, testsecrets.WEB_PASSWORD)
+    with server(web_config=wc) as srv:
+        ok, tried = 0, 30
+        for _ in range(tried):
+            conn = http.client.HTTPConnection(*srv.address, timeout=5)
+            conn.request("GET", "/metrics", headers=good)
+            ok += conn.getresponse().status == 200
+            conn.close()
+        assert ok == tried
+        assert srv.web_config.auth is not None and srv.web_config.auth.bcrypt_calls == 1
+
+
+def test_failed_logins_are_limited_per_client_address(tmp_path, web_hash):
+    """Issue 17 item 5: after ``failed_logins_per_client`` wrong passwords an address gets
+    429 without bcrypt running; another address still gets its own attempts, and the right
+    password (verified once before) still passes from the blocked address."""
+    wc = write_web_config(tmp_path, f"basic_auth_users:\n  {testsecrets.WEB_USER}: "
+                                    f"'{web_hash}'\n")
+    good = basic(testsecrets.WEB_USER, testsecrets.WEB_PASSWORD)
+
+    def status(srv: WebServer, headers: dict[str, str], source: str = "127.0.0.1") -> int:
+        conn = http.client.HTTPConnection(*srv.address, timeout=10,
+                                          source_address=(source, 0))
+        try:
+            conn.request("GET", "/metrics", headers=headers)
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    limits = ServerLimits(failed_logins_per_client=3, failed_login_interval=3600)
+    with server(web_config=wc, limits=limits) as srv:
+        assert status(srv, good) == 200
+        got = [status(srv, basic(testsecrets.WEB_USER, f"wrong-{i}")) for i in range(6)]
+        assert got == [401, 401, 401, 429, 429, 429]
+        auth = srv.web_config.auth
+        assert auth is not None and auth.bcrypt_calls == 1 + 3
+        assert status(srv, good) == 200  # cached: not locked out by the attacker
+        assert status(srv, basic(testsecrets.WEB_USER, "x1"), OTHER_CLIENT) == 401
+        assert srv.stats().rejected["auth_rate_limited"] == 3
+
+
+def test_half_open_sockets_from_one_address_leave_the_scraper_served():
+    """Issue 17 item 5: 600 connections from one address that never send a byte take at
+    most ``max_connections_per_client`` (64) of the 512; the scraper from another address
+    gets at least 95% of its scrapes answered (old code: the 600 filled the cap, 25 of 45
+    probes reset)."""
+    with server() as srv:
+        socks = []
+        try:
+            for _ in range(600):
+                s = socket.socket()
+                s.bind((OTHER_CLIENT, 0))
+                s.settimeout(5)
+                with contextlib.suppress(OSError):
+                    s.connect(srv.address)
+                socks.append(s)
+            ok, tried = scrape_share(srv, 4.0)
+            held = srv.stats().connections
+        finally:
+            for s in socks:
+                s.close()
+        refused = srv.stats().rejected.get("client_connection_limit", 0)
+    print(f"\n600 half-open sockets: scraper {ok}/{tried} answered ({ok / tried:.1%}); "
+          f"{refused} refused, {held} connections held")
+    assert ok / tried >= 0.95, (ok, tried)
+    assert refused >= 600 - 64 - 5

@@ -81,6 +81,12 @@ TARGET_TLS_SCHEMA: dict[str, Key] = {
 HTTP_SERVER_LIMITS_SCHEMA: dict[str, Key] = {
     "max_requests_in_flight": Key(int, check=_positive_int(1), doc="503 above (default 40)"),
     "max_connections": Key(int, check=_positive_int(1), doc="open connections (512)"),
+    "max_connections_per_client": Key(int, check=_positive_int(1),
+                                      doc="open connections from one address (64)"),
+    "failed_logins_per_client": Key(int, check=_positive_int(1),
+                                    doc="failed logins from one address before 429 (10)"),
+    "failed_login_interval": Key((*_NUM, str), check=parse_duration,
+                                 doc="one more failed login allowed per interval (1s)"),
     "request_timeout": Key((*_NUM, str), check=parse_duration, doc="per request (10s)"),
     "idle_timeout": Key((*_NUM, str), check=parse_duration, doc="keep-alive idle (60s)"),
     "tls_handshake_timeout": Key((*_NUM, str), check=parse_duration, doc="(5s)"),

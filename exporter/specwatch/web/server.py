@@ -19,7 +19,17 @@ What the transport guarantees for every endpoint (anchors-reliability §1.2, §2
   the deadline also gets ``503`` and keeps its slot until it returns (client_golang's
   ``Timeout`` / ``MaxRequestsInFlight``).
 * **A cap on open connections** (``max_connections``): one thread serves one connection, so
-  this bounds threads; above it new connections are closed at once.
+  this bounds threads; above it new connections are closed at once. One client address may
+  hold at most ``max_connections_per_client`` of them (600 half-open sockets from one host
+  must not lock every other scraper out).
+* **Authentication before work.** With basic auth on, the credential is checked before the
+  request takes an in-flight slot or a rate-limiter token; a verified credential is answered
+  from the cache (bcrypt runs once per distinct credential), and an address that keeps
+  failing gets 429 without bcrypt running (:class:`~specwatch.web.webconfig.FailureLimiter`).
+  A wrong-password flood therefore costs the real scraper nothing but CPU share.
+* **Strict framing.** Two ``Content-Length`` headers, a non-numeric one, any
+  ``Transfer-Encoding`` and HTTP/0.9 are refused (400, connection closed): no request can be
+  smuggled behind another.
 * **TLS handshakes off the accept loop, under a deadline.** The listening socket is plain
   TCP; each accepted socket is wrapped and its handshake driven non-blocking in the
   connection's own thread with a total ``handshake_timeout``. prometheus_client wraps the
@@ -63,7 +73,8 @@ MAX_REQUEST_BODY = 1024 * 1024
 #: Reasons in ``specwatch_http_requests_rejected_total{reason}``.
 REJECT_REASONS: tuple[str, ...] = ("in_flight_limit", "connection_limit", "timeout",
                                    "tls_handshake", "unauthorized", "rate_limited",
-                                   "bad_request")
+                                   "bad_request", "auth_rate_limited",
+                                   "client_connection_limit")
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,13 @@ class ServerLimits:
 
     max_requests_in_flight: int = 40
     max_connections: int = 512
+    #: Open connections from one client address: one host (or 600 half-open sockets from
+    #: it) cannot take the whole ``max_connections``.
+    max_connections_per_client: int = 64
+    #: Failed logins one client address may make at once (then one per
+    #: ``failed_login_interval``); past them it gets 429 and bcrypt does not run.
+    failed_logins_per_client: int = 10
+    failed_login_interval: float = 1.0
     request_timeout: float = 10.0
     idle_timeout: float = 60.0
     handshake_timeout: float = 5.0
@@ -197,6 +215,16 @@ class _Stats:
         self.rejected = dict.fromkeys(REJECT_REASONS, 0)
         self.in_flight = 0
         self.connections = 0
+        self.per_client: dict[str, int] = {}  # open connections per client address
+
+    def closed(self, client: str) -> None:
+        with self.lock:
+            self.connections -= 1
+            n = self.per_client.get(client, 0) - 1
+            if n > 0:
+                self.per_client[client] = n
+            else:
+                self.per_client.pop(client, None)
 
     def reject(self, reason: str) -> None:
         with self.lock:
@@ -290,6 +318,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         head = self.command == "HEAD"
         stats = srv._stats
+        # Authentication comes first, before anything shared is taken: a client without the
+        # password never holds an in-flight slot or a rate-limiter token, and a verified
+        # credential is answered from the cache without queueing behind wrong passwords'
+        # bcrypt runs.
+        user = None
+        if cfg.auth is not None and parts.path not in srv.own_auth_paths:
+            user = self._authenticate(cfg, headers, head)
+            if user is None:
+                return
         with stats.lock:
             admitted = stats.in_flight < srv.limits.max_requests_in_flight
             if admitted:
@@ -306,15 +343,6 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 stats.reject("rate_limited")
                 self._refuse(Response(429, b"rate limit exceeded\n"), cfg, head)
                 return
-            user = None
-            if cfg.auth is not None and parts.path not in srv.own_auth_paths:
-                user = cfg.auth.check_header(headers.get("authorization"))
-                if user is None:
-                    stats.reject("unauthorized")
-                    self._refuse(Response(401, b"unauthorized\n", headers={
-                        "WWW-Authenticate": 'Basic realm="specwatch", charset="UTF-8"'}),
-                        cfg, head)
-                    return
             try:
                 length = int(headers.get("content-length") or 0)
             except ValueError:
@@ -349,6 +377,31 @@ class _RequestHandler(BaseHTTPRequestHandler):
             # and sends the next request at once must never find its own slot still taken.
             if not abandoned:
                 srv._release_slot()
+
+    def _authenticate(self, cfg: webconfig.WebConfig, headers: Mapping[str, str],
+                      head: bool) -> str | None:
+        """The basic-auth user, or None after answering 401 (or 429 when this client
+        address has used up its failed attempts: then bcrypt does not run at all)."""
+        assert cfg.auth is not None
+        srv = self.server
+        client = self.client_address[0]
+        creds = webconfig.parse_basic(headers.get("authorization"))
+        ok = cfg.auth.cached(*creds) if creds is not None else None
+        if ok is None:
+            if not srv._auth_failures.acquire(client):
+                srv._stats.reject("auth_rate_limited")
+                self._refuse(Response(429, b"too many failed logins, retry later\n",
+                                      headers={"Retry-After": "1"}), cfg, head)
+                return None
+            ok = creds is not None and cfg.auth.check(*creds)
+            if ok:
+                srv._auth_failures.succeeded(client)
+        if ok and creds is not None:
+            return creds[0]
+        srv._stats.reject("unauthorized")
+        self._refuse(Response(401, b"unauthorized\n", headers={
+            "WWW-Authenticate": 'Basic realm="specwatch", charset="UTF-8"'}), cfg, head)
+        return None
 
     def _refuse(self, resp: Response, cfg: webconfig.WebConfig, head: bool) -> None:
         self.close_connection = True
@@ -423,6 +476,8 @@ class WebServer:
         self.limits = limits or ServerLimits()
         self._web_config = webconfig.WebConfig()
         self._limiter: webconfig.RateLimiter | None = None
+        self._auth_failures = webconfig.FailureLimiter(self.limits.failed_logins_per_client,
+                                                       self.limits.failed_login_interval)
         self._stats = _Stats()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -531,12 +586,18 @@ class WebServer:
                 time.sleep(0.05)  # e.g. EMFILE: do not spin
                 continue
             s = self._stats
+            client = str(addr[0])
+            per_client = min(self.limits.max_connections_per_client,
+                             self.limits.max_connections)
             with s.lock:
-                admitted = s.connections < self.limits.max_connections
-                if admitted:
+                refused = ("connection_limit" if s.connections >= self.limits.max_connections
+                           else "client_connection_limit"
+                           if s.per_client.get(client, 0) >= per_client else None)
+                if refused is None:
                     s.connections += 1
-            if not admitted:
-                s.reject("connection_limit")
+                    s.per_client[client] = s.per_client.get(client, 0) + 1
+            if refused is not None:
+                s.reject(refused)
                 with contextlib.suppress(OSError):
                     conn.close()
                 continue
@@ -544,8 +605,7 @@ class WebServer:
                 threading.Thread(target=self._serve_connection, args=(conn, addr),
                                  name="specwatch-conn", daemon=True).start()
             except RuntimeError:  # cannot start a thread: shed this connection
-                with s.lock:
-                    s.connections -= 1
+                s.closed(client)
                 conn.close()
 
     def _serve_connection(self, conn: socket.socket, addr: tuple) -> None:
@@ -572,8 +632,7 @@ class WebServer:
             with self._conns_lock:
                 self._conns.discard(sock)
                 self._conns.discard(conn)
-            with self._stats.lock:
-                self._stats.connections -= 1
+            self._stats.closed(str(addr[0]))
 
 
 def _handshake(conn: socket.socket, tls: webconfig.TLSServer,
