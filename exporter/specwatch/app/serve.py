@@ -177,7 +177,8 @@ class ServeApp:
 
 def _poll_target(t: config.TargetConfig) -> PollTarget:
     return PollTarget(t.name, t.url, t.timeout, t.max_body_bytes, t.headers, t.basic_auth,
-                      verify=t.tls_verify, cert=t.tls_client_cert)
+                      verify=t.tls_verify, cert=t.tls_client_cert,
+                      follow_redirects=t.follow_redirects)
 
 
 def server_limits(cfg: config.ServeConfig) -> ServerLimits:

@@ -11,7 +11,7 @@ import logging
 import re
 import threading
 from collections.abc import Mapping
-from urllib.parse import quote, quote_plus
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
 REDACTED = "<redacted>"
 _lock = threading.Lock()
@@ -38,6 +38,55 @@ def register(secret: str) -> None:
     if new:
         with _lock:
             _secrets = tuple(sorted(set(_secrets) | new, key=len, reverse=True))
+
+
+#: Query parameter names whose values are credentials (``?token=``, ``?api_key=``,
+#: ``?sig=``...). Other query values are not secrets (a ``?format=`` must not turn every
+#: "prometheus" in the logs into <redacted>).
+_SECRET_PARAM = re.compile(r"token|key|secret|pass|auth|sig|credential|session|code|jwt",
+                           re.IGNORECASE)
+
+
+#: Request headers whose values are never secrets; every other configured header value is
+#: registered for redaction (X-Api-Key, X-Auth-Token, a signature...).
+PLAIN_HEADERS = frozenset({"accept", "accept-encoding", "accept-language", "user-agent",
+                           "content-type", "cache-control", "host"})
+
+
+def register_header(name: str, value: str) -> None:
+    """Register a configured request header's value (and the part after ``Bearer ``)
+    unless the header is one that never carries a credential."""
+    if name.lower() not in PLAIN_HEADERS:
+        register(value)
+        register(value.partition(" ")[2])
+
+
+def registered() -> tuple[str, ...]:
+    """Every registered form (the test suite checks each log record against them)."""
+    return _secrets
+
+
+def register_url(url: str) -> None:
+    """Register the secrets a URL can carry: the userinfo password (and user) and the values
+    of query parameters named like credentials (:data:`_SECRET_PARAM`)."""
+    parts = urlsplit(url)
+    if parts.password:
+        register(parts.password)
+        register(unquote(parts.password))
+    for name, value in parse_qsl(parts.query, keep_blank_values=False):
+        if _SECRET_PARAM.search(name):
+            register(value)
+    for raw in parts.query.split("&"):  # the raw (still URL-encoded) form too
+        name, _, value = raw.partition("=")
+        if value and _SECRET_PARAM.search(unquote(name)):
+            register(value)
+
+
+def display_url(url: str) -> str:
+    """``url`` fit for a log line: no userinfo, no query (``?...`` when it had one)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, host, parts.path, "..." if parts.query else "", ""))
 
 
 def redact(text: str) -> str:

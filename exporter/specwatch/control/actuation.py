@@ -36,6 +36,7 @@ from typing import Any
 import requests
 
 from specwatch import __version__
+from specwatch.common import redact
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,9 @@ Deliver = Callable[[Decision], str]
 
 
 def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
+    # Foreign text (an exception quoting a header value or the URL, a receiver's answer)
+    # is redacted before it is cut, so a secret is never half-printed.
+    text = " ".join(redact.redact(text).split())
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -89,7 +92,7 @@ class WebhookDelivery:
         self._session = requests.Session()
 
     def __repr__(self) -> str:
-        return f"WebhookDelivery({self.url!r})"
+        return f"WebhookDelivery({redact.display_url(self.url)!r})"
 
     def __call__(self, decision: Decision) -> str:
         headers = {"Content-Type": "application/json",

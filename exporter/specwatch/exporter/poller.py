@@ -42,12 +42,14 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import requests
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from specwatch import __version__
+from specwatch.common import redact
 from specwatch.exporter.pipeline import PollResult
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,8 @@ class PollTarget:
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
     verify: bool | str = True
     cert: tuple[str, str] | None = None
+    #: same_host | any | none (see :func:`_fetch`).
+    follow_redirects: str = "same_host"
 
 
 #: Redirects followed per poll (a loop must not eat the deadline).
@@ -220,9 +224,9 @@ def fetch(session: requests.Session, target: PollTarget,
 
 def _fetch(session: requests.Session, target: PollTarget, monotonic: Callable[[], float],
            deadline: float, guard: _Guard) -> str:
-    headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
-               "Accept-Encoding": "identity",
-               "User-Agent": f"specwatch/{__version__}", **target.headers}
+    base_headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+                    "Accept-Encoding": "identity",
+                    "User-Agent": f"specwatch/{__version__}"}
     try:
         verify = target.verify
         if verify is True:  # the environment's CA bundle, as requests itself would use
@@ -230,12 +234,38 @@ def _fetch(session: requests.Session, target: PollTarget, monotonic: Callable[[]
         prepared = getattr(session, "prepared", None)
         if prepared is None:
             prepared = session.prepare_request(requests.Request(
-                "GET", target.url, headers=headers, auth=target.basic_auth))
+                "GET", target.url, headers={**base_headers, **target.headers},
+                auth=target.basic_auth))
             if isinstance(session, _TargetSession):
                 session.prepared = prepared
-        resp = session.send(prepared.copy(), stream=True, allow_redirects=True,
-                            timeout=(target.timeout_seconds, target.timeout_seconds),
-                            verify=verify, cert=target.cert)
+        request = prepared.copy()
+        # Redirects are followed here, not by requests: requests only drops Authorization
+        # and Cookie on a cross-host redirect, so an X-Api-Key would follow a redirect
+        # anywhere. same_host (default): only to the target's own scheme, host and port,
+        # with its headers; any: also elsewhere, with none of the configured headers or
+        # credentials; none: a redirect is an error.
+        home = _origin(target.url)
+        for hop in range(MAX_REDIRECTS + 1):
+            left = max(deadline - monotonic(), 0.001)
+            resp = session.send(request, stream=True, allow_redirects=False,
+                                timeout=(left, left), verify=verify, cert=target.cert)
+            if not resp.is_redirect:
+                break
+            status = resp.status_code
+            location = urljoin(resp.url or target.url, resp.headers.get("location", ""))
+            resp.close()
+            same = _origin(location) == home
+            if target.follow_redirects == "none" or (
+                    not same and target.follow_redirects == "same_host"):
+                where = "to its own origin" if same else "to another scheme, host or port"
+                raise PollError("http_status", f"HTTP {status}: redirect {where} not followed "
+                                               f"(follow_redirects: {target.follow_redirects})")
+            if hop == MAX_REDIRECTS:
+                raise PollError("connection", f"more than {MAX_REDIRECTS} redirects")
+            request = session.prepare_request(requests.Request(
+                "GET", location,
+                headers={**base_headers, **target.headers} if same else base_headers,
+                auth=target.basic_auth if same else None))
     except requests.exceptions.Timeout as exc:
         raise PollError("timeout", f"no response within {target.timeout_seconds:g}s") from exc
     except requests.exceptions.RequestException as exc:
@@ -311,6 +341,17 @@ def _fetch(session: requests.Session, target: PollTarget, monotonic: Callable[[]
             from exc
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
 def _deadline_error(target: PollTarget, what: str) -> PollError:
     return PollError("timeout", f"{what} within {target.timeout_seconds:g}s (total deadline: "
                                 f"connect, headers and body)")
@@ -318,7 +359,7 @@ def _deadline_error(target: PollTarget, what: str) -> PollError:
 
 def _tls_reason(exc: BaseException) -> str:
     """The OpenSSL reason of a TLS failure (e.g. CERTIFICATE_VERIFY_FAILED), not the URL."""
-    text = str(exc)
+    text = redact.redact(str(exc))
     for marker in ("certificate verify failed", "CERTIFICATE_VERIFY_FAILED", "hostname",
                    "wrong version number", "tlsv1 alert", "sslv3 alert", "handshake"):
         i = text.find(marker)
@@ -329,7 +370,8 @@ def _tls_reason(exc: BaseException) -> str:
 
 
 def _short(exc: BaseException, limit: int = 200) -> str:
-    text = str(exc)
+    # Redacted before it is cut: an exception may quote a header value or the URL.
+    text = redact.redact(str(exc))
     return text if len(text) <= limit else text[:limit] + "..."
 
 
