@@ -19,6 +19,7 @@ import io
 import logging
 import re
 import socket
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from pathlib import Path
 import bcrypt
 import pytest
 from helpers import testsecrets
+from helpers.certs import PKI, make_pki
 from specwatch.common import redact
 from specwatch.web.server import Response, ServerLimits, WebServer
 
@@ -345,3 +347,58 @@ def test_half_open_sockets_from_one_address_leave_the_scraper_served():
           f"{refused} refused, {held} connections held")
     assert ok / tried >= 0.95, (ok, tried)
     assert refused >= 600 - 64 - 5
+
+
+# -- item 6: fail closed on reload ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory) -> PKI:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.mark.parametrize("new_text", ["", "# all keys removed\n", "http_server_config: {}\n",
+                                      "tls_server_config:\nbasic_auth_users:\n"],
+                         ids=["empty", "comment-only", "other-keys", "empty-sections"])
+def test_a_reload_that_would_turn_tls_and_auth_off_is_refused(tmp_path, pki, web_hash,
+                                                             new_text, caplog):
+    """Issue 17 item 6: started with TLS and basic auth, a reload of a file without them
+    is refused with an ERROR log; the server keeps answering over TLS with auth (old code:
+    TLS and auth turned off, logged at INFO)."""
+    wc = tmp_path / "web.yml"
+    wc.write_text(f"tls_server_config:\n  cert_file: {pki.server.cert}\n"
+                  f"  key_file: {pki.server.key}\n"
+                  f"basic_auth_users:\n  {testsecrets.WEB_USER}: '{web_hash}'\n")
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    good = basic(testsecrets.WEB_USER, testsecrets.WEB_PASSWORD)
+
+    def status(headers: dict[str, str]) -> int:
+        conn = http.client.HTTPSConnection(*srv.address, context=ctx, timeout=5)
+        try:
+            conn.request("GET", "/metrics", headers=headers)
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    with server(web_config=str(wc)) as srv:
+        assert (status(good), status({})) == (200, 401)
+        wc.write_text(new_text)
+        caplog.set_level(logging.INFO)
+        assert srv.reload_web_config() is False
+        assert srv.scheme == "https" and srv.stats().web_config_reload_success is False
+        assert (status(good), status({})) == (200, 401)
+    refused = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert refused and refused[0].levelno == logging.ERROR
+    assert "TLS and basic auth" in refused[0].getMessage()
+
+
+def test_a_server_started_without_auth_may_reload_it_on_and_off(tmp_path, web_hash):
+    """Fail closed only protects what the server started with: started open, a reload may
+    add basic auth and a later one may remove it again."""
+    wc = tmp_path / "web.yml"
+    wc.write_text("")
+    with server(web_config=str(wc)) as srv:
+        wc.write_text(f"basic_auth_users:\n  {testsecrets.WEB_USER}: '{web_hash}'\n")
+        assert srv.reload_web_config() and srv.web_config.auth is not None
+        wc.write_text("")
+        assert srv.reload_web_config() and srv.web_config.auth is None

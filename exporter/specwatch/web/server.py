@@ -37,7 +37,8 @@ What the transport guarantees for every endpoint (anchors-reliability §1.2, §2
 * **Web config** (:mod:`specwatch.web.webconfig`): TLS, client certificates, basic auth, security
   headers, rate limit (429). :meth:`WebServer.reload_web_config` swaps it atomically (SIGHUP):
   requests in flight finish under the config they started with, new connections and requests
-  use the new one, and a bad new file keeps the old config.
+  use the new one, and a bad new file keeps the old config. A reload that would turn TLS or
+  basic auth off is refused (error log, old config kept) unless the server started without it.
 
 Counters of what was refused (``specwatch_http_requests_rejected_total{reason}``) are in
 :meth:`WebServer.stats`.
@@ -488,6 +489,7 @@ class WebServer:
         self._conns_lock = threading.Lock()
         self._reload_ok = True
         self._reload_ts: float | None = None
+        self._started_with = (False, False)  # (TLS, basic auth) at start(): fail closed
 
     # -- web config ------------------------------------------------------------------------
     def _apply(self, cfg: webconfig.WebConfig) -> None:
@@ -502,6 +504,20 @@ class WebServer:
             cfg = webconfig.load(self.web_config_file)
         except ConfigError as exc:
             log.error("web config reload failed, keeping the previous one: %s", exc)
+            self._reload_ok = False
+            return False
+        # Fail closed: a reload never turns TLS or basic auth off when the server was
+        # started with it (an empty or half-written file, all keys removed by mistake);
+        # that takes a restart, a deliberate act.
+        old = self._web_config
+        lost = [what for what, had, has, started in (
+            ("TLS", old.tls, cfg.tls, self._started_with[0]),
+            ("basic auth", old.auth, cfg.auth, self._started_with[1]))
+            if had is not None and has is None and started]
+        if lost:
+            log.error("web config reload from %s refused, keeping the previous one: it would "
+                      "turn %s off (the server was started with it; restart to turn it off)",
+                      self.web_config_file, " and ".join(lost))
             self._reload_ok = False
             return False
         self._apply(cfg)
@@ -521,6 +537,8 @@ class WebServer:
         if self.web_config_file:
             self._apply(webconfig.load(self.web_config_file))
             self._reload_ts = time.time()
+        self._started_with = (self._web_config.tls is not None,
+                              self._web_config.auth is not None)
         host, port = parse_listen(self.listen)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
