@@ -398,7 +398,10 @@ def _write_params(
         )
         if path.parent and not path.parent.exists():
             raise ConfigError(f"--out {args.out}: directory {path.parent} does not exist")
-        dump_params(params, path)
+        try:
+            dump_params(params, path)
+        except OSError as exc:  # /proc, a read-only or full file system, no permission
+            raise ConfigError(f"--out {path}: cannot write: {exc.strerror or exc}") from None
         written[fit.system] = str(path)
     return written, ConfigError("; ".join(refused)) if refused else None
 

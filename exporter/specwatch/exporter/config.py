@@ -456,8 +456,11 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
                           f"global.shard_count)")
     if shard_count > 1:
         targets = [t for t in targets if shard_of(t.name, shard_count) == shard_index]
-    if poll_interval is not None and not poll_interval > 0:
-        raise ConfigError(f"--poll-interval: expected a positive number, got {poll_interval}")
+    if poll_interval is not None:
+        try:
+            poll_interval = parse_duration(poll_interval)
+        except CheckError as exc:
+            raise ConfigError(f"--poll-interval: {exc}") from None
     windows_raw = g.get("windows")
     windows = tuple((format_duration(s), s) for s in windows_raw) if windows_raw is not None \
         else ServeConfig.__dataclass_fields__["windows"].default
