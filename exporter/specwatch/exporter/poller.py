@@ -26,6 +26,12 @@ Why each rule:
   never piles load on a struggling inference server, and a slow target never delays the
   others (each has its own worker).
 * Secrets (bearer tokens, passwords) go into the session only; they are never logged.
+* **Redirects** are followed here, per ``follow_redirects`` (same_host by default), never
+  with a configured header or credential to another scheme, host or port.
+
+Size: one module because the deadline guard, the redirect rules and the body limits all act
+on one request of one poll; the scheduler is the rest and shares the guard (stop() cuts the
+polls in flight short).
 """
 
 from __future__ import annotations

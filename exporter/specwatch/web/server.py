@@ -42,6 +42,10 @@ What the transport guarantees for every endpoint (anchors-reliability §1.2, §2
 
 Counters of what was refused (``specwatch_http_requests_rejected_total{reason}``) are in
 :meth:`WebServer.stats`.
+
+Size: one module because every protection above acts on the same connection, in one order
+(framing, authentication, in-flight slot, rate limit, deadline); split apart, a new route
+or a new check could take a shared resource before the checks that guard it.
 """
 
 from __future__ import annotations
