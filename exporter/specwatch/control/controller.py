@@ -389,11 +389,7 @@ class Controller:
             with self._alerts_lock:
                 for outcome, n in self.alerts_received.items():
                     alerts.add_metric([outcome], float(n))
-        dropped = CounterMetricFamily(
-            "sd_controller_models_dropped", "Models the controller of a target forgot, by "
-            "reason: retention (gone from the page for longer than the exporter keeps "
-            "history), limit (more than max_models at once; least recently seen first).",
-            labels=["target", "reason"])
+        dropped = metricdefs.counter("sd_controller_models_dropped")
         for tname, tc in self.targets.items():
             with tc.lock:
                 for reason, n in sorted(tc.dropped.items()):

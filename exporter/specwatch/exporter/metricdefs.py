@@ -194,11 +194,17 @@ METRICS: tuple[MetricDef, ...] = (
         "specwatch_http_requests_rejected", "counter", ("reason",),
         help="Requests and connections the HTTP server refused, by reason (in_flight_limit: "
              "503; connection_limit; timeout: request not received or not answered in time; "
-             "tls_handshake; unauthorized: 401; rate_limited: 429).",
+             "tls_handshake; unauthorized: 401; rate_limited: 429; bad_request: 400, "
+             "ambiguous framing or HTTP/0.9; auth_rate_limited: 429, too many failed logins "
+             "from the address; client_connection_limit: the address holds its share).",
         doc="requests or connections the HTTP server refused: `in_flight_limit` (503), "
             "`connection_limit`, `timeout` (request not received, or handler not done, within "
             "`request_timeout`), `tls_handshake` (failed or over `tls_handshake_timeout`, bad "
-            "client certificate), `unauthorized` (401), `rate_limited` (429)"),
+            "client certificate), `unauthorized` (401), `rate_limited` (429), `bad_request` "
+            "(400: ambiguous framing such as two `Content-Length`s or a `Transfer-Encoding`, "
+            "HTTP/0.9), `auth_rate_limited` (429: the address used up "
+            "`failed_logins_per_client`), `client_connection_limit` (the address holds "
+            "`max_connections_per_client`)"),
     MetricDef(
         "specwatch_http_requests_in_flight", "gauge", (),
         help="Requests being handled (this scrape included).",
@@ -287,6 +293,14 @@ METRICS: tuple[MetricDef, ...] = (
              "server did not report the requested configuration within pending_timeout_seconds.",
         doc="decisions that did not take effect: delivery failed after its retries, or the "
             "server did not report the switch within `pending_timeout_seconds`"),
+    MetricDef(
+        "sd_controller_models_dropped", "counter", ("target", "reason"),
+        help="Models the controller of a target forgot, by reason: retention (gone from the "
+             "page for longer than the exporter keeps history), limit (more than 100 models "
+             "at once; least recently seen first).",
+        doc="models the controller of a target forgot: `retention` (gone from the page longer "
+            "than the exporter keeps history), `limit` (more than 100 models at once; least "
+            "recently seen first)"),
     MetricDef(
         "sd_switch_latency_ratio", "gauge",
         ("target", "model_name", "action", "latency", "percentile"),
