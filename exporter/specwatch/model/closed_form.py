@@ -36,6 +36,8 @@ from typing import Union
 
 import numpy as np
 
+from specwatch.model import saturation as _saturation
+
 __all__ = [
     "DEFAULT_K_MAX",
     "DEFAULT_MAX_UTILIZATION",
@@ -119,12 +121,13 @@ def reason_text(reason: int) -> str:
 
 
 def _check_seconds(owner: object) -> None:
+    """Every field is a finite number >= 0 (seconds; knees and capacities in tokens/requests)."""
     for f in fields(owner):  # type: ignore[arg-type]
         value = getattr(owner, f.name)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise TypeError(f"{f.name}: expected a number of seconds, got {value!r}")
+            raise TypeError(f"{f.name}: expected a number, got {value!r}")
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{f.name}: expected a non-negative number of seconds, got {value}")
+            raise ValueError(f"{f.name}: expected a finite number >= 0, got {value}")
 
 
 @dataclass(frozen=True)
@@ -144,9 +147,33 @@ class Coefficients:
     a_d: float
     b_d: float
     b_v_context: float = 0.0
+    # Saturation regime (model.md, "Saturation regime"); all zero = the linear model exactly.
+    c_v: float = 0.0  # s per verified token past the verifier's knee (compute-bound slope)
+    knee_v: float = 0.0  # tokens per verify step where verification turns compute-bound
+    c_d: float = 0.0  # s per draft token past the drafter's knee
+    knee_d: float = 0.0  # tokens per draft step (= requests in flight) of the drafter's knee
+    max_num_seqs: float = 0.0  # most requests running at once (0: no limit)
+    kv_cache_tokens: float = 0.0  # KV-cache capacity in tokens (0: no limit)
 
     def __post_init__(self) -> None:
         _check_seconds(self)
+
+    @property
+    def saturates(self) -> bool:
+        """True when a saturation term is set: the fixed point is then found by bisection."""
+        return bool(self.c_v or self.c_d or self.max_num_seqs or self.kv_cache_tokens)
+
+    def capacity(self, p: ArrayLike, g: ArrayLike) -> np.ndarray:
+        """Most requests in flight: max_num_seqs, and the KV-cache tokens over the p + g
+        tokens one request holds at its end (inf where neither limit is set)."""
+        pp, gg = np.asarray(p, dtype=float), np.asarray(g, dtype=float)
+        cap = np.full(np.broadcast_shapes(pp.shape, gg.shape), np.inf)
+        if self.max_num_seqs:
+            cap = np.minimum(cap, self.max_num_seqs)
+        if self.kv_cache_tokens:
+            with np.errstate(divide="ignore"):
+                cap = np.minimum(cap, self.kv_cache_tokens / np.maximum(pp + gg, 1.0))
+        return cap
 
 
 @dataclass(frozen=True)
@@ -500,7 +527,12 @@ def latency(
     g: ArrayLike,
     max_utilization: float = DEFAULT_MAX_UTILIZATION,
 ) -> SystemLatency:
-    """L = C1 / (1 − λ·C2) for one system (k = 0, E = 1 is no SD); MoE via the φ solver."""
+    """L = C1 / (1 − λ·C2) for one system (k = 0, E = 1 is no SD); MoE via the φ solver.
+
+    With saturation terms (`Coefficients.saturates`) the fixed point B = λ·L(B) of the
+    roofline form is found by bracketed bisection (`specwatch.model.saturation`), and the
+    utilisation is λ/λ_max, λ_max the system's throughput ceiling (λ·C2 in the linear case).
+    """
     ceiling = _validate_ceiling(max_utilization)
     lam, kk, ee, pp, gg = (np.asarray(x, dtype=float) for x in (arrival_rate, k, e, p, g))
     reason = _input_reason(lam, kk, ee, pp, gg)
@@ -521,9 +553,16 @@ def latency(
             c1 = c1u
         else:
             c1, c2 = cost_terms(coef, kk, ee, pp, gg)
-            util = np.broadcast_to(lam * c2, reason.shape)
-            saturated = util >= 1.0
-            lat = c1 / (1.0 - util)
+            if coef.saturates:
+                lat, util, saturated = _saturation.fixed_point(
+                    lam, c1, c2, gg / ee, kk, coef.c_v, coef.knee_v, coef.c_d, coef.knee_d,
+                    coef.capacity(pp, gg),
+                )
+                util = np.broadcast_to(util, reason.shape)
+            else:
+                util = np.broadcast_to(lam * c2, reason.shape)
+                saturated = util >= 1.0
+                lat = c1 / (1.0 - util)
             not_conv = None
     free = reason == Reason.OK
     np.copyto(reason, np.int8(Reason.ABOVE_CEILING), where=free & (util > ceiling))
@@ -620,8 +659,8 @@ def breakeven(
     kept only when it lies below saturation of both systems. MoE models have no closed form:
     the crossing is found numerically along λ.
     """
-    if isinstance(coef, MoECoefficients):
-        return _moe_breakeven(coef, k, e, p, g)
+    if isinstance(coef, MoECoefficients) or coef.saturates:
+        return _numeric_breakeven(coef, k, e, p, g)
     kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
     reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
     ok = reason == Reason.OK
@@ -705,17 +744,29 @@ def breakeven_arrival_rate(
 
 def _saturation_rate_bound(coef: Model, k: np.ndarray, e: np.ndarray, p: np.ndarray,
                            g: np.ndarray) -> np.ndarray:
-    """An arrival rate no stable system reaches: 1/C2 of the dense (u) part."""
-    c2 = cost_terms(_dense(coef), k, e, p, g)[1]
+    """An arrival rate no stable system reaches: 1/C2 of the dense (u) part, or the
+    throughput ceiling λ_max of the saturation regime."""
+    dense = _dense(coef)
+    c1, c2 = cost_terms(dense, k, e, p, g)
+    if dense.saturates:
+        lam_max, _ = _saturation.ceiling(
+            c1, c2, g / e, k, dense.c_v, dense.knee_v, dense.c_d, dense.knee_d,
+            dense.capacity(p, g),
+        )
+        return lam_max
     with np.errstate(divide="ignore"):
         return np.where(c2 > 0, 1.0 / c2, np.inf)
 
 
-def _moe_breakeven(
+def _numeric_breakeven(
     coef: MoECoefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike,
     grid: int = 48, bisections: int = 50,
 ) -> BreakEven:
-    """First crossing of S(λ) = 1 along λ for an MoE model, by grid scan and bisection."""
+    """First crossing of S(λ) = 1 along λ, by grid scan and bisection.
+
+    For models without a closed-form break-even: MoE (φ depends on L) and the saturation
+    regime (L(B) piecewise). The scan runs up to the lower of the two systems' ceilings.
+    """
     kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
     shape = kk.shape
     kk, ee, pp, gg = (x.ravel() for x in (kk, ee, pp, gg))
@@ -724,10 +775,9 @@ def _moe_breakeven(
     s_k = np.where(ok, kk, 0.0)
     s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
     s_p, s_g = np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
-    lam_hi = np.minimum(
-        _saturation_rate_bound(coef, s_k, s_e, s_p, s_g),
-        _saturation_rate_bound(coef, np.zeros_like(s_k), np.ones_like(s_e), s_p, s_g),
-    )
+    sd_ceiling = _saturation_rate_bound(coef, s_k, s_e, s_p, s_g)
+    nosd_ceiling = _saturation_rate_bound(coef, np.zeros_like(s_k), np.ones_like(s_e), s_p, s_g)
+    lam_hi = np.minimum(sd_ceiling, nosd_ceiling)
     # Load-free systems never saturate; their speedup is constant, so λ = 0 decides.
     lam_hi = np.where(np.isfinite(lam_hi), lam_hi, 0.0)
     s0 = speedup(coef, 0.0, s_k, s_e, s_p, s_g)
@@ -753,6 +803,11 @@ def _moe_breakeven(
         np.where(above0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
         np.where(above0, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
     )
+    # SD faster up to its own ceiling, which lies below no-SD's: past it SD saturates while
+    # no-SD still serves, so SD stops paying at its ceiling (the measured break-even's rule).
+    capped = ~found & above0 & (sd_ceiling < nosd_ceiling)
+    kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
+    cross = np.where(capped, sd_ceiling, cross)
     kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
     rate = np.select(
         [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,
