@@ -56,6 +56,7 @@ __all__ = [
     "alpha_from_acceptance_length",
     "breakeven",
     "breakeven_arrival_rate",
+    "batch_latency",
     "breakeven_from_costs",
     "cost_terms",
     "extend_profile",
@@ -67,6 +68,7 @@ __all__ = [
     "reason_text",
     "solve_moe_latency",
     "speedup",
+    "throughput_ceiling",
 ]
 
 DEFAULT_MAX_UTILIZATION = 0.9
@@ -719,6 +721,36 @@ def breakeven_from_costs(
     return BreakEven(rate=rate, kind=kind.astype(np.int8))
 
 
+def batch_latency(
+    coef: Coefficients, in_flight: ArrayLike, k: ArrayLike, e: ArrayLike, p: ArrayLike,
+    g: ArrayLike,
+) -> np.ndarray:
+    """L(B): mean latency (s) with B requests in flight, before the fixed point B = λ·L.
+
+    What a closed-loop benchmark measures directly (it fixes B, Little's law gives λ = B/L),
+    so calibration judges the fit with it over the whole load range, past the throughput
+    peak included. Linear model: C1 + C2·B; the saturation regime adds the knee terms.
+    """
+    if isinstance(coef, MoECoefficients):
+        raise TypeError("batch_latency prices a dense model")
+    kk, ee, pp, gg, bb = (np.asarray(x, dtype=float) for x in (k, e, p, g, in_flight))
+    c1, c2 = cost_terms(coef, kk, ee, pp, gg)
+    return _saturation.batch_latency(bb, c1, c2, gg / ee, kk, coef.c_v, coef.knee_v, coef.c_d,
+                                     coef.knee_d)
+
+
+def throughput_ceiling(
+    coef: Coefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+) -> np.ndarray:
+    """λ_max (req/s): the highest arrival rate with a fixed point (1/C2 in the linear model)."""
+    if isinstance(coef, MoECoefficients):
+        raise TypeError("throughput_ceiling prices a dense model")
+    kk, ee, pp, gg = (np.asarray(x, dtype=float) for x in (k, e, p, g))
+    c1, c2 = cost_terms(coef, kk, ee, pp, gg)
+    return _saturation.ceiling(c1, c2, gg / ee, kk, coef.c_v, coef.knee_v, coef.c_d,
+                               coef.knee_d, coef.capacity(pp, gg))[0]
+
+
 def latency_from_costs(c1: ArrayLike, c2: ArrayLike, arrival_rate: ArrayLike) -> np.ndarray:
     """L = C1 / (1 − λ·C2) from one dense system's cost terms; NaN at or past saturation.
 
@@ -805,9 +837,20 @@ def _numeric_breakeven(
     )
     # SD faster up to its own ceiling, which lies below no-SD's: past it SD saturates while
     # no-SD still serves, so SD stops paying at its ceiling (the measured break-even's rule).
+    # The scan stops short of the ceiling, and SD's latency may shoot up in that last stretch:
+    # bisect [last grid point, SD ceiling] with a saturated SD counting as "SD loses".
     capped = ~found & above0 & (sd_ceiling < nosd_ceiling)
+    if capped.any():
+        a2 = np.where(capped, lams[:, -1], 0.0)
+        b2 = np.where(capped, sd_ceiling, 0.0)
+        for _ in range(bisections):
+            mid = 0.5 * (a2 + b2)
+            s_mid = speedup(coef, mid, s_k, s_e, s_p, s_g)
+            pays = np.isfinite(s_mid) & (s_mid > 1)
+            a2 = np.where(pays, mid, a2)
+            b2 = np.where(pays, b2, mid)
+        cross = np.where(capped, 0.5 * (a2 + b2), cross)
     kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
-    cross = np.where(capped, sd_ceiling, cross)
     kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
     rate = np.select(
         [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,
