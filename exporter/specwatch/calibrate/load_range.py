@@ -84,6 +84,12 @@ def fit_system_saturation(
     vif = np.full(x.shape[1], np.inf)
     vif[live] = linear.variance_inflation(x[:, live])
     vif_map = {n: float(v) for n, v in zip(sat.SATURATION_COEFFICIENTS, vif, strict=True)}
+    not_identifiable = [n for n, v in vif_map.items() if not v <= options.vif_limit]
+    base = [n for n in not_identifiable if n not in ("c_v", "c_d")]
+    if base:
+        # The linear part itself is not separable: the linear path says why and falls back
+        # to per-configuration (C1, C2) instead of writing coefficients the data cannot carry.
+        return linear.fit_system(system, points, options)
     fit = linear.SystemFit(
         system=system,
         mode="saturation",
@@ -95,7 +101,7 @@ def fit_system_saturation(
         mape=_mape(measured, predicted),
         coefficients=coef,
         vif=vif_map,
-        not_identifiable=[n for n, v in vif_map.items() if not v <= options.vif_limit],
+        not_identifiable=not_identifiable,
     )
     _leave_one_k_out(fit)
     linear._summaries_six(fit)  # zero-load speedup, break-even per k, measured speedups
@@ -104,6 +110,8 @@ def fit_system_saturation(
         max_arrival_rate=round(float(lam.max()), 4),
         max_in_flight=round(float(max(q.in_flight for q in used)), 3),
         draft_lengths=tuple(sorted({int(round(q.draft_length)) for q in used})),
+        max_tokens_per_step=round(float(max(q.in_flight * (q.draft_length + 1)
+                                            for q in used)), 1),
     )
     fit.saturation = _report(fit, found)
     return fit

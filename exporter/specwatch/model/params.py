@@ -21,6 +21,7 @@ Schema (README "Parameters file"):
       max_in_flight: 249        # requests, highest measured B = λ·L
       draft_lengths: [0, 1, 2, 3]
       margin: 0.1               # a prediction this much above is beyond_calibrated_load
+      max_tokens_per_step: 1500 # highest B·(k+1) measured (the knee's unit)
     moe:                                       # optional: `coefficients` is then the dense part
       experts: 128
       active_experts: 8
@@ -107,6 +108,9 @@ class CalibratedRange:
     max_in_flight: float
     draft_lengths: tuple[int, ...]
     margin: float = DEFAULT_LOAD_MARGIN
+    #: Highest tokens per verify step B·(k+1) measured: the quantity the knee is stated in,
+    #: so a prediction past it extrapolates the step cost itself (None: not recorded).
+    max_tokens_per_step: float | None = None
 
     def to_mapping(self) -> dict[str, Any]:
         """The YAML/JSON form (also what `--json` prints as `calibrated_range`)."""
@@ -115,6 +119,8 @@ class CalibratedRange:
             "max_in_flight": float(self.max_in_flight),
             "draft_lengths": [int(k) for k in self.draft_lengths],
             "margin": float(self.margin),
+            **({"max_tokens_per_step": float(self.max_tokens_per_step)}
+               if self.max_tokens_per_step is not None else {}),
         }
 
 
@@ -294,7 +300,8 @@ def _count(ctx: _Ctx, path: tuple[str | int, ...], value: Any, unit: str) -> flo
 
 def _calibrated_range(ctx: _Ctx, value: Any) -> CalibratedRange:
     path: tuple[str | int, ...] = ("calibrated_range",)
-    names = ("max_arrival_rate", "max_in_flight", "draft_lengths", "margin")
+    names = ("max_arrival_rate", "max_in_flight", "draft_lengths", "margin",
+             "max_tokens_per_step")
     m = _mapping(ctx, path, value, names, names[:3])
     rate = _count(ctx, (*path, "max_arrival_rate"), m["max_arrival_rate"], "req/s")
     in_flight = _count(ctx, (*path, "max_in_flight"), m["max_in_flight"], "requests")
@@ -307,8 +314,13 @@ def _calibrated_range(ctx: _Ctx, value: Any) -> CalibratedRange:
     margin = DEFAULT_LOAD_MARGIN
     if m.get("margin") is not None:
         margin = _count(ctx, (*path, "margin"), m["margin"], "a fraction, 0.1 = 10%")
+    tokens = None
+    if m.get("max_tokens_per_step") is not None:
+        tokens = _count(ctx, (*path, "max_tokens_per_step"), m["max_tokens_per_step"],
+                        "tokens per verify step")
     return CalibratedRange(max_arrival_rate=rate, max_in_flight=in_flight,
-                           draft_lengths=tuple(sorted(set(ks))), margin=margin)
+                           draft_lengths=tuple(sorted(set(ks))), margin=margin,
+                           max_tokens_per_step=tokens)
 
 
 def _profile(ctx: _Ctx, value: Any) -> tuple[float, ...]:

@@ -9,8 +9,9 @@ outputs (`validity_reasons`) and the exporter's `sd_model_valid{reason}` series 
 
 - ``saturated``: no fixed point below the throughput ceiling (or the capacity limit);
 - ``above_utilization_ceiling``: below saturation but past the validity ceiling;
-- ``beyond_calibrated_load``: λ or the batch in flight more than the margin above the highest
-  calibrated point (the parameters file records that range);
+- ``beyond_calibrated_load``: λ, the batch in flight, or the tokens per verify step B·(k+1)
+  (the knee's unit) more than the margin above the highest calibrated point (the parameters
+  file records that range);
 - ``extrapolated_k``: a draft length (other than 0) calibration never measured;
 - ``queueing``: live only: the server queues requests (waiting requests, KV cache full,
   preemptions), so the open-loop model does not describe what is measured;
@@ -81,7 +82,13 @@ def range_reasons(
         and np.isfinite(in_flight)
         and in_flight > calibrated.max_in_flight * factor
     )
-    if over_rate or over_batch:
+    over_tokens = (
+        in_flight is not None
+        and calibrated.max_tokens_per_step is not None
+        and np.isfinite(in_flight)
+        and in_flight * (float(draft_length) + 1.0) > calibrated.max_tokens_per_step * factor
+    )
+    if over_rate or over_batch or over_tokens:
         out.append(BEYOND_CALIBRATED_LOAD)
     k = float(draft_length)
     if k != 0 and not any(abs(k - m) < 1e-9 for m in calibrated.draft_lengths):
