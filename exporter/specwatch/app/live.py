@@ -52,8 +52,8 @@ from specwatch.model import (
     optimal_draft_length,
     predict,
     reason_text,
+    validity,
 )
-from specwatch.model import validity
 from specwatch.model.params import Params, load_params
 
 if TYPE_CHECKING:  # pragma: no cover

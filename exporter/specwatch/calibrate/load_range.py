@@ -109,7 +109,7 @@ def fit_system_saturation(
     fit.calibrated_range = CalibratedRange(
         max_arrival_rate=round(float(lam.max()), 4),
         max_in_flight=round(float(max(q.in_flight for q in used)), 3),
-        draft_lengths=tuple(sorted({int(round(q.draft_length)) for q in used})),
+        draft_lengths=tuple(sorted({round(q.draft_length) for q in used})),
         max_tokens_per_step=round(float(max(q.in_flight * (q.draft_length + 1)
                                             for q in used)), 1),
     )

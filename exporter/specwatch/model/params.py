@@ -58,7 +58,15 @@ from specwatch.model.closed_form import (
     MoECoefficients,
 )
 
-__all__ = ["DEFAULT_LOAD_MARGIN", "CalibratedRange", "MoEParams", "Params", "dump_params", "load_params", "params_from_mapping"]
+__all__ = [
+    "DEFAULT_LOAD_MARGIN",
+    "CalibratedRange",
+    "MoEParams",
+    "Params",
+    "dump_params",
+    "load_params",
+    "params_from_mapping",
+]
 
 _COEFFICIENT_NAMES = ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d")
 _EXPERT_NAMES = ("a_p", "b_p", "a_v", "b_v")

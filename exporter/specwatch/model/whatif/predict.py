@@ -12,6 +12,7 @@ import argparse
 import math
 from typing import Any
 
+from specwatch.model import validity
 from specwatch.model.closed_form import (
     BreakEvenKind,
     Reason,
@@ -19,7 +20,6 @@ from specwatch.model.closed_form import (
     optimal_draft_length,
     predict,
 )
-from specwatch.model import validity
 from specwatch.model.whatif import common
 
 KIND_NAMES = {
