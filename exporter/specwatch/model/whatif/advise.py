@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from specwatch.model import validity
 from specwatch.model.closed_form import (
     BreakEvenKind,
     Reason,
@@ -205,6 +206,13 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "breakeven_kind": be_kind,
         "sd_off_above_arrival_rate": any_off_rate,
         "valid": True,
+        "calibrated_range": (params.calibrated_range.to_mapping()
+                             if params.calibrated_range is not None else None),
+        # The loads advised on, judged against the calibrated range (empty: all inside).
+        "validity_reasons": sorted({
+            r for q, lam in rates.items()
+            for r in validity.range_reasons(params.calibrated_range, lam, None, static_k)
+        }),
     }
     out["advice"] = advice_lines(out)
     return out
