@@ -165,26 +165,31 @@ def _breakevens(fit: linear.SystemFit) -> list[dict[str, Any]]:
     coef = fit.coefficients
     assert coef is not None
     groups = sat.group_by_workload(fit.points, linear.workload_labels(fit.points))
+    cells = [(w, k, by_k[k], by_k.get(0.0, [])) for w, by_k in sorted(groups.items())
+             for k in sorted(x for x in by_k if x > 0)]
+    if not cells:
+        return []
+    # One vectorised call: the numeric break-even costs the same for one k or for all.
+    be = model.breakeven(
+        coef,
+        np.array([k for _, k, _, _ in cells]),
+        np.array([np.mean([q.acceptance_length for q in sd]) for _, _, sd, _ in cells]),
+        np.array([np.mean([q.prompt_tokens or 0.0 for q in sd]) for _, _, sd, _ in cells]),
+        np.array([np.mean([q.generation_tokens for q in sd]) for _, _, sd, _ in cells]),
+    )
     out = []
-    for workload, by_k in sorted(groups.items()):
-        nosd = by_k.get(0.0, [])
-        for k in sorted(x for x in by_k if x > 0):
-            sd = by_k[k]
-            e = float(np.mean([q.acceptance_length for q in sd]))
-            p = float(np.mean([q.prompt_tokens or 0.0 for q in sd]))
-            g = float(np.mean([q.generation_tokens for q in sd]))
-            be = model.breakeven(coef, k, e, p, g)
-            measured = sat.measured_breakeven(sd, nosd) if nosd else None
-            pred = float(be.rate)
-            out.append({
-                "workload": workload, "k": k,
-                "predicted": pred if math.isfinite(pred) else None,
-                "predicted_kind": model.BreakEvenKind(int(be.kind)).name.lower(),
-                "measured": measured[0] if measured else None,
-                "measured_kind": measured[1] if measured else None,
-                "relative_error": (pred / measured[0] - 1.0
-                                   if measured and math.isfinite(pred) else None),
-            })
+    for i, (workload, k, sd, nosd) in enumerate(cells):
+        measured = sat.measured_breakeven(sd, nosd) if nosd else None
+        pred = float(be.rate[i])
+        out.append({
+            "workload": workload, "k": k,
+            "predicted": pred if math.isfinite(pred) else None,
+            "predicted_kind": model.BreakEvenKind(int(be.kind[i])).name.lower(),
+            "measured": measured[0] if measured else None,
+            "measured_kind": measured[1] if measured else None,
+            "relative_error": (pred / measured[0] - 1.0
+                               if measured and math.isfinite(pred) else None),
+        })
     return out
 
 

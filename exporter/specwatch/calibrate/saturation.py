@@ -78,7 +78,11 @@ def _arrays(points: Sequence[Point]) -> tuple[np.ndarray, ...]:
 def design_matrix(points: Sequence[Point], knee_v: float, knee_d: float) -> np.ndarray:
     """Rows of the linear problem at fixed knees, columns in SATURATION_COEFFICIENTS order."""
     b, k, e, _, g = _arrays(points)
-    cyc = g / e
+    return _design(b, k, g / e, knee_v, knee_d)
+
+
+def _design(b: np.ndarray, k: np.ndarray, cyc: np.ndarray, knee_v: float, knee_d: float
+            ) -> np.ndarray:
     hv = np.zeros_like(b) if math.isinf(knee_v) else np.maximum(0.0, b * (k + 1) - knee_v)
     hd = np.zeros_like(b) if math.isinf(knee_d) else np.maximum(0.0, b - knee_d)
     return np.column_stack(
@@ -86,9 +90,10 @@ def design_matrix(points: Sequence[Point], knee_v: float, knee_d: float) -> np.n
     )
 
 
-def _solve(points: Sequence[Point], knee_v: float, knee_d: float) -> tuple[np.ndarray, float]:
-    x = design_matrix(points, knee_v, knee_d)
-    lat = np.array([p.latency_s for p in points], dtype=float)
+def _solve(arrays: tuple[np.ndarray, ...], knee_v: float, knee_d: float
+           ) -> tuple[np.ndarray, float]:
+    b, k, cyc, lat = arrays
+    x = _design(b, k, cyc, knee_v, knee_d)
     w = 1.0 / lat
     sol, _ = nnls(x * w[:, None], lat * w, maxiter=50 * x.shape[1])
     rel = x @ sol / lat - 1.0
@@ -116,11 +121,13 @@ def fit_saturation(points: Sequence[Point]) -> SaturationFit:
         )
     has_sd = any(p.sd for p in points)
     knees_d = KNEES_D if has_sd else (math.inf,)
+    b, k, e, _, g = _arrays(points)
+    arrays = (b, k, g / e, np.array([p.latency_s for p in points], dtype=float))
     profile: dict[tuple[float, float], float] = {}
     best: tuple[float, float, float, np.ndarray] | None = None
     for kv in KNEES_V:
         for kd in knees_d:
-            sol, rms = _solve(points, kv, kd)
+            sol, rms = _solve(arrays, kv, kd)
             profile[(kv, kd)] = rms
             if best is None or rms < best[0] * (1 - 1e-9):
                 best = (rms, kv, kd, sol)

@@ -484,7 +484,7 @@ def _saturation_rate_bound(coef: Model, k: np.ndarray, e: np.ndarray, p: np.ndar
 
 def _numeric_breakeven(
     coef: MoECoefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike,
-    grid: int = 48, bisections: int = 50,
+    grid: int = 48, bisections: int = 32,
 ) -> BreakEven:
     """First crossing of S(λ) = 1 along λ, by grid scan and bisection.
 
