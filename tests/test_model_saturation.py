@@ -58,7 +58,11 @@ def reference_latency(coef, lam, k, e, p, g):
 
     if lam == 0:
         return c1
-    top = cap if math.isfinite(cap) else 1e6
+    # Upper end of the scan: L(B) <= C1 + s·B (s the slope past every knee), so the root
+    # lies below λ·C1/(1 − λ·s) when λ·s < 1.
+    slope = c2 + g / e * ((k + 1) * coef.c_v + k * coef.c_d)
+    bound = lam * c1 / (1 - lam * slope) * 1.5 if lam * slope < 1 else 1e12
+    top = min(cap, bound) if math.isfinite(cap) else bound
     grid = np.concatenate([[0.0], np.geomspace(1e-6, top, 4000)])
     h = grid - lam * big_l(grid)
     pos = np.flatnonzero(h > 0)

@@ -104,6 +104,31 @@ def ceiling(
     return best, best_b
 
 
+def _piecewise_root(
+    lam: np.ndarray, c1: np.ndarray, c2: np.ndarray, cycles: np.ndarray, k: np.ndarray,
+    c_v: float, knee_v: float, c_d: float, knee_d: float,
+) -> np.ndarray:
+    """Smallest root of B = λ·(α + β·B) over the linear pieces of L (NaN where none):
+    exact up to rounding, and checked by `fixed_point` before it is used."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        kv_b = np.where(c_v > 0, knee_v / (k + 1.0), np.inf)
+        kd_b = np.where((c_d > 0) & (k > 0), knee_d * np.ones_like(k), np.inf)
+        first, second = np.minimum(kv_b, kd_b), np.maximum(kv_b, kd_b)
+        zero = np.zeros_like(first)
+        root = np.full(np.broadcast_shapes(lam.shape, first.shape), np.nan)
+        for lo, hi in ((zero, first), (first, second), (second, np.full_like(first, np.inf))):
+            mid = np.where(np.isfinite(hi), 0.5 * (lo + hi), lo + 1.0)
+            slope = c2 + cycles * (np.where(mid * (k + 1.0) > knee_v, c_v * (k + 1.0), 0.0)
+                                   + np.where(mid > knee_d, k * c_d, 0.0))
+            intercept = batch_latency(mid, c1, c2, cycles, k, c_v, knee_v, c_d, knee_d) - (
+                slope * mid)
+            den = 1.0 - lam * slope
+            cand = lam * intercept / den
+            ok = (den > 0) & (cand >= lo) & (cand <= hi) & np.isnan(root)
+            root = np.where(ok, cand, root)
+    return root
+
+
 def fixed_point(
     lam: np.ndarray,
     c1: np.ndarray,
@@ -116,11 +141,13 @@ def fixed_point(
     knee_d: float,
     capacity: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(latency L in s, utilisation λ/λ_max, saturated) at arrival rate λ, by bisection.
+    """(latency L in s, utilisation λ/λ_max, saturated) at arrival rate λ.
 
     Latency is NaN where saturated. The bracket's upper end is B* when the ceiling is reached
     at a finite batch (h(B*) = B*·(1 − λ/λ_max) > 0), else λ·C1/(1 − λ·s) with s the slope of
-    the last piece (L(B) <= C1 + s·B, so h is positive there).
+    the last piece (L(B) <= C1 + s·B, so h is positive there). The root of the linear piece
+    it lies on is computed directly and kept where a 1e-12-wide sign-change bracket proves
+    it; every other row is bisected on [0, upper end], 64 halvings (the guarantee).
     """
     lam, c1, c2, cycles, k, capacity = np.broadcast_arrays(
         *(np.asarray(x, dtype=float) for x in (lam, c1, c2, cycles, k, capacity))
@@ -134,13 +161,28 @@ def fixed_point(
         hi_inf = lam * c1 / (1.0 - lam * slope_inf)
         hi = np.where(np.isfinite(b_star), b_star, hi_inf)
         hi = np.where(saturated, 0.0, hi)
-        lo = np.zeros_like(hi)
-        for _ in range(BISECTIONS):
-            mid = 0.5 * (lo + hi)
-            neg = mid - lam * batch_latency(mid, c1, c2, cycles, k, c_v, knee_v, c_d, knee_d) < 0
-            lo = np.where(neg, mid, lo)
-            hi = np.where(neg, hi, mid)
-        b = hi
+
+        def h(x: np.ndarray) -> np.ndarray:
+            return x - lam * batch_latency(x, c1, c2, cycles, k, c_v, knee_v, c_d, knee_d)
+
+        # Fast path: the root of the linear piece it lies on, accepted only where a bracket
+        # of relative width 1e-12 around it proves it (h < 0 below, >= 0 above, inside
+        # [0, hi]); any row it does not prove is bisected (the guarantee).
+        guess = _piecewise_root(lam, c1, c2, cycles, k, c_v, knee_v, c_d, knee_d)
+        below = guess * (1.0 - 1e-12)
+        above = guess * (1.0 + 1e-12) + 1e-300
+        proven = (np.isfinite(guess) & (above <= hi) & (h(below) < 0) & (h(above) >= 0)) | (
+            lam == 0) | saturated
+        b = np.where(lam == 0, 0.0, above)
+        if not proven.all():
+            lo = np.zeros_like(hi)
+            top = hi.copy()
+            for _ in range(BISECTIONS):
+                mid = 0.5 * (lo + top)
+                neg = h(mid) < 0
+                lo = np.where(neg, mid, lo)
+                top = np.where(neg, top, mid)
+            b = np.where(proven, b, top)
         # L = B/λ at the root; at λ = 0 the system is empty and L = L(0) = C1.
         lat = np.where(
             lam > 0,
