@@ -114,5 +114,5 @@ clean:
 calibrate-examples: setup
 	for d in eagle3:Qwen3-32B+Qwen3-32B-speculator.eagle3 qwen3-1.7b:Qwen3-32B+Qwen3-1.7B qwen3-4b:Qwen3-32B+Qwen3-4B; do \
 	  $(BIN)/specwatch calibrate tests/fixtures/sd-validation/tomasruizt_qwen3-32b_1xH100_vllm-bench.csv \
-	    --system "$${d#*:}" --max-concurrency 64 --out "examples/params/qwen3-32b-h100-$${d%%:*}.yaml" || exit $$?; \
+	    --system "$${d#*:}" --out "examples/params/qwen3-32b-h100-$${d%%:*}.yaml" || exit $$?; \
 	done

@@ -135,8 +135,16 @@
         statistic: 'mean',
         'for': '30m',
       },
-      // Place for the model-drift alert (issue 14: SDModelDrift on
-      // sd_model_latency_error_ratio).
+      // The model's predicted mean latency at the observed load differs from the measured
+      // mean latency by more than `threshold` (relative, either sign) for `for`: the
+      // calibration no longer describes the server (new vLLM, hardware, traffic mix).
+      // Re-calibrate (runbook). Silent while the model has no prediction (no error series).
+      SDModelDrift: {
+        enabled: true,
+        severity: 'warning',
+        threshold: 0.2,
+        'for': '30m',
+      },
       // specwatch cannot poll one of its targets (vLLM or SGLang server): its SD series
       // are absent, so SD alerts for it cannot fire.
       SpecwatchTargetDown: {

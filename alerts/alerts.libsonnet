@@ -204,7 +204,22 @@
             },
             dashboardURL,
           ),
-          // Issue 14 (SDModelDrift) and issue 16 (SDMeasuredSlowdown) add their alerts here.
+          alert(
+            'SDModelDrift',
+            |||
+              %(err)s > %(threshold)g or %(err)s < -%(threshold)g
+            ||| % {
+              err: exp('sd_model_latency_error_ratio', c.exporterWindow),
+              threshold: a.SDModelDrift.threshold,
+            },
+            'The latency model no longer matches the measured latency.',
+            'The latency model of %(where)s predicts a mean latency {{ $value | humanizePercentage }} away from the measured one (predicted/measured - 1, threshold %(threshold)g) for %(for)s: its speedup, break-even and best k describe another system. Re-calibrate the parameters file.' % {
+              where: where,
+              threshold: a.SDModelDrift.threshold,
+              'for': a.SDModelDrift['for'],
+            },
+            dashboardURL,
+          ),
         ]),
       },
       {

@@ -304,6 +304,15 @@ local row = g.panel.row;
         [t('sd_predicted_latency_seconds{%s}' % f.sd, who + ' {{mode}}')],
       );
 
+    local modelError =
+      m.timeSeries(
+        'Model error: predicted / measured mean latency - 1',
+        'Signed relative error of the latency model at the observed load: the predicted mean latency of the running configuration over the measured mean latency of the model window, minus 1. Beyond the dashed line (+/-%g) for %s fires SDModelDrift: re-calibrate. Periods when the prediction is not valid are marked by the "model invalid" annotation with its reason (saturated, beyond_calibrated_load, queueing, ...).' % [a.SDModelDrift.threshold, a.SDModelDrift['for']],
+        'percentunit',
+        [t('sd_model_latency_error_ratio{%s}' % f.sd, who)],
+      )
+      + m.thresholdLines([['green', null], ['red', a.SDModelDrift.threshold]]);
+
     local e2e =
       m.timeSeries(
         'End-to-end latency P50 / P99',
@@ -545,6 +554,17 @@ local row = g.panel.row;
       + g.dashboard.annotation.withTitleFormat('{{alertname}}')
       + g.dashboard.annotation.withTextFormat('{{target}} {{model_name}} ({{severity}})')
       + g.dashboard.annotation.withTagKeys('severity'),
+      // Predictions the model does not vouch for (sd_model_valid 0) are marked, with why.
+      g.dashboard.annotation.withName('model invalid')
+      + g.dashboard.annotation.withDatasource({ type: 'prometheus', uid: '${datasource}' })
+      + g.dashboard.annotation.withEnable()
+      + g.dashboard.annotation.withHide(false)
+      + g.dashboard.annotation.withIconColor('gray')
+      + g.dashboard.annotation.withExpr('sd_model_valid{%s} == 0' % f.sd)
+      + g.dashboard.annotation.withStep('60s')
+      + g.dashboard.annotation.withTitleFormat('model invalid: {{reason}}')
+      + g.dashboard.annotation.withTextFormat('{{target}} {{model_name}}')
+      + g.dashboard.annotation.withTagKeys('reason'),
     ])
     + g.dashboard.withPanels(
       g.util.grid.wrapPanels([
@@ -571,6 +591,7 @@ local row = g.panel.row;
         optimalK,
         utilisation,
         predictedLatency,
+        modelError,
         row.new('vLLM latency'),
         e2e,
         ttft,

@@ -49,7 +49,9 @@ from specwatch.exporter import config
 from specwatch.exporter.pipeline import PollResult
 
 PAGES = FIXTURES / "vllm-0.32-cpu-ngram"
-PARAMS = REPO / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
+# The linear (pre-saturation) fit: at the recorded CPU pages' load the whole-range example
+# file says "saturated" (rightly), and the dashboards need valid predictions to show data.
+PARAMS = FIXTURES / "params" / "qwen3-32b-h100-eagle3-linear.yaml"
 TARGET = "vllm-a"
 EXPORTER_LABELS = {"job": "specwatch", "instance": "specwatch:10440"}
 VLLM_LABELS = {"job": "vllm", "instance": "vllm-a:8000"}
@@ -442,7 +444,11 @@ def test_live_every_dashboard_query_returns_data(live_stack):
     finally:
         VARIABLES.clear()
         VARIABLES.update(saved)
-    assert empty == []
+    # The 'model invalid' annotation selects only invalid predictions (sd_model_valid == 0);
+    # the demo's first seconds are healthy, so it is rightly empty here (the backfilled test
+    # above sees it with data). The query itself must still evaluate: checked by
+    # _query_range not raising.
+    assert [w for w in empty if not w.endswith("annotation 'model invalid'")] == []
     assert checked >= 37
 
 

@@ -248,16 +248,35 @@ METRICS: tuple[MetricDef, ...] = (
             "configuration is saturated"),
     MetricDef(
         "sd_model_utilization", "gauge", ("target", "model_name", "window"),
-        help="Model utilisation lambda*C2 of the running SD configuration: 1 is saturation "
-             "(may exceed 1: then sd_model_valid is 0).",
-        doc="λ · C2 of the running SD configuration (1 = saturation; can exceed 1, then "
-            "`sd_model_valid` is 0); present whenever the inputs are"),
+        help="Model utilisation lambda/lambda_max of the running SD configuration (lambda*C2 "
+             "in the linear model): 1 is saturation (may exceed 1: then sd_model_valid is 0).",
+        doc="λ/λ_max of the running SD configuration (λ · C2 in the linear model; 1 = "
+            "saturation; can exceed 1, then `sd_model_valid` is 0); present whenever the "
+            "inputs are"),
     MetricDef(
-        "sd_model_valid", "gauge", ("target", "model_name", "window"),
-        help="1 when every model input is present and both systems are below the validity "
-             "ceiling, else 0 (then speedup and latencies are absent).",
-        doc="1 when every input is present and both systems are below the validity ceiling "
-            "(`max_utilization`, default 0.9), else 0"),
+        "sd_model_valid", "gauge", ("target", "model_name", "window", "reason"),
+        help="1 when every model input is present, both systems are below the validity "
+             "ceiling, the load is inside the calibrated range and the server is not "
+             "queueing, else 0 with reason (then speedup and latencies are absent).",
+        doc="1 (`reason=\"\"`) when every input is present, both systems are below the "
+            "validity ceiling (`max_utilization`, default 0.9), the load is inside the "
+            "parameters file's calibrated range and the server is not queueing; else 0 with "
+            "`reason` = `saturated`, `above_utilization_ceiling`, `beyond_calibrated_load`, "
+            "`extrapolated_k`, `queueing` (waiting requests in the latest poll), "
+            "`missing_input` or `invalid_input`"),
+    MetricDef(
+        "sd_model_latency_error_ratio", "gauge", ("target", "model_name", "window"),
+        help="Predicted mean latency at the observed load over the measured mean latency of "
+             "the window, minus 1 (signed; present when both exist). Sustained |error| means "
+             "the calibration no longer describes the server.",
+        doc="predicted mean latency at the observed load over the measured mean latency of "
+            "the window, minus 1 (signed); present when both exist; alert `SDModelDrift`"),
+    MetricDef(
+        "sd_model_provenance_mismatch", "gauge", ("target", "model_name", "window", "field"),
+        help="1 when a provenance field of the parameters file (field=model) contradicts "
+             "what the target exposes.",
+        doc="1 when the parameters file's `provenance.<field>` (today: `model`) contradicts "
+            "the target's `model_name`; also logged once"),
     MetricDef(
         "specwatch_model_configured", "gauge", ("target",),
         help="1 when the target's configuration names a latency-model parameters file, else 0.",
