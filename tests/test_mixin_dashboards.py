@@ -472,6 +472,12 @@ def test_panels_use_the_recording_rules_instead_of_recomputing_them():
 
 def test_alert_annotations_are_scoped_to_the_selected_target_and_model():
     d = DASHBOARDS["specwatch-sd-overview.json"]
-    (ann,) = [a for a in d["annotations"]["list"] if not a.get("builtIn")]
-    assert 'target=~"${target:regex}|"' in ann["expr"]
-    assert 'model_name=~"${model_name:regex}|"' in ann["expr"]
+    anns = {a["name"]: a for a in d["annotations"]["list"] if not a.get("builtIn")}
+    assert set(anns) == {"specwatch alerts", "model invalid"}
+    # ALERTS of exporter-level alerts have no target/model label: the empty alternative
+    # keeps them on every selection.
+    alerts = anns["specwatch alerts"]["expr"]
+    assert 'target=~"${target:regex}|"' in alerts
+    assert 'model_name=~"${model_name:regex}|"' in alerts
+    invalid = anns["model invalid"]["expr"]
+    assert 'target=~"$target"' in invalid and 'model_name=~"$model_name"' in invalid

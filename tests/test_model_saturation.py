@@ -176,6 +176,10 @@ def test_breakeven_matches_a_brute_force_root(lin, sat, wl):
 
     sd0, nosd0 = diff(0.0)
     assert sd0 < nosd0
+    # A gain at the rounding level (acceptance near 0: SD and no-SD differ by 1e-12 of the
+    # latency) has no break-even that two solvers can agree on to better than their own
+    # rounding; the property is about material gains.
+    assume((nosd0 - sd0) / nosd0 > 1e-6)
     lo = diff(lam_star * 0.99)
     assert lo[0] < lo[1]  # SD still pays just below λ*
     hi = diff(lam_star * 1.01)
