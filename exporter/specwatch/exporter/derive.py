@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specwatch.exporter import sources
+from specwatch.exporter import bimodality, sources
 from specwatch.exporter.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -356,7 +356,8 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
             v[mean_name] = d(fallback) / requests
 
     if len(samples) >= max(4, min_bimodality_samples):
-        bc = bimodality_coefficient(samples)
+        # Bimodality that a change over time cannot explain (issue 18): bimodality.py.
+        bc = bimodality.coexistence_coefficient(samples)
         if bc is not None:
             v[BIMODALITY_COEFFICIENT] = bc
     # Last line of defence (found by fuzzing): a denominator that is positive but tiny (a

@@ -130,11 +130,15 @@ METRICS: tuple[MetricDef, ...] = (
             "interval's acceptance rate; buckets 0.05 wide"),
     MetricDef(
         "sd_acceptance_bimodality_coefficient", "gauge", ("target", "model_name", "window"),
-        help="Sarle's bimodality coefficient of the per-poll-interval "
-             "acceptance rates in the window; above 5/9 suggests two "
-             "populations." + WINDOW_NOTE,
-        doc="Sarle's coefficient of the samples in the window (≥ `min_bimodality_samples`); "
-            "above 5/9 suggests two populations"),
+        help="Sarle's bimodality coefficient of the per-poll-interval acceptance rates in "
+             "the window that a change over time does not explain (within the segments left "
+             "by at most two level shifts, never above the raw coefficient); above 5/9 "
+             "suggests two populations that coexist." + WINDOW_NOTE,
+        doc="Sarle's coefficient of the samples in the window (≥ `min_bimodality_samples`) "
+            "that a change over time does not explain: measured within the segments left by "
+            "at most two level shifts, never above the raw coefficient (see *Acceptance "
+            "heterogeneity* below); above 5/9 suggests two populations that coexist, a plain "
+            "step stays near 0.35"),
     MetricDef(
         "specwatch_target_up", "gauge", ("target",),
         help="1 when the last poll of the target succeeded and parsed, else 0.",
