@@ -350,8 +350,8 @@ class Demo:
 
     def scaled_rule_files(self) -> list[Path]:
         """The mixin's rules rendered with every alert's ``for`` and ``keep_firing_for``
-        divided by ``--speed`` (Prometheus waits on the wall clock); the committed files,
-        unscaled, when the mixin sources are not available (an installed package)."""
+        divided by ``--speed`` (Prometheus waits on the wall clock), from the bundle's
+        mixin sources; the generated files, unscaled, when rendering fails."""
         try:
             from specwatch.mixin.render import default_config, dump_rules, render_rules
 
