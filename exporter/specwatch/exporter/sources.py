@@ -33,6 +33,7 @@ is a histogram whose samples never match a counter name here.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping
@@ -185,10 +186,19 @@ class ParsedPage:
     #: Models skipped on this page because of an invalid counter (sorted).
     invalid_models: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
     def models(self) -> frozenset[str]:
-        """Model names with at least one recognised series on this page."""
+        """Model names with at least one recognised series on this page (computed once)."""
         return frozenset({k[0] for k in self.counters} | {m for m, _ in self.gauges})
+
+    def only_models(self, keep: frozenset[str]) -> ParsedPage:
+        """This page restricted to the models in ``keep``."""
+        return dataclasses.replace(
+            self,
+            counters={k: v for k, v in self.counters.items() if k[0] in keep},
+            created={k: v for k, v in self.created.items() if k[0] in keep},
+            gauges={k: v for k, v in self.gauges.items() if k[0] in keep},
+            configured_k={m: k for m, k in self.configured_k.items() if m in keep})
 
 
 def _tables_for(engine: str) -> list[tuple[dict[str, str], dict[str, str]]]:
