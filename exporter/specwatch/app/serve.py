@@ -29,7 +29,7 @@ from specwatch.common import redact
 from specwatch.common.schema import parse_duration
 from specwatch.control import controller
 from specwatch.exporter import config, derive, metricdefs, pairs
-from specwatch.exporter.collector import SpecwatchCollector
+from specwatch.exporter.collector import SpecwatchCollector, gzip_join
 from specwatch.exporter.discovery import TargetSource
 from specwatch.exporter.pipeline import Pipeline
 from specwatch.exporter.poller import Poller, PollTarget
@@ -92,10 +92,15 @@ class ServeApp:
                              max_concurrent=cfg.max_concurrent_polls,
                              spread=cfg.poll_spread)
         self.collector = SpecwatchCollector(lambda: self.pipeline.snapshot)
+        self.pipeline.add_publish_listener(self.collector.prerender)
+        # ``registry``: everything, through collect() (for registry users). ``_per_scrape``:
+        # what /metrics renders on each scrape after the collector's cached bytes.
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
+        self._per_scrape = CollectorRegistry(auto_describe=False)
+        self._per_scrape.register(self.collector.per_scrape())
         for extra in (ProcessCollector, PlatformCollector, GCCollector):
-            extra(registry=self.registry)
+            self._per_scrape.register(extra(registry=self.registry))
         self.web = WebServer(cfg.listen, {
             "/metrics": only_get(self.metrics_handler),
             "/healthz": only_get(lambda _req: Response(200, b"ok\n")),
@@ -132,8 +137,18 @@ class ServeApp:
         return fams
 
     def metrics_handler(self, req: Request) -> Response:
+        """/metrics: the collector's cached bytes of the current snapshot (and their cached
+        deflate stream when the client takes gzip), then what changes per scrape."""
         encoder, content_type = choose_encoder(req.headers.get("accept"))
-        return Response(200, encoder(self.registry), content_type)
+        openmetrics = content_type.startswith("application/openmetrics-text")
+        snap = self.pipeline.snapshot
+        tail = encoder(self._per_scrape)
+        if "gzip" in req.headers.get("accept-encoding", ""):
+            head = self.collector.exposition_deflate(snap, openmetrics)
+            return Response(200, gzip_join(head, tail), content_type,
+                            {"Content-Encoding": "gzip"})
+        return Response(200, self.collector.exposition(snap, openmetrics) + tail,
+                        content_type)
 
     def landing_handler(self, _req: Request) -> Response:
         rows = "".join(

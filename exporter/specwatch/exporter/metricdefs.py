@@ -161,6 +161,26 @@ METRICS: tuple[MetricDef, ...] = (
             "negative, above 2⁵³ or listed twice with different values; its counters catch up "
             "at the next good page)"),
     MetricDef(
+        "specwatch_target_models_dropped", "counter", ("target", "reason"),
+        help="Models of the target dropped to keep the exporter's state bounded, by reason: "
+             "max_models (more models on a page than targets[].max_models; the extra ones "
+             "are not followed), vanished_limit (a vanished model forgotten before the "
+             "retention ended, oldest first).",
+        doc="models dropped to keep the exporter's state bounded: `max_models` (more models "
+            "on one page than `targets[].max_models`, default 100; the extra ones, by name "
+            "after the models already followed, are not followed; counted on each such "
+            "poll), `vanished_limit` (a vanished model forgotten before the end of the "
+            "retention, oldest first, when the remembered vanished models pass "
+            "`max_models`). The first drop of each reason is logged once"),
+    MetricDef(
+        "specwatch_target_label_values_truncated", "counter", ("target",),
+        help="Label values from the target (model names, positions) longer than "
+             "global.max_label_value_bytes, cut and suffixed with a hash of the whole value.",
+        doc="distinct label values per poll read from the target (model names, positions) "
+            "longer than `global.max_label_value_bytes` (default 256 bytes), cut and "
+            "suffixed with `~` and 12 hex digits of their SHA-256, so distinct long values "
+            "stay distinct and a series keeps its history"),
+    MetricDef(
         "specwatch_target_resets", "counter", ("target",),
         help="Polls of the target in which at least one source counter restarted (server, "
              "engine or adapter restart).",

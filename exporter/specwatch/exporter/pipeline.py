@@ -84,6 +84,7 @@ class Pipeline:
         self._states = {name: self._new_state(name, engine, (max_series or {}).get(name))
                         for name, engine in targets}
         self._hooks: list[TargetHook] = []
+        self._listeners: list[Callable[[TargetSnapshot], None]] = []
         self._publish_lock = threading.Lock()
         self._snapshot = Snapshot(version=__version__, targets={
             name: TargetSnapshot(name=name, up=False) for name, _ in targets})
@@ -131,6 +132,12 @@ class Pipeline:
         """Register a post-derive hook (see the module docstring)."""
         self._hooks.append(hook)
 
+    def add_publish_listener(self, listener: Callable[[TargetSnapshot], None]) -> None:
+        """Call ``listener(target)`` after each published target snapshot, in the polling
+        thread (e.g. to render its exposition lines once, not per scrape). It must not block
+        and should not raise (an exception is logged)."""
+        self._listeners.append(listener)
+
     def apply(self, result: PollResult) -> TargetSnapshot:
         """Fold one poll result into the target's state and publish a new snapshot.
 
@@ -152,6 +159,11 @@ class Pipeline:
                 targets[state.name] = target
                 self._snapshot = Snapshot(version=__version__, targets=targets,
                                           created_at=result.finished)
+            for listener in self._listeners:
+                try:
+                    listener(target)
+                except Exception:
+                    log.exception("publish listener %r failed for %s", listener, state.name)
         return target
 
     def _build(self, state: _TargetState, result: PollResult) -> TargetSnapshot:
