@@ -28,10 +28,10 @@ from specwatch.app import live as model_live
 from specwatch.common import redact
 from specwatch.common.schema import parse_duration
 from specwatch.control import controller
-from specwatch.exporter import config, derive, metricdefs, pairs
+from specwatch.exporter import config, derive, metricdefs, pairs, sources
 from specwatch.exporter.collector import SpecwatchCollector, gzip_join
 from specwatch.exporter.discovery import TargetSource
-from specwatch.exporter.pipeline import Pipeline
+from specwatch.exporter.pipeline import DEFAULT_MAX_MODELS, Pipeline
 from specwatch.exporter.poller import Poller, PollTarget
 from specwatch.exporter.snapshot import Snapshot
 from specwatch.web.server import (
@@ -83,10 +83,18 @@ class ServeApp:
                                     static_dropped=len(cfg.dropped_targets))
         self.targets.refresh(strict=True)  # a bad file_sd file at start-up is exit 2
         targets = self.targets.targets
+        g = cfg.raw.get("global", {})
         self.pipeline = Pipeline([(t.name, t.engine) for t in targets], dcfg,
                                  cfg.poll_interval,
                                  max_series={t.name: t.max_series for t in targets},
-                                 parser=cfg.parser)
+                                 parser=cfg.parser, max_models=self._max_models(targets),
+                                 max_label_value_bytes=g.get(
+                                     "max_label_value_bytes",
+                                     sources.DEFAULT_MAX_LABEL_VALUE_BYTES),
+                                 # Windows on a monotonic clock (a wall-clock jump must not
+                                 # bend them); an injected clock (tests, the demo's simulated
+                                 # time) drives both.
+                                 clock=time.monotonic if clock is time.time else clock)
         self.poller = Poller([_poll_target(t) for t in targets], cfg.poll_interval,
                              self.pipeline.apply, clock=clock,
                              max_concurrent=cfg.max_concurrent_polls,
@@ -111,6 +119,10 @@ class ServeApp:
                                    parse_duration(cfg.pair_settings.window))
         self.controller = controller.install(self)
         self.collector.add_family_builder(self.exporter_families)
+
+    def _max_models(self, targets: tuple[config.TargetConfig, ...]) -> dict[str, int]:
+        default = self.cfg.raw.get("global", {}).get("max_models", DEFAULT_MAX_MODELS)
+        return {t.name: t.raw.get("max_models", default) for t in targets}
 
     def exporter_families(self, _snap: Snapshot) -> list[Metric]:
         """The exporter's own limits and HTTP server: what it refused and dropped."""
@@ -174,7 +186,8 @@ class ServeApp:
         """A new target set from discovery: pipeline first (so results of new targets have
         a state), then the poller."""
         self.pipeline.set_targets([(t.name, t.engine) for t in targets],
-                                  {t.name: t.max_series for t in targets})
+                                  {t.name: t.max_series for t in targets},
+                                  self._max_models(targets))
         self.poller.set_targets([_poll_target(t) for t in targets])
         log.info("now polling %d target(s)", len(targets))
 
