@@ -174,13 +174,23 @@ def test_backward_wall_clock_jump_does_not_change_rates():
 
 
 def test_serve_app_measures_windows_on_the_monotonic_clock():
+    """ServeApp stamps each poll with time.monotonic (or the injected clock: tests, the
+    demo's simulated time); the result's wall time is kept for timestamps."""
     from specwatch.app.serve import ServeApp
     from specwatch.exporter import config
 
     cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
-    assert ServeApp(cfg).pipeline.clock is time.monotonic
+    assert ServeApp(cfg).history_clock is time.monotonic
     fake = FakeClock(10.0)
-    assert ServeApp(cfg, clock=fake).pipeline.clock is fake  # the demo's simulated time
+    app = ServeApp(cfg, clock=fake)
+    assert app.poller.on_result == app.on_poll_result
+    for i in range(3):
+        fake.t = 10.0 + 5 * i
+        app.on_poll_result(PollResult("a", 9e9 - i, 9e9 - i, 0.01,
+                                      body=rotating_page(0, 1, 10.0 * i)))
+    hist = app.pipeline.target_history("a").models["p0-m0"].entries
+    assert list(hist.times()) == [10.0, 15.0, 20.0]
+    assert app.pipeline.snapshot.targets["a"].last_success_timestamp == 9e9 - 2
 
 
 def test_removed_target_forgets_its_models():

@@ -149,3 +149,45 @@ def test_serve_metrics_handler_equals_the_registry(accept, encoding):
         want = generate_latest(app.registry)
     assert b"sd_acceptance_rate{" in body
     assert _without_process(body) == _without_process(want)
+
+
+def test_identical_page_skips_the_parse_but_advances_the_windows(monkeypatch):
+    """An idle server sends the same bytes every poll: parsed once, and the windows still
+    move (the span grows, the rate falls as the time passes without requests)."""
+    from specwatch.exporter import sources
+
+    calls: list[int] = []
+    real = sources.parse_page
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sources, "parse_page", counting)
+    p = Pipeline([("a", "vllm")], derive.DeriveConfig(windows=(("1m", 60.0),)), 5.0)
+    texts = [path.read_text() for path in PAGES[-3:]]
+    for i, text in enumerate(texts + [texts[-1]] * 5):
+        p.apply(PollResult("a", 1000.0 + 5 * i, 1000.0 + 5 * i, 0.01, body=text))
+    assert len(calls) == 3  # the five repeats of the last page were not parsed
+    spans = []
+    m = next(iter(p.snapshot.targets["a"].models.values()))
+    spans.append(m.window("1m").span_seconds)
+    p.apply(PollResult("a", 1040.0, 1040.0, 0.01, body=texts[-1]))
+    m = next(iter(p.snapshot.targets["a"].models.values()))
+    assert m.window("1m").span_seconds == spans[0] + 5.0
+    p.apply(PollResult("a", 1045.0, 1045.0, 0.01, body=texts[0]))  # bytes changed: parsed
+    assert len(calls) == 4
+
+
+def test_serve_app_builds_window_histograms_only_for_the_controller():
+    from specwatch.app.serve import ServeApp
+    from specwatch.exporter import config
+
+    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    app = ServeApp(cfg)
+    assert app.controller is None and app.pipeline.derive_config.histograms is False
+    for i, path in enumerate(PAGES[-3:]):
+        t = 1000.0 + 5 * i
+        app.pipeline.apply(PollResult("a", t, t, 0.01, body=path.read_text()))
+    m = next(iter(app.pipeline.snapshot.targets["a"].models.values()))
+    assert m.windows and all(w.histograms == {} for w in m.windows)

@@ -12,6 +12,7 @@ without dropping scrapes in flight; a bad new file keeps the old config and logs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import html
 import logging
 import signal
@@ -31,7 +32,7 @@ from specwatch.control import controller
 from specwatch.exporter import config, derive, metricdefs, pairs, sources
 from specwatch.exporter.collector import SpecwatchCollector, gzip_join
 from specwatch.exporter.discovery import TargetSource
-from specwatch.exporter.pipeline import DEFAULT_MAX_MODELS, Pipeline
+from specwatch.exporter.pipeline import DEFAULT_MAX_MODELS, Pipeline, PollResult
 from specwatch.exporter.poller import Poller, PollTarget
 from specwatch.exporter.snapshot import Snapshot
 from specwatch.web.server import (
@@ -90,13 +91,12 @@ class ServeApp:
                                  parser=cfg.parser, max_models=self._max_models(targets),
                                  max_label_value_bytes=g.get(
                                      "max_label_value_bytes",
-                                     sources.DEFAULT_MAX_LABEL_VALUE_BYTES),
-                                 # Windows on a monotonic clock (a wall-clock jump must not
-                                 # bend them); an injected clock (tests, the demo's simulated
-                                 # time) drives both.
-                                 clock=time.monotonic if clock is time.time else clock)
+                                     sources.DEFAULT_MAX_LABEL_VALUE_BYTES))
+        # Windows on a monotonic clock (a wall-clock jump must not bend them); an injected
+        # clock (tests, the demo's simulated time) drives both.
+        self.history_clock = time.monotonic if clock is time.time else clock
         self.poller = Poller([_poll_target(t) for t in targets], cfg.poll_interval,
-                             self.pipeline.apply, clock=clock,
+                             self.on_poll_result, clock=clock,
                              max_concurrent=cfg.max_concurrent_polls,
                              spread=cfg.poll_spread)
         self.collector = SpecwatchCollector(lambda: self.pipeline.snapshot)
@@ -118,7 +118,15 @@ class ServeApp:
         self.pairs = pairs.install(self.pipeline, self.collector, cfg.pairs, cfg.pair_settings,
                                    parse_duration(cfg.pair_settings.window))
         self.controller = controller.install(self)
+        if self.controller is None:
+            # Only the controller reads the windows' latency histograms: not built without it.
+            self.pipeline.derive_config = dataclasses.replace(dcfg, histograms=False)
         self.collector.add_family_builder(self.exporter_families)
+
+    def on_poll_result(self, result: PollResult) -> None:
+        """A finished poll (the poller's callback): stamped with the history clock, then
+        applied by the pipeline."""
+        self.pipeline.apply(dataclasses.replace(result, monotonic=self.history_clock()))
 
     def _max_models(self, targets: tuple[config.TargetConfig, ...]) -> dict[str, int]:
         default = self.cfg.raw.get("global", {}).get("max_models", DEFAULT_MAX_MODELS)

@@ -70,6 +70,9 @@ class DeriveConfig:
     count_window: int = 1000
     min_drafts_per_sample: float = 50.0
     min_bimodality_samples: int = 10
+    #: Build the windows' latency histograms (WindowSignals.histograms)? Only the controller
+    #: reads them; without one they are never built (issue 15).
+    histograms: bool = True
 
     @property
     def count_window_label(self) -> str:
@@ -309,8 +312,8 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
 
 def window_signals(label: str, dt: float, deltas: Mapping[tuple[str, str | None], float],
                    present: Present, configured_k: int | None, gauges: Mapping[str, float],
-                   samples: Sequence[float] = (), min_bimodality_samples: int = 10
-                   ) -> WindowSignals:
+                   samples: Sequence[float] = (), min_bimodality_samples: int = 10,
+                   histograms: bool = True) -> WindowSignals:
     """All signals of one window of ``dt`` > 0 seconds from the counters' increases.
 
     ``deltas``: increase of each counter over the window (0 for a key missing from it);
@@ -372,8 +375,8 @@ def window_signals(label: str, dt: float, deltas: Mapping[tuple[str, str | None]
     requests = d(sources.REQUESTS_FINISHED)
     drafts = next((d(sig) for sig in (sources.DRAFTS, sources.VERIFY_CALLS,
                                        sources.DRAFT_TOKENS) if _has(c, sig)), 0.0)
-    histograms = {name: hb for name, sig in LATENCY_HISTOGRAMS.items()
-                  if (hb := _window_buckets(deltas, present, sig))}
+    window_histograms = {name: hb for name, sig in LATENCY_HISTOGRAMS.items()
+                         if (hb := _window_buckets(deltas, present, sig))} if histograms else {}
     if _has(c, sources.REQUESTS_FINISHED):
         # A rate over elapsed time: 0 is a true value (an idle server), not a missing one.
         v[ARRIVAL_RATE] = requests / dt
@@ -407,7 +410,7 @@ def window_signals(label: str, dt: float, deltas: Mapping[tuple[str, str | None]
     positions = {name: {p: x for p, x in per.items() if math.isfinite(x)}
                  for name, per in positions.items()}
     return WindowSignals(window=label, values=v, positions=positions, span_seconds=dt,
-                         requests=requests, drafts=drafts, histograms=histograms)
+                         requests=requests, drafts=drafts, histograms=window_histograms)
 
 
 def _position_order(p: str) -> tuple[int, str]:
@@ -501,7 +504,8 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
                 after = samples[i + 1:]
                 windows.append(window_signals(
                     label, dt, per_base[i], present, hist.configured_k, hist.gauges,
-                    after[after == after].tolist(), cfg.min_bimodality_samples))
+                    after[after == after].tolist(), cfg.min_bimodality_samples,
+                    cfg.histograms))
     samples_hist = None
     if hist.sample_count > 0 or (present is not None and (
             _has(present.keys, sources.DRAFT_TOKENS)

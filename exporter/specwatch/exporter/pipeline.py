@@ -24,10 +24,12 @@ extra ones on a page are not followed) and as many remembered vanished models (t
 go first); label values longer than ``max_label_value_bytes`` are cut with a hash suffix.
 Drops and cuts are counted on the target's snapshot and logged once per target and reason.
 
-Clocks (issue 17 item 7): windows are measured on ``clock`` (default: the poll results' own
-``finished`` times; :class:`specwatch.app.serve.ServeApp` passes ``time.monotonic``, or a
-simulator's clock), so a wall-clock jump cannot stretch or shrink a window; timestamps
-shown to people (``timestamp``, ``last_success_timestamp``) stay the results' wall times.
+Clocks (issue 17 item 7): windows are measured on a poll result's ``monotonic`` time, else
+on the pipeline's ``clock`` (read when the result is applied), else on the result's
+``finished`` time (direct callers with synthetic times). :class:`specwatch.app.serve.ServeApp`
+stamps every poll with ``time.monotonic`` (or the clock injected into it: tests, the demo's
+simulated time), so a wall-clock jump cannot stretch or shrink a window; timestamps shown to
+people (``timestamp``, ``last_success_timestamp``) stay the results' wall times.
 
 Failure containment: whatever a page does to parsing or deriving (including a bug that
 raises something unexpected), the target is reported down with reason ``parse`` and the
@@ -69,6 +71,9 @@ class PollResult:
     body: str | None = None
     error_reason: str | None = None
     error_message: str = ""
+    #: When the poll ended on the clock windows are measured on (monotonic seconds; see the
+    #: module docstring). None: the pipeline's ``clock``, else ``finished``.
+    monotonic: float | None = None
 
 
 @dataclass
@@ -84,6 +89,10 @@ class _TargetState:
     series_invalid: int = 0  # models skipped for an invalid counter (NaN, negative, clash)
     last_reason: str | None = None  # reason of the failure being reported, None when up
     labels_truncated: int = 0  # label values cut to max_label_value_bytes
+    #: (hash, length) of the last page body and its parse: an identical body is not parsed
+    #: again (an idle server's page does not change); the windows still advance.
+    last_body: tuple[int, int] | None = None
+    last_page: sources.ParsedPage | None = None
     logged_drops: set[str] = field(default_factory=set)  # drop reasons already logged
 
 
@@ -229,9 +238,16 @@ class Pipeline:
         reason, message = result.error_reason, result.error_message
         page = None
         if reason is None:
+            body = result.body or ""
+            fingerprint = (hash(body), len(body))
+            if fingerprint == state.last_body and state.last_page is not None:
+                page = state.last_page
             try:
-                page = sources.parse_page(result.body or "", state.engine, self.parser,
-                                          self.max_label_value_bytes)
+                if page is None:
+                    state.last_body = state.last_page = None
+                    page = sources.parse_page(body, state.engine, self.parser,
+                                              self.max_label_value_bytes)
+                    state.last_body, state.last_page = fingerprint, page
             except sources.PageParseError as exc:
                 reason, message = "parse", str(exc)
             except Exception as exc:  # a parser bug must not freeze the target's last values
@@ -284,7 +300,9 @@ class Pipeline:
                             "them (with a hash suffix)", state.name, self.max_label_value_bytes)
             state.labels_truncated += page.truncated_label_values
         before = dict(hist.dropped)
-        hist.update(page, self.clock() if self.clock is not None else result.finished)
+        t = result.monotonic if result.monotonic is not None \
+            else self.clock() if self.clock is not None else result.finished
+        hist.update(page, t)
         for reason, n in hist.dropped.items():
             if n > before.get(reason, 0) and reason not in state.logged_drops:
                 state.logged_drops.add(reason)
