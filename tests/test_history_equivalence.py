@@ -14,6 +14,7 @@ reference implementation kept in ``tests/helpers/reference_history.py`` and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -72,6 +73,7 @@ class Pair:
         kw = dict(windows=windows, count_window=count_window, min_drafts_per_sample=min_drafts,
                   min_bimodality_samples=min_bimodality_samples)
         self.cfg = derive.DeriveConfig(**kw)
+        self.cfg_plain = derive.DeriveConfig(**kw, histograms=False)
         self.ref_cfg = reference_derive.DeriveConfig(**kw)
         self.compared = 0
 
@@ -85,8 +87,12 @@ class Pair:
             assert len(mh.entries) == len(rh.entries)
             assert mh.cumulative.keys() == rh.cumulative.keys()
             assert all(close(mh.cumulative[k], v) for k, v in rh.cumulative.items())
-            assert_same_model(derive.derive_model(mh, self.cfg, page.engine),
-                              reference_derive.derive_model(rh, self.ref_cfg, page.engine))
+            want = reference_derive.derive_model(rh, self.ref_cfg, page.engine)
+            assert_same_model(derive.derive_model(mh, self.cfg, page.engine), want)
+            # Without window histograms (no controller): everything else the same.
+            plain = dataclasses.replace(want, windows=tuple(
+                dataclasses.replace(w, histograms={}) for w in want.windows))
+            assert_same_model(derive.derive_model(mh, self.cfg_plain, page.engine), plain)
             self.compared += 1
 
 

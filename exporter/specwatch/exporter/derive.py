@@ -486,13 +486,28 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
         wanted = sorted({i for _label, i in bases if i is not None})
         cur = ring.row(-1)
         keys = ring.keys
-        present = Present.of(k for k, x in zip(keys, cur.tolist(), strict=True) if x == x)
+        absent = np.isnan(cur)
+        # The present keys and the columns a window reads change only when a key appears:
+        # remembered on the ring with the absence pattern they were computed for.
+        cached = ring.derive_cache
+        if (isinstance(cached, tuple) and cached[0] == (len(keys), cfg.histograms)
+                and np.array_equal(cached[1], absent)):
+            present, cols, col_keys = cached[2], cached[3], cached[4]
+        else:
+            present = Present.of(k for k, a in zip(keys, absent.tolist(), strict=True)
+                                 if not a)
+            # Without window histograms the bucket columns are never read.
+            use = [i for i, k in enumerate(keys)
+                   if cfg.histograms or k[0] not in sources.BUCKET_SIGNALS]
+            cols, col_keys = np.array(use, dtype=np.intp), [keys[i] for i in use]
+            ring.derive_cache = ((len(keys), cfg.histograms), absent, present, cols, col_keys)
         if wanted:
             t_cur = float(times[-1])
-            cur0 = np.nan_to_num(cur, nan=0.0)
-            diff = cur0 - np.nan_to_num(ring.rows(wanted), nan=0.0)
+            cur0 = np.where(absent, 0.0, cur)[cols]
+            base = ring.rows(wanted)[:, cols]
+            diff = cur0 - np.where(np.isnan(base), 0.0, base)
             diff = np.where(diff > 0.0, diff, 0.0)  # delta(): never negative, never -0.0
-            per_base = {i: dict(zip(keys, row, strict=True))
+            per_base = {i: dict(zip(col_keys, row, strict=True))
                         for i, row in zip(wanted, diff.tolist(), strict=True)}
             samples = ring.sample_column()
             for label, i in bases:

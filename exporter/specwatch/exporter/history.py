@@ -96,7 +96,7 @@ class HistoryRing:
     """
 
     __slots__ = ("_cap", "_cols", "_f", "_fc", "_n", "_s", "_start", "_t", "_u", "_uc",
-                 "_where", "keys", "maxlen")
+                 "_where", "derive_cache", "keys", "maxlen")
 
     def __init__(self, entries: Iterable[HistoryEntry] = (), maxlen: int | None = None
                  ) -> None:
@@ -115,6 +115,8 @@ class HistoryRing:
         self._fc = np.empty(0, dtype=np.intp)
         self._start = 0
         self._n = 0  # rows used: live rows are [_start, _n)
+        #: What derive computed from the column set (it changes only when a key appears).
+        self.derive_cache: object = None
         for e in entries:
             self.append(e)
 
