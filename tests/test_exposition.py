@@ -102,11 +102,13 @@ def test_a_snapshot_is_rendered_once_and_only_changed_targets_again(monkeypatch)
         return real(t)
 
     monkeypatch.setattr(collector_mod, "render_target", counting)
+    p.add_publish_listener(col.prerender)
+    p.apply(PollResult("down", 1500.0, 1500.0, 3.0, error_reason="timeout"))
+    assert rendered == []  # nobody scraped yet: nothing rendered ahead
     first = col.exposition(p.snapshot, False)
     assert sorted(rendered) == sorted(p.snapshot.targets)
     assert col.exposition(p.snapshot, False) is first  # same snapshot: the cached bytes
     rendered.clear()
-    p.add_publish_listener(col.prerender)
     p.apply(PollResult("a", 2000.0, 2000.0, 0.01, body=PAGES[-1].read_text()))
     assert rendered == ["a"]  # rendered when published
     second = col.exposition(p.snapshot, False)

@@ -4,7 +4,8 @@
 grown to 2 MB (14 models x 4 engines, bench/benchlib/pages.py). ``--mode same`` serves the
 last page on every request (an idle server: the bytes never change); ``--mode changing``
 serves the next recorded page on each request (counters move, as on a busy server).
-Prints ``PORT <port>`` when listening.
+``GET /stats``: requests served so far per User-Agent product (JSON), so the benchmark
+divides CPU by polls actually made. Prints ``PORT <port>`` when listening.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import itertools
+import json
 import sys
 import threading
 from pathlib import Path
@@ -33,13 +35,19 @@ def main() -> int:
         bodies = bodies[-1:]
     cycle = itertools.cycle(bodies)
     lock = threading.Lock()
+    counts: dict[str, int] = {}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
+            agent = (self.headers.get("User-Agent") or "-").split("/")[0]
             with lock:
-                body = next(cycle)
+                if self.path == "/stats":
+                    body = json.dumps(counts).encode()
+                else:
+                    counts[agent] = counts.get(agent, 0) + 1
+                    body = next(cycle)
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))

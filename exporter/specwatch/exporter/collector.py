@@ -74,6 +74,7 @@ class SpecwatchCollector(Collector):
         self._targets: dict[str, tuple[TargetSnapshot, Mapping[str, bytes]]] = {}
         self._page: tuple[Snapshot | None, dict[str, bytes | tuple]] = (None, {})
         self._page_lock = threading.Lock()
+        self._scraped = False  # prerender only once someone reads the exposition
 
     def add_family_builder(self, builder: FamilyBuilder, per_snapshot: bool = False) -> None:
         """Register extra families rendered from the snapshot (see module docstring).
@@ -111,7 +112,11 @@ class SpecwatchCollector(Collector):
     # -- cached exposition -------------------------------------------------------------------
     def prerender(self, target: TargetSnapshot) -> None:
         """Render one target's sample lines now (a pipeline publish listener), so a scrape
-        only joins cached bytes. Never raises."""
+        only joins cached bytes. Nothing is rendered before the first scrape (an exporter
+        nobody scrapes yet pays nothing; the first scrape renders what it needs). Never
+        raises."""
+        if not self._scraped:
+            return
         try:
             self._target_lines(target)
         except Exception:
@@ -131,6 +136,7 @@ class SpecwatchCollector(Collector):
         if snap is None:
             return b""
         key = "om" if openmetrics else "text"
+        self._scraped = True
         with self._page_lock:
             page_snap, cache = self._page
             if page_snap is not snap:

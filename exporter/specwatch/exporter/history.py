@@ -445,6 +445,8 @@ class TargetHistory:
                 cap = max(64, 2 * len(self._seen))
                 self._value = _grow(self._value, cap)
                 self._created = _grow(self._created, cap)
+                self._value[s:] = 0.0
+                self._created[s:] = _NAN
                 seen = np.full(cap, -math.inf)
                 seen[:len(self._seen)] = self._seen
                 self._seen = seen
@@ -532,10 +534,10 @@ class TargetHistory:
         known = self._seen[slots] != -math.inf
         prev = self._value[slots]
         prev_created = self._created[slots]
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):  # free slots hold stale values
             restarted = known & (whole_restart | (values < prev)
                                  | (np.abs(created - prev_created) > 1e-6))
-        deltas = np.where(known, np.where(restarted, values, values - prev), 0.0)
+            deltas = np.where(known, np.where(restarted, values, values - prev), 0.0)
         reset_seen = bool(restarted.any())
         self._value[slots] = values
         self._created[slots] = created
