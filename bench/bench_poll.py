@@ -94,7 +94,8 @@ def run_case(page: str, mode: str, duration: float, warmup: float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=30.0)
-    parser.add_argument("--warmup", type=float, default=6.0)
+    parser.add_argument("--warmup", type=float, default=15.0,
+                        help="seconds before measuring (start-up and imports excluded)")
     parser.add_argument("--cases", default="big-same,big-changing,real-same,real-changing")
     args = parser.parse_args()
     print(f"CPU seconds over {args.duration:g} s of 1 s polls (process time from /proc, "
