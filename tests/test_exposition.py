@@ -181,7 +181,7 @@ def test_identical_page_skips_the_parse_but_advances_the_windows(monkeypatch):
     assert len(calls) == 4
 
 
-def test_serve_app_builds_window_histograms_only_for_the_controller():
+def test_serve_app_builds_window_histograms_only_for_the_controller_and_pairs():
     from specwatch.app.serve import ServeApp
     from specwatch.exporter import config
 

@@ -118,8 +118,9 @@ class ServeApp:
         self.pairs = pairs.install(self.pipeline, self.collector, cfg.pairs, cfg.pair_settings,
                                    parse_duration(cfg.pair_settings.window))
         self.controller = controller.install(self)
-        if self.controller is None:
-            # Only the controller reads the windows' latency histograms: not built without it.
+        if self.controller is None and self.pairs is None:
+            # Only the controller and the A/B pairs read the windows' latency histograms: not
+            # built without them.
             self.pipeline.derive_config = dataclasses.replace(dcfg, histograms=False)
         self.collector.add_family_builder(self.exporter_families)
 
