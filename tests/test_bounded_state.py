@@ -99,7 +99,11 @@ def test_rotating_model_names_for_minutes():
     rss, series, p, _ = drive_rotating_names(polls=1500, names=1000)
     assert len(p.target_history("t").models) <= 200
     assert max(series[100:]) == series[100]
-    assert rss[-1] - rss[100] < 16 * 1024 * 1024, (rss[100], rss[-1])
+    # Flat: the second half never needs more memory than the first half after warm-up
+    # (the parser's label caches fill and clear, the allocator settles: that is the first
+    # half's plateau; the unbounded history grew ~22 MB a poll at this rate).
+    first, second = max(rss[300:900]), max(rss[900:])
+    assert second - first < 8 * 1024 * 1024, (first, second)
 
 
 def named_page(names: list[str], requests: float) -> str:
