@@ -214,7 +214,8 @@ class ServeApp:
 
 def _poll_target(t: config.TargetConfig) -> PollTarget:
     return PollTarget(t.name, t.url, t.timeout, t.max_body_bytes, t.headers, t.basic_auth,
-                      verify=t.tls_verify, cert=t.tls_client_cert)
+                      verify=t.tls_verify, cert=t.tls_client_cert,
+                      follow_redirects=t.follow_redirects)
 
 
 def server_limits(cfg: config.ServeConfig) -> ServerLimits:
@@ -224,6 +225,11 @@ def server_limits(cfg: config.ServeConfig) -> ServerLimits:
     return ServerLimits(
         max_requests_in_flight=h.get("max_requests_in_flight", d.max_requests_in_flight),
         max_connections=h.get("max_connections", d.max_connections),
+        max_connections_per_client=h.get("max_connections_per_client",
+                                         d.max_connections_per_client),
+        failed_logins_per_client=h.get("failed_logins_per_client",
+                                       d.failed_logins_per_client),
+        failed_login_interval=h.get("failed_login_interval", d.failed_login_interval),
         request_timeout=h.get("request_timeout", d.request_timeout),
         idle_timeout=h.get("idle_timeout", d.idle_timeout),
         handshake_timeout=h.get("tls_handshake_timeout", d.handshake_timeout))
