@@ -336,10 +336,12 @@ METRICS: tuple[MetricDef, ...] = (
         "sd_controller_models_dropped", "counter", ("target", "reason"),
         help="Models the controller of a target forgot, by reason: retention (gone from the "
              "page for longer than the exporter keeps history), limit (more than 100 models "
-             "at once; least recently seen first).",
+             "at once; least recently seen first), vanished_limit or target_removed (the "
+             "exporter forgot the model for that reason, so the controller did too).",
         doc="models the controller of a target forgot: `retention` (gone from the page longer "
             "than the exporter keeps history), `limit` (more than 100 models at once; least "
-            "recently seen first)"),
+            "recently seen first), `vanished_limit` / `target_removed` (the exporter forgot "
+            "the model for that reason, so the controller did too)"),
     MetricDef(
         "sd_switch_latency_ratio", "gauge",
         ("target", "model_name", "action", "latency", "percentile"),
