@@ -28,7 +28,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[analysis,dev]'
 	touch $@
 
-setup: system-deps $(STAMP)
+# Grafana's schema packages and TypeScript for tests/test_grafana_schema.py, from the lockfile.
+SCHEMA_DIR := tests/grafana-schema
+$(SCHEMA_DIR)/node_modules/.package-lock.json: $(SCHEMA_DIR)/package-lock.json | system-deps
+	cd $(SCHEMA_DIR) && npm ci --no-audit --no-fund
+
+setup: system-deps $(STAMP) $(SCHEMA_DIR)/node_modules/.package-lock.json
 
 system-deps:
 	@scripts/system-deps.sh
@@ -112,12 +117,12 @@ dist: $(STAMP)
 	$(BIN)/twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) build dist site *.egg-info exporter/*.egg-info .pytest_cache
+	rm -rf $(VENV) build dist site *.egg-info exporter/*.egg-info .pytest_cache $(SCHEMA_DIR)/node_modules
 
 # Fitted parameters for the public Qwen3-32B sweep (one file per drafter; README "Calibration").
 .PHONY: calibrate-examples
 calibrate-examples: setup
 	for d in eagle3:Qwen3-32B+Qwen3-32B-speculator.eagle3 qwen3-1.7b:Qwen3-32B+Qwen3-1.7B qwen3-4b:Qwen3-32B+Qwen3-4B; do \
 	  $(BIN)/specwatch calibrate tests/fixtures/sd-validation/tomasruizt_qwen3-32b_1xH100_vllm-bench.csv \
-	    --system "$${d#*:}" --max-concurrency 64 --out "examples/params/qwen3-32b-h100-$${d%%:*}.yaml" || exit $$?; \
+	    --system "$${d#*:}" --out "examples/params/qwen3-32b-h100-$${d%%:*}.yaml" || exit $$?; \
 	done

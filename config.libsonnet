@@ -37,9 +37,11 @@
     // the anchor GitHub generates for that alert's heading in runbook.md.
     runbookURLPattern: 'https://github.com/specwatch/specwatch/blob/main/runbook.md#%s',
 
-    // When set (e.g. 'https://grafana.example.com'), alerts carry a `dashboard_url`
-    // annotation linking to the SD overview filtered to the alert's target and model.
-    grafanaURL: '',
+    // Grafana's address: alerts carry a `dashboard_url` annotation linking to the SD
+    // overview (the exporter dashboard for exporter alerts) filtered to the alert's target
+    // and model. The default is where deploy/compose serves Grafana; set your Grafana's
+    // external URL (e.g. 'https://grafana.example.com'), or '' for no link.
+    grafanaURL: 'http://127.0.0.1:3000',
 
     // Alerts. Each one can be switched off (`enabled: false`), and its threshold,
     // pending duration (`for`) and severity changed. Severities follow the
@@ -60,6 +62,17 @@
         // (Prometheus >= 2.42). Set to '' to omit the field for older Prometheus.
         keepFiringFor: '2m',
         minArrivalRate: 0.05,  // finished requests per second
+        // Exporter window the alert reads (source 'exporter'). 1m, not the 5m of the
+        // dashboards: the `for` clock starts when the window crosses the threshold, and a
+        // 5m window of a drop that follows heavy traffic crosses it up to 5 minutes late
+        // (4.3 min in the demo), so the page would come 14-15 minutes after the drop.
+        // With 1m it comes 10-12 minutes after (tests/test_mixin_alert_timing.py).
+        window: '1m',
+        // An isolated missing sample (a failed poll drops the target's series for one
+        // scrape, a missed scrape) must not reset the `for` clock: the rule reads the last
+        // sample within this grace (last_over_time) instead of the instant value. Keep it
+        // at least 2x the scrape interval of specwatch. '' reads instant values.
+        missingSampleGrace: '2m',
         // 'exporter': specwatch's windowed sd_acceptance_rate (labels target, model_name);
         // 'vllm': the recording rule computed from vLLM's counters, for Prometheus setups
         // without the exporter (labels job, model_name).
@@ -107,6 +120,9 @@
         enabled: true,
         severity: 'warning',
         'for': '15m',
+        // Only with traffic: an idle server (sd_arrival_rate 0) has no request lengths to
+        // feed the model, so it is invalid by construction and nobody waits on it.
+        minArrivalRate: 0.05,  // finished requests per second, over the model's window
       },
       // Measured A/B pair (issue 16, `pairs:` in the serve config): the baseline's
       // latency / the SD side's latency (sd_measured_speedup, statistic `statistic`) is
@@ -117,6 +133,16 @@
         severity: 'warning',
         threshold: 1,
         statistic: 'mean',
+        'for': '30m',
+      },
+      // The model's predicted mean latency at the observed load differs from the measured
+      // mean latency by more than `threshold` (relative, either sign) for `for`: the
+      // calibration no longer describes the server (new vLLM, hardware, traffic mix).
+      // Re-calibrate (runbook). Silent while the model has no prediction (no error series).
+      SDModelDrift: {
+        enabled: true,
+        severity: 'warning',
+        threshold: 0.2,
         'for': '30m',
       },
       // specwatch cannot poll one of its targets (vLLM or SGLang server): its SD series
@@ -153,9 +179,14 @@
       datasourceName: 'default',
       // Regex limiting which Prometheus data sources the variable offers ('' = all).
       datasourceRegex: '',
+      // The oldest Grafana the dashboards are written and type-checked for (dashboard
+      // `__requires`, docs/dashboards-alerts.md; tests/test_grafana_schema.py types every
+      // dashboard against @grafana/schema of this version and of the newest). The XY
+      // chart needs 11.2 at least (earlier versions hide it behind a feature toggle).
+      minVersion: '11.4.0',
       // Panel plugin version the JSON is written for. Set on every panel so that Grafana
       // does not run a pre-GA migration over the xychart options (it does when empty).
-      pluginVersion: '11.4.0',
+      pluginVersion: self.minVersion,
     },
 
     // Dashboard file name -> uid (stable across releases so links and bookmarks keep

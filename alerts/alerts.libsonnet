@@ -18,14 +18,19 @@
   // `target`; the vLLM recording rules carry `job` only.
   local where = '{{ $labels.model_name }} on {{ with $labels.target }}target {{ . }}{{ else }}job {{ $labels.job }}{{ end }}',
 
-  local dashboardURL =
+  // Link to the dashboard filtered to the alert's target and model (the variables of
+  // dashboards/common.libsonnet); vLLM-source alerts have no target and select the vLLM job.
+  local link(file, query) =
     if c.grafanaURL == '' then {}
-    else {
-      dashboard_url: '%s/d/%s?var-target={{ $labels.target }}&var-model_name={{ $labels.model_name }}' % [
-        c.grafanaURL,
-        c.dashboardUIDs['specwatch-sd-overview.json'],
-      ],
-    },
+    else { dashboard_url: '%s/d/%s/?%s' % [c.grafanaURL, c.dashboardUIDs[file], query] },
+  local dashboardURL = link(
+    'specwatch-sd-overview.json',
+    '{{ with $labels.target }}var-target={{ . | urlquery }}{{ else }}var-vllm_job={{ $labels.job | urlquery }}{{ end }}&var-model_name={{ $labels.model_name | urlquery }}',
+  ),
+  local exporterURL(byTarget) = link(
+    'specwatch-exporter.json',
+    'var-job={{ $labels.job | urlquery }}' + (if byTarget then '&var-target={{ $labels.target | urlquery }}' else ''),
+  ),
 
   // One alert rule from its config block; [] when switched off.
   local alert(name, expr, summary, description, extraAnnotations={}) =
@@ -49,31 +54,43 @@
     ],
 
   local low = a.SDAcceptanceRateLow,
+  // An isolated missing sample (one failed poll removes the target's series from one
+  // scrape; a missed scrape) makes an instant selector return nothing, which resets the
+  // `for` clock: pending -> inactive -> pending. last_over_time() reads the latest sample
+  // within the grace instead (range selectors skip staleness markers), so the clock keeps
+  // running through a gap; a series that has really gone (idle server) is still absent
+  // after the grace.
+  local graced(sel) =
+    if low.missingSampleGrace == '' then sel
+    else 'last_over_time(%s[%s])' % [sel, low.missingSampleGrace],
   local lowExpr =
     if low.source == 'exporter' then
       |||
         %(rate)s < %(threshold)g
-      ||| % { rate: exp('sd_acceptance_rate', c.exporterWindow), threshold: low.threshold }
+      ||| % { rate: graced(exp('sd_acceptance_rate', low.window)), threshold: low.threshold }
       + (
         if low.minArrivalRate > 0 then |||
           and on (%(on)s)
           %(arrival)s >= %(min)g
-        ||| % { on: exporterOn, arrival: exp('sd_arrival_rate', c.exporterWindow), min: low.minArrivalRate }
+        ||| % { on: exporterOn, arrival: graced(exp('sd_arrival_rate', low.window)), min: low.minArrivalRate }
         else ''
       )
     else if low.source == 'vllm' then
       |||
         %(rate)s < %(threshold)g
-      ||| % { rate: rec.acceptanceRate, threshold: low.threshold }
+      ||| % { rate: graced(rec.acceptanceRate), threshold: low.threshold }
       + (
         if low.minArrivalRate > 0 then |||
           and on (%(on)s)
           %(arrival)s >= %(min)g
-        ||| % { on: vllmOn, arrival: rec.arrivalRate, min: low.minArrivalRate }
+        ||| % { on: vllmOn, arrival: graced(rec.arrivalRate), min: low.minArrivalRate }
         else ''
       )
     else error "alerts.SDAcceptanceRateLow.source must be 'exporter' or 'vllm', got %s" % low.source,
-  local lowWindow = if low.source == 'exporter' then c.exporterWindow else c.rateWindow,
+  local lowWindow = if low.source == 'exporter' then low.window else c.rateWindow,
+
+  // The SD dashboard link, for alert groups kept in other files (alerts/measured.libsonnet).
+  sdDashboardURL:: dashboardURL,
 
   prometheusAlerts+:: {
     groups+: [
@@ -164,20 +181,42 @@
           alert(
             'SDModelInvalid',
             // Saturation also makes the model invalid; SDModelSaturated reports that case.
+            // An idle server is invalid by construction (no finished requests, no lengths):
+            // the alert needs traffic in the model's window.
             |||
               %(valid)s == 0
               unless on (%(on)s, window)
               %(utilization)s > %(saturated)g
+              and on (%(on)s, window)
+              %(arrival)s >= %(min)g
             ||| % {
               valid: exp('sd_model_valid'),
               utilization: exp('sd_model_utilization'),
               saturated: a.SDModelSaturated.threshold,
+              arrival: exp('sd_arrival_rate'),
+              min: a.SDModelInvalid.minArrivalRate,
               on: exporterOn,
             },
             'The latency model cannot make a valid prediction.',
             'The latency model of %(where)s has been invalid for %(for)s (inputs missing or out of range): predicted speedup, break-even arrival rate and optimal draft length are not available or not trustworthy.{{ with printf "sd_model_utilization{job=%%q,instance=%%q,target=%%q,model_name=%%q,window=%%q}" $labels.job $labels.instance $labels.target $labels.model_name $labels.window | query }}{{ with . | first }} Model utilisation: {{ .Value | humanizePercentage }}.{{ end }}{{ end }}' % {
               where: where,
               'for': a.SDModelInvalid['for'],
+            },
+            dashboardURL,
+          ),
+          alert(
+            'SDModelDrift',
+            |||
+              %(err)s > %(threshold)g or %(err)s < -%(threshold)g
+            ||| % {
+              err: exp('sd_model_latency_error_ratio', c.exporterWindow),
+              threshold: a.SDModelDrift.threshold,
+            },
+            'The latency model no longer matches the measured latency.',
+            'The latency model of %(where)s predicts a mean latency {{ $value | humanizePercentage }} away from the measured one (predicted/measured - 1, threshold %(threshold)g) for %(for)s: its speedup, break-even and best k describe another system. Re-calibrate the parameters file.' % {
+              where: where,
+              threshold: a.SDModelDrift.threshold,
+              'for': a.SDModelDrift['for'],
             },
             dashboardURL,
           ),
@@ -193,6 +232,7 @@
             'specwatch {{ $labels.instance }} has failed to poll target {{ $labels.target }} for %(for)s; its SD series are absent and its SD alerts cannot fire.{{ with printf "topk(1, increase(specwatch_target_poll_errors_total{job=%%q,instance=%%q,target=%%q}[10m]))" $labels.job $labels.instance $labels.target | query }}{{ with . | first }} Most frequent poll error in the last 10 minutes: {{ .Labels.reason }}.{{ end }}{{ end }}' % {
               'for': a.SpecwatchTargetDown['for'],
             },
+            exporterURL(true),
           ),
           alert(
             'SpecwatchExporterDown',
@@ -201,6 +241,7 @@
             'Prometheus has failed to scrape specwatch at {{ $labels.instance }} (job {{ $labels.job }}) for %(for)s; the SD series of its targets are missing.' % {
               'for': a.SpecwatchExporterDown['for'],
             },
+            exporterURL(false),
           ),
           alert(
             'SpecwatchAbsent',

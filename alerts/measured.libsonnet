@@ -33,7 +33,7 @@
                 t: cfg.threshold,
               },
               runbook_url: c.runbookURLPattern % std.asciiLower('SDMeasuredSlowdown'),
-            },
+            } + $.sdDashboardURL,
           },
         ],
       },

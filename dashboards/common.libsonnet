@@ -14,12 +14,17 @@ local ds = '${datasource}';
     // Label filters (without braces). `exporter` matches one exporter job and target;
     // `sd` adds the model; `sdWindow` adds the exporter window chosen on the dashboard;
     // `vllm` matches the vLLM job and model.
+    //
+    // Every filter starts with the configured selector (exporterSelector, vllmSelector)
+    // and only then narrows it with the variable: whatever "All" expands to, a panel
+    // never counts another job's series (`up` and `scrape_duration_seconds` exist for
+    // every job Prometheus scrapes, vLLM's included).
     filters:: {
-      exporter: '%sjob=~"$job", target=~"$target"' % clusterFilter,
+      job: '%s%s, job=~"$job"' % [clusterFilter, c.exporterSelector],
+      exporter: self.job + ', target=~"$target"',
       sd: self.exporter + ', model_name=~"$model_name"',
       sdWindow: self.sd + ', window="$window"',
-      job: '%sjob=~"$job"' % clusterFilter,
-      vllm: '%sjob=~"$vllm_job", model_name=~"$model_name"' % clusterFilter,
+      vllm: '%s%s, job=~"$vllm_job", model_name=~"$model_name"' % [clusterFilter, c.vllmSelector],
     },
 
     local datasourceVar =
@@ -29,7 +34,11 @@ local ds = '${datasource}';
       + g.dashboard.variable.datasource.withRegex(c.grafana.datasourceRegex)
       + g.dashboard.variable.datasource.generalOptions.withCurrent(c.grafana.datasourceName),
 
-    local queryVar(name, label, description, query, includeAll=true) =
+    // includeAll: 'values' makes All the regex of the listed values (Grafana's default),
+    // 'any' makes it '.+'. '.+' is only safe where the query's own selector already
+    // scopes the label (target and model_name under the exporter's job); for `job` it
+    // would match every job in Prometheus.
+    local queryVar(name, label, description, query, includeAll='values') =
       local v = g.dashboard.variable.query;
       v.new(name)
       + v.withDatasourceFromVariable(datasourceVar)
@@ -38,7 +47,9 @@ local ds = '${datasource}';
       + v.generalOptions.withLabel(label)
       + v.generalOptions.withDescription(description)
       + (
-        if includeAll then
+        if includeAll == 'values' then
+          v.selectionOptions.withIncludeAll(true) + v.selectionOptions.withMulti()
+        else if includeAll == 'any' then
           v.selectionOptions.withIncludeAll(true, '.+') + v.selectionOptions.withMulti()
         else {}
       ),
@@ -49,7 +60,7 @@ local ds = '${datasource}';
         'Cluster',
         'Cluster label (%s) of the specwatch exporters.' % c.clusterLabel,
         ['specwatch_build_info{%s}' % c.exporterSelector, c.clusterLabel],
-        includeAll=false,
+        includeAll='none',
       ),
 
     variables:: {
@@ -72,12 +83,14 @@ local ds = '${datasource}';
         'Target',
         'Inference server polled by specwatch (the `target` name in its configuration).',
         ['specwatch_target_up{%s}' % root.filters.job, 'target'],
+        includeAll='any',
       ),
       modelName: queryVar(
         'model_name',
         'Model',
         'Served model name.',
         ['sd_draft_length_configured{%s}' % root.filters.exporter, 'model_name'],
+        includeAll='any',
       ),
       window:
         local others = [w for w in ['1m', '5m', '15m', '1000req'] if w != c.exporterWindow];
@@ -87,6 +100,11 @@ local ds = '${datasource}';
           'Window of the exporter-derived series: a time window, or the most recent N finished requests.'
         ),
     },
+
+    // The specwatch alerts firing for the selected targets and models; alerts without a
+    // target or model label (SpecwatchAbsent, SpecwatchExporterDown, the vLLM-source
+    // variant) match the empty alternative.
+    alertsSelector:: 'ALERTS{%salertname=~"SD.+|Specwatch.+", alertstate="firing", target=~"${target:regex}|", model_name=~"${model_name:regex}|"}' % clusterFilter,
 
     // The cluster variable, only for multi-cluster setups (goes right after datasource).
     clusterVariables:: if multi then [clusterVar] else [],

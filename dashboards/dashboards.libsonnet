@@ -32,11 +32,22 @@ local overview = import 'sd-overview.libsonnet';
       + g.dashboard.link.dashboards.options.withIncludeVars()
       + g.dashboard.link.dashboards.options.withKeepTime(),
     ])
-    + { panels: g.util.panel.setPanelIDs([panel(p) for p in dashboard.panels]) },
+    + { panels: g.util.panel.setPanelIDs([panel(p) for p in dashboard.panels]) }
+    // What the dashboard needs, as Grafana's export writes it: the minimum Grafana
+    // version, the data source type and every panel type it uses.
+    + {
+      __requires: [
+        { type: 'grafana', id: 'grafana', name: 'Grafana', version: gc.minVersion },
+        { type: 'datasource', id: 'prometheus', name: 'Prometheus', version: '1.0.0' },
+      ] + [
+        { type: 'panel', id: type, name: type, version: '' }
+        for type in std.set([p.type for p in dashboard.panels if p.type != 'row'])
+      ],
+    },
 
   grafanaDashboards+:: {
     [file]: withDefaults(file, {
-      'specwatch-sd-overview.json': overview.new(c),
+      'specwatch-sd-overview.json': overview.new(c { recordedNames: $._recordedNames }),
       'specwatch-exporter.json': exporter.new(c),
     }[file])
     for file in ['specwatch-sd-overview.json', 'specwatch-exporter.json']

@@ -17,43 +17,42 @@ local xy = g.panel.xyChart;
     local switchE2E(action) =
       'sd_switch_latency_ratio{%s, action="%s", latency="e2e", percentile="50"}' % [f.sd, action];
     {
-      // Field names of the overlay's queries, merged into the xychart's organize step.
-      renames:: {
-        'Value #E': 'measured arrival rate (pair)',
-        'Value #F': 'measured speedup (pair)',
-        'Value #G': 'arrival rate at switch',
-        'Value #H': 'measured speedup (switch)',
-      },
-      // Mixed into the predicted xychart: refIds E-H follow its A-D.
+      // Mixed into the predicted xychart after its six queries (A-F): refIds G-J. Like
+      // the chart's own series, fields keep their query names (Value #G ...) and get display
+      // names from their labels; the series match either form.
+      local field(refId, suffix) = { id: 'byRegexp', options: '^(Value #%s( .*)?|.* \\(%s\\))$' % [refId, suffix] },
+      local named(refId, suffix) =
+        xy.standardOptions.override.byRegexp.new('^Value #%s( .*)?$' % refId)
+        + xy.standardOptions.override.byRegexp.withProperty('displayName', '${__field.labels.target} · ${__field.labels.model_name} (%s)' % suffix),
+      local point(refId, suffix, color) =
+        named(refId, suffix)
+        + xy.standardOptions.override.byRegexp.withProperty('custom.pointSize', { fixed: 9 })
+        + xy.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: color }),
+      local instantTable(expr) = t(expr) + g.query.prometheus.withFormat('table') + g.query.prometheus.withInstant(),
       overlay:: {
                   targets+: [
-                    t('max by (target, model_name, arrival_rate_bin) (sd_measured_arrival_rate{%s})' % pairFilter)
-                    + g.query.prometheus.withFormat('table'),
-                    t('max by (target, model_name, arrival_rate_bin) (sd_measured_speedup{%s, statistic="mean"})' % pairFilter)
-                    + g.query.prometheus.withFormat('table'),
+                    instantTable('max by (target, model_name, arrival_rate_bin) (sd_measured_arrival_rate{%s})' % pairFilter),
+                    instantTable('max by (target, model_name, arrival_rate_bin) (sd_measured_speedup{%s, statistic="mean"})' % pairFilter),
                     // A switch record: the arrival rate at the switch, and no-SD / SD latency (P50):
                     // after/before for a switch off, before/after for a switch on.
-                    t('max by (target, model_name) (sd_arrival_rate{%s}) and on (target, model_name) group by (target, model_name) (sd_switch_latency_ratio{%s})'
-                      % [f.sdWindow, f.sd])
-                    + g.query.prometheus.withFormat('table'),
-                    t('max by (target, model_name) (%s) or max by (target, model_name) (1 / %s)'
-                      % [switchE2E('disable'), switchE2E('enable')])
-                    + g.query.prometheus.withFormat('table'),
+                    // x: the arrival rate over the model's window, like the chart's own points.
+                    instantTable('max by (target, model_name) (sd_arrival_rate{%(f)s} and on (job, instance, target, model_name, window) sd_model_valid{%(f)s}) and on (target, model_name) group by (target, model_name) (sd_switch_latency_ratio{%(f)s})'
+                                 % { f: f.sd }),
+                    instantTable('max by (target, model_name) (%s) or max by (target, model_name) (1 / %s)'
+                                 % [switchE2E('disable'), switchE2E('enable')]),
                   ],
                   options+: {
                     series+: [
-                      xy.options.series.new('measured arrival rate (pair)', 'measured speedup (pair)'),
-                      xy.options.series.new('arrival rate at switch', 'measured speedup (switch)'),
+                      { x: { matcher: field('G', 'pair arrival rate') }, y: { matcher: field('H', 'pair measured speedup') } },
+                      { x: { matcher: field('I', 'switch arrival rate') }, y: { matcher: field('J', 'switch measured speedup') } },
                     ],
                   },
                 }
                 + xy.standardOptions.withOverridesMixin([
-                  xy.standardOptions.override.byName.new('measured speedup (pair)')
-                  + xy.standardOptions.override.byName.withProperty('custom.pointSize', { fixed: 9 })
-                  + xy.standardOptions.override.byName.withProperty('color', { mode: 'fixed', fixedColor: 'green' }),
-                  xy.standardOptions.override.byName.new('measured speedup (switch)')
-                  + xy.standardOptions.override.byName.withProperty('custom.pointSize', { fixed: 9 })
-                  + xy.standardOptions.override.byName.withProperty('color', { mode: 'fixed', fixedColor: 'purple' }),
+                  named('G', 'pair arrival rate'),
+                  point('H', 'pair measured speedup', 'green'),
+                  named('I', 'switch arrival rate'),
+                  point('J', 'switch measured speedup', 'purple'),
                 ]),
 
       measuredSpeedup::

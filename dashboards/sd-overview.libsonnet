@@ -15,6 +15,33 @@ local row = g.panel.row;
     local a = c.alerts;
     local who = '{{target}} · {{model_name}}';
     local ms = measured.new(c, m);
+    // The recording rules on vLLM's counters (alerts/rules.libsonnet), filtered like
+    // every vLLM query.
+    local n = c.recordedNames;
+    local rec(name) = '%s{%s}' % [name, f.vllm];
+    // Names that changed between vLLM versions: the current one (0.11+, as in the 0.32 and
+    // 0.33 pages of tests/fixtures) or the one before.
+    local vllmNames = {
+      kvCacheUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
+      timePerOutputToken: ['vllm:request_time_per_output_token_seconds', 'vllm:time_per_output_token_seconds'],
+    };
+    local quantileOf(q, names) =
+      'histogram_quantile(%g, sum by (le, model_name) (%s))' % [
+        q,
+        std.join(' or ', ['rate(%s_bucket{%s}[$__rate_interval])' % [h, f.vllm] for h in names]),
+      ];
+    // One SD signal per target and model, now: a stat panel.
+    local stat = g.panel.stat;
+    local nowStat(title, description, unit, targets) =
+      stat.new(title)
+      + stat.panelOptions.withDescription(description)
+      + stat.panelOptions.withGridPos(5, 6)
+      + stat.queryOptions.withTargets(targets)
+      + stat.standardOptions.withUnit(unit)
+      + stat.options.reduceOptions.withCalcs(['lastNotNull'])
+      + stat.options.withColorMode('background')
+      + stat.options.withGraphMode('area')
+      + stat.options.withTextMode('value_and_name');
 
     // Ratio of two summed vLLM counters over $__rate_interval, absent (not 0) when the
     // denominator did not move.
@@ -31,11 +58,11 @@ local row = g.panel.row;
     local acceptanceRate =
       m.timeSeries(
         'Acceptance rate',
-        'Accepted / proposed draft tokens (vLLM\'s definition, 0-1) over the exporter window selected above, per target and model. The dashed line is the SDAcceptanceRateLow threshold (%g; the alert fires after %s below it). Lines marked "vLLM counters" are the same ratio computed by Prometheus from vLLM\'s counters over $__rate_interval, a cross-check that needs no exporter. A gap means no drafts were verified in the window (an idle server), not an acceptance of 0.' % [a.SDAcceptanceRateLow.threshold, a.SDAcceptanceRateLow['for']],
+        'Accepted / proposed draft tokens (vLLM\'s definition, 0-1) over the exporter window selected above, per target and model. The dashed line is the SDAcceptanceRateLow threshold (%g; the alert fires after %s below it). Lines marked "vLLM counters" are the same ratio from the recording rule on vLLM\'s counters (%s window), a cross-check that needs no exporter. A gap means no drafts were verified in the window (an idle server), not an acceptance of 0.' % [a.SDAcceptanceRateLow.threshold, a.SDAcceptanceRateLow['for'], c.rateWindow],
         'percentunit',
         [
           t('sd_acceptance_rate{%s}' % f.sdWindow, who),
-          t(vllmRatio('vllm:spec_decode_num_accepted_tokens_total', 'vllm:spec_decode_num_draft_tokens_total'), '{{model_name}} (vLLM counters)'),
+          t(rec(n.acceptanceRate), '{{model_name}} (vLLM counters, %s)' % c.rateWindow),
         ],
       )
       + ts.standardOptions.withMin(0)
@@ -49,7 +76,7 @@ local row = g.panel.row;
         'short',
         [
           t('sd_acceptance_length{%s}' % f.sdWindow, who),
-          t('1 + ' + vllmRatio('vllm:spec_decode_num_accepted_tokens_total', 'vllm:spec_decode_num_drafts_total'), '{{model_name}} (vLLM counters)'),
+          t(rec(n.acceptanceLength), '{{model_name}} (vLLM counters, %s)' % c.rateWindow),
         ],
       )
       + ts.fieldConfig.defaults.custom.withAxisLabel('tokens / step')
@@ -63,6 +90,8 @@ local row = g.panel.row;
         [
           t('sd_draft_length_configured{%s}' % f.sd, who + ' configured'),
           t('sd_draft_length{%s}' % f.sdWindow, who + ' effective'),
+          t(rec(n.draftLengthConfigured), '{{model_name}} configured (vLLM counters)'),
+          t(rec(n.draftLength), '{{model_name}} effective (vLLM counters, %s)' % c.rateWindow),
         ],
       )
       + ts.fieldConfig.defaults.custom.withAxisLabel('tokens')
@@ -73,7 +102,10 @@ local row = g.panel.row;
         'Acceptance by draft position',
         'Share of verification steps whose draft token at each position was accepted (acceptance is a prefix, so it falls with position). A steep fall after position 0 says the later draft positions are mostly wasted: a shorter k costs less verification. Conditional acceptance that rises with position hints at a mix of easy and hard traffic.',
         'percentunit',
-        [t('sd_position_acceptance_rate{%s}' % f.sdWindow, who + ' position {{position}}')],
+        [
+          t('sd_position_acceptance_rate{%s}' % f.sdWindow, who + ' position {{position}}'),
+          t(rec(n.positionAcceptanceRate), '{{model_name}} position {{position}} (vLLM counters, %s)' % c.rateWindow),
+        ],
       )
       + ts.standardOptions.withMin(0)
       + ts.standardOptions.withMax(1);
@@ -93,9 +125,12 @@ local row = g.panel.row;
 
     local hm = g.panel.heatmap;
     local samplesHeatmap =
-      hm.new('Acceptance-rate distribution')
-      + hm.panelOptions.withDescription('Distribution of per-poll acceptance rates (the sd_acceptance_rate_samples histogram, buckets 0.05 wide; only polls with enough drafts count), summed over the selected targets and models. One band is one population; two bands (easy and hard traffic) mean the mean acceptance rate describes neither. Cells are samples per second.')
+      hm.new('Acceptance-rate distribution · $model_name')
+      + hm.panelOptions.withDescription("Distribution of per-poll acceptance rates (the sd_acceptance_rate_samples histogram, buckets 0.05 wide; only polls with enough drafts count) of one target (this row) and one model (this panel): the panel repeats per model, the row per target, because summed over several targets each one's band would draw a multi-band picture of unimodal traffic. One band is one population; two bands that alternate in time are two kinds of traffic taking turns, while one band that moves is a change. Cells are samples per second.")
       + hm.panelOptions.withGridPos(8, 12)
+      + hm.panelOptions.withRepeat('model_name')
+      + hm.panelOptions.withRepeatDirection('h')
+      + hm.panelOptions.withMaxPerRow(2)
       + hm.queryOptions.withTargets([
         t('sum by (le) (rate(sd_acceptance_rate_samples_bucket{%s}[$__rate_interval]))' % f.sd, '{{le}}')
         + g.query.prometheus.withFormat('heatmap'),
@@ -126,49 +161,68 @@ local row = g.panel.row;
       + ts.standardOptions.withMax(1)
       + m.thresholdLines([['green', null], ['orange', a.SDAcceptanceBimodal.threshold]]);
 
-    // Speedup against arrival rate: every scrape gives one (arrival rate, predicted
-    // speedup) point per target and model, so over the time range the points trace the
-    // model's curve at the loads actually seen. The break-even arrival rate is drawn as a
-    // larger point at speedup 1. Table queries are merged on time and labels, then
-    // partitioned into one frame per target and model, each a series of the xychart.
+    // Speedup against arrival rate, now: per target and model, the current operating
+    // point (the measured arrival rate and the predicted speedup, both over the model's
+    // window), the break-even point (lambda*, 1) and the break-even line (speedup 1, from
+    // 0 to past both points). Instant queries: the chart shows the present, not a cloud
+    // of past values. Table queries are merged on their labels and partitioned into one
+    // frame per target and model; the partition values become field labels, from which
+    // the display names are built, so every target's points carry its own name.
+    //
+    // The model's curve (predicted speedup over arrival rate at the current acceptance)
+    // needs a series the exporter does not expose yet (the speedup at a grid of arrival
+    // rates); it goes here as one more line series when it exists.
     local xy = g.panel.xyChart;
     local by = 'max by (target, model_name)';
+    local modelKey = 'job, instance, target, model_name, window';
+    // The arrival rate of the window the model's series were computed over.
+    local arrivalOfModelWindow =
+      'sd_arrival_rate{%(f)s} and on (%(on)s) sd_model_valid{%(f)s}' % { f: f.sd, on: modelKey };
+    local finiteBreakeven = 'sd_breakeven_arrival_rate{%s} < +Inf' % f.sd;
+    local lineEnd = |||
+      1.5 * %(by)s (
+        label_replace(%(arrival)s, "point", "now", "", "")
+        or label_replace(%(be)s, "point", "break-even", "", "")
+      )
+    ||| % { by: by, arrival: arrivalOfModelWindow, be: finiteBreakeven };
+    local lineStart = '0 * %s (sd_model_valid{%s})' % [by, f.sd];
+    local atEnds(start, end_) =
+      'label_replace(%s, "end", "start", "", "")\nor\nlabel_replace(%s, "end", "end", "", "")' % [start, end_];
+    local instantTable(expr) = t(expr) + g.query.prometheus.withFormat('table') + g.query.prometheus.withInstant();
+    // Fields keep their query names (Value #A ...) and get display names from the
+    // target and model labels; the series match either form, so they hold whether
+    // Grafana matches before or after the display names are applied.
+    local named(refId, suffix) =
+      xy.standardOptions.override.byRegexp.new('^Value #%s( .*)?$' % refId)
+      + xy.standardOptions.override.byRegexp.withProperty('displayName', '${__field.labels.target} · ${__field.labels.model_name} (%s)' % suffix);
+    local field(refId, suffix) = { id: 'byRegexp', options: '^(Value #%s( .*)?|.* \\(%s\\))$' % [refId, suffix] };
     local speedupVsLoad =
-      xy.new('Predicted speedup against arrival rate')
+      xy.new('Predicted speedup against arrival rate, now')
       + xy.withPluginVersion(c.grafana.pluginVersion)
-      + xy.panelOptions.withDescription('Each point is one scrape: the measured arrival rate (x) and the speedup the latency model predicts for SD at that load (y), per target and model. Above 1 SD makes requests faster; the large points mark the break-even arrival rate, where the predicted speedup is 1 and above which SD costs latency. Points come only from targets with a model parameters file (specwatch_model_configured 1).')
+      + xy.panelOptions.withDescription("Per target and model, now: the current operating point (measured arrival rate, x, against the speedup the latency model predicts there, y; both over the model's window), the break-even point (the arrival rate where the predicted speedup is 1) and the break-even line (speedup 1: below it SD makes requests slower). An operating point left of the break-even point is a load where SD pays. A break-even of +Inf (SD pays at every load below saturation) has no point. Only targets with a model parameters file appear. The model's whole curve at the current acceptance is not drawn: the exporter does not expose it yet.")
       + xy.panelOptions.withGridPos(10, 12)
       + xy.queryOptions.withTargets([
-        t('%s (sd_arrival_rate{%s})' % [by, f.sdWindow]) + g.query.prometheus.withFormat('table'),
-        t('%s (sd_predicted_speedup{%s})' % [by, f.sd]) + g.query.prometheus.withFormat('table'),
-        t('%s (sd_breakeven_arrival_rate{%s})' % [by, f.sd]) + g.query.prometheus.withFormat('table'),
+        instantTable('%s (%s)' % [by, arrivalOfModelWindow]),
+        instantTable('%s (sd_predicted_speedup{%s})' % [by, f.sd]),
+        instantTable('%s (%s)' % [by, finiteBreakeven]),
         // y of the break-even point: the predicted speedup there is 1 by definition.
-        t('%s (sd_breakeven_arrival_rate{%s}) * 0 + 1' % [by, f.sd]) + g.query.prometheus.withFormat('table'),
+        instantTable('%s (%s) * 0 + 1' % [by, finiteBreakeven]),
+        // The break-even line: x from 0 to 1.5 x the larger of the two points, y = 1.
+        instantTable(atEnds(lineStart, lineEnd)),
+        instantTable(atEnds(lineStart + ' + 1', '0 * ' + lineEnd + ' + 1')),
       ])
       + xy.queryOptions.withTransformations([
         { id: 'merge', options: {} },
-        {
-          id: 'organize',
-          options: {
-            excludeByName: {},
-            indexByName: {},
-            renameByName: {
-              'Value #A': 'arrival rate',
-              'Value #B': 'predicted speedup',
-              'Value #C': 'break-even arrival rate',
-              'Value #D': 'speedup at break-even',
-            } + ms.renames,
-          },
-        },
         {
           id: 'partitionByValues',
           options: { fields: ['target', 'model_name'], keepFields: false, naming: { asLabels: true } },
         },
       ])
-      + xy.options.withMapping('auto')
+      + xy.options.withMapping('manual')
       + xy.options.withSeries([
-        xy.options.series.new('arrival rate', 'predicted speedup'),
-        xy.options.series.new('break-even arrival rate', 'speedup at break-even'),
+        { x: { matcher: field('A', 'arrival rate') }, y: { matcher: field('B', 'now') } },
+        { x: { matcher: field('C', 'break-even arrival rate') }, y: { matcher: field('D', 'break-even') } },
+        { x: { matcher: field('E', 'line x') }, y: { matcher: field('F', 'speedup 1') } },
       ])
       + xy.options.legend.withDisplayMode('list')
       + xy.options.legend.withPlacement('bottom')
@@ -176,17 +230,24 @@ local row = g.panel.row;
       + xy.options.tooltip.withMode('single')
       + xy.standardOptions.withUnit('none')
       + xy.fieldConfig.defaults.custom.withShow('points')
-      + xy.fieldConfig.defaults.custom.withPointSize(4)
+      + xy.fieldConfig.defaults.custom.withPointSize(10)
       + xy.fieldConfig.defaults.custom.withAxisLabel('predicted speedup (x)')
       + xy.standardOptions.withOverrides([
-        xy.standardOptions.override.byName.new('arrival rate')
-        + xy.standardOptions.override.byName.withProperty('unit', 'reqps')
-        + xy.standardOptions.override.byName.withProperty('custom.axisLabel', 'arrival rate'),
-        xy.standardOptions.override.byName.new('break-even arrival rate')
-        + xy.standardOptions.override.byName.withProperty('unit', 'reqps'),
-        xy.standardOptions.override.byName.new('speedup at break-even')
-        + xy.standardOptions.override.byName.withProperty('custom.pointSize', { fixed: 12 })
-        + xy.standardOptions.override.byName.withProperty('color', { mode: 'fixed', fixedColor: 'red' }),
+        named('A', 'arrival rate')
+        + xy.standardOptions.override.byRegexp.withProperty('unit', 'reqps')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.axisLabel', 'arrival rate'),
+        named('B', 'now'),
+        named('C', 'break-even arrival rate')
+        + xy.standardOptions.override.byRegexp.withProperty('unit', 'reqps'),
+        named('D', 'break-even')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.pointShape', 'square')
+        + xy.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: 'red' }),
+        named('E', 'line x')
+        + xy.standardOptions.override.byRegexp.withProperty('unit', 'reqps'),
+        named('F', 'speedup 1')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.show', 'lines')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [10, 10] })
+        + xy.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: 'red' }),
       ]);
 
     local predictedSpeedup =
@@ -203,12 +264,12 @@ local row = g.panel.row;
     local breakeven =
       m.timeSeries(
         'Break-even vs current arrival rate',
-        "The arrival rate above which the model predicts SD costs latency (break-even), against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate over $__rate_interval. A break-even of +Inf (SD pays at every load below saturation) is off the chart; 0 means SD never pays. Arrival above break-even fires SDArrivalRateAboveBreakeven.",
+        "The arrival rate above which the model predicts SD costs latency (break-even), against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate (recording rule). A break-even of +Inf (SD pays at every load below saturation) is off the chart; 0 means SD never pays. Arrival above break-even fires SDArrivalRateAboveBreakeven.",
         'reqps',
         [
           t('sd_breakeven_arrival_rate{%s}' % f.sd, who + ' break-even'),
           t('sd_arrival_rate{%s}' % f.sdWindow, who + ' arrival'),
-          t('sum by (model_name) (rate(vllm:request_success_total{%s}[$__rate_interval]))' % f.vllm, '{{model_name}} completions (vLLM counters)'),
+          t(rec(n.arrivalRate), '{{model_name}} completions (vLLM counters, %s)' % c.rateWindow),
         ],
       );
 
@@ -242,6 +303,15 @@ local row = g.panel.row;
         's',
         [t('sd_predicted_latency_seconds{%s}' % f.sd, who + ' {{mode}}')],
       );
+
+    local modelError =
+      m.timeSeries(
+        'Model error: predicted / measured mean latency - 1',
+        'Signed relative error of the latency model at the observed load: the predicted mean latency of the running configuration over the measured mean latency of the model window, minus 1. Beyond the dashed line (+/-%g) for %s fires SDModelDrift: re-calibrate. Periods when the prediction is not valid are marked by the "model invalid" annotation with its reason (saturated, beyond_calibrated_load, queueing, ...).' % [a.SDModelDrift.threshold, a.SDModelDrift['for']],
+        'percentunit',
+        [t('sd_model_latency_error_ratio{%s}' % f.sd, who)],
+      )
+      + m.thresholdLines([['green', null], ['red', a.SDModelDrift.threshold]]);
 
     local e2e =
       m.timeSeries(
@@ -330,6 +400,144 @@ local row = g.panel.row;
       )
       + ts.standardOptions.withDecimals(0);
 
+    // ---- Top row: is SD paying off right now, how far from break-even, what fires.
+    local acceptanceNow =
+      nowStat(
+        'Acceptance now',
+        'Measured acceptance rate (accepted / proposed draft tokens) per target and model over the exporter window selected above. Red below the SDAcceptanceRateLow threshold (%g). No value: no drafts verified in the window.' % a.SDAcceptanceRateLow.threshold,
+        'percentunit',
+        [t('sd_acceptance_rate{%s}' % f.sdWindow, who)],
+      )
+      + stat.standardOptions.thresholds.withMode('absolute')
+      + stat.standardOptions.thresholds.withSteps([
+        { color: 'red', value: null },
+        { color: 'green', value: a.SDAcceptanceRateLow.threshold },
+      ]);
+
+    local speedupNow =
+      nowStat(
+        'Predicted speedup and validity',
+        'Speedup the latency model predicts for SD at the live load (latency without SD / with SD; below 1 SD makes requests slower), and whether the model is valid for each target and model. An invalid model has no speedup: "invalid" says so instead of a number (SDModelInvalid explains why; saturation is SDModelSaturated).',
+        'none',
+        [
+          t('sd_predicted_speedup{%s}' % f.sd, who),
+          t('sd_model_valid{%s}' % f.sd, who + ' model'),
+        ],
+      )
+      + stat.standardOptions.withDecimals(2)
+      + stat.standardOptions.thresholds.withMode('absolute')
+      + stat.standardOptions.thresholds.withSteps([
+        { color: 'red', value: null },
+        { color: 'orange', value: 1 },
+        { color: 'green', value: a.SDPredictedSpeedupLow.threshold },
+      ])
+      + stat.standardOptions.withOverrides([
+        // Match the raw field and its display name (the legend of query B).
+        stat.standardOptions.override.byRegexp.new('.* model$')
+        + stat.standardOptions.override.byRegexp.withProperty('mappings', [{
+          type: 'value',
+          options: {
+            '0': { index: 0, text: 'invalid', color: 'red' },
+            '1': { index: 1, text: 'valid', color: 'green' },
+          },
+        }]),
+      ]);
+
+    local headroom =
+      nowStat(
+        'Headroom to break-even (λ*/λ)',
+        "Break-even arrival rate over the measured arrival rate, both over the model window: how many times today's load the server can take before SD stops paying. Below 1 SD already costs latency (SDArrivalRateAboveBreakeven); +Inf means SD pays at every load below saturation. No value with no traffic.",
+        'none',
+        [t(|||
+          sd_breakeven_arrival_rate{%(f)s}
+          / on (job, instance, target, model_name, window)
+          (sd_arrival_rate{%(f)s} > 0)
+        ||| % { f: f.sd }, who)],
+      )
+      + stat.standardOptions.withDecimals(2)
+      + stat.standardOptions.thresholds.withMode('absolute')
+      + stat.standardOptions.thresholds.withSteps([
+        { color: 'red', value: null },
+        { color: 'orange', value: 1 },
+        { color: 'green', value: 1.5 },
+      ]);
+
+    local firing =
+      nowStat(
+        'Firing specwatch alerts',
+        'specwatch alerts firing now for the selected targets and models, by alert name (alerts without a target, such as SpecwatchAbsent, always count). The alert annotations on the time series mark when they fired.',
+        'short',
+        [t('count by (alertname) (%s)' % m.alertsSelector, '{{alertname}}')],
+      )
+      + stat.standardOptions.withNoValue('none firing')
+      + stat.standardOptions.thresholds.withMode('absolute')
+      + stat.standardOptions.thresholds.withSteps([{ color: 'red', value: null }]);
+
+    // ---- Serving context: what vLLM's own dashboard shows beside SD.
+    local tokens =
+      m.timeSeries(
+        'Tokens per second',
+        "Prompt (prefill) and generated tokens per second from vLLM's counters, per model: the work the server does, against which SD's gains and waste are measured.",
+        'short',
+        [
+          t('sum by (model_name) (rate(vllm:generation_tokens_total{%s}[$__rate_interval]))' % f.vllm, '{{model_name}} generated'),
+          t('sum by (model_name) (rate(vllm:prompt_tokens_total{%s}[$__rate_interval]))' % f.vllm, '{{model_name}} prompt'),
+        ],
+      )
+      + ts.fieldConfig.defaults.custom.withAxisLabel('tokens / s');
+
+    local draftTokens =
+      m.timeSeries(
+        'Draft tokens accepted and wasted per second',
+        "Draft tokens the verifier accepted per second, and those it rejected (proposed - accepted): the wasted verification work, per model, from the recording rules on vLLM's counters (%s window)." % c.rateWindow,
+        'short',
+        [
+          t(rec(n.acceptedTokens), '{{model_name}} accepted'),
+          t('%s\n- on (%s, job, model_name)\n%s' % [rec(n.draftTokens), c.clusterLabel, rec(n.acceptedTokens)], '{{model_name}} wasted'),
+        ],
+      )
+      + ts.fieldConfig.defaults.custom.withAxisLabel('tokens / s');
+
+    local tpot =
+      m.timeSeries(
+        'Time per output token P50 / P99',
+        "Time per generated token of each request (TPOT: decode time / tokens), from vLLM's vllm:request_time_per_output_token_seconds (vllm:time_per_output_token_seconds before vLLM 0.11), per model. With SD a step yields several tokens, so TPOT falls while the inter-token latency per step (vLLM latency row) may rise.",
+        's',
+        [
+          t(quantileOf(0.5, vllmNames.timePerOutputToken), '{{model_name}} p50'),
+          t(quantileOf(0.99, vllmNames.timePerOutputToken), '{{model_name}} p99'),
+        ],
+      );
+
+    local queueTime =
+      m.timeSeries(
+        'Queue time P50 / P99',
+        "Time requests wait in vLLM's queue before they are scheduled (vllm:request_queue_time_seconds), per model. Rising queue time means the server is past the load it serves; SD's extra verification work brings that point closer.",
+        's',
+        [
+          t(quantileOf(0.5, ['vllm:request_queue_time_seconds']), '{{model_name}} p50'),
+          t(quantileOf(0.99, ['vllm:request_queue_time_seconds']), '{{model_name}} p99'),
+        ],
+      );
+
+    local kvCache =
+      m.timeSeries(
+        'KV-cache usage',
+        'Share of the KV cache in use (vllm:kv_cache_usage_perc; vllm:gpu_cache_usage_perc before vLLM 0.11), the highest engine per model. Close to 100% vLLM preempts requests; draft tokens take KV-cache space too.',
+        'percentunit',
+        [t('max by (model_name) (%s)' % std.join(' or ', ['%s{%s}' % [x, f.vllm] for x in vllmNames.kvCacheUsage]), '{{model_name}}')],
+      )
+      + ts.standardOptions.withMin(0)
+      + ts.standardOptions.withMax(1);
+
+    local preemptions =
+      m.timeSeries(
+        'Preemptions per second',
+        'Requests vLLM preempted (evicted from the KV cache, to be recomputed) per second, per model (vllm:num_preemptions_total). Any sustained rate means the KV cache is too small for the load; each preemption throws work away.',
+        'short',
+        [t('sum by (model_name) (rate(vllm:num_preemptions_total{%s}[$__rate_interval]))' % f.vllm, '{{model_name}}')],
+      );
+
     g.dashboard.new(c.dashboardTitles['specwatch-sd-overview.json'])
     + g.dashboard.withDescription("Speculative decoding at a glance: acceptance, draft length, the latency model's predicted speedup and break-even load, vLLM latency, and the controller.")
     + g.dashboard.withVariables(
@@ -341,22 +549,41 @@ local row = g.panel.row;
       + g.dashboard.annotation.withEnable()
       + g.dashboard.annotation.withHide(false)
       + g.dashboard.annotation.withIconColor('red')
-      + g.dashboard.annotation.withExpr('ALERTS{alertname=~"SD.+|Specwatch.+", alertstate="firing"}')
+      + g.dashboard.annotation.withExpr(m.alertsSelector)
       + g.dashboard.annotation.withStep('60s')
       + g.dashboard.annotation.withTitleFormat('{{alertname}}')
       + g.dashboard.annotation.withTextFormat('{{target}} {{model_name}} ({{severity}})')
       + g.dashboard.annotation.withTagKeys('severity'),
+      // Predictions the model does not vouch for (sd_model_valid 0) are marked, with why.
+      g.dashboard.annotation.withName('model invalid')
+      + g.dashboard.annotation.withDatasource({ type: 'prometheus', uid: '${datasource}' })
+      + g.dashboard.annotation.withEnable()
+      + g.dashboard.annotation.withHide(false)
+      + g.dashboard.annotation.withIconColor('gray')
+      + g.dashboard.annotation.withExpr('sd_model_valid{%s} == 0' % f.sd)
+      + g.dashboard.annotation.withStep('60s')
+      + g.dashboard.annotation.withTitleFormat('model invalid: {{reason}}')
+      + g.dashboard.annotation.withTextFormat('{{target}} {{model_name}}')
+      + g.dashboard.annotation.withTagKeys('reason'),
     ])
     + g.dashboard.withPanels(
       g.util.grid.wrapPanels([
+        row.new('Now: is SD paying off?'),
+        acceptanceNow,
+        speedupNow,
+        headroom,
+        firing,
         row.new('Acceptance'),
         acceptanceRate,
         acceptanceLength,
         draftLength,
         positionAcceptance,
-        samplesHeatmap,
         bimodality,
         conditional,
+        // One row per target, one heatmap per model in it: a heatmap must never sum the
+        // distributions of two targets or models.
+        row.new('Acceptance distribution · $target') + row.withRepeat('target'),
+        samplesHeatmap,
         row.new('Latency model: does SD pay at this load?'),
         speedupVsLoad + ms.overlay,
         predictedSpeedup + ts.panelOptions.withGridPos(10, 12),
@@ -364,11 +591,19 @@ local row = g.panel.row;
         optimalK,
         utilisation,
         predictedLatency,
+        modelError,
         row.new('vLLM latency'),
         e2e,
         ttft,
         itl,
         load,
+        row.new('Serving context'),
+        tokens,
+        draftTokens,
+        tpot,
+        queueTime,
+        kvCache,
+        preemptions,
         row.new('Controller'),
         controllerState,
         controllerK,

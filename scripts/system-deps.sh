@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Install the real Prometheus tools the test suite drives (promtool, prometheus, amtool,
-# alertmanager) and jsonnetfmt from Debian's packages, once. Fast no-op when they are already there.
+# alertmanager), jsonnetfmt, and node/npm from Debian's packages, once. Fast no-op when they are already there.
 set -euo pipefail
 need=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v amtool >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v jsonnetfmt >/dev/null 2>&1 || need+=(jsonnet)
+# node and npm: tests/test_grafana_schema.py types the dashboards with TypeScript against
+# Grafana's @grafana/schema (npm packages pinned in tests/grafana-schema/package-lock.json).
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then

@@ -2,7 +2,11 @@
 
 ``no_secret_in_logs``: every log record emitted during every test (any logger, DEBUG and
 up, exception tracebacks included) is checked for the suite's known secrets
-(:mod:`helpers.testsecrets`); a test that logs one fails.
+(:mod:`helpers.testsecrets`) in every printable form (raw, repr-escaped, URL-encoded), and
+for every secret specwatch registered for redaction so far (whatever a test configured:
+a token file, an environment variable, a header, a URL query); a test that logs one fails.
+The check reads the record as code formatted it, before any redacting filter: code must
+never format a secret into a message in the first place.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import threading
 
 import pytest
 from helpers import testsecrets
+from specwatch.common import redact
+
+_KNOWN = tuple(sorted({f for s in testsecrets.ALL for f in redact.forms(s)}))
 
 
 class _SecretSpotter(logging.Handler):
@@ -33,9 +40,10 @@ class _SecretSpotter(logging.Handler):
                 text += logging.Formatter().formatException(record.exc_info)
             if record.exc_text:
                 text += record.exc_text
-            for secret in testsecrets.ALL:
+            for secret in _KNOWN + redact.registered():
                 if secret in text:
                     self.hits.append(f"{record.name}:{record.levelname}: {text[:300]}")
+                    break
         finally:
             self._guard.busy = False
 

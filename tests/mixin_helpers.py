@@ -32,6 +32,15 @@ PROMETHEUS_METRICS = frozenset({"up", "scrape_duration_seconds", "ALERTS"})
 # (issue 7) are documented now.
 NOT_YET_EXPORTED: frozenset[str] = frozenset()
 
+# vLLM names from before 0.11 that the dashboards read as a fallback (`new or old`), so that
+# a panel keeps data on an older server. vLLM's V1 metrics migration renamed them:
+# vllm:gpu_cache_usage_perc -> vllm:kv_cache_usage_perc, and vllm:time_per_output_token_seconds
+# -> vllm:request_time_per_output_token_seconds (plus vllm:inter_token_latency_seconds).
+OLDER_VLLM_METRICS = frozenset({
+    "vllm:gpu_cache_usage_perc",
+    "vllm:time_per_output_token_seconds_bucket",
+})
+
 _REFERENCE_ROW = re.compile(r"^\| `([a-z_:]+)` \| (gauge|counter|histogram|summary|info) \|")
 
 

@@ -12,6 +12,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from helpers import testsecrets
 from specwatch.control.actuation import (
     Actuator,
     CommandDelivery,
@@ -88,13 +89,14 @@ def test_transient_webhook_failures_are_retried_with_doubling_backoff(receiver_f
     """503, 503, then 200: three POSTs of the same payload with the same Idempotency-Key,
     waits of 2 s then 4 s, one successful outcome."""
     r = receiver_factory([503, 503, 200])
+    bearer = f"Bearer {testsecrets.WEBHOOK_HEADER_SECRET}"
     act, waits, done = make_actuator(
-        WebhookDelivery(r.url, {"Authorization": "Bearer s3cret"}, timeout=5.0))
+        WebhookDelivery(r.url, {"Authorization": bearer}, timeout=5.0))
     out = act.run_one(decision())
     assert out == Outcome(True, 3, "HTTP 200")
     assert waits == [2.0, 4.0]
     assert [c[0]["idempotency-key"] for c in r.calls] == ["d1"] * 3
-    assert all(c[1]["decision_id"] == "d1" and c[0]["authorization"] == "Bearer s3cret"
+    assert all(c[1]["decision_id"] == "d1" and c[0]["authorization"] == bearer
                for c in r.calls)
     assert done == [(decision(), out)]
 

@@ -73,17 +73,21 @@ def test_report_directory_has_plots_and_summary(tmp_path, capsys):
     )
     assert code == 0, err
     pngs = sorted(p.name for p in rep.glob("*.png"))
-    assert len(pngs) == 2 and any("residuals" in p for p in pngs)
+    assert len(pngs) == 3 and any("residuals" in p for p in pngs)
+    assert any("load-range" in p for p in pngs)  # measured vs predicted, whole range
     for p in rep.glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
     md = (rep / "summary.md").read_text()
     assert "leave-one-k-out MAPE" in md and "![fit]" in md and "| 3 |" in md
+    assert "verifier knee:" in md and "tokens per verify step" in md
+    assert "leave-this-concurrency-out MAPE" in md and "measured λ*" in md
     assert json.loads((rep / "report.json").read_text())["systems"]
 
 
 def test_bench_json_inputs_fit_with_per_file_options(tmp_path, capsys):
     """A sweep saved by `vllm bench serve --save-result --append-result` (one workload, no SD
-    and EAGLE-3 k = 1..6) fits the six coefficients; --no-sd marks the baseline file."""
+    and EAGLE-3 k = 1..6) fits the six coefficients with --model linear; --no-sd marks the
+    baseline file."""
     files = sorted(BENCH.glob("*.jsonl"))
     nosd = BENCH / "qwen3-32b-nosd.jsonl"
     code, stdout, err = _run(
@@ -93,6 +97,8 @@ def test_bench_json_inputs_fit_with_per_file_options(tmp_path, capsys):
         nosd,
         "--system",
         "h100-eagle3",
+        "--model",
+        "linear",
         "--json",
         "--out",
         tmp_path / "b.yaml",
@@ -158,12 +164,12 @@ def test_committed_example_params_are_real_fits_of_the_public_sweep(drafter, tmp
     (`make calibrate-examples`) produces: same coefficients, profile and figures."""
     committed = load_params(EXAMPLES / f"qwen3-32b-h100-{drafter}.yaml")
     fresh = tmp_path / "fresh.yaml"
-    code, _, err = _run(
-        capsys, SWEEP, "--system", committed.system, "--max-concurrency", "64", "--out", fresh
-    )
+    code, _, err = _run(capsys, SWEEP, "--system", committed.system, "--out", fresh)
     assert code == 0, err
     again = load_params(fresh)
-    for name in ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d"):
+    assert committed.coefficients.saturates and committed.calibrated_range is not None
+    assert again.calibrated_range == committed.calibrated_range
+    for name in ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d", "c_v", "knee_v", "c_d", "knee_d"):
         assert getattr(again.coefficients, name) == pytest.approx(
             getattr(committed.coefficients, name), rel=1e-9, abs=1e-15
         )

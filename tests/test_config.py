@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import testsecrets
 from specwatch.cli import main
 from specwatch.common.errors import ConfigError
 from specwatch.exporter import config
@@ -55,7 +56,7 @@ def test_flags_defaults_and_secrets(tmp_path, monkeypatch):
     """Defaults (port 10440, 5 s, 1m/5m/15m, 1000req), /metrics appended to a bare URL,
     bearer token read from a file into a header, basic auth from an environment variable."""
     token = tmp_path / "token"
-    token.write_text("s3cret\n")
+    token.write_text(testsecrets.GENERIC_SECRET + "\n")
     monkeypatch.setenv("SW_PW", "pw")
     path = _write(tmp_path, f"""
 global:
@@ -73,8 +74,8 @@ targets:
     assert cfg.count_window == 1000
     a, b, c = cfg.targets
     assert a.url == "https://vllm.example:8443/metrics"
-    assert a.headers["Authorization"] == "Bearer s3cret"
-    assert "s3cret" not in repr(a)
+    assert a.headers["Authorization"] == f"Bearer {testsecrets.GENERIC_SECRET}"
+    assert testsecrets.GENERIC_SECRET not in repr(a)
     assert b.name == "b:8000" and b.basic_auth == ("u", "pw")
     assert c.name == "c:9000" and c.url == "http://c:9000/metrics"
     default = config.build_config(None, ["x=http://x:1/"], "127.0.0.1:0", 2.5)

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers import testsecrets
 from helpers.scrape import parse_exposition, select
 from helpers.vllmpage import VllmState
 from specwatch.app.serve import ServeApp
@@ -29,7 +30,7 @@ from test_actuation import Receiver
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "examples/params/qwen3-32b-h100-eagle3.yaml"
-TOKEN = "t0ken-for-tests"
+TOKEN = testsecrets.RECEIVER_TOKEN
 GOOD = (0.8, 0.6, 0.45)
 BAD = (0.2, 0.05, 0.01)
 
@@ -259,7 +260,7 @@ def test_switch_delivery_confirmation_and_latency_record_pass_promtool(harness, 
     window after the switch gives sd_switch_latency_ratio (latency 2 s -> 3 s: P50 ratio
     from the histogram buckets); every controller series passes promtool check metrics."""
     auth = tmp_path / "deployer-auth"
-    auth.write_text("Bearer deploy-secret\n")
+    auth.write_text(f"Bearer {testsecrets.WEBHOOK_HEADER_SECRET}\n")
     r = Receiver([200])
     try:
         h = harness(WEBHOOK.format(url=r.url, auth=auth))
@@ -273,7 +274,7 @@ def test_switch_delivery_confirmation_and_latency_record_pass_promtool(harness, 
         assert h.status()["state"] == "pending"
         _wait(lambda: len(r.calls) == 1)
         headers, payload = r.calls[0]
-        assert headers["authorization"] == "Bearer deploy-secret"
+        assert headers["authorization"] == f"Bearer {testsecrets.WEBHOOK_HEADER_SECRET}"
         assert headers["idempotency-key"] == payload["decision_id"]
         assert payload["action"] == "disable" and payload["reason_code"] == "low_acceptance"
         assert payload["target"] == "a" and payload["model"] == "m"

@@ -450,8 +450,10 @@ def test_low_acceptance_alert_reaches_the_controller_through_alertmanager(tmp_pa
     """End to end with real processes: Alertmanager, loaded with the stack's file, delivers
     SDAcceptanceRateLow through the controller route to `specwatch serve` running the demo
     profile's configuration, authenticated with the token both read from the shared
-    volume; the controller accepts it. (Only the webhook's host:port and the container
-    paths are rewritten for loopback.)"""
+    volume; the controller takes it (the demo's simulated vLLM is not running here, so the
+    controller has never seen the model and, since issue 17, counts the alert as
+    ignored_model instead of creating state for it; a 401 would count nothing). (Only the
+    webhook's host:port and the container paths are rewritten for loopback.)"""
     service = cached_compose_config("demo")["services"]["specwatch-demo"]
     _serve_config_as_mounted(service, tmp_path / "specwatch")
     config_file = tmp_path / "specwatch" / _flag(service, "--config").lstrip("/")
@@ -477,7 +479,7 @@ def test_low_acceptance_alert_reaches_the_controller_through_alertmanager(tmp_pa
                            "--cluster.listen-address="],
                           f"http://127.0.0.1:{am_port}/-/ready")
     try:
-        accepted = 'outcome="accepted"'
+        accepted = 'outcome="ignored_model"'  # authenticated, the model never polled
         assert _metric(exporter_port, "specwatch_controller_alerts_total", accepted) == 0
         alert = {"labels": {"alertname": "SDAcceptanceRateLow", "severity": "critical",
                             "target": "vllm", "model_name": "demo/llama-8b-eagle3"},

@@ -83,7 +83,9 @@ class Stack:
 
     def start(self) -> None:
         rules = render_rules({"exporterWindow": WINDOW, "rateWindow": RATE_WINDOW,
-                              "alerts": {ALERT: {"for": FOR, "keepFiringFor": ""}}})
+                              "alerts": {ALERT: {"for": FOR, "keepFiringFor": "",
+                                                 "window": WINDOW,
+                                                 "missingSampleGrace": ""}}})
         (self.tmp / "rules.yaml").write_text(dump_rules(rules))
         params = scaled_params_file(self.scenario, 0, SPEED, self.tmp)
         exporter_cfg = {

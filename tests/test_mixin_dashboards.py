@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import re
 
+import promql_parser
 import pytest
 from mixin_helpers import (
     NOT_YET_EXPORTED,
+    OLDER_VLLM_METRICS,
     PROMETHEUS_METRICS,
     all_mixin_exprs,
     counters_outside_rate,
@@ -46,13 +48,20 @@ def test_the_two_dashboards_exist():
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_dashboard_identity_is_stable(name):
     """schemaVersion >= 39, the uid from config (stable links), id null, no __inputs (which
-    breaks file provisioning), not editable (dashboards as code), tagged for the link menu."""
+    breaks file provisioning), __requires naming the minimum Grafana, not editable
+    (dashboards as code), tagged for the link menu."""
     d = DASHBOARDS[name]
     config = mixin.default_config()
     assert d["schemaVersion"] >= 39
     assert d["uid"] == config["dashboardUIDs"][name] and 8 <= len(d["uid"]) <= 40
     assert d["id"] is None
-    assert "__inputs" not in d and "__requires" not in d
+    assert "__inputs" not in d
+    # The minimum Grafana version is declared (issue 18, item 6: the XY chart needs 11.2+).
+    (grafana,) = [r for r in d["__requires"] if r["type"] == "grafana"]
+    assert grafana["version"] == config["grafana"]["minVersion"]
+    assert tuple(map(int, grafana["version"].split("."))) >= (11, 2, 0)
+    panel_types = {p["type"] for p in _data_panels(d)}
+    assert {r["id"] for r in d["__requires"] if r["type"] == "panel"} == panel_types
     assert d["editable"] is False
     assert "specwatch" in d["tags"]
     assert d["title"].startswith(config["grafana"]["dashboardNamePrefix"])
@@ -115,6 +124,44 @@ def test_variables(name, required):
             assert 'job=~"$vllm_job"' in expr and 'model_name=~"$model_name"' in expr, where
 
 
+def _selectors(expr: str) -> list:
+    from mixin_helpers import _walk, parse
+
+    return [n for n in _walk(parse(expr)) if isinstance(n, promql_parser.VectorSelector)]
+
+
+def _equal_matchers(selector: str) -> set[tuple[str, str]]:
+    """{'job="vllm"'} -> {("job", "vllm")}: the configured selectors are equality matchers."""
+    return set(re.findall(r'(\w+)="([^"]*)"', selector))
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_panels_select_only_the_configured_jobs_whatever_all_expands_to(name):
+    """Issue 18, item 1: with `$job` at All (`.+`), "Exporter instances up" counted every job
+    Prometheus scrapes (6 where there were 3 exporters) and the scrape duration panel drew
+    the vLLM jobs. Every selector of an exporter series (and of `up`,
+    `scrape_duration_seconds`) carries the exporterSelector's matchers, every vLLM series
+    the vllmSelector's, whatever the variable holds; and `$job`'s All is not `.+`."""
+    config = mixin.default_config()
+    exporter_sel = _equal_matchers(config["exporterSelector"])
+    vllm_sel = _equal_matchers(config["vllmSelector"])
+    assert exporter_sel and vllm_sel
+    exporter_names = exporter_metrics() | NOT_YET_EXPORTED | {"up", "scrape_duration_seconds"}
+    d = DASHBOARDS[name]
+    for where, expr in dashboard_exprs(name, d):
+        if "annotation" in where:
+            continue
+        for sel in _selectors(expr):
+            eq = {(m.name, m.value) for m in sel.matchers.matchers if str(m.op) == "MatchOp.Equal"}
+            if sel.name in exporter_names:
+                assert exporter_sel <= eq, f"{where}: {sel.name} not scoped to the exporter job"
+            elif sel.name.startswith("vllm:") or sel.name in recorded_metrics():
+                assert vllm_sel <= eq, f"{where}: {sel.name} not scoped to the vLLM job"
+    for v in d["templating"]["list"]:
+        if v["name"] in ("job", "vllm_job"):
+            assert v["includeAll"] and v.get("allValue") in (None, ""), v["name"]
+
+
 def test_multi_cluster_adds_a_cluster_variable_and_filter():
     out = mixin.render({"showMultiCluster": True, "clusterLabel": "k8s_cluster"})
     d = out["dashboards"]["specwatch-sd-overview.json"]
@@ -170,21 +217,74 @@ def test_layout_ids_and_refids(name):
         assert p["type"] == "row" or p.get("pluginVersion"), p["title"]
 
 
-def test_speedup_xychart_maps_fields_the_transformations_produce():
-    """The xychart's series name fields that exist after merge/organize, one per query, and
-    pluginVersion is set so Grafana does not re-migrate the options."""
+def _xychart() -> dict:
     d = DASHBOARDS["specwatch-sd-overview.json"]
     (xy,) = [p for p in panels(d) if p["type"] == "xychart"]
+    return xy
+
+
+def _display_names(xy: dict, labels: dict[str, str]) -> dict[str, str]:
+    """refId -> the display name the panel's overrides give that query's field for a frame
+    with these partition labels (Grafana's ${__field.labels.X} interpolation)."""
+    out = {}
+    for t in xy["targets"]:
+        raw = f"Value #{t['refId']}"
+        name = raw
+        for o in xy["fieldConfig"]["overrides"]:
+            m = o["matcher"]
+            hit = (m["id"] == "byName" and m["options"] == raw) or (
+                m["id"] == "byRegexp" and re.search(m["options"], raw))
+            for prop in o["properties"] if hit else []:
+                if prop["id"] == "displayName":
+                    name = re.sub(r"\$\{__field\.labels\.(\w+)\}",
+                                  lambda g: labels[g.group(1)], prop["value"])
+        out[t["refId"]] = name
+    return out
+
+
+def _matched(matcher: dict, names: set[str]) -> set[str]:
+    if matcher["id"] == "byName":
+        return {n for n in names if n == matcher["options"]}
+    assert matcher["id"] == "byRegexp", matcher
+    return {n for n in names if re.search(matcher["options"], n)}
+
+
+def test_speedup_xychart_names_every_target_and_shows_the_present():
+    """Issue 18, item 6: every target's points were named "predicted speedup" (a rename
+    overrode the partition labels), x followed $window while y was the model's window, and
+    the break-even markers were a cloud of past values. Now: instant table queries (the
+    current point), no fixed rename, display names built from the target and model labels
+    (distinct for two targets), x and y of the operating point from the same (model)
+    window, and each series' matchers pick exactly one field of one query, whether Grafana
+    matches the raw field name or the display name."""
+    xy = _xychart()
     assert xy["pluginVersion"]
-    assert all(t["format"] == "table" for t in xy["targets"])
-    ids = [t["id"] for t in xy["transformations"]]
-    assert ids == ["merge", "organize", "partitionByValues"]
-    renames = xy["transformations"][1]["options"]["renameByName"]
-    assert set(renames) == {f"Value #{t['refId']}" for t in xy["targets"]}
-    fields = set(renames.values())
-    for s in xy["options"]["series"]:
-        assert s["x"]["matcher"]["options"] in fields and s["y"]["matcher"]["options"] in fields
-    assert "sd_breakeven_arrival_rate" in " ".join(t["expr"] for t in xy["targets"])
+    assert all(t["format"] == "table" and t["instant"] is True for t in xy["targets"])
+    assert [t["id"] for t in xy["transformations"]] == ["merge", "partitionByValues"]
+    part = xy["transformations"][1]["options"]
+    assert part["fields"] == ["target", "model_name"] and part["naming"]["asLabels"] is True
+    exprs = {t["refId"]: t["expr"] for t in xy["targets"]}
+    assert not any("$window" in e for e in exprs.values()), "x and y must share the model window"
+    assert "on (job, instance, target, model_name, window) sd_model_valid" in exprs["A"]
+    assert "sd_predicted_speedup" in exprs["B"] and "sd_breakeven_arrival_rate" in exprs["C"]
+    a = _display_names(xy, {"target": "vllm-a", "model_name": "llama"})
+    b = _display_names(xy, {"target": "vllm-b", "model_name": "llama"})
+    assert set(a.values()).isdisjoint(b.values()), "two targets must not share a series name"
+    for names in (a, b):
+        raw = {f"Value #{r}" for r in names}
+        for s in xy["options"]["series"]:
+            for axis in ("x", "y"):
+                m = s[axis]["matcher"]
+                hits_raw = _matched(m, raw)
+                hits_display = _matched(m, set(names.values()))
+                assert len(hits_raw) == 1 and len(hits_display) == 1, (axis, m)
+                (ref,) = [r for r in names if f"Value #{r}" in hits_raw]
+                assert hits_display == {names[ref]}, (axis, m)
+        assert "name" not in xy["options"]["series"][0], "a fixed name hides the target"
+    # The break-even line: a series drawn as a line at speedup 1.
+    line = [o for o in xy["fieldConfig"]["overrides"]
+            if {"id": "custom.show", "value": "lines"} in o["properties"]]
+    assert len(line) == 1
 
 
 def test_heatmap_reads_histogram_buckets():
@@ -194,6 +294,39 @@ def test_heatmap_reads_histogram_buckets():
     assert t["format"] == "heatmap" and t["legendFormat"] == "{{le}}"
     assert "sd_acceptance_rate_samples_bucket" in t["expr"] and "sum by (le)" in t["expr"]
     assert hm["options"]["calculate"] is False
+
+
+def _enclosing_rows(d: dict) -> dict[int, dict]:
+    """panel id -> the row it sits under (top-level layout: a row owns the panels after it)."""
+    out, row = {}, None
+    for p in d["panels"]:
+        if p["type"] == "row":
+            row = p
+            for inner in p.get("panels", []):
+                out[inner["id"]] = p
+        elif row is not None:
+            out[p["id"]] = row
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(DASHBOARDS))
+def test_no_panel_sums_distributions_of_several_targets_or_models(name):
+    """Issue 18, item 2: the acceptance heatmap summed every selected target (`sum by (le)`),
+    so several unimodal targets drew a multi-band picture that reads as bimodal. A panel
+    that aggregates away target or model_name (a heatmap, a stat of one number) must get
+    one value of each from a repeat: the panel's own or its row's."""
+    d = DASHBOARDS[name]
+    rows = _enclosing_rows(d)
+    for p in _data_panels(d):
+        if p["type"] != "heatmap":
+            continue
+        repeats = {p.get("repeat"), rows.get(p["id"], {}).get("repeat")}
+        for label in ("target", "model_name"):
+            for t in p["targets"]:
+                grouped = re.search(r"by \(([^)]*)\)", t["expr"])
+                kept = grouped and label in grouped.group(1)
+                assert kept or label in repeats, f"{p['title']}: sums over several {label}s"
+        assert "$model_name" in p["title"] or p.get("repeat") is None
 
 
 def test_acceptance_panel_draws_the_alert_threshold():
@@ -236,7 +369,8 @@ def test_every_metric_read_is_produced_by_vllm_the_exporter_or_the_rules():
     assert {"sd_acceptance_rate", "specwatch_target_up", "sd_acceptance_rate_samples_bucket"} <= (
         exporter
     )
-    known = vllm | exporter | NOT_YET_EXPORTED | recorded_metrics() | PROMETHEUS_METRICS
+    known = (vllm | exporter | NOT_YET_EXPORTED | recorded_metrics() | PROMETHEUS_METRICS
+             | OLDER_VLLM_METRICS)
     unknown = {}
     for where, expr in all_mixin_exprs():
         missing = metric_names(expr) - known
@@ -245,7 +379,99 @@ def test_every_metric_read_is_produced_by_vllm_the_exporter_or_the_rules():
     assert unknown == {}
 
 
+def test_older_vllm_names_are_only_fallbacks_of_current_ones():
+    """A pre-0.11 vLLM name is read only beside its current name (`current or older`), never
+    alone, and is really gone from the current pages."""
+    assert OLDER_VLLM_METRICS.isdisjoint(vllm_metrics())
+    for where, expr in all_mixin_exprs():
+        names = metric_names(expr)
+        if names & OLDER_VLLM_METRICS:
+            assert names & vllm_metrics(), where
+            assert " or " in expr, where
+
+
 def test_not_yet_exported_list_only_holds_series_the_exporter_lacks():
     """Once the exporter documents a series, it must come off the pending list (so a later
     rename in the exporter is caught by the test above)."""
     assert NOT_YET_EXPORTED & exporter_metrics() == set()
+
+
+# --- issue 18, item 8: what an operator needs on one screen ------------------------------------
+
+
+def _titles_by_row(d: dict) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    current = ""
+    for p in d["panels"]:
+        if p["type"] == "row":
+            current = p["title"]
+            out[current] = list(p.get("panels", []))
+        else:
+            out.setdefault(current, []).append(p)
+    return out
+
+
+def _reads(p: dict) -> set[str]:
+    return set().union(*(metric_names(t["expr"]) for t in p["targets"]))
+
+
+def test_top_row_answers_is_sd_paying_off_now():
+    """The first row: measured acceptance, predicted speedup with its validity, headroom to
+    break-even (lambda*/lambda over the same window), and the specwatch alerts firing for
+    the selected targets."""
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    first_row = d["panels"][0]
+    assert first_row["type"] == "row"
+    top = _titles_by_row(d)[first_row["title"]]
+    reads = [_reads(p) for p in top]
+    assert {"sd_acceptance_rate"} in reads
+    assert {"sd_predicted_speedup", "sd_model_valid"} in reads
+    assert {"sd_breakeven_arrival_rate", "sd_arrival_rate"} in reads
+    assert {"ALERTS"} in reads
+    (headroom,) = [p for p in top if _reads(p) == {"sd_breakeven_arrival_rate", "sd_arrival_rate"}]
+    assert "on (job, instance, target, model_name, window)" in headroom["targets"][0]["expr"]
+    (speedup,) = [p for p in top if "sd_model_valid" in _reads(p)]
+    mapped = [prop["value"] for o in speedup["fieldConfig"]["overrides"]
+              for prop in o["properties"] if prop["id"] == "mappings"]
+    assert mapped and mapped[0][0]["options"]["0"]["text"] == "invalid"
+
+
+def test_serving_context_row_reads_vllm_throughput_latency_and_cache():
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    rows = _titles_by_row(d)
+    (name,) = [r for r in rows if r.startswith("Serving context")]
+    reads = set().union(*(_reads(p) for p in rows[name]))
+    recorded = recorded_metrics()
+    for needed in ("vllm:generation_tokens_total", "vllm:request_queue_time_seconds_bucket",
+                   "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total",
+                   "vllm:request_time_per_output_token_seconds_bucket"):
+        assert needed in reads, needed
+    assert {r for r in reads if r in recorded} >= {
+        "model_name:vllm_spec_decode_num_accepted_tokens:rate5m",
+        "model_name:vllm_spec_decode_num_draft_tokens:rate5m",
+    }
+
+
+def test_panels_use_the_recording_rules_instead_of_recomputing_them():
+    """The recording rules were used by no panel: a panel that needs what a rule records
+    reads the rule, and most rules are on a panel."""
+    counters = {
+        "vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_drafts_total", "vllm:request_success_total",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    }
+    used = set()
+    for name, d in DASHBOARDS.items():
+        for where, expr in dashboard_exprs(name, d):
+            assert not metric_names(expr) & counters, f"{where} recomputes a recording rule"
+            used |= metric_names(expr) & recorded_metrics()
+    unused = recorded_metrics() - used
+    # The rate of verification steps only feeds the ratios.
+    assert unused <= {"model_name:vllm_spec_decode_num_drafts:rate5m"}, unused
+
+
+def test_alert_annotations_are_scoped_to_the_selected_target_and_model():
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    (ann,) = [a for a in d["annotations"]["list"] if not a.get("builtIn")]
+    assert 'target=~"${target:regex}|"' in ann["expr"]
+    assert 'model_name=~"${model_name:regex}|"' in ann["expr"]

@@ -246,8 +246,28 @@ def test_grafana_url_adds_dashboard_links():
     rules = mixin.render_rules({"grafanaURL": "https://grafana.example.com"})
     low = _alert(rules, "SDAcceptanceRateLow")
     assert low["annotations"]["dashboard_url"].startswith(
-        "https://grafana.example.com/d/specwatch-sd-overview?var-target="
+        "https://grafana.example.com/d/specwatch-sd-overview/?"
     )
+    none = mixin.render_rules({"grafanaURL": ""})
+    assert not any("dashboard_url" in r.get("annotations", {})
+                   for g in none["groups"] for r in g["rules"])
+
+
+def test_every_located_alert_links_to_its_dashboard_filtered_to_its_target():
+    """Issue 18, item 8: alerts had no dashboard link (grafanaURL empty). Every alert that
+    names a target links to the dashboard with that target (and model) selected; the
+    promtool tests check the rendered links (alerts/tests/*.yaml, exp_annotations)."""
+    config = mixin.default_config()
+    assert config["grafanaURL"]
+    for a in _alerts():
+        if a["alert"] == "SpecwatchAbsent":  # no labels to filter on
+            continue
+        url = a["annotations"]["dashboard_url"]
+        assert url.startswith(config["grafanaURL"] + "/d/"), a["alert"]
+        if a["alert"] != "SpecwatchExporterDown":
+            assert "var-target={{" in url, a["alert"]
+        if a["alert"].startswith("SD"):
+            assert "var-model_name={{ $labels.model_name | urlquery }}" in url, a["alert"]
 
 
 @pytest.mark.parametrize(

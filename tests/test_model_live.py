@@ -37,7 +37,7 @@ MODEL = "m"
 
 
 def vllm_page(req=0, p_sum=0.0, g_sum=0.0, lat_sum=0.0, drafts=0, tok=0, acc=0,
-              per_pos=(0, 0, 0), with_generation=True) -> str:
+              per_pos=(0, 0, 0), with_generation=True, waiting=None) -> str:
     """A minimal vLLM v1 page with the families the model needs."""
     lab = f'engine="0",model_name="{MODEL}"'
     out = [
@@ -61,6 +61,9 @@ def vllm_page(req=0, p_sum=0.0, g_sum=0.0, lat_sum=0.0, drafts=0, tok=0, acc=0,
                 f'{name}_bucket{{{lab},le="+Inf"}} {req}',
                 f"{name}_count{{{lab}}} {req}",
                 f"{name}_sum{{{lab}}} {total}"]
+    if waiting is not None:
+        out += ["# TYPE vllm:num_requests_waiting gauge",
+                f"vllm:num_requests_waiting{{{lab}}} {waiting}"]
     return "\n".join(out) + "\n"
 
 
@@ -83,10 +86,10 @@ class Clock:
 
 
 def run_pages(tmp_path, pages, extra_target: bool = False, target_extra: str = "",
-              global_extra: str = "", raw: bool = False):
+              global_extra: str = "", raw: bool = False, params: str = PARAMS):
     """Serve `pages` 300 s apart to an exporter configured with the params file; scrape
     (the parsed series, or the exposition text with raw=True)."""
-    (tmp_path / "params.yaml").write_text(PARAMS)
+    (tmp_path / "params.yaml").write_text(params)
     with PageSequenceServer([Page(p) for p in pages]) as server:
         cfg_text = (
             "global:\n  poll_interval: 5\n" + global_extra
@@ -201,3 +204,50 @@ def test_model_series_pass_promtool(tmp_path):
     check = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
                            capture_output=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_latency_error_ratio_is_predicted_over_measured_minus_one(tmp_path):
+    """Measured mean latency 520/300 s against the predicted 4.46/2.57 s: the signed error
+    the SDModelDrift alert watches; valid carries an empty reason."""
+    s = run_pages(tmp_path, [ZERO, STEADY])
+    lab = {"target": "a", "model_name": MODEL, "window": "5m"}
+    assert one(s, "sd_model_latency_error_ratio", **lab) == pytest.approx(
+        (4.46 / 2.57) / (520 / 300) - 1, rel=1e-9)
+    assert one(s, "sd_model_valid", reason="", **lab) == 1.0
+
+
+def test_invalid_predictions_say_why_in_the_reason_label(tmp_path):
+    s = run_pages(tmp_path, [ZERO, SATURATED])
+    assert one(s, "sd_model_valid", reason="saturated") == 0.0
+    assert not select(s, "sd_model_latency_error_ratio")  # no prediction, no error
+    s = run_pages(tmp_path, [vllm_page(with_generation=False), NO_GENERATION])
+    assert one(s, "sd_model_valid", reason="missing_input") == 0.0
+
+
+def test_load_beyond_the_calibrated_range_is_not_valid(tmp_path):
+    """λ = 1 req/s against a file calibrated up to 0.5 req/s: beyond_calibrated_load, the
+    numbers still come with the error ratio, but no speedup is vouched for."""
+    params = PARAMS + ("calibrated_range: {max_arrival_rate: 0.5, max_in_flight: 100, "
+                       "draft_lengths: [0, 3]}\n")
+    s = run_pages(tmp_path, [ZERO, STEADY], params=params)
+    assert one(s, "sd_model_valid", reason="beyond_calibrated_load") == 0.0
+    assert not select(s, "sd_predicted_speedup")
+    assert select(s, "sd_model_latency_error_ratio")
+
+
+def test_waiting_requests_mean_queueing(tmp_path):
+    waiting = vllm_page(req=300, p_sum=30000, g_sum=30000, lat_sum=520.0, drafts=10000,
+                        tok=30000, acc=8750, per_pos=(5000, 2500, 1250), waiting=12)
+    s = run_pages(tmp_path, [ZERO, waiting])
+    assert one(s, "sd_model_valid", reason="queueing") == 0.0
+
+
+def test_provenance_mismatch_is_a_series_and_a_log_line(tmp_path, caplog):
+    params = PARAMS + "provenance: {model: Qwen/Qwen3-32B}\n"
+    with caplog.at_level("WARNING"):
+        s = run_pages(tmp_path, [ZERO, STEADY], params=params)
+    assert one(s, "sd_model_provenance_mismatch", field="model") == 1.0
+    lines = [r.getMessage() for r in caplog.records if "provenance model" in r.getMessage()]
+    assert len(lines) == 1 and "Qwen/Qwen3-32B" in lines[0] and "re-calibrate" in lines[0]
+    s = run_pages(tmp_path, [ZERO, STEADY], params=PARAMS + f"provenance: {{model: {MODEL}}}\n")
+    assert not select(s, "sd_model_provenance_mismatch")

@@ -149,6 +149,22 @@ def test_moe_mode_matches_the_moe_model() -> None:
     assert measured > model_latency(COEF, rate) * 1.2
 
 
+def test_compute_bound_steps_match_the_saturation_model() -> None:
+    """With a roofline knee (c_v per verified token past knee_v tokens per step), the mean
+    latency follows the saturation model's fixed point B = λ·L(B) within 10%, and SD's
+    latency grows well past what the linear part alone predicts (the collapse `make demo`
+    shows past break-even)."""
+    coef = replace(COEF, c_v=4e-5, knee_v=120.0)
+    e = float(model.acceptance_length_from_alpha(ALPHA, K))
+    ceiling = float(model.throughput_ceiling(coef, K, e, PROMPT, GEN))
+    rate = 0.7 * ceiling
+    predicted = float(model.latency(coef, rate, K, e, PROMPT, GEN, max_utilization=1.0).latency)
+    measured, stderr = mean_latency(Simulation(steady(rate, coef)), 30.0, 400.0)
+    print(f"compute-bound: simulated {measured:.4f}s ± {stderr:.4f}, model {predicted:.4f}s")
+    assert abs(measured - predicted) / predicted < 0.10
+    assert measured > model_latency(COEF, rate) * 1.1
+
+
 def page_series(sim: Simulation) -> dict[str, list[tuple[dict[str, str], float]]]:
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for fam in text_string_to_metric_families(render_page(sim)[0].decode()):

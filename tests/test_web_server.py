@@ -433,7 +433,10 @@ def test_concurrent_good_and_bad_logins_give_exact_results(tmp_path, web_hash):
                                     f"'{cheap}'\n")
     good = basic(testsecrets.WEB_USER, testsecrets.WEB_PASSWORD)
     bad = basic(testsecrets.WEB_USER, "nope")
-    with server(web_config=wc, limits=ServerLimits(max_requests_in_flight=400)) as srv, \
+    # Failed logins are limited per address (issue 17); this test is about exact results
+    # under concurrency, so its one address may fail 150 times.
+    with server(web_config=wc, limits=ServerLimits(max_requests_in_flight=400,
+                                                   failed_logins_per_client=1000)) as srv, \
             ThreadPoolExecutor(32) as pool:
         results = list(pool.map(lambda h: get(srv, headers=h, timeout=30)[0],
                                 [good, bad] * 150))
@@ -600,7 +603,8 @@ def test_exporter_exposes_http_rejections(tmp_path):
         reasons = {dict(k[1])["reason"] for k in series
                    if k[0] == "specwatch_http_requests_rejected_total"}
         assert reasons == {"in_flight_limit", "connection_limit", "timeout", "tls_handshake",
-                           "unauthorized", "rate_limited"}
+                           "unauthorized", "rate_limited", "bad_request",
+                           "auth_rate_limited", "client_connection_limit"}
         assert series[("specwatch_targets_dropped", frozenset())] == 0.0
     finally:
         app.stop()

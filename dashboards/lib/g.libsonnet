@@ -70,6 +70,16 @@ local panel(type) = {
   },
 };
 
+// Grafana's defaults of the legend and tooltip, written out: its published schema
+// (@grafana/schema) declares them required, and a saved dashboard always has them.
+local vizDefaults = {
+  legend: { showLegend: true, displayMode: 'list', placement: 'bottom', calcs: [] },
+  tooltip: { mode: 'single', sort: 'none' },
+};
+local withVizDefaults(type) = panel(type) + {
+  new(title): super.new(title) + { options+: vizDefaults },
+};
+
 // The legend/tooltip options of the uPlot-based panels.
 local vizOptions = {
   legend: {
@@ -209,7 +219,6 @@ local variableCommon = {
           includeAll: false,
           multi: false,
           options: [],
-          current: {},
           skipUrlSync: false,
         },
         withDatasourceFromVariable(variable): {
@@ -261,10 +270,11 @@ local variableCommon = {
     row: {
       new(title): { type: 'row', title: title, collapsed: false, panels: [] },
       withCollapsed(value=true): { collapsed: value },
+      withRepeat(value): { repeat: value },
       withGridPos(y): { gridPos: { h: 1, w: 24, x: 0, y: y } },
     },
 
-    timeSeries: panel('timeseries') + {
+    timeSeries: withVizDefaults('timeseries') + {
       options+: vizOptions,
       fieldConfig: {
         defaults: {
@@ -286,6 +296,20 @@ local variableCommon = {
     },
 
     stat: panel('stat') + {
+      // Grafana's defaults, written out (required in @grafana/schema).
+      new(title): super.new(title) + {
+        options+: {
+          colorMode: 'value',
+          graphMode: 'area',
+          justifyMode: 'auto',
+          orientation: 'auto',
+          textMode: 'auto',
+          wideLayout: true,
+          showPercentChange: false,
+          percentChangeColorMode: 'standard',
+          reduceOptions: { calcs: ['lastNotNull'], fields: '', values: false },
+        },
+      },
       options+: {
         withColorMode(value): options({ colorMode: value }),
         withGraphMode(value): options({ graphMode: value }),
@@ -297,7 +321,8 @@ local variableCommon = {
       },
     },
 
-    stateTimeline: panel('state-timeline') + {
+    stateTimeline: withVizDefaults('state-timeline') + {
+      new(title): super.new(title) + { options+: { rowHeight: 0.9, alignValue: 'left' } },
       options+: vizOptions {
         withShowValue(value): options({ showValue: value }),
         withMergeValues(value=true): options({ mergeValues: value }),
@@ -314,6 +339,16 @@ local variableCommon = {
     },
 
     heatmap: panel('heatmap') + {
+      // The heatmap has its own legend and tooltip shapes; Grafana's defaults, written out.
+      new(title): super.new(title) + {
+        options+: {
+          color+: { reverse: false },
+          legend: { show: true },
+          tooltip: { mode: 'single', yHistogram: false, showColorScale: false },
+          exemplars: { color: 'rgba(255,0,255,0.7)' },
+          showValue: 'auto',
+        },
+      },
       options+: vizOptions {
         withCalculate(value=true): options({ calculate: value }),
         withCellGap(value): options({ cellGap: value }),
@@ -346,7 +381,7 @@ local variableCommon = {
     // The xychart as Grafana 11 stores it (panelcfg v2: `mapping` and `series` with
     // field matchers). Set withPluginVersion: with an empty version Grafana runs its
     // pre-GA migration over these options.
-    xyChart: panel('xychart') + {
+    xyChart: withVizDefaults('xychart') + {
       options+: vizOptions {
         withMapping(value): options({ mapping: value }),
         withSeries(value): options({ series: asArray(value) }),

@@ -45,11 +45,19 @@ class Trickle:
 
 
 @dataclass(frozen=True)
+class TrickleHeaders:
+    """A status line, then one header line every ``interval`` seconds, never ending the
+    headers (each read returns data, so per-read timeouts never fire)."""
+
+    interval: float = 0.5
+
+
+@dataclass(frozen=True)
 class Refuse:
     """No listener: connections are refused."""
 
 
-Behaviour = Serve | Raw | Blackhole | Trickle | Refuse
+Behaviour = Serve | Raw | Blackhole | Trickle | TrickleHeaders | Refuse
 
 
 def http_response(body: bytes, status: int = 200, headers: dict[str, str] | None = None,
@@ -73,6 +81,8 @@ class FaultServer:
         self._conns: set[socket.socket] = set()
         self.port = 0
         self.requests = 0
+        #: The request head (request line and headers) of every connection, in order.
+        self.heads: list[bytes] = []
 
     @property
     def url(self) -> str:
@@ -142,6 +152,7 @@ class FaultServer:
             if not chunk:
                 return
             data += chunk
+        self.heads.append(data.partition(b"\r\n\r\n")[0])
 
     def _serve(self, conn: socket.socket) -> None:
         self._conns.add(conn)
@@ -164,6 +175,12 @@ class FaultServer:
                     if self._stop.wait(b.interval):
                         return
                     conn.sendall(b.body[i:i + 1])
+            elif isinstance(b, TrickleHeaders):
+                conn.sendall(b"HTTP/1.1 200 OK\r\n")
+                i = 0
+                while not self._stop.wait(b.interval):
+                    i += 1
+                    conn.sendall(b"X-Trickle-%d: x\r\n" % i)
             time.sleep(0.01)
         except OSError:
             pass

@@ -140,9 +140,13 @@ def scaled_params_file(scenario: Scenario, index: int, speed: float, folder: Pat
 
     def scale(c: Any) -> Any:
         cls = type(c)
-        names = [f for f in ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d", "b_v_context")
-                 if hasattr(c, f)]
-        return cls(**{n: getattr(c, n) / speed for n in names})
+        names = [f for f in ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d", "b_v_context",
+                             "c_v", "c_d") if hasattr(c, f)]
+        # Knees (tokens per step) and capacities (requests, tokens) are not durations.
+        kept = [f for f in ("knee_v", "knee_d", "max_num_seqs", "kv_cache_tokens")
+                if hasattr(c, f)]
+        return cls(**{n: getattr(c, n) / speed for n in names},
+                   **{n: getattr(c, n) for n in kept})
 
     coefficients: Coefficients = scale(params.coefficients)
     moe = params.moe

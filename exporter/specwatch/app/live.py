@@ -8,11 +8,19 @@ and a family builder renders it:
 
     sd_predicted_speedup, sd_predicted_latency_seconds{mode="sd"|"nosd"},
     sd_breakeven_arrival_rate, sd_optimal_draft_length, sd_model_utilization,
-    sd_model_valid, specwatch_model_configured{target}
+    sd_model_valid{reason}, sd_model_latency_error_ratio, sd_model_provenance_mismatch,
+    specwatch_model_configured{target}
 
-Rules (no nonsense values): `sd_model_valid` is 1 only when every input is present and both
-systems are within the validity ceiling; otherwise it is 0 and the speedup and latencies
-are absent. The utilisation is exposed whenever the inputs are present, even past 1 (that
+Rules (no nonsense values): `sd_model_valid` is 1 only when every input is present, both
+systems are within the validity ceiling, the live load is inside the parameters file's
+calibrated range and the server is not queueing; otherwise it is 0 with a `reason` label
+(model.validity names: saturated, above_utilization_ceiling, beyond_calibrated_load,
+extrapolated_k, queueing, missing_input, invalid_input) and the speedup and latencies are
+absent. `sd_model_latency_error_ratio` is predicted/measured − 1 of the mean latency at the
+observed load (signed), present whenever both exist: it is how drift away from the
+calibration shows (alert SDModelDrift). `queueing` uses the latest `num_requests_waiting`
+gauge of the poll (the exporter keeps no gauge history; KV-cache usage and preemptions are
+not scraped yet). The utilisation is exposed whenever the inputs are present, even past 1 (that
 is how saturation shows). The break-even needs no arrival rate and the best k is chosen
 among the configurations that are valid at the live load (0 = SD off), so both stay
 meaningful when the running configuration is saturated. Break-even +Inf means "pays at
@@ -33,7 +41,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import Metric
 
 from specwatch.common.errors import ConfigError
-from specwatch.exporter import derive, metricdefs
+from specwatch.exporter import derive, metricdefs, sources
 from specwatch.exporter.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
 from specwatch.model import (
     BreakEvenKind,
@@ -44,6 +52,7 @@ from specwatch.model import (
     optimal_draft_length,
     predict,
     reason_text,
+    validity,
 )
 from specwatch.model.params import Params, load_params
 
@@ -60,6 +69,8 @@ BREAKEVEN_ARRIVAL_RATE = "sd_breakeven_arrival_rate"
 OPTIMAL_DRAFT_LENGTH = "sd_optimal_draft_length"
 MODEL_UTILIZATION = "sd_model_utilization"
 MODEL_VALID = "sd_model_valid"
+MODEL_LATENCY_ERROR = "sd_model_latency_error_ratio"
+MODEL_PROVENANCE_MISMATCH = "sd_model_provenance_mismatch"
 MODEL_CONFIGURED = "specwatch_model_configured"
 
 
@@ -80,6 +91,12 @@ class LivePrediction:
     utilization: float | None = None
     breakeven_rate: float | None = None
     optimal_draft_length: int | None = None
+    #: Stable reason name (model.validity) when not valid: the `reason` label.
+    reason_name: str = ""
+    #: predicted / measured − 1 of the mean latency at the observed load.
+    latency_error: float | None = None
+    #: Provenance fields of the parameters file that contradict the target (e.g. "model").
+    provenance_mismatch: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,7 +134,8 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
     """The model applied to one window's measured signals (pure; no I/O)."""
     w = model.window(window_label)
     if w is None:
-        return LivePrediction(window_label, False, f"window {window_label} has no data yet")
+        return LivePrediction(window_label, False, f"window {window_label} has no data yet",
+                              reason_name="missing_input")
     v = w.values
     lam = v.get(derive.ARRIVAL_RATE)
     e = v.get(derive.ACCEPTANCE_LENGTH)
@@ -130,14 +148,16 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
                                     ("draft length", k), ("prompt length", p),
                                     ("generation length", g)) if x is None]
     if missing:
-        return LivePrediction(window_label, False, "missing " + ", ".join(missing))
+        return LivePrediction(window_label, False, "missing " + ", ".join(missing),
+                              reason_name="missing_input")
     coef = params.model()
     ceiling = params.max_utilization
     pred = predict(coef, lam, k, e, p, g, max_utilization=ceiling)
     code = int(pred.reason)
     if code in (Reason.BAD_INPUT, Reason.BAD_DRAFT_LENGTH,
                 Reason.ACCEPTANCE_LENGTH_OUT_OF_RANGE, Reason.DEGENERATE):
-        return LivePrediction(window_label, False, reason_text(code))
+        return LivePrediction(window_label, False, reason_text(code),
+                              reason_name="invalid_input")
     util = float(pred.sd.utilization)
 
     be = breakeven(coef, k, e, p, g)
@@ -156,11 +176,26 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
                                        max_utilization=ceiling)
     best = int(opt.k) if opt is not None and bool(opt.valid) else None
 
-    valid = bool(pred.valid)
+    lat_sd = float(pred.sd.latency)
+    names = [n for n in (validity.model_reason_name(int(pred.sd.reason)),
+                         validity.model_reason_name(int(pred.nosd.reason))) if n]
+    names += validity.range_reasons(params.calibrated_range, lam,
+                                    lam * lat_sd if math.isfinite(lat_sd) else None, k)
+    waiting = model.gauges.get(sources.WAITING)
+    if waiting is not None and waiting > 0:
+        names.append(validity.QUEUEING)
+    valid = bool(pred.valid) and not names
+    measured = v.get(derive.MEAN_LATENCY_SECONDS)
+    error = (lat_sd / measured - 1.0
+             if measured is not None and measured > 0 and math.isfinite(lat_sd) else None)
+    text = "ok" if valid else (reason_text(code) if code != Reason.OK else ", ".join(names))
     return LivePrediction(
         window=window_label,
         valid=valid,
-        reason="ok" if valid else reason_text(code),
+        reason=text,
+        reason_name="" if valid else names[0],
+        latency_error=_finite(error) if error is not None else None,
+        provenance_mismatch=provenance_mismatch(params, model),
         speedup=_finite(float(pred.speedup)) if valid else None,
         latency_sd=_finite(float(pred.sd.latency)) if valid else None,
         latency_nosd=_finite(float(pred.nosd.latency)) if valid else None,
@@ -170,12 +205,31 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
     )
 
 
+def provenance_mismatch(params: Params, model: ModelSnapshot) -> tuple[str, ...]:
+    """Provenance fields of the parameters file the target contradicts.
+
+    `provenance.model` (the served model the file was calibrated on) is compared with the
+    vLLM `model_name` label, case-insensitively, either containing the other (a path or an
+    org prefix is not a mismatch). A file without it cannot be checked: nothing reported.
+    """
+    out = []
+    want = params.provenance.get("model") if params.provenance else None
+    if isinstance(want, str) and want.strip():
+        a, b = want.strip().lower(), model.model_name.strip().lower()
+        if a not in b and b not in a:
+            out.append("model")
+    return tuple(out)
+
+
 class LiveModel:
     """The hook and the family builder, holding each target's loaded parameters."""
 
     def __init__(self, params: Mapping[str, Params], windows: Mapping[str, str]) -> None:
         self.params = dict(params)
         self.windows = dict(windows)
+        # (target, model, field) already logged: one warning per mismatch, bounded by the
+        # configured targets and the models they serve.
+        self._warned: set[tuple[str, str, str]] = set()
 
     def hook(self, target: TargetSnapshot) -> TargetSnapshot:
         """Pipeline target hook: attach predictions to every model of a configured target."""
@@ -191,6 +245,13 @@ class LiveModel:
             except Exception:  # one model's numbers must not take the target's down
                 log.exception("latency model failed for %s/%s", target.name, name)
                 live = LivePrediction(label, False, "internal error (see log)")
+            for fld in live.provenance_mismatch:
+                if (target.name, name, fld) not in self._warned:
+                    self._warned.add((target.name, name, fld))
+                    log.warning(
+                        "parameters file %s: provenance %s %r does not match target %s model "
+                        "%r: its predictions describe another system (re-calibrate)",
+                        params.source, fld, params.provenance.get(fld), target.name, name)
             if not live.valid:
                 log.debug("model prediction for %s/%s not valid: %s", target.name, name,
                           live.reason)
@@ -205,6 +266,8 @@ class LiveModel:
         best = metricdefs.gauge(OPTIMAL_DRAFT_LENGTH)
         util = metricdefs.gauge(MODEL_UTILIZATION)
         valid = metricdefs.gauge(MODEL_VALID)
+        error = metricdefs.gauge(MODEL_LATENCY_ERROR)
+        mismatch = metricdefs.gauge(MODEL_PROVENANCE_MISMATCH)
         configured = metricdefs.gauge(MODEL_CONFIGURED)
         for tname, target in snap.targets.items():
             # From the configuration, not the snapshot: known before the first poll.
@@ -216,7 +279,12 @@ class LiveModel:
                 if not isinstance(live, LivePrediction):
                     continue
                 key = [tname, mname, live.window]
-                valid.add_metric(key, 1.0 if live.valid else 0.0)
+                valid.add_metric([*key, "" if live.valid else live.reason_name],
+                                 1.0 if live.valid else 0.0)
+                if live.latency_error is not None:
+                    error.add_metric(key, live.latency_error)
+                for fld in live.provenance_mismatch:
+                    mismatch.add_metric([*key, fld], 1.0)
                 if live.valid and live.speedup is not None:
                     speedup.add_metric(key, live.speedup)
                 if live.valid and live.latency_sd is not None and live.latency_nosd is not None:
@@ -229,7 +297,7 @@ class LiveModel:
                 if live.utilization is not None:
                     util.add_metric(key, live.utilization)
         yield configured
-        for fam in (speedup, lat, be, best, util, valid):
+        for fam in (speedup, lat, be, best, util, valid, error, mismatch):
             if fam.samples:
                 yield fam
 

@@ -110,6 +110,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="V",
         help="variance inflation above which a coefficient is not identifiable (1000)",
     )
+    parser.add_argument(
+        "--model",
+        choices=("saturation", "linear"),
+        default="saturation",
+        help="saturation (default): the roofline-knee form fitted on the whole load range,"
+        " high-concurrency runs included; linear: the six-coefficient form below saturation"
+        " (--max-utilization and --max-ttft-ratio apply to it only)",
+    )
     parser.add_argument("--report", metavar="DIR", help="write PNG plots, summary.md, report.json")
     parser.add_argument("--json", action="store_true", help="print the JSON report on stdout")
     parser.add_argument(
@@ -332,6 +340,9 @@ def _select_systems(args: argparse.Namespace, points: list[Point]) -> dict[str, 
 
 def _fit_all(args: argparse.Namespace, points: list[Point]) -> list[Any]:
     from specwatch.calibrate.fit import FitError, FitOptions, fit_system
+    from specwatch.calibrate.load_range import fit_system_saturation
+
+    fitter = fit_system_saturation if args.model == "saturation" else fit_system
 
     options = FitOptions(
         max_utilization=args.max_utilization,
@@ -342,7 +353,7 @@ def _fit_all(args: argparse.Namespace, points: list[Point]) -> list[Any]:
     fits = []
     for name, pts in _select_systems(args, points).items():
         try:
-            fits.append(fit_system(name, pts, options))
+            fits.append(fitter(name, pts, options))
         except FitError as exc:
             raise ConfigError(str(exc)) from None
     for fit in fits:
@@ -353,6 +364,7 @@ def _fit_all(args: argparse.Namespace, points: list[Point]) -> list[Any]:
 
 def _fit_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
+        "model": args.model,
         "max_utilization": args.max_utilization,
         "max_concurrency": args.max_concurrency,
         "max_ttft_ratio": args.max_ttft_ratio,
@@ -398,7 +410,10 @@ def _write_params(
         )
         if path.parent and not path.parent.exists():
             raise ConfigError(f"--out {args.out}: directory {path.parent} does not exist")
-        dump_params(params, path)
+        try:
+            dump_params(params, path)
+        except OSError as exc:  # /proc, a read-only or full file system, no permission
+            raise ConfigError(f"--out {path}: cannot write: {exc.strerror or exc}") from None
         written[fit.system] = str(path)
     return written, ConfigError("; ".join(refused)) if refused else None
 

@@ -24,12 +24,14 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy.optimize import nnls
 
 from specwatch import model
 from specwatch.calibrate.inputs import Point
+from specwatch.model.params import CalibratedRange
 
 #: Design matrix column order (and the names the report uses).
 COEFFICIENTS = ("a_p", "a_v", "a_d", "b_p", "b_v", "b_d")
@@ -113,7 +115,7 @@ class SystemFit:
     """The result of calibrating one system (see `fit_system`)."""
 
     system: str
-    mode: str  # "six-coefficient" or "per-configuration"
+    mode: str  # "saturation", "six-coefficient" or "per-configuration"
     points: list[Point]
     excluded: list[Excluded]
     predicted: np.ndarray
@@ -132,6 +134,10 @@ class SystemFit:
     measured_speedups: list[MeasuredSpeedup] = field(default_factory=list)
     acceptance_profile: tuple[float, ...] | None = None
     notes: list[str] = field(default_factory=list)
+    # Saturation mode only (calibrate.load_range): what the parameters file records for
+    # validity, and the whole-range report (knees, per-concurrency errors, break-even).
+    calibrated_range: CalibratedRange | None = None
+    saturation: dict[str, Any] | None = None
 
     @property
     def n_points(self) -> int:

@@ -110,6 +110,11 @@ class BenchOptions:
 # validation helpers
 
 
+#: Largest magnitude of any input number: far above any real latency (s or ms), rate or token
+#: count, far below what overflows when the fit squares and sums values.
+MAX_MAGNITUDE = 1e12
+
+
 def _number(raw: Any, where: str, name: str, *, required: bool) -> float | None:
     """Parse one numeric field; empty means absent. Rejects NaN and infinities by name."""
     if raw is None or (isinstance(raw, str) and raw.strip() == ""):
@@ -124,6 +129,10 @@ def _number(raw: Any, where: str, name: str, *, required: bool) -> float | None:
         raise ConfigError(f"{where}: {name} must be a number, got {raw!r}") from None
     if not math.isfinite(value):
         raise ConfigError(f"{where}: {name} must be finite, got {raw!r}")
+    if abs(value) > MAX_MAGNITUDE:
+        # 1e308 is finite, but the fit squares and sums such values into infinities.
+        raise ConfigError(f"{where}: {name} {value:g} is out of range (at most "
+                          f"{MAX_MAGNITUDE:g} in magnitude)")
     return value
 
 
@@ -390,6 +399,8 @@ def _json_documents(path: Path, text: str) -> list[tuple[str, Any]]:
     """Parse one JSON document, a list of runs, or `--append-result` output (one per line)."""
     try:
         doc = json.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: JSON nested too deeply to be a benchmark result") from None
     except json.JSONDecodeError as first_error:
         docs: list[tuple[str, Any]] = []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -397,6 +408,9 @@ def _json_documents(path: Path, text: str) -> list[tuple[str, Any]]:
                 continue
             try:
                 docs.append((f"{path} line {number}", json.loads(line)))
+            except RecursionError:
+                raise ConfigError(f"{path} line {number}: JSON nested too deeply to be a "
+                                  f"benchmark result") from None
             except json.JSONDecodeError as exc:
                 if number == 1 and not docs:
                     raise ConfigError(

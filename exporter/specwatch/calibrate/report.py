@@ -27,6 +27,7 @@ from specwatch.model.params import Params, params_from_mapping
 
 #: Coefficients in the order the model reference lists them (params file order).
 PARAMS_ORDER = ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d")
+SATURATION_ORDER = ("c_v", "knee_v", "c_d", "knee_d")
 
 #: Default tolerance of `--compare`: largest relative change of a predicted latency.
 DEFAULT_DRIFT_TOLERANCE = 0.10
@@ -114,8 +115,27 @@ def system_json(fit: SystemFit) -> dict[str, Any]:
         "acceptance_profile": list(fit.acceptance_profile) if fit.acceptance_profile else None,
         "excluded": [{"source": e.point.source, "reason": e.reason} for e in fit.excluded],
         "notes": list(fit.notes),
+        "calibrated_range": (
+            fit.calibrated_range.to_mapping() if fit.calibrated_range is not None else None
+        ),
+        "saturation": _json_safe(fit.saturation),
     }
+    if coef is not None and fit.mode == "saturation":
+        out["coefficients"].update(
+            {n: float(getattr(coef, n)) for n in SATURATION_ORDER}
+        )
     return out
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/inf to None so the report stays strict JSON."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,11 +184,17 @@ def build_params(
         doc["acceptance_profile"] = list(fit.acceptance_profile)
         doc["k_max"] = len(fit.acceptance_profile)
     doc["max_utilization"] = float(options.get("max_utilization", model.DEFAULT_MAX_UTILIZATION))
+    if fit.mode == "saturation":
+        doc["saturation"] = {n: float(getattr(coef, n)) for n in SATURATION_ORDER}
+        method = ("non-negative least squares of the saturation form over the whole load"
+                  " range, knees by grid search (model.md, Saturation regime)")
+    else:
+        method = "non-negative least squares of the six-coefficient linear form (model.md," \
+            " Fitting)"
+    if fit.calibrated_range is not None:
+        doc["calibrated_range"] = fit.calibrated_range.to_mapping()
     doc["provenance"] = {
-        "method": (
-            f"specwatch calibrate {__version__}: non-negative least squares of the"
-            " six-coefficient linear form (model.md, Fitting)"
-        ),
+        "method": f"specwatch calibrate {__version__}: {method}",
         "fitted_at": now.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
         "r2": round(fit.r2, 6),
         "mape": round(fit.mape, 6),
@@ -397,6 +423,13 @@ def write_report_dir(
         plot_residuals(fit, res_png)
         written += [fit_png, res_png]
         lines += _markdown_system(fit, fit_png.name, res_png.name)
+        if fit.mode == "saturation" and fit.coefficients is not None:
+            from specwatch.calibrate.load_range import plot_load_range
+
+            range_png = directory / f"{slug(fit.system)}-load-range.png"
+            plot_load_range(fit, range_png)
+            written.append(range_png)
+            lines += _markdown_saturation(fit, range_png.name)
     if drift is not None:
         lines += ["## Drift against the earlier fit", ""]
         verdict = "**drifted**" if drift.drifted else "within tolerance"
@@ -416,6 +449,49 @@ def write_report_dir(
     js = directory / "report.json"
     js.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     return [*written, md, js]
+
+
+def _markdown_saturation(fit: SystemFit, png: str) -> list[str]:
+    """Whole-range section: knees with units, per-concurrency errors, break-even, best k."""
+    rep = fit.saturation or {}
+    c = fit.coefficients
+    assert c is not None
+    lines = ["### Whole load range (saturation regime)", ""]
+    kv, kd = rep.get("knee_v_tokens_per_step"), rep.get("knee_d_tokens_per_step")
+    lines.append(
+        f"- verifier knee: {kv:g} tokens per verify step (as good: {rep['knee_v_range']}), "
+        f"past it {c.c_v * 1e6:.4g} µs per token" if kv is not None
+        else "- verifier knee: not seen in the data (no compute-bound verify term)"
+    )
+    lines.append(
+        f"- drafter knee: {kd:g} tokens per draft step (as good: {rep['knee_d_range']}), "
+        f"past it {c.c_d * 1e6:.4g} µs per draft token" if kd is not None
+        else "- drafter knee: not seen in the data (no compute-bound draft term)"
+    )
+    hi = rep.get("mape_concurrency_ge_80")
+    if hi is not None:
+        lines.append(f"- MAPE at concurrency >= 80: {hi:.2%}")
+    if fit.calibrated_range is not None:
+        r = fit.calibrated_range
+        lines.append(f"- calibrated range: λ <= {r.max_arrival_rate:g} req/s, B <= "
+                     f"{r.max_in_flight:g} in flight, k in {list(r.draft_lengths)}")
+    lines += ["", "| concurrency | n | MAPE | max error | leave-this-concurrency-out MAPE |",
+              "|---:|---:|---:|---:|---:|"]
+    loco = {x["concurrency"]: x["mape"] for x in rep.get("leave_one_concurrency_out", [])}
+    for row in rep.get("per_concurrency", []):
+        lo = loco.get(row["concurrency"])
+        lines.append(f"| {row['concurrency']:g} | {row['n']} | {row['mape']:.2%} |"
+                     f" {row['max_abs_error']:.2%} | {'n/a' if lo is None else f'{lo:.2%}'} |")
+    lines += ["", "| workload | k | measured λ* (req/s) | how | predicted λ* | error |",
+              "|---|---:|---:|---|---:|---:|"]
+    for b in rep.get("breakeven", []):
+        m = "n/a" if b["measured"] is None else f"{b['measured']:.2f}"
+        p = "n/a" if b["predicted"] is None else f"{b['predicted']:.2f}"
+        e = "n/a" if b["relative_error"] is None else f"{b['relative_error']:+.1%}"
+        lines.append(f"| {b['workload']} | {b['k']:g} | {m} | {b['measured_kind'] or '-'} |"
+                     f" {p} | {e} |")
+    lines += ["", f"![measured vs predicted, whole range]({png})", ""]
+    return lines
 
 
 def _markdown_system(fit: SystemFit, fit_png: str, res_png: str) -> list[str]:

@@ -10,6 +10,7 @@ one-line doc); :func:`validate` walks a parsed document against it and raises on
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -46,6 +47,11 @@ class Key:
 _DURATION_RE = re.compile(r"^((\d+)h)?((\d+)m(?!s))?((\d+)s)?((\d+)ms)?$")
 
 
+#: Longest duration a config may give (a year): an infinite or astronomically long one would
+#: make every timer and deadline overflow (``Event.wait(inf)``, ``monotonic() + 1e308``).
+MAX_DURATION_SECONDS = 365 * 86400.0
+
+
 def parse_duration(value: Any) -> float:
     """Seconds from a number or a Prometheus-style duration ("500ms", "30s", "1m30s", "1h")."""
     if isinstance(value, bool):
@@ -62,6 +68,9 @@ def parse_duration(value: Any) -> float:
         raise CheckError(f"expected a duration, got {type(value).__name__}")
     if not seconds > 0:
         raise CheckError(f"expected a positive duration, got {value!r}")
+    if not seconds <= MAX_DURATION_SECONDS:  # also inf and nan: they break every timer
+        raise CheckError(f"expected a finite duration of at most 365d (31536000s), "
+                         f"got {value!r}")
     return seconds
 
 
@@ -124,8 +133,8 @@ def _positive_int(minimum: int) -> Callable[[Any], int]:
 
 
 def _non_negative(value: Any) -> float:
-    if isinstance(value, bool) or value < 0:
-        raise CheckError(f"expected a number >= 0, got {value!r}")
+    if isinstance(value, bool) or not (value >= 0 and math.isfinite(value)):
+        raise CheckError(f"expected a finite number >= 0, got {value!r}")
     return float(value)
 
 
@@ -147,14 +156,14 @@ _NUM = (int, float)
 
 
 def _unit_interval(value: Any) -> float:
-    if isinstance(value, bool) or not 0 <= value <= 1:
+    if isinstance(value, bool) or not 0 <= value <= 1:  # nan fails too
         raise CheckError(f"expected a number in [0, 1], got {value!r}")
     return float(value)
 
 
 def _positive(value: Any) -> float:
-    if isinstance(value, bool) or not value > 0:
-        raise CheckError(f"expected a number > 0, got {value!r}")
+    if isinstance(value, bool) or not (value > 0 and math.isfinite(value)):
+        raise CheckError(f"expected a finite number > 0, got {value!r}")
     return float(value)
 
 
@@ -226,6 +235,11 @@ def read_yaml(path: str) -> Any:
             data = yaml.safe_load(fh)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save "
+                          f"the file as UTF-8") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"{path}: nested too deeply to be a configuration") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path

@@ -36,6 +36,7 @@ from typing import Any
 import requests
 
 from specwatch import __version__
+from specwatch.common import redact
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +65,31 @@ class Outcome:
 
 
 class DeliveryError(Exception):
-    """A failed attempt; ``permanent`` failures are not retried."""
+    """A failed attempt; ``permanent`` failures are not retried; ``quiet`` ones were already
+    logged once (the same impossible delivery, decided again) and are logged at DEBUG."""
 
-    def __init__(self, message: str, permanent: bool = False) -> None:
+    def __init__(self, message: str, permanent: bool = False, quiet: bool = False) -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.quiet = quiet
+
+
+#: Longest single argument or environment string Linux accepts (MAX_ARG_STRLEN, 32 pages).
+MAX_ARG_BYTES = 131072
 
 
 Deliver = Callable[[Decision], str]
 
 
+def _clip(name: str, limit: int = 200) -> str:
+    """A model name fit for a log line (a 200 kB name is shown by its start)."""
+    return name if len(name) <= limit else f"{name[:limit]}... ({len(name)} characters)"
+
+
 def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
+    # Foreign text (an exception quoting a header value or the URL, a receiver's answer)
+    # is redacted before it is cut, so a secret is never half-printed.
+    text = " ".join(redact.redact(text).split())
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -89,7 +103,7 @@ class WebhookDelivery:
         self._session = requests.Session()
 
     def __repr__(self) -> str:
-        return f"WebhookDelivery({self.url!r})"
+        return f"WebhookDelivery({redact.display_url(self.url)!r})"
 
     def __call__(self, decision: Decision) -> str:
         headers = {"Content-Type": "application/json",
@@ -124,6 +138,7 @@ class CommandDelivery:
     def __init__(self, argv: Sequence[str], timeout: float) -> None:
         self.argv = list(argv)
         self.timeout = timeout
+        self._refused: set[str] = set()  # models already reported as impossible to pass
 
     def __repr__(self) -> str:
         return f"CommandDelivery({self.argv!r})"
@@ -136,12 +151,22 @@ class CommandDelivery:
                "SPECWATCH_TARGET": decision.target,
                "SPECWATCH_MODEL": decision.model,
                "SPECWATCH_DRAFT_LENGTH": "" if k is None else str(k)}
+        problem = _unpassable(env)
+        if problem is not None:
+            # The OS would refuse this exec (ValueError, E2BIG) on every attempt and for
+            # every later decision about the same model: fail at once, say why once.
+            quiet = decision.model in self._refused
+            if len(self._refused) < 1000:
+                self._refused.add(decision.model)
+            raise DeliveryError(f"cannot run {self.argv[0]!r}: {problem}", permanent=True,
+                                quiet=quiet)
         try:
             proc = subprocess.run(self.argv, input=json.dumps(decision.payload).encode(),
                                   capture_output=True, timeout=self.timeout, env=env,
                                   check=False)
-        except (FileNotFoundError, PermissionError) as exc:
-            raise DeliveryError(f"cannot run {self.argv[0]!r}: {exc.strerror}",
+        except (ValueError, OSError) as exc:  # not found, no permission, E2BIG, NUL...
+            raise DeliveryError(f"cannot run {self.argv[0]!r}: "
+                                f"{getattr(exc, 'strerror', None) or _short(str(exc))}",
                                 permanent=True) from exc
         except subprocess.TimeoutExpired as exc:
             raise DeliveryError(f"{self.argv[0]} did not finish within {self.timeout:g}s") \
@@ -150,6 +175,18 @@ class CommandDelivery:
             return "exit 0"
         err = proc.stderr.decode(errors="replace") or proc.stdout.decode(errors="replace")
         raise DeliveryError(f"exit {proc.returncode}: {_short(err)}")
+
+
+def _unpassable(env: Mapping[str, str]) -> str | None:
+    """Why the OS would refuse this environment for a program (None: it would not)."""
+    for key, value in env.items():
+        if key.startswith("SPECWATCH_"):
+            if "\0" in value:
+                return f"{key} contains a NUL character (the model name cannot be passed)"
+            if len(key.encode()) + len(value.encode("utf-8", "surrogateescape")) + 2 \
+                    > MAX_ARG_BYTES:
+                return f"{key} is longer than the {MAX_ARG_BYTES} bytes the OS accepts"
+    return None
 
 
 class Actuator:
@@ -201,10 +238,11 @@ class Actuator:
             except DeliveryError as exc:
                 detail = str(exc)
                 last = exc.permanent or attempt == self.max_attempts
-                log.warning("delivering %s %s/%s (decision %s) failed, attempt %d of %d%s: %s",
-                            decision.action, decision.target, decision.model, decision.id,
-                            attempt, self.max_attempts,
-                            " (permanent)" if exc.permanent else "", detail)
+                log.log(logging.DEBUG if exc.quiet else logging.WARNING,
+                        "delivering %s %s/%s (decision %s) failed, attempt %d of %d%s: %s",
+                        decision.action, decision.target, _clip(decision.model), decision.id,
+                        attempt, self.max_attempts,
+                        " (permanent)" if exc.permanent else "", detail)
                 if last:
                     break
                 if self._wait(self.delay(attempt)):

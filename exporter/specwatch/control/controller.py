@@ -97,6 +97,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from specwatch.model.params import Params
 
 log = logging.getLogger(__name__)
+#: Models one target's controller keeps at most (the exporter's default live-model cap).
+DEFAULT_MAX_MODELS = 100
 #: JSON events (one JSON object per log message): decisions, outcomes, switch records.
 events_log = logging.getLogger("specwatch.controller.events")  # public name: keep stable
 
@@ -115,6 +117,12 @@ class _TargetControl:
     models: dict[str, ModelController] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     actuator: Actuator | None = None
+    #: Poll-clock time each model in ``models`` was last on the target's page (same keys).
+    last_seen: dict[str, float] = field(default_factory=dict)
+    #: Models forgotten, by reason: retention (gone longer than the exporter keeps history),
+    #: limit (``max_models`` reached; the least recently seen absent model goes first).
+    dropped: dict[str, int] = field(default_factory=lambda: {"retention": 0, "limit": 0})
+    limit_logged: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,8 +144,14 @@ class Controller:
     def __init__(self, targets: Sequence[_TargetControl], receiver: ReceiverSettings | None,
                  clock: Callable[[], float] = time.time,
                  deliver_factory: Callable[[_TargetControl], Deliver | None] | None = None,
-                 wait: Callable[[float], bool] | None = None) -> None:
+                 wait: Callable[[float], bool] | None = None,
+                 retention: float = 3600.0, max_models: int = DEFAULT_MAX_MODELS) -> None:
         self.targets = {t.name: t for t in targets}
+        #: A model absent from its target's page for longer than this is forgotten (the
+        #: exporter's history retention: it forgets the model then too).
+        self.retention = float(retention)
+        #: Models one target's controller keeps (the exporter's default live-model cap).
+        self.max_models = int(max_models)
         self.receiver = receiver
         self.clock = clock
         self.alerts_received = dict.fromkeys(
@@ -173,17 +187,67 @@ class Controller:
             tc.models[model] = mc
         return mc
 
+    def _forget(self, tc: _TargetControl, target: TargetSnapshot, now: float) -> None:
+        """Drop the models gone from the page for longer than the exporter's retention."""
+        stale = [n for n, seen in tc.last_seen.items()
+                 if n not in target.models and now - seen > self.retention]
+        for name in stale:
+            del tc.models[name], tc.last_seen[name]
+            tc.dropped["retention"] += 1
+        if stale:
+            log.info("controller of %s forgot %d model(s) gone for over %gs", tc.name,
+                     len(stale), self.retention)
+
+    def forget_model(self, target_name: str, model: str, reason: str) -> None:
+        """The exporter forgot ``model`` of ``target_name`` (its forget hook): so does the
+        controller, counted under the exporter's reason (``retention``, ``vanished_limit``,
+        ``target_removed``). Keeps the controller's state within the exporter's bounds
+        instead of a second, looser set of rules."""
+        tc = self.targets.get(target_name)
+        if tc is None:
+            return
+        with tc.lock:
+            if tc.models.pop(model, None) is None:
+                return
+            tc.last_seen.pop(model, None)
+            tc.dropped[reason] = tc.dropped.get(reason, 0) + 1
+
+    def _make_room(self, tc: _TargetControl, target: TargetSnapshot) -> bool:
+        """Room for one more model under ``max_models``: the least recently seen model that
+        is not on the page now goes; False (counted) when every kept model is live."""
+        if len(tc.models) < self.max_models:
+            return True
+        absent = [n for n in tc.models if n not in target.models]
+        tc.dropped["limit"] += 1
+        if not tc.limit_logged:
+            tc.limit_logged = True
+            log.warning("controller of %s keeps at most %d models; models beyond it are "
+                        "dropped (least recently seen first) and counted in "
+                        "sd_controller_models_dropped_total", tc.name, self.max_models)
+        if not absent:
+            return False
+        victim = min(absent, key=lambda n: tc.last_seen.get(n, 0.0))
+        del tc.models[victim]
+        tc.last_seen.pop(victim, None)
+        return True
+
     def hook(self, target: TargetSnapshot) -> TargetSnapshot:
         """Step every controlled model of the target; attach the statuses to the snapshot."""
         tc = self.targets.get(target.name)
         if tc is None:
             return target
         decisions: list[Decision] = []
+        now = self.clock()
         with tc.lock:
+            self._forget(tc, target, now)
             names = set(tc.models) | set(target.models)
             if tc.settings.models is not None:
                 names &= set(tc.settings.models)
             for name in sorted(names):
+                if name not in tc.models and not self._make_room(tc, target):
+                    continue
+                if name in target.models:
+                    tc.last_seen[name] = now
                 mc = self._machine(tc, name)
                 obs = observe(target, name, tc.settings.window, tc.settings.window_seconds)
                 decision = mc.step(obs)
@@ -226,6 +290,12 @@ class Controller:
         except ValueError as exc:
             return Response(400, f"bad Alertmanager webhook payload: {exc}\n".encode())
         results = [self._apply_alert(a) for a in alerts]
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+        # One line per notification, however many alerts it carries.
+        log.info("Alertmanager notification: %d alert(s): %s", len(results),
+                 ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
         body = json.dumps({"status": "ok", "alerts": results}, sort_keys=True).encode()
         return Response(200, body + b"\n", "application/json")
 
@@ -258,11 +328,10 @@ class Controller:
                 model = labels.get("model_name")
                 firing = alert["status"] == "firing"
                 with tc.lock:
-                    if model is not None:
-                        names = [model] if tc.settings.models is None \
-                            or model in tc.settings.models else []
-                    else:
-                        names = list(tc.models)
+                    # Only models the controller already follows (seen on the target's page,
+                    # bounded by max_models): an alert never creates state.
+                    names = ([model] if model in tc.models else []) if model is not None \
+                        else list(tc.models)
                     for m in names:
                         mc = self._machine(tc, m)
                         mc.alert(alert["fingerprint"], name, firing, alert["starts_at"], now)
@@ -274,9 +343,6 @@ class Controller:
                     outcome = "accepted" if firing else "resolved"
         with self._alerts_lock:
             self.alerts_received[outcome] += 1
-        if outcome.startswith("ignored"):
-            log.info("Alertmanager alert %s (%s) ignored: %s", name,
-                     labels.get("target", labels.get("instance", "?")), outcome)
         out["outcome"] = outcome
         return out
 
@@ -337,7 +403,12 @@ class Controller:
             with self._alerts_lock:
                 for outcome, n in self.alerts_received.items():
                     alerts.add_metric([outcome], float(n))
-        for fam in (state, rec_k, trans, last, errors, ratio, alerts):
+        dropped = metricdefs.counter("sd_controller_models_dropped")
+        for tname, tc in self.targets.items():
+            with tc.lock:
+                for reason, n in sorted(tc.dropped.items()):
+                    dropped.add_metric([tname, reason], float(n))
+        for fam in (state, rec_k, trans, last, errors, ratio, alerts, dropped):
             if fam.samples:
                 yield fam
 
@@ -397,8 +468,12 @@ def from_config(cfg: ServeConfig, params: Mapping[str, Params],
         receiver = ReceiverSettings(token, tuple(am.get("alerts", DEFAULT_ALERTS)))
     if not targets and receiver is None:
         return None
+    # The exporter's history retention (Pipeline's default): a model gone from the page
+    # that long is forgotten by the exporter, so by the controller too.
+    longest = max([secs for _, secs in cfg.windows] or [0.0])
+    retention = max(longest, 3600.0) + 2 * cfg.poll_interval
     return Controller(targets, receiver, clock=clock, deliver_factory=deliver_factory,
-                      wait=wait)
+                      wait=wait, retention=retention)
 
 
 def install(app: Any) -> Controller | None:
@@ -408,6 +483,7 @@ def install(app: Any) -> Controller | None:
     if ctl is None:
         return None
     app.pipeline.add_target_hook(ctl.hook)
+    app.pipeline.add_forget_hook(ctl.forget_model)
     app.collector.add_family_builder(ctl.families)
     app.web.routes[STATUS_PATH] = only_get(ctl.status_handler)
     if ctl.receiver is not None:

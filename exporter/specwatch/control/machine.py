@@ -37,6 +37,9 @@ from specwatch.control.settings import (
 log = logging.getLogger(__name__)
 
 
+#: Firing alerts remembered per model (distinct fingerprints); the oldest goes first.
+MAX_ALERTS_PER_MODEL = 64
+
 @dataclass(frozen=True)
 class ControllerStatus:
     """The controller's state of one model, attached to the snapshot (immutable)."""
@@ -173,6 +176,9 @@ class ModelController:
             if self.alerts.pop(fingerprint, None) is not None:
                 self._emit("alert_resolved", now, alertname=alertname)
             return
+        if fingerprint not in self.alerts and len(self.alerts) >= MAX_ALERTS_PER_MODEL:
+            # Bounded whatever Alertmanager sends: the oldest notification goes first.
+            self.alerts.pop(next(iter(self.alerts)))
         self.alerts[fingerprint] = _Alert(alertname, min(starts_at, now), now)
         self._emit("alert_firing", now, alertname=alertname, starts_at=_iso(starts_at))
 

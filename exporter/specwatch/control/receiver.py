@@ -31,6 +31,8 @@ def parse_alertmanager(body: bytes) -> list[dict[str, Any]]:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"not JSON ({exc})") from None
+    except RecursionError:  # [[[[... a megabyte deep: one 400, never a traceback
+        raise ValueError("JSON nested too deeply") from None
     if not isinstance(doc, dict):
         raise ValueError("expected a JSON object")
     if doc.get("version") != "4":

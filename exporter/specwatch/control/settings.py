@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from specwatch.common import redact
 from specwatch.common.errors import ConfigError
 
 MODES = ("recommend", "webhook", "command")
@@ -70,6 +71,7 @@ def _read_file_secret(path: str, where: str) -> str:
         raise ConfigError(f"{where}: cannot read {path!r}: {exc.strerror}") from exc
     if not value:
         raise ConfigError(f"{where}: the file {path!r} is empty")
+    redact.register(value)
     return value
 
 
@@ -114,6 +116,11 @@ def settings_from_raw(raw: Mapping[str, Any], where: str, path: str,
                 raise fail(f"webhook.headers_from_env.{name}",
                            f"environment variable {var!r} is not set or empty")
             headers[name] = value
+        for name, value in headers.items():
+            # A webhook header may carry a credential (Authorization, X-Api-Key, a
+            # signature...): none may reach a log line in any form.
+            redact.register_header(name, value)
+        redact.register_url(webhook["url"])
     return dataclasses.replace(
         s, models=tuple(raw["models"]) if "models" in raw else None, window=window,
         window_seconds=windows[window],

@@ -56,6 +56,10 @@ DEFAULT_MAX_SERIES = 10000
 DEFAULT_MAX_TARGETS = 1000
 #: Request headers whose values are secrets (never logged; see specwatch.common.redact).
 SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key"})
+#: ``follow_redirects`` values: same_host (default) follows redirects to the target's own
+#: scheme, host and port only; any follows every redirect but sends no configured header
+#: or credential to another origin; none follows none.
+FOLLOW_REDIRECTS = ("same_host", "any", "none")
 
 
 def _name(value: str) -> str:
@@ -81,6 +85,12 @@ TARGET_TLS_SCHEMA: dict[str, Key] = {
 HTTP_SERVER_LIMITS_SCHEMA: dict[str, Key] = {
     "max_requests_in_flight": Key(int, check=_positive_int(1), doc="503 above (default 40)"),
     "max_connections": Key(int, check=_positive_int(1), doc="open connections (512)"),
+    "max_connections_per_client": Key(int, check=_positive_int(1),
+                                      doc="open connections from one address (64)"),
+    "failed_logins_per_client": Key(int, check=_positive_int(1),
+                                    doc="failed logins from one address before 429 (10)"),
+    "failed_login_interval": Key((*_NUM, str), check=parse_duration,
+                                 doc="one more failed login allowed per interval (1s)"),
     "request_timeout": Key((*_NUM, str), check=parse_duration, doc="per request (10s)"),
     "idle_timeout": Key((*_NUM, str), check=parse_duration, doc="keep-alive idle (60s)"),
     "tls_handshake_timeout": Key((*_NUM, str), check=parse_duration, doc="(5s)"),
@@ -145,11 +155,15 @@ TARGET_SCHEMA: dict[str, Key] = {
     "timeout": Key((*_NUM, str), check=parse_duration, doc="total deadline of one poll"),
     "max_body_bytes": Key(int, check=_positive_int(1024), doc="largest page accepted"),
     "headers": Key(dict, values=Key(str), doc="extra request headers"),
+    "follow_redirects": Key(str, check=_one_of(*FOLLOW_REDIRECTS),
+                            doc="same_host (default) | any | none"),
     "auth": Key(dict, children=AUTH_SCHEMA, doc="bearer token or basic auth"),
     "params": Key(str, doc="latency-model parameters file (YAML) for the sd_predicted_* series"),
     "model_window": Key(str, doc="window whose signals feed the model (default global's, 5m)"),
     "tls": Key(dict, children=TARGET_TLS_SCHEMA, doc="CA, client certificate"),
     "max_series": Key(int, check=_positive_int(1), doc="source series kept per poll"),
+    "max_models": Key(int, check=_positive_int(1),
+                      doc="models followed at once, and vanished models remembered"),
     "controller": Key(dict, children=CONTROLLER_SCHEMA, doc="SD controller (off by default)"),
 }
 GLOBAL_SCHEMA: dict[str, Key] = {
@@ -165,6 +179,9 @@ GLOBAL_SCHEMA: dict[str, Key] = {
     "web_config": Key(str, doc="exporter-toolkit web config (TLS, basic auth)"),
     "max_targets": Key(int, check=_positive_int(1), doc="targets polled (excess dropped)"),
     "max_series": Key(int, check=_positive_int(1), doc="default of targets[].max_series"),
+    "max_models": Key(int, check=_positive_int(1), doc="default of targets[].max_models"),
+    "max_label_value_bytes": Key(int, check=_positive_int(32),
+                                 doc="longer label values from targets are cut (hash suffix)"),
     "http_server": Key(dict, children=HTTP_SERVER_LIMITS_SCHEMA, doc="HTTP server limits"),
     "parser": Key(str, check=_one_of(*PARSERS),
                   doc="fast (only the families read) | full (prometheus_client, baseline)"),
@@ -234,6 +251,7 @@ class TargetConfig:
     #: (certificate, key) paths of a client certificate, or None.
     tls_client_cert: tuple[str, str] | None = None
     max_series: int = DEFAULT_MAX_SERIES
+    follow_redirects: str = "same_host"
 
 
 @dataclass(frozen=True)
@@ -357,9 +375,10 @@ def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout:
     """Turn one validated target mapping into a TargetConfig (reads auth secrets)."""
     headers = dict(raw.get("headers", {}))
     for hname, hvalue in headers.items():
-        if hname.lower() in SECRET_HEADERS:
-            redact.register(hvalue)
-            redact.register(hvalue.partition(" ")[2])
+        # Any configured header may carry a credential (X-Api-Key, X-Auth-Token, a
+        # signature): all but the few that never do are registered for redaction.
+        redact.register_header(hname, hvalue)
+    redact.register_url(raw["url"])
     basic = None
     auth = raw.get("auth")
     if auth is not None:
@@ -382,7 +401,8 @@ def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout:
         engine=raw.get("engine", "auto"), timeout=raw.get("timeout", default_timeout),
         max_body_bytes=raw.get("max_body_bytes", default_max_body), headers=headers,
         basic_auth=basic, raw=raw, tls_verify=verify, tls_client_cert=cert,
-        max_series=raw.get("max_series", default_max_series))
+        max_series=raw.get("max_series", default_max_series),
+        follow_redirects=raw.get("follow_redirects", "same_host"))
 
 
 def load_file(path: str) -> Mapping[str, Any]:
@@ -441,8 +461,11 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
                           f"global.shard_count)")
     if shard_count > 1:
         targets = [t for t in targets if shard_of(t.name, shard_count) == shard_index]
-    if poll_interval is not None and not poll_interval > 0:
-        raise ConfigError(f"--poll-interval: expected a positive number, got {poll_interval}")
+    if poll_interval is not None:
+        try:
+            poll_interval = parse_duration(poll_interval)
+        except CheckError as exc:
+            raise ConfigError(f"--poll-interval: {exc}") from None
     windows_raw = g.get("windows")
     windows = tuple((format_duration(s), s) for s in windows_raw) if windows_raw is not None \
         else ServeConfig.__dataclass_fields__["windows"].default

@@ -85,6 +85,8 @@ def parse_file_sd(data: bytes, path: str) -> list[dict[str, Any]]:
             raise FileSDError(f"{path}: file_sd files must end in .json, .yml or .yaml")
     except (ValueError, yaml.YAMLError) as exc:
         raise FileSDError(f"{path}: not valid {ext[1:].upper()}: {exc}") from None
+    except RecursionError:
+        raise FileSDError(f"{path}: nested too deeply to be a list of target groups") from None
     if groups is None:
         return []
     if not isinstance(groups, list):

@@ -165,6 +165,26 @@ METRICS: tuple[MetricDef, ...] = (
             "negative, above 2⁵³ or listed twice with different values; its counters catch up "
             "at the next good page)"),
     MetricDef(
+        "specwatch_target_models_dropped", "counter", ("target", "reason"),
+        help="Models of the target dropped to keep the exporter's state bounded, by reason: "
+             "max_models (more models on a page than targets[].max_models; the extra ones "
+             "are not followed), vanished_limit (a vanished model forgotten before the "
+             "retention ended, oldest first).",
+        doc="models dropped to keep the exporter's state bounded: `max_models` (more models "
+            "on one page than `targets[].max_models`, default 100; the extra ones, by name "
+            "after the models already followed, are not followed; counted on each such "
+            "poll), `vanished_limit` (a vanished model forgotten before the end of the "
+            "retention, oldest first, when the remembered vanished models pass "
+            "`max_models`). The first drop of each reason is logged once"),
+    MetricDef(
+        "specwatch_target_label_values_truncated", "counter", ("target",),
+        help="Label values from the target (model names, positions) longer than "
+             "global.max_label_value_bytes, cut and suffixed with a hash of the whole value.",
+        doc="distinct label values per poll read from the target (model names, positions) "
+            "longer than `global.max_label_value_bytes` (default 256 bytes), cut and "
+            "suffixed with `~` and 12 hex digits of their SHA-256, so distinct long values "
+            "stay distinct and a series keeps its history"),
+    MetricDef(
         "specwatch_target_resets", "counter", ("target",),
         help="Polls of the target in which at least one source counter restarted (server, "
              "engine or adapter restart).",
@@ -198,11 +218,17 @@ METRICS: tuple[MetricDef, ...] = (
         "specwatch_http_requests_rejected", "counter", ("reason",),
         help="Requests and connections the HTTP server refused, by reason (in_flight_limit: "
              "503; connection_limit; timeout: request not received or not answered in time; "
-             "tls_handshake; unauthorized: 401; rate_limited: 429).",
+             "tls_handshake; unauthorized: 401; rate_limited: 429; bad_request: 400, "
+             "ambiguous framing or HTTP/0.9; auth_rate_limited: 429, too many failed logins "
+             "from the address; client_connection_limit: the address holds its share).",
         doc="requests or connections the HTTP server refused: `in_flight_limit` (503), "
             "`connection_limit`, `timeout` (request not received, or handler not done, within "
             "`request_timeout`), `tls_handshake` (failed or over `tls_handshake_timeout`, bad "
-            "client certificate), `unauthorized` (401), `rate_limited` (429)"),
+            "client certificate), `unauthorized` (401), `rate_limited` (429), `bad_request` "
+            "(400: ambiguous framing such as two `Content-Length`s or a `Transfer-Encoding`, "
+            "HTTP/0.9), `auth_rate_limited` (429: the address used up "
+            "`failed_logins_per_client`), `client_connection_limit` (the address holds "
+            "`max_connections_per_client`)"),
     MetricDef(
         "specwatch_http_requests_in_flight", "gauge", (),
         help="Requests being handled (this scrape included).",
@@ -246,16 +272,35 @@ METRICS: tuple[MetricDef, ...] = (
             "configuration is saturated"),
     MetricDef(
         "sd_model_utilization", "gauge", ("target", "model_name", "window"),
-        help="Model utilisation lambda*C2 of the running SD configuration: 1 is saturation "
-             "(may exceed 1: then sd_model_valid is 0).",
-        doc="λ · C2 of the running SD configuration (1 = saturation; can exceed 1, then "
-            "`sd_model_valid` is 0); present whenever the inputs are"),
+        help="Model utilisation lambda/lambda_max of the running SD configuration (lambda*C2 "
+             "in the linear model): 1 is saturation (may exceed 1: then sd_model_valid is 0).",
+        doc="λ/λ_max of the running SD configuration (λ · C2 in the linear model; 1 = "
+            "saturation; can exceed 1, then `sd_model_valid` is 0); present whenever the "
+            "inputs are"),
     MetricDef(
-        "sd_model_valid", "gauge", ("target", "model_name", "window"),
-        help="1 when every model input is present and both systems are below the validity "
-             "ceiling, else 0 (then speedup and latencies are absent).",
-        doc="1 when every input is present and both systems are below the validity ceiling "
-            "(`max_utilization`, default 0.9), else 0"),
+        "sd_model_valid", "gauge", ("target", "model_name", "window", "reason"),
+        help="1 when every model input is present, both systems are below the validity "
+             "ceiling, the load is inside the calibrated range and the server is not "
+             "queueing, else 0 with reason (then speedup and latencies are absent).",
+        doc="1 (`reason=\"\"`) when every input is present, both systems are below the "
+            "validity ceiling (`max_utilization`, default 0.9), the load is inside the "
+            "parameters file's calibrated range and the server is not queueing; else 0 with "
+            "`reason` = `saturated`, `above_utilization_ceiling`, `beyond_calibrated_load`, "
+            "`extrapolated_k`, `queueing` (waiting requests in the latest poll), "
+            "`missing_input` or `invalid_input`"),
+    MetricDef(
+        "sd_model_latency_error_ratio", "gauge", ("target", "model_name", "window"),
+        help="Predicted mean latency at the observed load over the measured mean latency of "
+             "the window, minus 1 (signed; present when both exist). Sustained |error| means "
+             "the calibration no longer describes the server.",
+        doc="predicted mean latency at the observed load over the measured mean latency of "
+            "the window, minus 1 (signed); present when both exist; alert `SDModelDrift`"),
+    MetricDef(
+        "sd_model_provenance_mismatch", "gauge", ("target", "model_name", "window", "field"),
+        help="1 when a provenance field of the parameters file (field=model) contradicts "
+             "what the target exposes.",
+        doc="1 when the parameters file's `provenance.<field>` (today: `model`) contradicts "
+            "the target's `model_name`; also logged once"),
     MetricDef(
         "specwatch_model_configured", "gauge", ("target",),
         help="1 when the target's configuration names a latency-model parameters file, else 0.",
@@ -291,6 +336,16 @@ METRICS: tuple[MetricDef, ...] = (
              "server did not report the requested configuration within pending_timeout_seconds.",
         doc="decisions that did not take effect: delivery failed after its retries, or the "
             "server did not report the switch within `pending_timeout_seconds`"),
+    MetricDef(
+        "sd_controller_models_dropped", "counter", ("target", "reason"),
+        help="Models the controller of a target forgot, by reason: retention (gone from the "
+             "page for longer than the exporter keeps history), limit (more than 100 models "
+             "at once; least recently seen first), vanished_limit or target_removed (the "
+             "exporter forgot the model for that reason, so the controller did too).",
+        doc="models the controller of a target forgot: `retention` (gone from the page longer "
+            "than the exporter keeps history), `limit` (more than 100 models at once; least "
+            "recently seen first), `vanished_limit` / `target_removed` (the exporter forgot "
+            "the model for that reason, so the controller did too)"),
     MetricDef(
         "sd_switch_latency_ratio", "gauge",
         ("target", "model_name", "action", "latency", "percentile"),

@@ -3,10 +3,13 @@
 Why each rule:
 
 * **Total deadline per poll** (connect + headers + body): ``requests`` timeouts apply per
-  socket operation, so a server trickling one byte a second would never time out. The body
-  is read with ``read1`` (at most one ``recv`` per call) and the socket timeout is lowered
-  to the time left before every read, so a poll never outlives its deadline by more than
-  scheduling noise.
+  socket operation, so a server trickling one byte a second (or one header line every half
+  second) would never time out. Every socket a poll opens or reuses is registered with a
+  :class:`_Guard`; one watchdog thread shuts the sockets of a poll down at its deadline
+  (``recv`` then returns at once, wherever the poll is: headers, TLS handshake, body), and
+  :meth:`Poller.stop` does the same to every poll in flight, so shutdown never waits for a
+  target. The body is also read with ``read1`` and the socket timeout lowered to the time
+  left before every read.
 * **Maximum body size**: a runaway page (LoRA label explosion, a misrouted URL serving a
   file) is cut off and counted as ``too_large`` instead of filling memory. The body is
   requested with ``Accept-Encoding: identity``; a server that compresses anyway is
@@ -23,6 +26,12 @@ Why each rule:
   never piles load on a struggling inference server, and a slow target never delays the
   others (each has its own worker).
 * Secrets (bearer tokens, passwords) go into the session only; they are never logged.
+* **Redirects** are followed here, per ``follow_redirects`` (same_host by default), never
+  with a configured header or credential to another scheme, host or port.
+
+Size: one module because the deadline guard, the redirect rules and the body limits all act
+on one request of one poll; the scheduler is the rest and shares the guard (stop() cuts the
+polls in flight short).
 """
 
 from __future__ import annotations
@@ -31,16 +40,22 @@ import contextlib
 import heapq
 import logging
 import math
+import socket
 import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 import requests
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from specwatch import __version__
+from specwatch.common import redact
 from specwatch.exporter.pipeline import PollResult
 
 log = logging.getLogger(__name__)
@@ -59,6 +74,8 @@ class PollTarget:
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
     verify: bool | str = True
     cert: tuple[str, str] | None = None
+    #: same_host | any | none (see :func:`_fetch`).
+    follow_redirects: str = "same_host"
 
 
 #: Redirects followed per poll (a loop must not eat the deadline).
@@ -73,6 +90,116 @@ class PollError(Exception):
         self.reason = reason
 
 
+class _Guard:
+    """The sockets of one poll and its deadline; :meth:`fire` shuts them down."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.fired = False
+        self.done = False
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.append(sock)
+            fired = self.fired
+        if fired:
+            _shutdown(sock)
+
+    def fire(self) -> None:
+        with self._lock:
+            if self.done or self.fired:
+                return
+            self.fired = True
+            socks = list(self._socks)
+        for sock in socks:
+            _shutdown(sock)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # The plain socket's shutdown even for an SSLSocket: SSLSocket.shutdown drops its SSL
+    # object, which the reading thread may be using.
+    with contextlib.suppress(OSError, ValueError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _Watchdog:
+    """One thread for every poll's deadline: fires each :class:`_Guard` when due."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, _Guard]] = []
+        self._count = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, guard: _Guard) -> None:
+        with self._cond:
+            self._count += 1
+            heapq.heappush(self._heap, (guard.deadline, self._count, guard))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="specwatch-deadline")
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                deadline, _, guard = self._heap[0]
+                left = deadline - time.monotonic()
+                if left > 0 and not guard.done:
+                    self._cond.wait(left)
+                    continue
+                heapq.heappop(self._heap)
+            if not guard.done:
+                guard.fire()
+
+
+_WATCHDOG = _Watchdog()
+_current = threading.local()
+
+
+def _watch(sock: socket.socket | None) -> None:
+    guard = getattr(_current, "guard", None)
+    if guard is not None and sock is not None:
+        guard.watch(sock)
+
+
+class _GuardedHTTPConnection(HTTPConnection):
+    """Registers its socket with the poll running in this thread (new or reused)."""
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        _watch(sock)
+        return sock
+
+    def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        _watch(self.sock)
+        super().request(*args, **kwargs)
+
+
+class _GuardedHTTPSConnection(HTTPSConnection):
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        _watch(sock)
+        return sock
+
+    def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        _watch(self.sock)
+        super().request(*args, **kwargs)
+
+
+class _GuardedHTTPPool(HTTPConnectionPool):
+    ConnectionCls = _GuardedHTTPConnection
+
+
+class _GuardedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _GuardedHTTPSConnection
+
+
 def _set_socket_timeout(raw: object, seconds: float) -> None:
     """Lower the read timeout of the response's socket (best effort: urllib3 internals)."""
     conn = getattr(raw, "_connection", None)
@@ -83,12 +210,29 @@ def _set_socket_timeout(raw: object, seconds: float) -> None:
 
 
 def fetch(session: requests.Session, target: PollTarget,
-          monotonic: Callable[[], float] = time.monotonic) -> str:
-    """GET the target's page within its deadline and size cap; raise PollError otherwise."""
+          monotonic: Callable[[], float] = time.monotonic,
+          guard: _Guard | None = None) -> str:
+    """GET the target's page within its deadline and size cap; raise PollError otherwise.
+
+    ``guard`` (made here when not given) holds the poll's sockets: the watchdog shuts them
+    down at the deadline whatever the server does, and :meth:`Poller.stop` at once."""
     deadline = monotonic() + target.timeout_seconds
-    headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
-               "Accept-Encoding": "identity",
-               "User-Agent": f"specwatch/{__version__}", **target.headers}
+    if guard is None:
+        guard = _Guard(time.monotonic() + target.timeout_seconds)
+    _current.guard = guard
+    _WATCHDOG.add(guard)
+    try:
+        return _fetch(session, target, monotonic, deadline, guard)
+    finally:
+        guard.done = True
+        _current.guard = None
+
+
+def _fetch(session: requests.Session, target: PollTarget, monotonic: Callable[[], float],
+           deadline: float, guard: _Guard) -> str:
+    base_headers = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1",
+                    "Accept-Encoding": "identity",
+                    "User-Agent": f"specwatch/{__version__}"}
     try:
         verify = target.verify
         if verify is True:  # the environment's CA bundle, as requests itself would use
@@ -96,17 +240,45 @@ def fetch(session: requests.Session, target: PollTarget,
         prepared = getattr(session, "prepared", None)
         if prepared is None:
             prepared = session.prepare_request(requests.Request(
-                "GET", target.url, headers=headers, auth=target.basic_auth))
+                "GET", target.url, headers={**base_headers, **target.headers},
+                auth=target.basic_auth))
             if isinstance(session, _TargetSession):
                 session.prepared = prepared
-        resp = session.send(prepared.copy(), stream=True, allow_redirects=True,
-                            timeout=(target.timeout_seconds, target.timeout_seconds),
-                            verify=verify, cert=target.cert)
+        request = prepared.copy()
+        # Redirects are followed here, not by requests: requests only drops Authorization
+        # and Cookie on a cross-host redirect, so an X-Api-Key would follow a redirect
+        # anywhere. same_host (default): only to the target's own scheme, host and port,
+        # with its headers; any: also elsewhere, with none of the configured headers or
+        # credentials; none: a redirect is an error.
+        home = _origin(target.url)
+        for hop in range(MAX_REDIRECTS + 1):
+            left = max(deadline - monotonic(), 0.001)
+            resp = session.send(request, stream=True, allow_redirects=False,
+                                timeout=(left, left), verify=verify, cert=target.cert)
+            if not resp.is_redirect:
+                break
+            status = resp.status_code
+            location = urljoin(resp.url or target.url, resp.headers.get("location", ""))
+            resp.close()
+            same = _origin(location) == home
+            if target.follow_redirects == "none" or (
+                    not same and target.follow_redirects == "same_host"):
+                where = "to its own origin" if same else "to another scheme, host or port"
+                raise PollError("http_status", f"HTTP {status}: redirect {where} not followed "
+                                               f"(follow_redirects: {target.follow_redirects})")
+            if hop == MAX_REDIRECTS:
+                raise PollError("connection", f"more than {MAX_REDIRECTS} redirects")
+            request = session.prepare_request(requests.Request(
+                "GET", location,
+                headers={**base_headers, **target.headers} if same else base_headers,
+                auth=target.basic_auth if same else None))
     except requests.exceptions.Timeout as exc:
         raise PollError("timeout", f"no response within {target.timeout_seconds:g}s") from exc
-    except requests.exceptions.SSLError as exc:
-        raise PollError("tls", "TLS: " + _tls_reason(exc)) from exc
     except requests.exceptions.RequestException as exc:
+        if guard.fired:
+            raise _deadline_error(target, "no complete response") from exc
+        if isinstance(exc, requests.exceptions.SSLError):
+            raise PollError("tls", "TLS: " + _tls_reason(exc)) from exc
         raise PollError("connection", type(exc).__name__ + ": " + _short(exc)) from exc
     with resp:
         if resp.status_code != 200:
@@ -159,10 +331,14 @@ def fetch(session: requests.Session, target: PollTarget,
         except zlib.error as exc:
             raise PollError("parse", f"corrupt {encoding} body: {exc}") from exc
         except Exception as exc:  # socket timeout, reset, short body (urllib3 ProtocolError)
-            if "timed out" in str(exc).lower() or isinstance(exc, TimeoutError):
+            if guard.fired or "timed out" in str(exc).lower() or isinstance(exc, TimeoutError):
                 raise PollError("timeout", f"body not complete within "
                                   f"{target.timeout_seconds:g}s") from exc
             raise PollError("connection", type(exc).__name__ + ": " + _short(exc)) from exc
+    if guard.fired:
+        # Shut down at the deadline: what was read (even a "complete" response: http.client
+        # takes end-of-file for the end of the headers) is cut short, never a page.
+        raise _deadline_error(target, "no complete response")
     body = b"".join(chunks)
     try:
         return body.decode("utf-8")
@@ -171,9 +347,25 @@ def fetch(session: requests.Session, target: PollTarget,
             from exc
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
+def _deadline_error(target: PollTarget, what: str) -> PollError:
+    return PollError("timeout", f"{what} within {target.timeout_seconds:g}s (total deadline: "
+                                f"connect, headers and body)")
+
+
 def _tls_reason(exc: BaseException) -> str:
     """The OpenSSL reason of a TLS failure (e.g. CERTIFICATE_VERIFY_FAILED), not the URL."""
-    text = str(exc)
+    text = redact.redact(str(exc))
     for marker in ("certificate verify failed", "CERTIFICATE_VERIFY_FAILED", "hostname",
                    "wrong version number", "tlsv1 alert", "sslv3 alert", "handshake"):
         i = text.find(marker)
@@ -184,7 +376,8 @@ def _tls_reason(exc: BaseException) -> str:
 
 
 def _short(exc: BaseException, limit: int = 200) -> str:
-    text = str(exc)
+    # Redacted before it is cut: an exception may quote a header value or the URL.
+    text = redact.redact(str(exc))
     return text if len(text) <= limit else text[:limit] + "..."
 
 
@@ -201,6 +394,11 @@ class _TargetSession(requests.Session):
     def __init__(self, url: str) -> None:
         super().__init__()
         self.max_redirects = MAX_REDIRECTS
+        adapter = requests.adapters.HTTPAdapter()
+        adapter.poolmanager.pool_classes_by_scheme = {"http": _GuardedHTTPPool,
+                                                      "https": _GuardedHTTPSPool}
+        self.mount("http://", adapter)
+        self.mount("https://", adapter)
         env = self.merge_environment_settings(url, {}, None, None, None)
         self.trust_env = False
         self.proxies.update(env.get("proxies") or {})
@@ -249,6 +447,7 @@ class Poller:
         self._sessions: dict[str, requests.Session] = {}
         self._inflight: dict[str, Future[PollResult | None]] = {}
         self._retired: list[tuple[str, requests.Session]] = []
+        self._guards: set[_Guard] = set()  # polls in flight (stop() cuts them short)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -294,12 +493,20 @@ class Poller:
         started_wall = self.clock()
         t0 = time.monotonic()
         body, reason, message = None, None, ""
+        guard = _Guard(t0 + target.timeout_seconds)
+        with self._lock:
+            self._guards.add(guard)
+        if self._stop.is_set():
+            guard.fire()
         try:
-            body = fetch(session, target)
+            body = fetch(session, target, guard=guard)
         except PollError as exc:
             reason, message = exc.reason, str(exc)
         except Exception as exc:  # never let a poll kill its worker
             reason, message = "connection", f"{type(exc).__name__}: {_short(exc)}"
+        finally:
+            with self._lock:
+                self._guards.discard(guard)
         duration = time.monotonic() - t0
         result = PollResult(target=name, started=started_wall, finished=self.clock(),
                             duration_seconds=duration, body=body, error_reason=reason,
@@ -324,9 +531,14 @@ class Poller:
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop scheduling, wait for polls in flight (each ends within its deadline)."""
+        """Stop scheduling, cut the polls in flight short (their sockets are shut down, so
+        none waits for its deadline) and wait for them to return."""
         self._stop.set()
         self._wake.set()
+        with self._lock:
+            guards = list(self._guards)
+        for g in guards:
+            g.fire()
         if self._thread is not None:
             self._thread.join(timeout)
         self._executor.shutdown(wait=True, cancel_futures=True)

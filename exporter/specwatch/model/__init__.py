@@ -30,6 +30,7 @@ from specwatch.model.closed_form import (
     acceptance_length_from_alpha,
     acceptance_length_from_profile,
     alpha_from_acceptance_length,
+    batch_latency,
     breakeven,
     breakeven_arrival_rate,
     breakeven_from_costs,
@@ -43,6 +44,7 @@ from specwatch.model.closed_form import (
     reason_text,
     solve_moe_latency,
     speedup,
+    throughput_ceiling,
 )
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "acceptance_length_from_alpha",
     "acceptance_length_from_profile",
     "alpha_from_acceptance_length",
+    "batch_latency",
     "breakeven",
     "breakeven_arrival_rate",
     "breakeven_from_costs",
@@ -74,4 +77,5 @@ __all__ = [
     "reason_text",
     "solve_moe_latency",
     "speedup",
+    "throughput_ceiling",
 ]

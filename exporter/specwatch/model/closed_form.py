@@ -22,23 +22,44 @@ form; `solve_moe_latency` brackets the smallest fixed point and bisects a fixed 
 times, so it always terminates and says when it did not converge or when no stable operating
 point exists.
 
-Size: the closed forms for one system, both systems, break-even and the best draft length
-share private solvers (the fixed point, the MoE bracket); they are one derivation and are
-read together with the model document.
+Layout: the coefficients (`coefficients`), acceptance (`acceptance`), the MoE solver (`moe`)
+and the saturation regime's fixed point (`saturation`) live in their own modules; this one
+holds the per-system latency, both systems, break-even and the best draft length, and
+re-exports the rest so `specwatch.model.closed_form` stays the one import.
+
+Size: just over 600 lines: latency, break-even (closed and numeric) and the best draft
+length share the input checks and the per-system dispatch (linear closed form, saturation
+bisection, MoE solver); they are one derivation, read with docs/model.md.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import IntEnum
-from typing import Union
 
 import numpy as np
+
+from specwatch.model import saturation as _saturation
+from specwatch.model.acceptance import (
+    E_TOLERANCE,
+    acceptance_length_from_alpha,
+    acceptance_length_from_profile,
+    alpha_from_acceptance_length,
+    extend_profile,
+)
+from specwatch.model.coefficients import (
+    ArrayLike,
+    Coefficients,
+    ExpertCoefficients,
+    Model,
+    MoECoefficients,
+)
+from specwatch.model.moe import MOE_RESIDUAL_TOLERANCE, MoESolution, solve_moe_latency
 
 __all__ = [
     "DEFAULT_K_MAX",
     "DEFAULT_MAX_UTILIZATION",
+    "MOE_RESIDUAL_TOLERANCE",
     "BreakEven",
     "BreakEvenKind",
     "Coefficients",
@@ -52,6 +73,7 @@ __all__ = [
     "acceptance_length_from_alpha",
     "acceptance_length_from_profile",
     "alpha_from_acceptance_length",
+    "batch_latency",
     "breakeven",
     "breakeven_arrival_rate",
     "breakeven_from_costs",
@@ -65,20 +87,12 @@ __all__ = [
     "reason_text",
     "solve_moe_latency",
     "speedup",
+    "throughput_ceiling",
 ]
 
 DEFAULT_MAX_UTILIZATION = 0.9
 DEFAULT_K_MAX = 8
-# Acceptance lengths measured live carry rounding noise; accept E this far outside [1, k+1].
-_E_TOLERANCE = 1e-9
-# MoE solver: grid points used to bracket the smallest fixed point, bisection steps, and the
-# relative residual |L − G(L)| / L below which a solution counts as converged.
-_MOE_GRID = 64
-_MOE_BISECTIONS = 100
-_MOE_PRE_ITERATIONS = 8
-MOE_RESIDUAL_TOLERANCE = 1e-9
-
-ArrayLike = Union[float, int, np.ndarray, "list[float]"]
+_E_TOLERANCE = E_TOLERANCE
 
 
 class Reason(IntEnum):
@@ -115,173 +129,9 @@ def reason_text(reason: int) -> str:
     return _REASON_TEXT[Reason(int(reason))]
 
 
-# --------------------------------------------------------------------------- coefficients
-
-
-def _check_seconds(owner: object) -> None:
-    for f in fields(owner):  # type: ignore[arg-type]
-        value = getattr(owner, f.name)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise TypeError(f"{f.name}: expected a number of seconds, got {value!r}")
-        if not math.isfinite(value) or value < 0:
-            raise ValueError(f"{f.name}: expected a non-negative number of seconds, got {value}")
-
-
-@dataclass(frozen=True)
-class Coefficients:
-    """Per-deployment costs in seconds, all >= 0 (what calibration fits).
-
-    a_* are load-independent, b_* are per request in flight. Prefill (p) is paid once per
-    request, verify (v) once per verify cycle, draft (d) once per draft token. Effective
-    b_v = b_v + b_v_context·(p + g/2): the KV-cache traffic of a verify pass grows with the
-    mean context length over a request's life.
-    """
-
-    a_p: float
-    b_p: float
-    a_v: float
-    b_v: float
-    a_d: float
-    b_d: float
-    b_v_context: float = 0.0
-
-    def __post_init__(self) -> None:
-        _check_seconds(self)
-
-
-@dataclass(frozen=True)
-class ExpertCoefficients:
-    """The expert part s of an MoE verifier's prefill and verify costs, in seconds, >= 0.
-
-    Only a fraction φ of it is paid: the share of experts the routed tokens touch.
-    """
-
-    a_p: float
-    b_p: float
-    a_v: float
-    b_v: float
-
-    def __post_init__(self) -> None:
-        _check_seconds(self)
-
-
-@dataclass(frozen=True)
-class MoECoefficients:
-    """An MoE verifier: `dense` is the dense part u (drafter included), `expert` the part s."""
-
-    dense: Coefficients
-    expert: ExpertCoefficients
-    experts: int
-    active_experts: int
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.experts, int) and self.experts >= 1):
-            raise ValueError(f"experts: expected an integer >= 1, got {self.experts!r}")
-        if not (
-            isinstance(self.active_experts, int) and 1 <= self.active_experts <= self.experts
-        ):
-            raise ValueError(
-                f"active_experts: expected an integer in [1, experts={self.experts}], "
-                f"got {self.active_experts!r}"
-            )
-
-    @property
-    def untouched_share(self) -> float:
-        """1 − m/M: the probability one routed token misses a given expert."""
-        return 1.0 - self.active_experts / self.experts
-
-    def expert_share(self, tokens: ArrayLike) -> np.ndarray:
-        """φ(T) = 1 − (1 − m/M)^T: expected share of experts T routed tokens touch."""
-        t = np.asarray(tokens, dtype=float)
-        keep = self.untouched_share
-        if keep == 0.0:
-            return np.where(t > 0, 1.0, 0.0)
-        with np.errstate(invalid="ignore"):
-            return -np.expm1(t * math.log(keep))
-
-
-Model = Coefficients | MoECoefficients
-
 
 def _dense(coef: Model) -> Coefficients:
     return coef.dense if isinstance(coef, MoECoefficients) else coef
-
-
-# --------------------------------------------------------------------------- acceptance
-
-
-def acceptance_length_from_alpha(alpha: ArrayLike, k: ArrayLike) -> np.ndarray:
-    """E(α, k) = (1 − α^(k+1)) / (1 − α) = Σ_{i=0..k} α^i (i.i.d. acceptance, bonus token in).
-
-    Written with expm1/log so it stays accurate as α → 1 (where it tends to k + 1). NaN where
-    α is outside [0, 1) or k is negative/non-finite.
-    """
-    a, kk = np.broadcast_arrays(np.asarray(alpha, dtype=float), np.asarray(k, dtype=float))
-    ok = np.isfinite(a) & (a >= 0) & (a < 1) & np.isfinite(kk) & (kk >= 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        e = -np.expm1((kk + 1.0) * np.log(a)) / (1.0 - a)
-    e = np.where(a == 0, 1.0, e)
-    return np.where(ok, e, np.nan)
-
-
-def alpha_from_acceptance_length(e: ArrayLike, k: ArrayLike, iterations: int = 64) -> np.ndarray:
-    """Invert E(α, k) for α by vectorised bisection (E is increasing in α on [0, 1)).
-
-    E = 1 gives α = 0; E = k + 1 (every draft accepted) gives the limit α = 1. NaN when k = 0
-    (α is not identifiable without drafts) or E is outside [1, k + 1]. 64 halvings of [0, 1]
-    reach float resolution.
-    """
-    ee, kk = np.broadcast_arrays(np.asarray(e, dtype=float), np.asarray(k, dtype=float))
-    ok = (
-        np.isfinite(ee)
-        & np.isfinite(kk)
-        & (kk > 0)
-        & (ee >= 1 - _E_TOLERANCE)
-        & (ee <= kk + 1 + _E_TOLERANCE)
-    )
-    target = np.clip(ee, 1.0, kk + 1.0)
-    lo = np.zeros(ee.shape)
-    hi = np.ones(ee.shape)
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        below = acceptance_length_from_alpha(mid, np.where(ok, kk, 1.0)) < target
-        lo = np.where(below, mid, lo)
-        hi = np.where(below, hi, mid)
-    alpha = 0.5 * (lo + hi)
-    alpha = np.where(target <= 1.0, 0.0, alpha)
-    alpha = np.where(target >= kk + 1.0, 1.0, alpha)
-    return np.where(ok, alpha, np.nan)
-
-
-def acceptance_length_from_profile(profile: ArrayLike, k: ArrayLike) -> np.ndarray:
-    """E(k) = 1 + Σ_{i<k} profile[i], profile[i] = P(first i+1 drafts accepted).
-
-    Per-position acceptance usually decays, so this is the honest alternative to i.i.d.
-    extrapolation. NaN where k is not an integer in [0, len(profile)].
-    """
-    prof = np.asarray(profile, dtype=float).ravel()
-    cum = np.concatenate([[0.0], np.cumsum(prof)])
-    kk = np.asarray(k, dtype=float)
-    ok = np.isfinite(kk) & (kk >= 0) & (kk <= prof.size) & (kk == np.round(kk))
-    idx = np.where(ok, kk, 0).astype(int)
-    return np.where(ok, 1.0 + cum[idx], np.nan)
-
-
-def extend_profile(profile: ArrayLike, k_max: int) -> np.ndarray:
-    """A per-position profile made non-increasing and extended to k_max positions.
-
-    Measured per-position rates can wobble upwards by counter noise; P(first i+1 accepted)
-    cannot, so a running minimum restores it. Positions past the measured ones (a larger k
-    than the one running) are extrapolated geometrically with the last measured conditional
-    acceptance p[-1]/p[-2] (p[0] with one position): the i.i.d. assumption applied to the
-    tail only, which keeps the measured decay where it is known.
-    """
-    prof = np.minimum.accumulate(np.clip(np.asarray(profile, dtype=float).ravel(), 0.0, 1.0))
-    if prof.size == 0 or prof.size >= k_max:
-        return prof[:k_max]
-    ratio = prof[-1] / prof[-2] if prof.size >= 2 and prof[-2] > 0 else prof[0]
-    tail = prof[-1] * ratio ** np.arange(1, k_max - prof.size + 1)
-    return np.concatenate([prof, tail])
 
 
 # --------------------------------------------------------------------------- cost terms
@@ -315,135 +165,6 @@ def moe_cost_terms(
     c1_s = coef.expert.a_p + cycles * coef.expert.a_v
     c2_s = coef.expert.b_p + cycles * coef.expert.b_v
     return c1_u, c2_u, c1_s, c2_s
-
-
-# --------------------------------------------------------------------------- MoE solver
-
-
-@dataclass(frozen=True)
-class MoESolution:
-    """Result of `solve_moe_latency` (arrays). latency is NaN unless converged."""
-
-    latency: np.ndarray
-    utilization: np.ndarray  # λ·(C2_u + φ·C2_s) at the solution; λ·(C2_u + C2_s) if saturated
-    residual: np.ndarray  # |L − G(L)| / L at the returned point (NaN when saturated)
-    converged: np.ndarray
-    saturated: np.ndarray
-    expert_share: np.ndarray  # φ(T) at the solution
-
-
-def solve_moe_latency(
-    coef: MoECoefficients,
-    arrival_rate: ArrayLike,
-    tokens_per_request: ArrayLike,
-    c1_u: ArrayLike,
-    c2_u: ArrayLike,
-    c1_s: ArrayLike,
-    c2_s: ArrayLike,
-) -> MoESolution:
-    """Smallest fixed point of L = G(L) = (C1_u + φ(T)·C1_s) / (1 − λ(C2_u + φ(T)·C2_s)).
-
-    T = λ·L·tokens_per_request (k + 1 with SD, 1 without) is the number of tokens routed per
-    step. G is increasing in L, so G^n(0) are lower bounds on the smallest fixed point (the
-    one a system reaches from empty) and any L with G(L) <= L is an upper bound. When
-    λ(C2_u + C2_s) < 1 the bound (C1_u + C1_s) / (1 − λ(C2_u + C2_s)) always brackets a root;
-    otherwise G has a pole where the denominator reaches 0 and there may be no fixed point
-    below it: that is saturation. A fixed grid scan finds the first sign change, and a fixed
-    number of bisections refines it, so the solver always terminates.
-    """
-    lam, tpr, c1u, c2u, c1s, c2s = np.broadcast_arrays(
-        *(np.asarray(x, dtype=float) for x in (arrival_rate, tokens_per_request, c1_u, c2_u,
-                                               c1_s, c2_s))
-    )
-    shape = lam.shape
-    lam, tpr, c1u, c2u, c1s, c2s = (x.ravel() for x in (lam, tpr, c1u, c2u, c1s, c2s))
-    n = lam.size
-
-    def g_of(x: np.ndarray, sel: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """G(L) with +inf past the pole; x broadcasts against the selected rows (+ grid axis)."""
-        lam_, tpr_ = lam[sel], tpr[sel]
-        c1u_, c2u_, c1s_, c2s_ = c1u[sel], c2u[sel], c1s[sel], c2s[sel]
-        if x.ndim == 2:
-            lam_, tpr_, c1u_, c2u_, c1s_, c2s_ = (
-                v[:, None] for v in (lam_, tpr_, c1u_, c2u_, c1s_, c2s_)
-            )
-        phi = coef.expert_share(lam_ * x * tpr_)
-        den = 1.0 - lam_ * (c2u_ + phi * c2s_)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            val = (c1u_ + phi * c1s_) / den
-        return np.where(den > 0, val, np.inf)
-
-    latency = np.full(n, np.nan)
-    residual = np.full(n, np.nan)
-    converged = np.zeros(n, dtype=bool)
-    saturated = np.zeros(n, dtype=bool)
-
-    # Lower bound by monotone iteration from the empty system.
-    lo = g_of(np.zeros(n))
-    for _ in range(_MOE_PRE_ITERATIONS):
-        lo = np.where(np.isfinite(lo), g_of(np.where(np.isfinite(lo), lo, 0.0)), lo)
-    # G^n(0) = inf means no fixed point exists (it would bound every iterate from above).
-    saturated |= ~np.isfinite(lo)
-
-    rho_max = lam * (c2u + c2s)
-    bounded = rho_max < 1.0
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        hi_bounded = (c1u + c1s) / (1.0 - rho_max)
-        phi_pole = (1.0 - lam * c2u) / (lam * c2s)
-        keep = coef.untouched_share
-        if keep == 0.0:
-            t_pole = np.zeros(n)
-        else:
-            t_pole = np.log1p(-np.clip(phi_pole, 0.0, 1.0)) / math.log(keep)
-        l_pole = t_pole / (lam * tpr) * (1.0 - 1e-12)
-    hi = np.where(bounded, hi_bounded, l_pole)
-
-    todo = ~saturated & np.isfinite(lo)
-    # lo may already be (numerically) the fixed point: then there is nothing to bracket.
-    at_root = np.zeros(n, dtype=bool)
-    at_root[todo] = g_of(lo[todo], np.flatnonzero(todo)) <= lo[todo]
-    idx = np.flatnonzero(todo & ~at_root)
-    a = lo.copy()
-    b = lo.copy()
-    if idx.size:
-        lo_i, hi_i = lo[idx], np.maximum(hi[idx], lo[idx])
-        s = (np.arange(1, _MOE_GRID + 1) / _MOE_GRID) ** 2  # dense near lo, where the root is
-        grid = lo_i[:, None] + (hi_i - lo_i)[:, None] * s[None, :]
-        h = grid - g_of(grid, idx)
-        ge = h >= 0
-        found = ge.any(axis=1)
-        first = np.argmax(ge, axis=1)
-        left = np.where(first > 0, grid[np.arange(idx.size), first - 1], lo_i)
-        right = grid[np.arange(idx.size), first]
-        saturated[idx[~found]] = True
-        fidx = idx[found]
-        a_f, b_f = left[found], right[found]
-        for _ in range(_MOE_BISECTIONS):
-            mid = 0.5 * (a_f + b_f)
-            pos = mid - g_of(mid, fidx) >= 0
-            a_f = np.where(pos, a_f, mid)
-            b_f = np.where(pos, mid, b_f)
-        a[fidx], b[fidx] = a_f, b_f
-    solved = todo & ~saturated
-    # The upper end keeps G(L) <= L, i.e. the point is on the stable side of the root.
-    cand = np.where(at_root, lo, b)
-    g_cand = np.full(n, np.nan)
-    if solved.any():
-        g_cand[solved] = g_of(cand[solved], np.flatnonzero(solved))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        residual = np.where(solved, np.abs(cand - g_cand) / cand, np.nan)
-    converged = solved & (residual < MOE_RESIDUAL_TOLERANCE)
-    latency = np.where(converged & (cand > 0) & np.isfinite(cand), cand, np.nan)
-    phi = coef.expert_share(lam * np.where(solved, cand, 0.0) * tpr)
-    util = np.where(solved, lam * (c2u + phi * c2s), rho_max)
-    return MoESolution(
-        latency=latency.reshape(shape),
-        utilization=util.reshape(shape),
-        residual=residual.reshape(shape),
-        converged=converged.reshape(shape),
-        saturated=saturated.reshape(shape),
-        expert_share=np.where(solved, phi, np.nan).reshape(shape),
-    )
 
 
 # --------------------------------------------------------------------------- one system
@@ -500,7 +221,12 @@ def latency(
     g: ArrayLike,
     max_utilization: float = DEFAULT_MAX_UTILIZATION,
 ) -> SystemLatency:
-    """L = C1 / (1 − λ·C2) for one system (k = 0, E = 1 is no SD); MoE via the φ solver."""
+    """L = C1 / (1 − λ·C2) for one system (k = 0, E = 1 is no SD); MoE via the φ solver.
+
+    With saturation terms (`Coefficients.saturates`) the fixed point B = λ·L(B) of the
+    roofline form is found by bracketed bisection (`specwatch.model.saturation`), and the
+    utilisation is λ/λ_max, λ_max the system's throughput ceiling (λ·C2 in the linear case).
+    """
     ceiling = _validate_ceiling(max_utilization)
     lam, kk, ee, pp, gg = (np.asarray(x, dtype=float) for x in (arrival_rate, k, e, p, g))
     reason = _input_reason(lam, kk, ee, pp, gg)
@@ -521,9 +247,16 @@ def latency(
             c1 = c1u
         else:
             c1, c2 = cost_terms(coef, kk, ee, pp, gg)
-            util = np.broadcast_to(lam * c2, reason.shape)
-            saturated = util >= 1.0
-            lat = c1 / (1.0 - util)
+            if coef.saturates:
+                lat, util, saturated = _saturation.fixed_point(
+                    lam, c1, c2, gg / ee, kk, coef.c_v, coef.knee_v, coef.c_d, coef.knee_d,
+                    coef.capacity(pp, gg),
+                )
+                util = np.broadcast_to(util, reason.shape)
+            else:
+                util = np.broadcast_to(lam * c2, reason.shape)
+                saturated = util >= 1.0
+                lat = c1 / (1.0 - util)
             not_conv = None
     free = reason == Reason.OK
     np.copyto(reason, np.int8(Reason.ABOVE_CEILING), where=free & (util > ceiling))
@@ -620,8 +353,8 @@ def breakeven(
     kept only when it lies below saturation of both systems. MoE models have no closed form:
     the crossing is found numerically along λ.
     """
-    if isinstance(coef, MoECoefficients):
-        return _moe_breakeven(coef, k, e, p, g)
+    if isinstance(coef, MoECoefficients) or coef.saturates:
+        return _numeric_breakeven(coef, k, e, p, g)
     kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
     reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
     ok = reason == Reason.OK
@@ -680,6 +413,36 @@ def breakeven_from_costs(
     return BreakEven(rate=rate, kind=kind.astype(np.int8))
 
 
+def batch_latency(
+    coef: Coefficients, in_flight: ArrayLike, k: ArrayLike, e: ArrayLike, p: ArrayLike,
+    g: ArrayLike,
+) -> np.ndarray:
+    """L(B): mean latency (s) with B requests in flight, before the fixed point B = λ·L.
+
+    What a closed-loop benchmark measures directly (it fixes B, Little's law gives λ = B/L),
+    so calibration judges the fit with it over the whole load range, past the throughput
+    peak included. Linear model: C1 + C2·B; the saturation regime adds the knee terms.
+    """
+    if isinstance(coef, MoECoefficients):
+        raise TypeError("batch_latency prices a dense model")
+    kk, ee, pp, gg, bb = (np.asarray(x, dtype=float) for x in (k, e, p, g, in_flight))
+    c1, c2 = cost_terms(coef, kk, ee, pp, gg)
+    return _saturation.batch_latency(bb, c1, c2, gg / ee, kk, coef.c_v, coef.knee_v, coef.c_d,
+                                     coef.knee_d)
+
+
+def throughput_ceiling(
+    coef: Coefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+) -> np.ndarray:
+    """λ_max (req/s): the highest arrival rate with a fixed point (1/C2 in the linear model)."""
+    if isinstance(coef, MoECoefficients):
+        raise TypeError("throughput_ceiling prices a dense model")
+    kk, ee, pp, gg = (np.asarray(x, dtype=float) for x in (k, e, p, g))
+    c1, c2 = cost_terms(coef, kk, ee, pp, gg)
+    return _saturation.ceiling(c1, c2, gg / ee, kk, coef.c_v, coef.knee_v, coef.c_d,
+                               coef.knee_d, coef.capacity(pp, gg))[0]
+
+
 def latency_from_costs(c1: ArrayLike, c2: ArrayLike, arrival_rate: ArrayLike) -> np.ndarray:
     """L = C1 / (1 − λ·C2) from one dense system's cost terms; NaN at or past saturation.
 
@@ -705,17 +468,29 @@ def breakeven_arrival_rate(
 
 def _saturation_rate_bound(coef: Model, k: np.ndarray, e: np.ndarray, p: np.ndarray,
                            g: np.ndarray) -> np.ndarray:
-    """An arrival rate no stable system reaches: 1/C2 of the dense (u) part."""
-    c2 = cost_terms(_dense(coef), k, e, p, g)[1]
+    """An arrival rate no stable system reaches: 1/C2 of the dense (u) part, or the
+    throughput ceiling λ_max of the saturation regime."""
+    dense = _dense(coef)
+    c1, c2 = cost_terms(dense, k, e, p, g)
+    if dense.saturates:
+        lam_max, _ = _saturation.ceiling(
+            c1, c2, g / e, k, dense.c_v, dense.knee_v, dense.c_d, dense.knee_d,
+            dense.capacity(p, g),
+        )
+        return lam_max
     with np.errstate(divide="ignore"):
         return np.where(c2 > 0, 1.0 / c2, np.inf)
 
 
-def _moe_breakeven(
+def _numeric_breakeven(
     coef: MoECoefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike,
-    grid: int = 48, bisections: int = 50,
+    grid: int = 48, bisections: int = 32,
 ) -> BreakEven:
-    """First crossing of S(λ) = 1 along λ for an MoE model, by grid scan and bisection."""
+    """First crossing of S(λ) = 1 along λ, by grid scan and bisection.
+
+    For models without a closed-form break-even: MoE (φ depends on L) and the saturation
+    regime (L(B) piecewise). The scan runs up to the lower of the two systems' ceilings.
+    """
     kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
     shape = kk.shape
     kk, ee, pp, gg = (x.ravel() for x in (kk, ee, pp, gg))
@@ -724,10 +499,9 @@ def _moe_breakeven(
     s_k = np.where(ok, kk, 0.0)
     s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
     s_p, s_g = np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
-    lam_hi = np.minimum(
-        _saturation_rate_bound(coef, s_k, s_e, s_p, s_g),
-        _saturation_rate_bound(coef, np.zeros_like(s_k), np.ones_like(s_e), s_p, s_g),
-    )
+    sd_ceiling = _saturation_rate_bound(coef, s_k, s_e, s_p, s_g)
+    nosd_ceiling = _saturation_rate_bound(coef, np.zeros_like(s_k), np.ones_like(s_e), s_p, s_g)
+    lam_hi = np.minimum(sd_ceiling, nosd_ceiling)
     # Load-free systems never saturate; their speedup is constant, so λ = 0 decides.
     lam_hi = np.where(np.isfinite(lam_hi), lam_hi, 0.0)
     s0 = speedup(coef, 0.0, s_k, s_e, s_p, s_g)
@@ -753,6 +527,22 @@ def _moe_breakeven(
         np.where(above0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
         np.where(above0, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
     )
+    # SD faster up to its own ceiling, which lies below no-SD's: past it SD saturates while
+    # no-SD still serves, so SD stops paying at its ceiling (the measured break-even's rule).
+    # The scan stops short of the ceiling, and SD's latency may shoot up in that last stretch:
+    # bisect [last grid point, SD ceiling] with a saturated SD counting as "SD loses".
+    capped = ~found & above0 & (sd_ceiling < nosd_ceiling)
+    if capped.any():
+        a2 = np.where(capped, lams[:, -1], 0.0)
+        b2 = np.where(capped, sd_ceiling, 0.0)
+        for _ in range(bisections):
+            mid = 0.5 * (a2 + b2)
+            s_mid = speedup(coef, mid, s_k, s_e, s_p, s_g)
+            pays = np.isfinite(s_mid) & (s_mid > 1)
+            a2 = np.where(pays, mid, a2)
+            b2 = np.where(pays, b2, mid)
+        cross = np.where(capped, 0.5 * (a2 + b2), cross)
+    kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
     kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
     rate = np.select(
         [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,

@@ -10,6 +10,18 @@ Schema (README "Parameters file"):
     system: qwen3-32b-h100-eagle3              # required, free text
     coefficients: {a_p: .., b_p: .., a_v: .., b_v: .., a_d: .., b_d: ..}   # seconds, >= 0
     b_v_context: 0.0                           # optional, seconds per context token
+    saturation:                                # optional roofline knee (model.md); all 0 = linear
+      c_v: 7.1e-05       # s per verified token past knee_v (compute-bound slope)
+      knee_v: 192        # tokens per verify step where verification turns compute-bound
+      c_d: 9.0e-05       # s per draft token past knee_d
+      knee_d: 128        # tokens per draft step (requests in flight) of the drafter's knee
+    capacity: {max_num_seqs: 256, kv_cache_tokens: 80000}   # optional; beyond: saturated
+    calibrated_range:                          # optional, what calibration saw (validity)
+      max_arrival_rate: 16.1    # req/s, highest measured throughput
+      max_in_flight: 249        # requests, highest measured B = λ·L
+      draft_lengths: [0, 1, 2, 3]
+      margin: 0.1               # a prediction this much above is beyond_calibrated_load
+      max_tokens_per_step: 1500 # highest B·(k+1) measured (the knee's unit)
     moe:                                       # optional: `coefficients` is then the dense part
       experts: 128
       active_experts: 8
@@ -46,7 +58,15 @@ from specwatch.model.closed_form import (
     MoECoefficients,
 )
 
-__all__ = ["MoEParams", "Params", "dump_params", "load_params", "params_from_mapping"]
+__all__ = [
+    "DEFAULT_LOAD_MARGIN",
+    "CalibratedRange",
+    "MoEParams",
+    "Params",
+    "dump_params",
+    "load_params",
+    "params_from_mapping",
+]
 
 _COEFFICIENT_NAMES = ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d")
 _EXPERT_NAMES = ("a_p", "b_p", "a_v", "b_v")
@@ -62,7 +82,15 @@ _TOP_KEYS = (
     "max_utilization",
     "k_max",
     "provenance",
+    "saturation",
+    "capacity",
+    "calibrated_range",
 )
+_SATURATION_NAMES = ("c_v", "knee_v", "c_d", "knee_d")
+_CAPACITY_NAMES = ("max_num_seqs", "kv_cache_tokens")
+#: Default relative margin above the highest calibrated load before a prediction is marked
+#: beyond_calibrated_load: 10% is about the spread of repeated benchmark runs.
+DEFAULT_LOAD_MARGIN = 0.1
 _UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)\s*$")
 
@@ -77,6 +105,34 @@ class MoEParams:
 
 
 @dataclass(frozen=True)
+class CalibratedRange:
+    """The load and draft lengths calibration saw: predictions beyond it are extrapolation.
+
+    `margin` is the relative slack above max_arrival_rate / max_in_flight before a point is
+    `beyond_calibrated_load`; `draft_lengths` are the k measured (k = 0 is no SD).
+    """
+
+    max_arrival_rate: float
+    max_in_flight: float
+    draft_lengths: tuple[int, ...]
+    margin: float = DEFAULT_LOAD_MARGIN
+    #: Highest tokens per verify step B·(k+1) measured: the quantity the knee is stated in,
+    #: so a prediction past it extrapolates the step cost itself (None: not recorded).
+    max_tokens_per_step: float | None = None
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The YAML/JSON form (also what `--json` prints as `calibrated_range`)."""
+        return {
+            "max_arrival_rate": float(self.max_arrival_rate),
+            "max_in_flight": float(self.max_in_flight),
+            "draft_lengths": [int(k) for k in self.draft_lengths],
+            "margin": float(self.margin),
+            **({"max_tokens_per_step": float(self.max_tokens_per_step)}
+               if self.max_tokens_per_step is not None else {}),
+        }
+
+
+@dataclass(frozen=True)
 class Params:
     """A validated parameters file. `model()` gives what the model functions take."""
 
@@ -88,6 +144,7 @@ class Params:
     k_max: int = DEFAULT_K_MAX
     provenance: Mapping[str, Any] = field(default_factory=dict)
     source: str = field(default="<params>", compare=False)
+    calibrated_range: CalibratedRange | None = None
 
     def model(self) -> Coefficients | MoECoefficients:
         """Dense coefficients, or the MoE split when the file has a `moe` block."""
@@ -109,6 +166,10 @@ class Params:
         }
         if c.b_v_context:
             out["b_v_context"] = float(c.b_v_context)
+        if any(getattr(c, n) for n in _SATURATION_NAMES):
+            out["saturation"] = {n: float(getattr(c, n)) for n in _SATURATION_NAMES}
+        if any(getattr(c, n) for n in _CAPACITY_NAMES):
+            out["capacity"] = {n: float(getattr(c, n)) for n in _CAPACITY_NAMES}
         if self.moe is not None:
             e = self.moe.expert_coefficients
             out["moe"] = {
@@ -120,6 +181,8 @@ class Params:
             out["acceptance_profile"] = [float(x) for x in self.acceptance_profile]
         out["max_utilization"] = float(self.max_utilization)
         out["k_max"] = int(self.k_max)
+        if self.calibrated_range is not None:
+            out["calibrated_range"] = self.calibrated_range.to_mapping()
         if self.provenance:
             out["provenance"] = _plain(dict(self.provenance))
         return out
@@ -236,6 +299,38 @@ def _coefficients(ctx: _Ctx, path: tuple[str, ...], value: Any,
     return {n: _seconds(ctx, (*path, n), m[n], _UPPER[n]) for n in names}
 
 
+def _count(ctx: _Ctx, path: tuple[str | int, ...], value: Any, unit: str) -> float:
+    v = _number(ctx, path, value, f"a number >= 0 ({unit})")
+    if v < 0:
+        raise ctx.fail(path, f"expected a number >= 0 ({unit}), got {value!r}")
+    return v
+
+
+def _calibrated_range(ctx: _Ctx, value: Any) -> CalibratedRange:
+    path: tuple[str | int, ...] = ("calibrated_range",)
+    names = ("max_arrival_rate", "max_in_flight", "draft_lengths", "margin",
+             "max_tokens_per_step")
+    m = _mapping(ctx, path, value, names, names[:3])
+    rate = _count(ctx, (*path, "max_arrival_rate"), m["max_arrival_rate"], "req/s")
+    in_flight = _count(ctx, (*path, "max_in_flight"), m["max_in_flight"], "requests")
+    ks = m["draft_lengths"]
+    if not isinstance(ks, list) or not ks or not all(
+        isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= 64 for k in ks
+    ):
+        raise ctx.fail((*path, "draft_lengths"),
+                       f"expected a non-empty list of integers in [0, 64], got {ks!r}")
+    margin = DEFAULT_LOAD_MARGIN
+    if m.get("margin") is not None:
+        margin = _count(ctx, (*path, "margin"), m["margin"], "a fraction, 0.1 = 10%")
+    tokens = None
+    if m.get("max_tokens_per_step") is not None:
+        tokens = _count(ctx, (*path, "max_tokens_per_step"), m["max_tokens_per_step"],
+                        "tokens per verify step")
+    return CalibratedRange(max_arrival_rate=rate, max_in_flight=in_flight,
+                           draft_lengths=tuple(sorted(set(ks))), margin=margin,
+                           max_tokens_per_step=tokens)
+
+
 def _profile(ctx: _Ctx, value: Any) -> tuple[float, ...]:
     path: tuple[str | int, ...] = ("acceptance_profile",)
     if not isinstance(value, list) or not value:
@@ -313,7 +408,22 @@ def _build(ctx: _Ctx, doc: Any) -> Params:
     b_v_context = 0.0
     if top.get("b_v_context") is not None:
         b_v_context = _seconds(ctx, ("b_v_context",), top["b_v_context"], 1.0)
-    coefficients = Coefficients(**coef, b_v_context=b_v_context)
+    extra: dict[str, float] = {}
+    if top.get("saturation") is not None:
+        sm = _mapping(ctx, ("saturation",), top["saturation"], _SATURATION_NAMES)
+        for n in _SATURATION_NAMES:
+            if n in sm:
+                if n.startswith("c_"):
+                    extra[n] = _seconds(ctx, ("saturation", n), sm[n], 60.0)
+                else:
+                    extra[n] = _count(ctx, ("saturation", n), sm[n], "tokens per step")
+    if top.get("capacity") is not None:
+        cm = _mapping(ctx, ("capacity",), top["capacity"], _CAPACITY_NAMES)
+        for n in _CAPACITY_NAMES:
+            if n in cm:
+                extra[n] = _count(ctx, ("capacity", n), cm[n],
+                                  "requests" if n == "max_num_seqs" else "tokens")
+    coefficients = Coefficients(**coef, b_v_context=b_v_context, **extra)
     if coefficients.a_p == 0 and coefficients.a_v == 0:
         raise ctx.fail(
             ("coefficients",),
@@ -332,6 +442,14 @@ def _build(ctx: _Ctx, doc: Any) -> Params:
                            _EXPERT_NAMES)
         moe = MoEParams(experts=experts, active_experts=active,
                         expert_coefficients=ExpertCoefficients(**ec))
+
+    if moe is not None and coefficients.saturates:
+        raise ctx.fail(("saturation",), "the saturation regime is not supported together "
+                       "with moe; remove one of the two blocks")
+
+    calibrated = None
+    if top.get("calibrated_range") is not None:
+        calibrated = _calibrated_range(ctx, top["calibrated_range"])
 
     profile = None
     if top.get("acceptance_profile") is not None:
@@ -362,6 +480,7 @@ def _build(ctx: _Ctx, doc: Any) -> Params:
         k_max=k_max,
         provenance=provenance,
         source=ctx.source,
+        calibrated_range=calibrated,
     )
 
 

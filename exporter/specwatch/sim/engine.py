@@ -34,6 +34,12 @@ with B = λ·L requests in flight. The simulator realises each term physically:
 * **MoE.** With an MoE block, the verify and prefill costs add their expert part times
   φ(T) = 1 − (1 − m/M)^T, T = n·(k + 1) tokens routed through the verifier in the step (n
   without SD), the model's φ with T = B·(k + 1).
+* **Compute-bound steps (saturation regime).** With ``c_v``/``knee_v`` (and ``c_d``/
+  ``knee_d``) set, a step whose other requests put more than knee_v tokens through the
+  verifier (``(n − 1)·(k + 1)``; n − 1 without SD) costs ``c_v`` per token past the knee,
+  and each of the k drafter steps ``c_d`` per request past knee_d: the model's roofline
+  terms with B = n − 1 others. SD reaches the knee at a (k + 1)-times smaller batch, so its
+  speedup collapses past break-even (``make demo``), as on real hardware.
 * **Perturbations (off by default).** ``step_noise_cv`` multiplies each step and prefill
   by an independent mean-one lognormal factor; ``nonlinear_s`` adds
   ``nonlinear_s·(n − 1)²`` seconds per step (attention and memory traffic that grow faster
@@ -111,6 +117,12 @@ class StepCosts:
         self.a_p = dense.a_p
         self.b_p = dense.b_p
         self.nonlinear = nonlinear_s
+        # Saturation regime (model.md): compute-bound cost past the verifier's and the
+        # drafter's knee, in tokens per step; zero for the linear model and MoE.
+        self.c_v = float(getattr(dense, "c_v", 0.0))
+        self.knee_v = float(getattr(dense, "knee_v", 0.0))
+        self.c_d = float(getattr(dense, "c_d", 0.0))
+        self.knee_d = float(getattr(dense, "knee_d", 0.0))
         self.moe = moe
         if moe:
             self.s_c0 = coef.expert.a_v
@@ -141,6 +153,10 @@ class StepCosts:
             cost += self.phi(n) * (self.s_c0 + others * self.s_c1)
         if self.nonlinear:
             cost += self.nonlinear * others * others
+        if self.c_v:
+            cost += self.c_v * max(0.0, others * (self.k + 1) - self.knee_v)
+        if self.c_d:
+            cost += self.k * self.c_d * max(0.0, others - self.knee_d)
         return cost
 
     def prefill(self, n: int) -> float:

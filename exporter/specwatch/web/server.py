@@ -19,7 +19,17 @@ What the transport guarantees for every endpoint (anchors-reliability §1.2, §2
   the deadline also gets ``503`` and keeps its slot until it returns (client_golang's
   ``Timeout`` / ``MaxRequestsInFlight``).
 * **A cap on open connections** (``max_connections``): one thread serves one connection, so
-  this bounds threads; above it new connections are closed at once.
+  this bounds threads; above it new connections are closed at once. One client address may
+  hold at most ``max_connections_per_client`` of them (600 half-open sockets from one host
+  must not lock every other scraper out).
+* **Authentication before work.** With basic auth on, the credential is checked before the
+  request takes an in-flight slot or a rate-limiter token; a verified credential is answered
+  from the cache (bcrypt runs once per distinct credential), and an address that keeps
+  failing gets 429 without bcrypt running (:class:`~specwatch.web.webconfig.FailureLimiter`).
+  A wrong-password flood therefore costs the real scraper nothing but CPU share.
+* **Strict framing.** Two ``Content-Length`` headers, a non-numeric one, any
+  ``Transfer-Encoding`` and HTTP/0.9 are refused (400, connection closed): no request can be
+  smuggled behind another.
 * **TLS handshakes off the accept loop, under a deadline.** The listening socket is plain
   TCP; each accepted socket is wrapped and its handshake driven non-blocking in the
   connection's own thread with a total ``handshake_timeout``. prometheus_client wraps the
@@ -27,10 +37,15 @@ What the transport guarantees for every endpoint (anchors-reliability §1.2, §2
 * **Web config** (:mod:`specwatch.web.webconfig`): TLS, client certificates, basic auth, security
   headers, rate limit (429). :meth:`WebServer.reload_web_config` swaps it atomically (SIGHUP):
   requests in flight finish under the config they started with, new connections and requests
-  use the new one, and a bad new file keeps the old config.
+  use the new one, and a bad new file keeps the old config. A reload that would turn TLS or
+  basic auth off is refused (error log, old config kept) unless the server started without it.
 
 Counters of what was refused (``specwatch_http_requests_rejected_total{reason}``) are in
 :meth:`WebServer.stats`.
+
+Size: one module because every protection above acts on the same connection, in one order
+(framing, authentication, in-flight slot, rate limit, deadline); split apart, a new route
+or a new check could take a shared resource before the checks that guard it.
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import gzip
+import http.client
 import io
 import logging
 import math
@@ -61,7 +77,9 @@ MAX_REQUEST_BODY = 1024 * 1024
 
 #: Reasons in ``specwatch_http_requests_rejected_total{reason}``.
 REJECT_REASONS: tuple[str, ...] = ("in_flight_limit", "connection_limit", "timeout",
-                                   "tls_handshake", "unauthorized", "rate_limited")
+                                   "tls_handshake", "unauthorized", "rate_limited",
+                                   "bad_request", "auth_rate_limited",
+                                   "client_connection_limit")
 
 
 @dataclass(frozen=True)
@@ -98,6 +116,13 @@ class ServerLimits:
 
     max_requests_in_flight: int = 40
     max_connections: int = 512
+    #: Open connections from one client address: one host (or 600 half-open sockets from
+    #: it) cannot take the whole ``max_connections``.
+    max_connections_per_client: int = 64
+    #: Failed logins one client address may make at once (then one per
+    #: ``failed_login_interval``); past them it gets 429 and bcrypt does not run.
+    failed_logins_per_client: int = 10
+    failed_login_interval: float = 1.0
     request_timeout: float = 10.0
     idle_timeout: float = 60.0
     handshake_timeout: float = 5.0
@@ -195,6 +220,16 @@ class _Stats:
         self.rejected = dict.fromkeys(REJECT_REASONS, 0)
         self.in_flight = 0
         self.connections = 0
+        self.per_client: dict[str, int] = {}  # open connections per client address
+
+    def closed(self, client: str) -> None:
+        with self.lock:
+            self.connections -= 1
+            n = self.per_client.get(client, 0) - 1
+            if n > 0:
+                self.per_client[client] = n
+            else:
+                self.per_client.pop(client, None)
 
     def reject(self, reason: str) -> None:
         with self.lock:
@@ -245,6 +280,42 @@ class _RequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s - %s", self.address_string(), format % args)
 
+    def parse_request(self) -> bool:
+        """http.server's parser, then the framing rules that stop request smuggling.
+
+        A request whose length is ambiguous is refused and its connection closed: two
+        ``Content-Length`` headers (equal or not), one that is not plain digits (``int()``
+        would read ``+5`` or ``1_0``), or any ``Transfer-Encoding`` (a scrape and the
+        Alertmanager webhook send a ``Content-Length``; a proxy in front that chose the other
+        header would see a different request boundary). HTTP/0.9 (a request line without a
+        version) has no headers at all, so no Host, no auth header and no framing: refused.
+        """
+        words = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n").split()
+        problem = None
+        if len(words) == 2:  # refused before http.server waits for headers 0.9 never sends
+            self.command, self.path = words
+            self.requestline = " ".join(words)
+            self.request_version = "HTTP/1.0"  # answer with a status line and headers
+            self.headers = http.client.HTTPMessage()
+            problem = "HTTP/0.9 is not supported"
+        elif not super().parse_request():
+            return False
+        else:
+            lengths = self.headers.get_all("Content-Length") or []
+            if len(lengths) > 1:
+                problem = "more than one Content-Length"
+            elif lengths and not _is_digits(lengths[0].strip(" \t")):
+                problem = "Content-Length is not a decimal number"
+            elif self.headers.get_all("Transfer-Encoding"):
+                problem = "Transfer-Encoding is not accepted (send a Content-Length)"
+        if problem is None:
+            return True
+        self.server._stats.reject("bad_request")
+        log.debug("bad request from %s: %s", self.address_string(), problem)
+        self._refuse(Response(400, f"bad request: {problem}\n".encode()),
+                     self.server._web_config, head=False)
+        return False
+
     def _handle(self) -> None:
         srv = self.server
         cfg = srv._web_config
@@ -252,6 +323,15 @@ class _RequestHandler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         head = self.command == "HEAD"
         stats = srv._stats
+        # Authentication comes first, before anything shared is taken: a client without the
+        # password never holds an in-flight slot or a rate-limiter token, and a verified
+        # credential is answered from the cache without queueing behind wrong passwords'
+        # bcrypt runs.
+        user = None
+        if cfg.auth is not None and parts.path not in srv.own_auth_paths:
+            user = self._authenticate(cfg, headers, head)
+            if user is None:
+                return
         with stats.lock:
             admitted = stats.in_flight < srv.limits.max_requests_in_flight
             if admitted:
@@ -268,15 +348,6 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 stats.reject("rate_limited")
                 self._refuse(Response(429, b"rate limit exceeded\n"), cfg, head)
                 return
-            user = None
-            if cfg.auth is not None and parts.path not in srv.own_auth_paths:
-                user = cfg.auth.check_header(headers.get("authorization"))
-                if user is None:
-                    stats.reject("unauthorized")
-                    self._refuse(Response(401, b"unauthorized\n", headers={
-                        "WWW-Authenticate": 'Basic realm="specwatch", charset="UTF-8"'}),
-                        cfg, head)
-                    return
             try:
                 length = int(headers.get("content-length") or 0)
             except ValueError:
@@ -312,6 +383,31 @@ class _RequestHandler(BaseHTTPRequestHandler):
             if not abandoned:
                 srv._release_slot()
 
+    def _authenticate(self, cfg: webconfig.WebConfig, headers: Mapping[str, str],
+                      head: bool) -> str | None:
+        """The basic-auth user, or None after answering 401 (or 429 when this client
+        address has used up its failed attempts: then bcrypt does not run at all)."""
+        assert cfg.auth is not None
+        srv = self.server
+        client = self.client_address[0]
+        creds = webconfig.parse_basic(headers.get("authorization"))
+        ok = cfg.auth.cached(*creds) if creds is not None else None
+        if ok is None:
+            if not srv._auth_failures.acquire(client):
+                srv._stats.reject("auth_rate_limited")
+                self._refuse(Response(429, b"too many failed logins, retry later\n",
+                                      headers={"Retry-After": "1"}), cfg, head)
+                return None
+            ok = creds is not None and cfg.auth.check(*creds)
+            if ok:
+                srv._auth_failures.succeeded(client)
+        if ok and creds is not None:
+            return creds[0]
+        srv._stats.reject("unauthorized")
+        self._refuse(Response(401, b"unauthorized\n", headers={
+            "WWW-Authenticate": 'Basic realm="specwatch", charset="UTF-8"'}), cfg, head)
+        return None
+
     def _refuse(self, resp: Response, cfg: webconfig.WebConfig, head: bool) -> None:
         self.close_connection = True
         self._send(resp, cfg, head, close=True)
@@ -324,7 +420,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self._deadline.at = time.monotonic() + self.server.limits.request_timeout
         body = resp.body
         headers = dict(resp.headers)
-        if gzip_ok and len(body) > 1024 and resp.status == 200:
+        if (gzip_ok and len(body) > 1024 and resp.status == 200
+                and "Content-Encoding" not in headers):  # a handler may send it encoded
             body = gzip.compress(body, compresslevel=1)
             headers["Content-Encoding"] = "gzip"
         self.send_response(resp.status)
@@ -339,6 +436,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = _handle  # noqa: N815
+
+
+def _is_digits(text: str) -> bool:
+    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
 
 
 def _run_handler(handler: Handler, req: Request) -> Response:
@@ -381,6 +482,8 @@ class WebServer:
         self.limits = limits or ServerLimits()
         self._web_config = webconfig.WebConfig()
         self._limiter: webconfig.RateLimiter | None = None
+        self._auth_failures = webconfig.FailureLimiter(self.limits.failed_logins_per_client,
+                                                       self.limits.failed_login_interval)
         self._stats = _Stats()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
@@ -391,6 +494,7 @@ class WebServer:
         self._conns_lock = threading.Lock()
         self._reload_ok = True
         self._reload_ts: float | None = None
+        self._started_with = (False, False)  # (TLS, basic auth) at start(): fail closed
 
     # -- web config ------------------------------------------------------------------------
     def _apply(self, cfg: webconfig.WebConfig) -> None:
@@ -405,6 +509,20 @@ class WebServer:
             cfg = webconfig.load(self.web_config_file)
         except ConfigError as exc:
             log.error("web config reload failed, keeping the previous one: %s", exc)
+            self._reload_ok = False
+            return False
+        # Fail closed: a reload never turns TLS or basic auth off when the server was
+        # started with it (an empty or half-written file, all keys removed by mistake);
+        # that takes a restart, a deliberate act.
+        old = self._web_config
+        lost = [what for what, had, has, started in (
+            ("TLS", old.tls, cfg.tls, self._started_with[0]),
+            ("basic auth", old.auth, cfg.auth, self._started_with[1]))
+            if had is not None and has is None and started]
+        if lost:
+            log.error("web config reload from %s refused, keeping the previous one: it would "
+                      "turn %s off (the server was started with it; restart to turn it off)",
+                      self.web_config_file, " and ".join(lost))
             self._reload_ok = False
             return False
         self._apply(cfg)
@@ -424,6 +542,8 @@ class WebServer:
         if self.web_config_file:
             self._apply(webconfig.load(self.web_config_file))
             self._reload_ts = time.time()
+        self._started_with = (self._web_config.tls is not None,
+                              self._web_config.auth is not None)
         host, port = parse_listen(self.listen)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
@@ -489,12 +609,18 @@ class WebServer:
                 time.sleep(0.05)  # e.g. EMFILE: do not spin
                 continue
             s = self._stats
+            client = str(addr[0])
+            per_client = min(self.limits.max_connections_per_client,
+                             self.limits.max_connections)
             with s.lock:
-                admitted = s.connections < self.limits.max_connections
-                if admitted:
+                refused = ("connection_limit" if s.connections >= self.limits.max_connections
+                           else "client_connection_limit"
+                           if s.per_client.get(client, 0) >= per_client else None)
+                if refused is None:
                     s.connections += 1
-            if not admitted:
-                s.reject("connection_limit")
+                    s.per_client[client] = s.per_client.get(client, 0) + 1
+            if refused is not None:
+                s.reject(refused)
                 with contextlib.suppress(OSError):
                     conn.close()
                 continue
@@ -502,8 +628,7 @@ class WebServer:
                 threading.Thread(target=self._serve_connection, args=(conn, addr),
                                  name="specwatch-conn", daemon=True).start()
             except RuntimeError:  # cannot start a thread: shed this connection
-                with s.lock:
-                    s.connections -= 1
+                s.closed(client)
                 conn.close()
 
     def _serve_connection(self, conn: socket.socket, addr: tuple) -> None:
@@ -530,8 +655,7 @@ class WebServer:
             with self._conns_lock:
                 self._conns.discard(sock)
                 self._conns.discard(conn)
-            with self._stats.lock:
-                self._stats.connections -= 1
+            self._stats.closed(str(addr[0]))
 
 
 def _handshake(conn: socket.socket, tls: webconfig.TLSServer,

@@ -39,8 +39,10 @@ Where Python's ``ssl`` module differs from Go's ``crypto/tls`` (documented in th
 Basic auth follows the toolkit's handler: an unknown user is checked against a dummy bcrypt
 hash of the same cost as the configured ones, so it takes as long as a wrong password (no
 user enumeration by timing); bcrypt runs under a lock (it is CPU-expensive); results are
-cached in a small map keyed on (user, hash, password) (the CVE-2022-46146 fix: a key without
-the password lets one success unlock any password).
+cached keyed on (user, hash, password) (the CVE-2022-46146 fix: a key without the password
+lets one success unlock any password), successes apart from failures so wrong passwords
+cannot evict a verified credential. Failed attempts are limited per client address
+(:class:`FailureLimiter`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ import ssl
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -394,7 +397,15 @@ def peer_sans(cert: Mapping[str, Any] | None) -> list[str]:
 
 
 class BasicAuth:
-    """bcrypt basic auth with a fake-hash path, a bcrypt lock and a poisoning-safe cache."""
+    """bcrypt basic auth with a fake-hash path, a bcrypt lock and a poisoning-safe cache.
+
+    **Cache.** Results are kept per credential, keyed on a hash of (user, stored hash,
+    password): a success unlocks only that exact password (CVE-2022-46146). Successes and
+    failures live in separate bounded maps, so a flood of distinct wrong passwords evicts
+    other failures, never the scraper's verified credential: bcrypt runs once per distinct
+    credential, and a known-good one is answered from memory (:meth:`cached`) without
+    waiting for the bcrypt lock that wrong passwords queue on.
+    """
 
     def __init__(self, users: Mapping[str, bytes]) -> None:
         self._users = dict(users)
@@ -404,7 +415,8 @@ class BasicAuth:
         self._dummy = bcrypt.hashpw(secrets.token_bytes(18),
                                     bcrypt.gensalt(rounds=max(costs or [10])))
         self._bcrypt_lock = threading.Lock()
-        self._cache: dict[bytes, bool] = {}
+        self._good: OrderedDict[bytes, None] = OrderedDict()  # LRU of verified credentials
+        self._bad: dict[bytes, None] = {}
         self._cache_lock = threading.Lock()
         self.bcrypt_calls = 0  # for tests and the curious: how often bcrypt really ran
 
@@ -420,16 +432,30 @@ class BasicAuth:
         user, password = creds
         return user if self.check(user, password) else None
 
-    def check(self, user: str, password: bytes) -> bool:
+    def _key(self, user: str, password: bytes) -> tuple[bool, bytes, bytes]:
         known = user in self._users
         hashed = self._users[user] if known else self._dummy
         key = hashlib.sha256(b"\0".join(
             (str(len(user)).encode(), user.encode("utf-8", "surrogateescape"),
              hashed, str(len(password)).encode(), password))).digest()
+        return known, hashed, key
+
+    def cached(self, user: str, password: bytes) -> bool | None:
+        """The remembered result for this exact credential, or None (bcrypt not run yet)."""
+        known, _, key = self._key(user, password)
         with self._cache_lock:
-            cached = self._cache.get(key)
-        if cached is not None:
-            return cached and known
+            if key in self._good:
+                self._good.move_to_end(key)
+                return known
+            if key in self._bad:
+                return False
+        return None
+
+    def check(self, user: str, password: bytes) -> bool:
+        known, hashed, key = self._key(user, password)
+        remembered = self.cached(user, password)
+        if remembered is not None:
+            return remembered
         too_long = len(password) > _BCRYPT_MAX_PASSWORD
         with self._bcrypt_lock:
             self.bcrypt_calls += 1
@@ -439,10 +465,71 @@ class BasicAuth:
                 ok = False
         ok = ok and known and not too_long
         with self._cache_lock:
-            if len(self._cache) >= _CACHE_SIZE:
-                self._cache.pop(random.choice(list(self._cache)))
-            self._cache[key] = ok
+            if ok:
+                self._good[key] = None
+                if len(self._good) > _CACHE_SIZE:
+                    self._good.popitem(last=False)
+            else:
+                if len(self._bad) >= _CACHE_SIZE:
+                    self._bad.pop(random.choice(list(self._bad)))
+                self._bad[key] = None
         return ok
+
+
+class FailureLimiter:
+    """Failed logins per client address: a token bucket per address (``burst`` failures,
+    then one per ``interval``).
+
+    An address whose bucket is empty gets 429 before bcrypt runs, so wrong passwords cost
+    the server at most one bcrypt per ``interval`` per address after the burst. A credential
+    already verified (cached) never needs an attempt, so an attacker sharing the scraper's
+    address cannot lock the scraper out once it has logged in. The map is
+    bounded (``max_clients``): when full, buckets that have refilled are dropped first, then
+    the oldest.
+    """
+
+    def __init__(self, burst: int = 10, interval: float = 1.0, max_clients: int = 4096,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.burst = float(burst)
+        self.rate = 1.0 / interval
+        self.max_clients = max_clients
+        self._monotonic = monotonic
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # tokens, at
+        self._lock = threading.Lock()
+
+    def _tokens(self, client: str, now: float) -> float:
+        tokens, at = self._buckets.get(client, (self.burst, now))
+        return min(self.burst, tokens + (now - at) * self.rate)
+
+    def acquire(self, client: str) -> bool:
+        """Take one attempt for ``client`` before checking its password (False: none left).
+
+        Taken before bcrypt runs, not after it failed, so 40 wrong passwords arriving at
+        once cannot all reach bcrypt: at most ``burst`` per address are ever checked at once.
+        """
+        with self._lock:
+            now = self._monotonic()
+            tokens = self._tokens(client, now)
+            if tokens < 1.0:
+                return False
+            self._buckets[client] = (tokens - 1.0, now)
+            self._buckets.move_to_end(client)
+            if len(self._buckets) > self.max_clients:
+                full = [c for c in list(self._buckets)[:64]
+                        if self._tokens(c, now) >= self.burst]
+                for c in full or [next(iter(self._buckets))]:
+                    del self._buckets[c]
+            return True
+
+    def succeeded(self, client: str) -> None:
+        """Give back the attempt taken by :meth:`acquire`: only failures count."""
+        with self._lock:
+            if client in self._buckets:
+                now = self._monotonic()
+                self._buckets[client] = (min(self.burst, self._tokens(client, now) + 1.0), now)
+
+    def __len__(self) -> int:
+        return len(self._buckets)
 
 
 def parse_basic(header: str | None) -> tuple[str, bytes] | None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from specwatch.model import validity
 from specwatch.model.closed_form import (
     BreakEvenKind,
     Reason,
@@ -286,6 +287,13 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
             "peak_batch": traffic.peak_batch,
             "acceptance_profile": traffic.acceptance_profile},
         "valid": True,
+        "calibrated_range": (params.calibrated_range.to_mapping()
+                             if params.calibrated_range is not None else None),
+        # The loads advised on, judged against the calibrated range (empty: all inside).
+        "validity_reasons": sorted({
+            r for q, lam in rates.items()
+            for r in validity.range_reasons(params.calibrated_range, lam, None, static_k)
+        }),
     }
     if static_k:
         out["load_weighted_speedup"] = float(

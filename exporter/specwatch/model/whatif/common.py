@@ -190,10 +190,10 @@ def invalid_reason(code: int, utilization: float | None = None, ceiling: float |
     """A reason string with the numbers that make it actionable."""
     code = Reason(int(code))
     if code == Reason.SATURATED and utilization is not None and math.isfinite(utilization):
-        return (f"{arrival_option}: at or past saturation (utilisation λ·C2 = "
+        return (f"{arrival_option}: at or past saturation (utilisation λ/λ_max = "
                 f"{utilization:.3g} >= 1): the queue grows without bound")
     if code == Reason.ABOVE_CEILING and utilization is not None and ceiling is not None:
-        return (f"{arrival_option}: utilisation λ·C2 = {utilization:.3g} is above the validity "
+        return (f"{arrival_option}: utilisation λ/λ_max = {utilization:.3g} is above the validity "
                 f"ceiling {ceiling:g}; the model is not trusted this close to saturation")
     return reason_text(code)
 

@@ -12,6 +12,7 @@ import argparse
 import math
 from typing import Any
 
+from specwatch.model import validity
 from specwatch.model.closed_form import (
     BreakEvenKind,
     Reason,
@@ -35,6 +36,8 @@ EMPTY: dict[str, Any] = {
     "speedup": None,
     "utilization": None,
     "valid": False,
+    "validity_reasons": ["invalid_input"],
+    "calibrated_range": None,
     "breakeven_arrival_rate": None,
     "optimal_draft_length": None,
 }
@@ -110,9 +113,18 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "generation_tokens": g,
         "max_utilization": ceiling,
     }
-    valid = bool(pred.valid)
+    model_ok = bool(pred.valid)
     usable_sd = bool(pred.sd.valid)
     usable_nosd = bool(pred.nosd.valid)
+    reasons = []
+    for sys_pred in (pred.sd, pred.nosd):
+        name = validity.model_reason_name(int(sys_pred.reason))
+        if name and name not in reasons:
+            reasons.append(name)
+    in_flight = lam * float(pred.sd.latency) if usable_sd else None
+    range_bad = validity.range_reasons(params.calibrated_range, lam, in_flight, k)
+    reasons += [r for r in range_bad if r not in reasons]
+    valid = model_ok and not range_bad
     out.update(
         latency_sd_s=float(pred.sd.latency) if usable_sd else None,
         latency_nosd_s=float(pred.nosd.latency) if usable_nosd else None,
@@ -120,6 +132,9 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         utilization=float(pred.sd.utilization),
         utilization_nosd=float(pred.nosd.utilization),
         valid=valid,
+        validity_reasons=reasons,
+        calibrated_range=(params.calibrated_range.to_mapping()
+                          if params.calibrated_range is not None else None),
         breakeven_arrival_rate=float(be.rate) if math.isfinite(be.rate) else None,
         breakeven_kind=KIND_NAMES[BreakEvenKind(int(be.kind))],
     )
@@ -131,7 +146,16 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     else:
         out["optimal_draft_length"] = None
         out["optimal_speedup"] = None
-    if not valid:
+    if model_ok and not valid:
+        out["reason"] = (
+            f"--arrival-rate/--draft-length: outside the calibrated range "
+            f"({', '.join(range_bad)}; calibrated up to "
+            f"{params.calibrated_range.max_arrival_rate:g} req/s, "  # type: ignore[union-attr]
+            f"{params.calibrated_range.max_in_flight:g} requests in flight, "  # type: ignore[union-attr]
+            f"k in {list(params.calibrated_range.draft_lengths)}): re-calibrate with data "  # type: ignore[union-attr]
+            "at this load before trusting it"
+        )
+    elif not valid:
         sd_bad = int(pred.sd.reason) != Reason.OK
         util = float(pred.sd.utilization if sd_bad else pred.nosd.utilization)
         which = "with SD" if sd_bad else "without SD"

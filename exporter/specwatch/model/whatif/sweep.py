@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from specwatch.model import validity
 from specwatch.model.closed_form import (
     Reason,
     breakeven,
@@ -124,8 +125,26 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     best = optimal_draft_length(model, lams, p=p, g=g, draft_lengths=ks,
                                 max_utilization=ceiling, **acc.optimal_kwargs())
     curves = []
+    cal = params.calibrated_range
+    grid = (lams.size, len(ks))
+    sd_reason = np.broadcast_to(pred.sd.reason, grid)
+    nosd_reason = np.broadcast_to(pred.nosd.reason, grid)
+    sd_latency = np.broadcast_to(pred.sd.latency, grid)
     for j, k in enumerate(ks):
-        valid = pred.valid[:, j]
+        reasons: list[list[str]] = []
+        for i, lam in enumerate(lams):
+            names = [n for n in (validity.model_reason_name(int(sd_reason[i, j])),
+                                 validity.model_reason_name(int(nosd_reason[i, j])))
+                     if n]
+            lat = float(sd_latency[i, j])
+            for n in validity.range_reasons(cal, float(lam),
+                                            float(lam) * lat if np.isfinite(lat) else None, k):
+                if n not in names:
+                    names.append(n)
+            reasons.append(list(dict.fromkeys(names)))
+        outside = np.array([bool(set(r) & {validity.BEYOND_CALIBRATED_LOAD,
+                                           validity.EXTRAPOLATED_K}) for r in reasons])
+        valid = pred.valid[:, j] & ~outside
         curves.append({
             "draft_length": k,
             "acceptance_length": float(e_arr[j]),
@@ -137,6 +156,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             "utilization": pred.sd.utilization[:, j],
             "valid": valid,
             "reason": [reason_text(r) for r in pred.reason[:, j]],
+            "validity_reasons": reasons,
         })
     nosd_valid = pred.nosd.valid[:, 0]
     return {
@@ -156,6 +176,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "best_speedup": best.speedup,
         "sd_off_above_arrival_rate": _sd_off_above(lams, best.k, best.valid),
         "valid": True,
+        "calibrated_range": cal.to_mapping() if cal is not None else None,
     }
 
 

@@ -1,0 +1,192 @@
+"""The saturation regime: per-step cost with a roofline knee, and its fixed point (pure numpy).
+
+Why: the linear cost model prices one step as a + b·B, so every system has one regime and a
+throughput ceiling of 1/C2 far above what a real server reaches. Real verification turns from
+memory-bound (weights streamed once per step, cost nearly flat in the batch) to compute-bound
+once the tokens processed per step pass the accelerator's ridge point; past it every extra
+token costs a fixed amount of compute. SD processes B·(k+1) tokens per verify step against B
+without SD, so it crosses that knee at a (k+1)-times smaller batch, which is why its ceiling
+falls below no-SD's under load (model.md, "Saturation regime").
+
+Per request in flight B, with cycles = g/E verify cycles per request:
+
+    L(B) = C1 + C2·B + cycles·( c_v·max(0, B·(k+1) − T_v) + k·c_d·max(0, B − T_d) )
+
+C1, C2 are the linear model's cost terms (`closed_form.cost_terms`); c_v is the compute-bound
+cost of one verified token past the verifier's knee T_v (tokens per verify step), c_d the
+same for one draft token past the drafter's knee T_d (tokens per draft step = B). With
+c_v = c_d = 0 and no capacity this is exactly the linear model.
+
+Fixed point B = λ·L(B). L is convex and increasing in B, so h(B) = B − λ·L(B) is concave with
+h(0) = −λ·C1 < 0: it has at most one root below any B where it is positive, and that root is
+the smallest one (the operating point a system reaches from empty). The throughput ceiling
+λ_max = sup_B B / L(B) is taken at a knee, at the capacity limit, or as B → ∞ (1 / slope of
+the last piece); below it a positive point of h exists and bisection on [0, that point]
+converges to the root with a guaranteed halving per step. At or above λ_max no fixed point
+exists: the system is saturated (never a number).
+
+Capacity: with at most N requests running (vLLM's max_num_seqs, or the KV-cache tokens over
+the tokens one request holds), a closed-loop benchmark with B > N has N running and B − N
+waiting. In the open-loop model that bounds the search to B <= N: a λ whose fixed point would
+need more than N in flight is saturated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["BISECTIONS", "batch_latency", "ceiling", "fixed_point"]
+
+#: Bisection halvings of the bracket [0, B_hi]: 2^-64 of the bracket is below float resolution.
+BISECTIONS = 64
+
+
+def batch_latency(
+    b: np.ndarray,
+    c1: np.ndarray,
+    c2: np.ndarray,
+    cycles: np.ndarray,
+    k: np.ndarray,
+    c_v: float,
+    knee_v: float,
+    c_d: float,
+    knee_d: float,
+) -> np.ndarray:
+    """L(B): mean request latency (s) with B requests in flight (module docstring)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        extra = c_v * np.maximum(0.0, b * (k + 1.0) - knee_v)
+        extra = extra + k * c_d * np.maximum(0.0, b - knee_d)
+        return c1 + c2 * b + cycles * extra
+
+
+def ceiling(
+    c1: np.ndarray,
+    c2: np.ndarray,
+    cycles: np.ndarray,
+    k: np.ndarray,
+    c_v: float,
+    knee_v: float,
+    c_d: float,
+    knee_d: float,
+    capacity: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(λ_max in req/s, B* in requests): the throughput ceiling and the batch it is reached at.
+
+    L is piecewise linear and convex with breakpoints at the knees, so λ(B) = B/L(B) is
+    monotone on each piece (increasing where the piece's intercept is positive): its supremum
+    is at a knee, at the capacity, or the limit 1/slope as B → ∞ (B* = inf there). `capacity`
+    is the largest number of requests in flight (inf for none).
+    """
+    c1, c2, cycles, k, capacity = np.broadcast_arrays(c1, c2, cycles, k, capacity)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        kv_b = np.where(c_v > 0, knee_v / (k + 1.0), np.inf)
+        kd_b = np.where((c_d > 0) & (k > 0), knee_d * np.ones_like(k), np.inf)
+        slope_inf = c2 + cycles * ((k + 1.0) * c_v + k * c_d)
+        # Intercept of the last piece: L(B) = slope_inf·B + last for B past both knees.
+        last = c1 - cycles * (
+            np.where(c_v > 0, c_v * knee_v, 0.0) + np.where(k > 0, k * c_d * knee_d, 0.0)
+        )
+        best = np.where(
+            (last > 0) & np.isinf(capacity),
+            np.where(slope_inf > 0, 1.0 / slope_inf, np.inf),
+            0.0,
+        )
+        best_b = np.where(best > 0, np.inf, 0.0)
+        for cand in (kv_b, kd_b, capacity):
+            b = np.minimum(cand, capacity)
+            ok = np.isfinite(b) & (b > 0)
+            lam = np.where(
+                ok, b / batch_latency(b, c1, c2, cycles, k, c_v, knee_v, c_d, knee_d), 0.0
+            )
+            better = ok & (lam > best)
+            best = np.where(better, lam, best)
+            best_b = np.where(better, b, best_b)
+    return best, best_b
+
+
+def _piecewise_root(
+    lam: np.ndarray, c1: np.ndarray, c2: np.ndarray, cycles: np.ndarray, k: np.ndarray,
+    c_v: float, knee_v: float, c_d: float, knee_d: float,
+) -> np.ndarray:
+    """Smallest root of B = λ·(α + β·B) over the linear pieces of L (NaN where none):
+    exact up to rounding, and checked by `fixed_point` before it is used."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        kv_b = np.where(c_v > 0, knee_v / (k + 1.0), np.inf)
+        kd_b = np.where((c_d > 0) & (k > 0), knee_d * np.ones_like(k), np.inf)
+        first, second = np.minimum(kv_b, kd_b), np.maximum(kv_b, kd_b)
+        zero = np.zeros_like(first)
+        root = np.full(np.broadcast_shapes(lam.shape, first.shape), np.nan)
+        for lo, hi in ((zero, first), (first, second), (second, np.full_like(first, np.inf))):
+            mid = np.where(np.isfinite(hi), 0.5 * (lo + hi), lo + 1.0)
+            slope = c2 + cycles * (np.where(mid * (k + 1.0) > knee_v, c_v * (k + 1.0), 0.0)
+                                   + np.where(mid > knee_d, k * c_d, 0.0))
+            intercept = batch_latency(mid, c1, c2, cycles, k, c_v, knee_v, c_d, knee_d) - (
+                slope * mid)
+            den = 1.0 - lam * slope
+            cand = lam * intercept / den
+            ok = (den > 0) & (cand >= lo) & (cand <= hi) & np.isnan(root)
+            root = np.where(ok, cand, root)
+    return root
+
+
+def fixed_point(
+    lam: np.ndarray,
+    c1: np.ndarray,
+    c2: np.ndarray,
+    cycles: np.ndarray,
+    k: np.ndarray,
+    c_v: float,
+    knee_v: float,
+    c_d: float,
+    knee_d: float,
+    capacity: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(latency L in s, utilisation λ/λ_max, saturated) at arrival rate λ.
+
+    Latency is NaN where saturated. The bracket's upper end is B* when the ceiling is reached
+    at a finite batch (h(B*) = B*·(1 − λ/λ_max) > 0), else λ·C1/(1 − λ·s) with s the slope of
+    the last piece (L(B) <= C1 + s·B, so h is positive there). The root of the linear piece
+    it lies on is computed directly and kept where a 1e-12-wide sign-change bracket proves
+    it; every other row is bisected on [0, upper end], 64 halvings (the guarantee).
+    """
+    lam, c1, c2, cycles, k, capacity = np.broadcast_arrays(
+        *(np.asarray(x, dtype=float) for x in (lam, c1, c2, cycles, k, capacity))
+    )
+    lam_max, b_star = ceiling(c1, c2, cycles, k, c_v, knee_v, c_d, knee_d, capacity)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        util = np.where(lam_max > 0, lam / lam_max, np.inf)
+        util = np.where(lam == 0, 0.0, util)
+        saturated = ~(util < 1.0)
+        slope_inf = c2 + cycles * ((k + 1.0) * c_v + k * c_d)
+        hi_inf = lam * c1 / (1.0 - lam * slope_inf)
+        hi = np.where(np.isfinite(b_star), b_star, hi_inf)
+        hi = np.where(saturated, 0.0, hi)
+
+        def h(x: np.ndarray) -> np.ndarray:
+            return x - lam * batch_latency(x, c1, c2, cycles, k, c_v, knee_v, c_d, knee_d)
+
+        # Fast path: the root of the linear piece it lies on, accepted only where a bracket
+        # of relative width 1e-12 around it proves it (h < 0 below, >= 0 above, inside
+        # [0, hi]); any row it does not prove is bisected (the guarantee).
+        guess = _piecewise_root(lam, c1, c2, cycles, k, c_v, knee_v, c_d, knee_d)
+        below = guess * (1.0 - 1e-12)
+        above = guess * (1.0 + 1e-12) + 1e-300
+        proven = (np.isfinite(guess) & (above <= hi) & (h(below) < 0) & (h(above) >= 0)) | (
+            lam == 0) | saturated
+        b = np.where(lam == 0, 0.0, above)
+        if not proven.all():
+            lo = np.zeros_like(hi)
+            top = hi.copy()
+            for _ in range(BISECTIONS):
+                mid = 0.5 * (lo + top)
+                neg = h(mid) < 0
+                lo = np.where(neg, mid, lo)
+                top = np.where(neg, top, mid)
+            b = np.where(proven, b, top)
+        # L = B/λ at the root; at λ = 0 the system is empty and L = L(0) = C1.
+        lat = np.where(
+            lam > 0,
+            batch_latency(b, c1, c2, cycles, k, c_v, knee_v, c_d, knee_d),
+            c1,
+        )
+    return np.where(saturated, np.nan, lat), util, saturated

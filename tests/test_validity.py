@@ -1,0 +1,77 @@
+"""Honest validity (issue 14): every what-if `--json` carries `valid`, `validity_reasons` and
+`calibrated_range`, judged by the model (saturation) and the parameters file's calibrated
+range (load, batch, tokens per step, draft lengths)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from specwatch.cli import main
+from specwatch.model.params import CalibratedRange
+from specwatch.model.validity import range_reasons
+
+EAGLE = Path(__file__).parent.parent / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
+ISSUE = ["--draft-length", "3", "--acceptance-length", "2.23", "--prompt-tokens", "144",
+         "--generation-tokens", "200", "--json"]
+
+
+def run(capsys, *argv):
+    rc = main([*map(str, argv)])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+def test_issue_example_is_saturated_not_a_speedup(capsys):
+    """The issue's command: at 14.6 req/s the measured server is at its SD ceiling. The
+    whole-range fit says saturated (no speedup number) and break-even ≈ 14.6 req/s."""
+    rc, out = run(capsys, "predict", "--params", EAGLE, "--arrival-rate", "14.6", *ISSUE)
+    assert rc == 2 and out["valid"] is False
+    assert out["validity_reasons"] == ["saturated"] and out["speedup"] is None
+    assert out["breakeven_arrival_rate"] == pytest.approx(14.58, rel=0.15)
+    assert out["calibrated_range"]["max_arrival_rate"] > 14.6
+
+
+def test_inside_the_calibrated_range_is_valid(capsys):
+    rc, out = run(capsys, "predict", "--params", EAGLE, "--arrival-rate", "8", *ISSUE)
+    assert rc == 0 and out["valid"] is True and out["validity_reasons"] == []
+    assert out["speedup"] > 1
+
+
+def test_unmeasured_draft_length_is_extrapolated_k(capsys, tmp_path):
+    rc, out = run(capsys, "predict", "--params", EAGLE, "--arrival-rate", "2",
+                  "--draft-length", "7", "--alpha", "0.6", "--prompt-tokens", "144",
+                  "--generation-tokens", "200", "--json")
+    assert rc == 2 and out["valid"] is False and "extrapolated_k" in out["validity_reasons"]
+    assert "calibrated range" in out["reason"]
+
+
+def test_file_without_a_range_says_so(capsys, tmp_path):
+    """An old parameters file (no calibrated_range) still predicts; `calibrated_range: null`
+    tells the caller nothing was checked against it."""
+    old = tmp_path / "old.yaml"
+    old.write_text("system: old\ncoefficients: {a_p: 0.1, b_p: 0.01, a_v: 0.02, b_v: 0.001, "
+                   "a_d: 0.002, b_d: 0.0005}\n")
+    rc, out = run(capsys, "predict", "--params", old, "--arrival-rate", "1", "--draft-length",
+                  "3", "--alpha", "0.5", "--prompt-tokens", "100", "--generation-tokens",
+                  "100", "--json")
+    assert rc == 0 and out["calibrated_range"] is None and out["validity_reasons"] == []
+
+
+def test_sweep_marks_points_beyond_the_calibrated_load(capsys):
+    rc, out = run(capsys, "sweep", "--params", EAGLE, "--arrival-rates", "1:20:4",
+                  "--draft-lengths", "1,3", "--prompt-tokens", "144", "--generation-tokens",
+                  "200", "--json")
+    assert rc == 0 and out["calibrated_range"] is not None
+    k3 = next(c for c in out["curves"] if c["draft_length"] == 3)
+    assert k3["validity_reasons"][0] == [] and k3["valid"][0] is True
+    assert "saturated" in k3["validity_reasons"][3] and k3["valid"][3] is False
+
+
+def test_range_reasons_use_load_batch_and_tokens_per_step():
+    cal = CalibratedRange(max_arrival_rate=10.0, max_in_flight=50.0, draft_lengths=(0, 1, 3),
+                          margin=0.1, max_tokens_per_step=120.0)
+    assert range_reasons(cal, 10.9, 40.0, 1) == []
+    assert range_reasons(cal, 11.1, 40.0, 1) == ["beyond_calibrated_load"]
+    assert range_reasons(cal, 5.0, 56.0, 0) == ["beyond_calibrated_load"]  # batch
+    assert range_reasons(cal, 5.0, 34.0, 3) == ["beyond_calibrated_load"]  # 136 tokens/step
+    assert range_reasons(cal, 5.0, 20.0, 2) == ["extrapolated_k"]
+    assert range_reasons(None, 1e9, 1e9, 9) == []
