@@ -6,12 +6,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps test test-all lint lint-jsonnet fmt fmt-jsonnet generate check-generated demo bench fuzz clean dist docs docs-images
+.PHONY: help setup system-deps test test-all test-live lint lint-jsonnet fmt fmt-jsonnet generate check-generated demo bench fuzz clean dist docs docs-images
 
 help:
 	@echo "make demo             simulated vLLM + exporter (+ Prometheus when installed)"
 	@echo "make test             default test suite (installs what it needs)"
 	@echo "make test-all         default suite plus slow tests"
+	@echo "make test-live        against a real vLLM (CPU build in its own venv; ~7 min)"
 	@echo "make lint             ruff, jsonnetfmt, import-linter layering contracts, mkdocs --strict"
 	@echo "make generate         render the mixin (dashboards/, alerts/) and the reference pages (docs/)"
 	@echo "make docs             build the docs site into site/ (MkDocs, strict)"
@@ -42,6 +43,15 @@ test: setup
 
 test-all: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# A real vLLM (CPU build, n-gram SD on a tiny random model), the exporter and Prometheus
+# with the rules: tests/live/. The vLLM virtualenv (about 3.5 GB) is made once and reused
+# (tests/live/install_vllm.sh; SPECWATCH_VLLM_VENV to put it elsewhere).
+SPECWATCH_VLLM_VENV ?= $(HOME)/.cache/specwatch/vllm-venv
+test-live: setup
+	tests/live/install_vllm.sh $(SPECWATCH_VLLM_VENV)
+	SPECWATCH_LIVE_REQUIRED=1 SPECWATCH_VLLM_VENV=$(SPECWATCH_VLLM_VENV) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+	  tests/live/test_live_vllm.py $(PYTEST_ARGS)
 
 lint: $(STAMP) lint-jsonnet
 	$(BIN)/ruff check exporter tests bench scripts setup.py

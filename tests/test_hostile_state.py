@@ -33,7 +33,7 @@ class Rotating:
     """An exporter with one controlled target whose page carries ``per_poll`` new model
     names every poll, and the Alertmanager receiver on."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, target_extra: str = "") -> None:
         token = tmp_path / "token"
         token.write_text(testsecrets.RECEIVER_TOKEN + "\n")
         cfg = tmp_path / "specwatch.yaml"
@@ -41,7 +41,7 @@ class Rotating:
             "global:\n  windows: [1m]\n  model_window: 1m\n  count_window: 0\n"
             "targets:\n"
             f"  - name: a\n    url: http://127.0.0.1:1/metrics\n    params: {PARAMS}\n"
-            f"    max_series: 1000000\n    controller:\n{RECOMMEND}"
+            f"    max_series: 1000000\n{target_extra}    controller:\n{RECOMMEND}"
             "controller:\n  alertmanager:\n"
             f"    token_file: {token}\n    alerts: [SDAcceptanceRateLow]\n")
         self.clock = Clock()
@@ -101,17 +101,22 @@ def _rotating_names_run(r: Rotating, polls: int, per_poll: int) -> dict:
     r.rotate(polls, per_poll)
     series, models = r.controller_series()
     kept = len(tc.models)
+    with urllib.request.urlopen(r.base + "/metrics", timeout=30) as resp:
+        page = parse_exposition(resp.read().decode())
+    exporter_dropped = page.get(("specwatch_target_models_dropped_total",
+                                 frozenset({("target", "a"), ("reason", "max_models")})), 0.0)
     # Everything gone for longer than the retention is forgotten at the next poll.
     r.poll(["steady"], seconds=r.app.controller.retention + 1)
     after_series, after_models = r.controller_series()
     return {"series": series, "models": models, "kept": kept,
             "after_series": after_series, "after_models": after_models,
-            "dropped": dict(tc.dropped), "left": sorted(tc.models)}
+            "dropped": dict(tc.dropped), "left": sorted(tc.models),
+            "exporter_dropped": exporter_dropped}
 
 
 def test_controller_keeps_at_most_max_models_under_rotating_names(rotating):
-    """Issue 17 item 1: 12 polls of 150 new model names each (1,800 names) leave at most 100
-    models and their series in the controller (old code: every name kept forever, 492,000
+    """Issue 17 item 1: 12 polls of 150 new model names each (1,800 names; the exporter
+    follows 100 of each page) leave at most 100 models and their series in the controller (old code: every name kept forever, 492,000
     series in 40 s); drops are counted by reason; after the exporter's retention only the
     model still on the page is left."""
     got = _rotating_names_run(rotating, 12, 150)
@@ -120,13 +125,34 @@ def test_controller_keeps_at_most_max_models_under_rotating_names(rotating):
           f"series, {got['after_models']} model(s); dropped {got['dropped']}")
     assert got["kept"] == DEFAULT_MAX_MODELS
     assert got["models"] <= DEFAULT_MAX_MODELS
-    assert got["dropped"]["limit"] >= 1800 - DEFAULT_MAX_MODELS
+    # The exporter follows at most 100 models of a page (issue 17 item 1, exporter side):
+    # 50 of each poll's 150 names are never followed, so the controller saw 1,200 names.
+    assert got["exporter_dropped"] == 12 * 50
+    assert got["dropped"]["limit"] >= 1200 - DEFAULT_MAX_MODELS
     assert got["left"] == ["steady"] and got["after_models"] == 1
     assert got["dropped"]["retention"] == DEFAULT_MAX_MODELS
     with urllib.request.urlopen(rotating.base + "/metrics", timeout=30) as resp:
         series = parse_exposition(resp.read().decode())
     assert series[("sd_controller_models_dropped_total",
                    frozenset({("target", "a"), ("reason", "retention")}))] == 100.0
+
+
+def test_controller_forgets_what_the_exporter_forgets(tmp_path):
+    """The controller plugs into the exporter's forget hook: a model the exporter forgets
+    (here the oldest vanished beyond a target's max_models: 10) leaves the controller too,
+    counted under the exporter's reason, so the controller never follows more models than
+    the exporter keeps (without the hook it kept up to its own cap of 100)."""
+    r = Rotating(tmp_path, target_extra="    max_models: 10\n")
+    try:
+        tc = r.app.controller.targets["a"]
+        r.rotate(5, 10)
+        exporter_models = set(r.app.pipeline.target_history("a").models)
+        assert len(exporter_models) == 20  # 10 live + 10 remembered vanished
+        assert set(tc.models) == exporter_models
+        assert tc.dropped.get("vanished_limit") == 30
+        assert tc.dropped["limit"] == 0
+    finally:
+        r.close()
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ errors by reason, and after the restart count one reset with no negative delta a
 
 from __future__ import annotations
 
+import itertools
 import math
 import shutil
 import subprocess
@@ -151,12 +152,49 @@ class Independent:
                 out[("sd_mean_generation_tokens", label, None)] = d(G_SUM) / d(G_CNT)
             xs = [x for te, x in self.samples if te > tb]
             if len(xs) >= MIN_BC_SAMPLES and len(set(xs)) > 1:
-                n = len(xs)
-                g = stats.skew(xs, bias=False)
-                k = stats.kurtosis(xs, bias=False)
-                out[("sd_acceptance_bimodality_coefficient", label, None)] = (
-                    (g * g + 1) / (k + 3 * (n - 1) ** 2 / ((n - 2) * (n - 3))))
+                bc = coexistence_bc(xs)
+                if bc is not None:
+                    out[("sd_acceptance_bimodality_coefficient", label, None)] = bc
         return out
+
+
+def sarle(xs: list[float]) -> float | None:
+    n = len(xs)
+    if n < 4 or len(set(xs)) < 2:
+        return None
+    g = stats.skew(xs, bias=False)
+    k = stats.kurtosis(xs, bias=False)
+    return (g * g + 1) / (k + 3 * (n - 1) ** 2 / ((n - 2) * (n - 3)))
+
+
+def coexistence_bc(xs: list[float]) -> float | None:
+    """docs/metrics.md: split at <= 2 change points (greedy, levels), drop the samples beside
+    each change, sample-weighted mean of Sarle's coefficient per segment, min with the raw."""
+    def sse(seg: list[float]) -> float:
+        m = sum(seg) / len(seg)
+        return sum((x - m) ** 2 for x in seg)
+
+    bounds = [0, len(xs)]
+    for _ in range(2):
+        best = (1e-15, None)
+        for a, b in itertools.pairwise(bounds):
+            for c in range(a + 1, b):
+                gain = sse(xs[a:b]) - sse(xs[a:c]) - sse(xs[c:b])
+                if gain > best[0] + 1e-12:
+                    best = (gain, c)
+        if best[1] is None:
+            break
+        bounds = sorted([*bounds, best[1]])
+    dropped = {i for c in bounds[1:-1] for i in (c - 1, c)}
+    total = weight = 0.0
+    for a, b in itertools.pairwise(bounds):
+        seg = [xs[i] for i in range(a, b) if i not in dropped]
+        bc = sarle(seg)
+        if bc is not None:
+            total += bc * len(seg)
+            weight += len(seg)
+    raw = sarle(xs)
+    return None if raw is None or weight == 0 else min(raw, total / weight)
 
 
 def solve_alpha(e: float, k: float) -> float:

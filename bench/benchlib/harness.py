@@ -43,7 +43,7 @@ def prefill(app: ServeApp, interval: float, seconds: float) -> int:
     """Preload ``seconds`` of poll history per target, ending now; returns polls per target."""
     pages = [sources.parse_page(p) for p in real_pages()]
     n = int(seconds / interval)
-    now = time.time()
+    now = app.history_clock()  # the clock windows are measured on (monotonic)
     for i, name in enumerate(app.pipeline.snapshot.targets):
         hist = app.pipeline.target_history(name)
         for k in range(n):

@@ -16,9 +16,16 @@ Ctrl-C (or SIGTERM, or after ``--duration``) stops Prometheus, the exporter and 
 simulator, and removes its temporary directory. Prometheus runs with a parent-death signal,
 so even a killed demo leaves no orphan behind.
 
-With ``--speed X`` the scenario runs X times faster; the exporter then gets the parameters
-divided by X, because the simulated page describes a server X times faster (see
-`specwatch.sim.engine`).
+With ``--speed X`` the scenario runs X times faster, and the simulator and the exporter
+agree on time: the simulator's page describes the scenario's server in *simulated* seconds
+and the exporter stamps its polls with the simulated clock (``ServeApp(clock=...)``), polling
+every ``--poll-interval`` simulated seconds. Its windows (1m, 5m, 15m), rates, latency model
+(the scenario's parameters, unscaled) and controller timers are then those of the scenario
+itself, at any speed. Prometheus runs on the wall clock, so the demo renders the mixin's
+rules with every alert's ``for`` (and ``keep_firing_for``) divided by X: at ``--speed 10``
+SDAcceptanceRateLow waits 60 wall seconds, 10 simulated minutes. Prometheus's own
+``rate()`` over the simulator's counters (the recording rules of the ``vllm`` job) still runs
+X times fast.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ log = logging.getLogger("specwatch.app.demo")
 
 DEFAULT_EXPORTER_LISTEN = "127.0.0.1:10440"
 PROMETHEUS_READY_TIMEOUT = 30.0
+#: Shortest wall time between the exporter's polls at high --speed (CPU of a laptop).
+MIN_WALL_POLL_INTERVAL = 0.25
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,6 +159,26 @@ def scaled_params_file(scenario: Scenario, index: int, speed: float, folder: Pat
     return out
 
 
+def scaled_alert_durations(mixin_config: dict[str, Any], speed: float) -> dict[str, Any]:
+    """Mixin overrides dividing every alert's ``for`` and ``keepFiringFor`` by ``speed``.
+
+    Prometheus durations accept whole milliseconds; a duration that would round to 0 stays
+    1 ms (``for: 0s`` would mean "fire at once", a different rule)."""
+    from specwatch.common.schema import parse_duration
+
+    def scaled(text: str) -> str:
+        ms = max(1, round(parse_duration(text) * 1000.0 / speed))
+        return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+    alerts: dict[str, Any] = {}
+    for name, alert in mixin_config.get("alerts", {}).items():
+        patch = {key: scaled(alert[key]) for key in ("for", "keepFiringFor")
+                 if isinstance(alert.get(key), str) and alert[key]}
+        if patch:
+            alerts[name] = patch
+    return {"alerts": alerts}
+
+
 try:  # resolved in the parent: the child after fork() should do as little as possible
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
 except (OSError, AttributeError):  # pragma: no cover - exotic libc
@@ -200,18 +229,26 @@ class Demo:
         from specwatch.sim.server import SimulatorServer
 
         self.simulator = SimulatorServer(self.scenario, self.args.simulator_listen,
-                                         self.args.speed, self.args.seed)
+                                         self.args.speed, self.args.seed,
+                                         simulated_clock=True)
         if getattr(self.args, "pair", False):
             # The A/B baseline (issue 16): the same scenario and traffic with SD off, on the
             # same clock, so the exporter measures the speedup beside the predicted one.
             from specwatch.sim.server import baseline_scenario
 
             self.baseline = SimulatorServer(baseline_scenario(self.scenario), "127.0.0.1:0",
-                                            self.args.speed, self.args.seed)
+                                            self.args.speed, self.args.seed,
+                                            simulated_clock=True)
             self.baseline.wall0 = self.simulator.wall0
         self.simulator.start()
         if self.baseline is not None:
             self.baseline.start()
+
+    def exporter_poll_interval(self) -> float:
+        """Wall seconds between polls: ``--poll-interval`` simulated seconds, but no less
+        than :data:`MIN_WALL_POLL_INTERVAL` (then the polls are further apart in simulated
+        time; the windows stay right, they are measured on the simulated clock)."""
+        return max(self.args.poll_interval / self.args.speed, MIN_WALL_POLL_INTERVAL)
 
     def start_exporter(self) -> None:
         from specwatch.app.serve import ServeApp
@@ -219,30 +256,29 @@ class Demo:
 
         target: dict[str, Any] = {"name": "vllm-sim", "url": f"{self.simulator.url}/metrics",
                                   "engine": "vllm"}
-        params = scaled_params_file(self.scenario, 0, self.args.speed, self.tmp)
+        # The exporter runs on the simulated clock and the page is in simulated seconds,
+        # so the scenario's own parameters apply at any --speed (no scaling).
+        params = scaled_params_file(self.scenario, 0, 1.0, self.tmp)
         if params is not None and "params" in config.TARGET_SCHEMA:
             target["params"] = str(params)
         # The controller in recommend mode (it decides and shows its state, switches
-        # nothing), with its default timers (300 s stabilization, 600 s between switches)
-        # scaled to the simulated time.
-        speed = max(self.args.speed, 1e-9)
-        target["controller"] = {"mode": "recommend", "stabilization_seconds": 300.0 / speed,
-                                "min_switch_interval_seconds": 600.0 / speed}
+        # nothing), with its default timers (300 s stabilization, 600 s between switches),
+        # which run on the exporter's (simulated) clock.
+        target["controller"] = {"mode": "recommend"}
         doc: dict[str, Any] = {"global": {"listen": self.args.exporter_listen,
-                                          "poll_interval": self.args.poll_interval},
+                                          "poll_interval": self.exporter_poll_interval()},
                                "targets": [target]}
         if self.baseline is not None:
             doc["targets"].append({"name": "vllm-sim-baseline",
                                    "url": f"{self.baseline.url}/metrics", "engine": "vllm"})
             doc["pairs"] = [{"name": "demo-ab", "sd": "vllm-sim", "baseline":
                              "vllm-sim-baseline"}]
-            # Bins along the demo's load (0.5 to 12 req/s, times the speed on the page).
-            doc["pair_options"] = {"arrival_rate_bins": [
-                round(b * speed, 6) for b in (0, 1, 2, 4, 6, 8, 10, 12)]}
+            # Bins along the demo's load (0.5 to 12 req/s: the page is in simulated time).
+            doc["pair_options"] = {"arrival_rate_bins": [0, 1, 2, 4, 6, 8, 10, 12]}
         path = self.tmp / "specwatch.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         cfg = config.build_config(str(path), [], None, None)
-        self.exporter = ServeApp(cfg)
+        self.exporter = ServeApp(cfg, clock=self.simulator.simulated_now)
         self.exporter.start()
 
     def exporter_url(self) -> str:
@@ -269,13 +305,18 @@ class Demo:
         binary = self.prometheus_binary()
         if binary is None:
             return
-        rules = [Path(r) for r in self.args.rules] if self.args.rules else default_rule_files()
+        if self.args.rules:
+            rules = [Path(r) for r in self.args.rules]
+        elif self.args.speed != 1.0:
+            rules = self.scaled_rule_files()
+        else:
+            rules = default_rule_files()
         for r in rules:
             if not r.is_file():
                 raise ConfigError(f"--rules {r}: no such file")
         self.rule_files = rules
         port = self.args.prometheus_port or free_port()
-        interval = max(1, min(15, round(self.args.poll_interval)))
+        interval = max(1, min(15, round(self.exporter_poll_interval())))
         sim_host = self.simulator.url.split("://", 1)[1]
         exp_host = self.exporter_url().split("://", 1)[1]
         prom_cfg = {
@@ -310,6 +351,23 @@ class Demo:
         except SpecwatchError:
             sys.stderr.write(log_path.read_text(errors="replace")[-4000:])
             raise
+
+    def scaled_rule_files(self) -> list[Path]:
+        """The mixin's rules rendered with every alert's ``for`` and ``keep_firing_for``
+        divided by ``--speed`` (Prometheus waits on the wall clock), from the bundle's
+        mixin sources; the generated files, unscaled, when rendering fails."""
+        try:
+            from specwatch.mixin.render import default_config, dump_rules, render_rules
+
+            overrides = scaled_alert_durations(default_config(), self.args.speed)
+            text = dump_rules(render_rules(overrides))
+        except Exception as exc:  # no checkout, no jsonnet: keep the demo running
+            log.warning("rules not rendered for --speed %g (%s): alert `for` durations are "
+                        "not scaled", self.args.speed, exc)
+            return default_rule_files()
+        path = self.tmp / "rules.yaml"
+        path.write_text(text, encoding="utf-8")
+        return [path]
 
     # ----------------------------------------------------------------- lifecycle
 

@@ -12,6 +12,7 @@ without dropping scrapes in flight; a bad new file keeps the old config and logs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import html
 import logging
 import signal
@@ -28,10 +29,10 @@ from specwatch.app import live as model_live
 from specwatch.common import redact
 from specwatch.common.schema import parse_duration
 from specwatch.control import controller
-from specwatch.exporter import config, derive, metricdefs, pairs
-from specwatch.exporter.collector import SpecwatchCollector
+from specwatch.exporter import config, derive, metricdefs, pairs, sources
+from specwatch.exporter.collector import SpecwatchCollector, gzip_join
 from specwatch.exporter.discovery import TargetSource
-from specwatch.exporter.pipeline import Pipeline
+from specwatch.exporter.pipeline import DEFAULT_MAX_MODELS, Pipeline, PollResult
 from specwatch.exporter.poller import Poller, PollTarget
 from specwatch.exporter.snapshot import Snapshot
 from specwatch.web.server import (
@@ -83,19 +84,31 @@ class ServeApp:
                                     static_dropped=len(cfg.dropped_targets))
         self.targets.refresh(strict=True)  # a bad file_sd file at start-up is exit 2
         targets = self.targets.targets
+        g = cfg.raw.get("global", {})
         self.pipeline = Pipeline([(t.name, t.engine) for t in targets], dcfg,
                                  cfg.poll_interval,
                                  max_series={t.name: t.max_series for t in targets},
-                                 parser=cfg.parser)
+                                 parser=cfg.parser, max_models=self._max_models(targets),
+                                 max_label_value_bytes=g.get(
+                                     "max_label_value_bytes",
+                                     sources.DEFAULT_MAX_LABEL_VALUE_BYTES))
+        # Windows on a monotonic clock (a wall-clock jump must not bend them); an injected
+        # clock (tests, the demo's simulated time) drives both.
+        self.history_clock = time.monotonic if clock is time.time else clock
         self.poller = Poller([_poll_target(t) for t in targets], cfg.poll_interval,
-                             self.pipeline.apply, clock=clock,
+                             self.on_poll_result, clock=clock,
                              max_concurrent=cfg.max_concurrent_polls,
                              spread=cfg.poll_spread)
         self.collector = SpecwatchCollector(lambda: self.pipeline.snapshot)
+        self.pipeline.add_publish_listener(self.collector.prerender)
+        # ``registry``: everything, through collect() (for registry users). ``_per_scrape``:
+        # what /metrics renders on each scrape after the collector's cached bytes.
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
+        self._per_scrape = CollectorRegistry(auto_describe=False)
+        self._per_scrape.register(self.collector.per_scrape())
         for extra in (ProcessCollector, PlatformCollector, GCCollector):
-            extra(registry=self.registry)
+            self._per_scrape.register(extra(registry=self.registry))
         self.web = WebServer(cfg.listen, {
             "/metrics": only_get(self.metrics_handler),
             "/healthz": only_get(lambda _req: Response(200, b"ok\n")),
@@ -105,7 +118,20 @@ class ServeApp:
         self.pairs = pairs.install(self.pipeline, self.collector, cfg.pairs, cfg.pair_settings,
                                    parse_duration(cfg.pair_settings.window))
         self.controller = controller.install(self)
+        if self.controller is None and self.pairs is None:
+            # Only the controller and the A/B pairs read the windows' latency histograms: not
+            # built without them.
+            self.pipeline.derive_config = dataclasses.replace(dcfg, histograms=False)
         self.collector.add_family_builder(self.exporter_families)
+
+    def on_poll_result(self, result: PollResult) -> None:
+        """A finished poll (the poller's callback): stamped with the history clock, then
+        applied by the pipeline."""
+        self.pipeline.apply(dataclasses.replace(result, monotonic=self.history_clock()))
+
+    def _max_models(self, targets: tuple[config.TargetConfig, ...]) -> dict[str, int]:
+        default = self.cfg.raw.get("global", {}).get("max_models", DEFAULT_MAX_MODELS)
+        return {t.name: t.raw.get("max_models", default) for t in targets}
 
     def exporter_families(self, _snap: Snapshot) -> list[Metric]:
         """The exporter's own limits and HTTP server: what it refused and dropped."""
@@ -132,8 +158,18 @@ class ServeApp:
         return fams
 
     def metrics_handler(self, req: Request) -> Response:
+        """/metrics: the collector's cached bytes of the current snapshot (and their cached
+        deflate stream when the client takes gzip), then what changes per scrape."""
         encoder, content_type = choose_encoder(req.headers.get("accept"))
-        return Response(200, encoder(self.registry), content_type)
+        openmetrics = content_type.startswith("application/openmetrics-text")
+        snap = self.pipeline.snapshot
+        tail = encoder(self._per_scrape)
+        if "gzip" in req.headers.get("accept-encoding", ""):
+            head = self.collector.exposition_deflate(snap, openmetrics)
+            return Response(200, gzip_join(head, tail), content_type,
+                            {"Content-Encoding": "gzip"})
+        return Response(200, self.collector.exposition(snap, openmetrics) + tail,
+                        content_type)
 
     def landing_handler(self, _req: Request) -> Response:
         rows = "".join(
@@ -159,7 +195,8 @@ class ServeApp:
         """A new target set from discovery: pipeline first (so results of new targets have
         a state), then the poller."""
         self.pipeline.set_targets([(t.name, t.engine) for t in targets],
-                                  {t.name: t.max_series for t in targets})
+                                  {t.name: t.max_series for t in targets},
+                                  self._max_models(targets))
         self.poller.set_targets([_poll_target(t) for t in targets])
         log.info("now polling %d target(s)", len(targets))
 

@@ -198,6 +198,20 @@ class Controller:
             log.info("controller of %s forgot %d model(s) gone for over %gs", tc.name,
                      len(stale), self.retention)
 
+    def forget_model(self, target_name: str, model: str, reason: str) -> None:
+        """The exporter forgot ``model`` of ``target_name`` (its forget hook): so does the
+        controller, counted under the exporter's reason (``retention``, ``vanished_limit``,
+        ``target_removed``). Keeps the controller's state within the exporter's bounds
+        instead of a second, looser set of rules."""
+        tc = self.targets.get(target_name)
+        if tc is None:
+            return
+        with tc.lock:
+            if tc.models.pop(model, None) is None:
+                return
+            tc.last_seen.pop(model, None)
+            tc.dropped[reason] = tc.dropped.get(reason, 0) + 1
+
     def _make_room(self, tc: _TargetControl, target: TargetSnapshot) -> bool:
         """Room for one more model under ``max_models``: the least recently seen model that
         is not on the page now goes; False (counted) when every kept model is live."""
@@ -469,6 +483,7 @@ def install(app: Any) -> Controller | None:
     if ctl is None:
         return None
     app.pipeline.add_target_hook(ctl.hook)
+    app.pipeline.add_forget_hook(ctl.forget_model)
     app.collector.add_family_builder(ctl.families)
     app.web.routes[STATUS_PATH] = only_get(ctl.status_handler)
     if ctl.receiver is not None:

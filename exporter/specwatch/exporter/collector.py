@@ -10,6 +10,18 @@ raising collector turns the whole page into a 500).
 Extension point: ``add_family_builder(fn)`` with ``fn(snapshot) -> Iterable[Metric]`` renders
 data that hooks attached to the snapshot (issue 3 predictions, issue 7 controller state).
 
+Exposition rendered once per snapshot (issue 15): with 500 targets the page holds ~56,000
+series (5 MB), and rebuilding metric objects for every scrape cost ~0.85 CPU-s a scrape.
+:meth:`SpecwatchCollector.exposition` writes the health and derived families as bytes
+directly: each target's sample lines are rendered once per :class:`TargetSnapshot` (at
+publish time when the pipeline calls :meth:`SpecwatchCollector.prerender`, else at the first
+scrape that sees it) and a scrape joins the cached pieces; the joined page (text, OpenMetrics,
+and its gzip deflate stream) is cached per :class:`Snapshot`. The bytes equal
+prometheus_client's encoding of :meth:`collect` (tests/test_exposition.py), which stays the
+interface for registry users. Builders are rendered per scrape (they may read state that
+changes between snapshots, such as receiver counters) unless registered with
+``per_snapshot=True``.
+
 Names, types, labels and HELP texts come from `specwatch.exporter.metricdefs`, the table the
 metrics reference is generated from.
 """
@@ -17,13 +29,24 @@ metrics reference is generated from.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+import struct
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import Metric
+from prometheus_client.openmetrics import exposition as om_exposition
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from specwatch.exporter import derive, metricdefs
-from specwatch.exporter.snapshot import POLL_ERROR_REASONS, SERIES_DROP_REASONS, Snapshot
+from specwatch.exporter.snapshot import (
+    MODEL_DROP_REASONS,
+    POLL_ERROR_REASONS,
+    SERIES_DROP_REASONS,
+    Snapshot,
+    TargetSnapshot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,37 +65,201 @@ POSITION_GAUGES: tuple[str, ...] = (
 
 
 class SpecwatchCollector(Collector):
-    """Renders ``get_snapshot()`` on each collect()."""
+    """Renders ``get_snapshot()`` on each collect(); :meth:`exposition` serves cached bytes."""
 
     def __init__(self, get_snapshot: Callable[[], Snapshot | None]) -> None:
         self._get_snapshot = get_snapshot
         self._builders: list[FamilyBuilder] = []
+        self._snapshot_builders: list[FamilyBuilder] = []
+        self._targets: dict[str, tuple[TargetSnapshot, Mapping[str, bytes]]] = {}
+        self._page: tuple[Snapshot | None, dict[str, bytes | tuple]] = (None, {})
+        self._page_lock = threading.Lock()
+        self._scraped = False  # prerender only once someone reads the exposition
 
-    def add_family_builder(self, builder: FamilyBuilder) -> None:
-        """Register extra families rendered from the snapshot (see module docstring)."""
-        self._builders.append(builder)
+    def add_family_builder(self, builder: FamilyBuilder, per_snapshot: bool = False) -> None:
+        """Register extra families rendered from the snapshot (see module docstring).
+
+        ``per_snapshot=True``: the builder reads nothing but the snapshot (and constant
+        configuration), so its families are cached with the snapshot's page; by default a
+        builder runs on every scrape."""
+        (self._snapshot_builders if per_snapshot else self._builders).append(builder)
+        self._page = (None, {})
 
     def describe(self) -> list[Metric]:
         # Unchecked collector: the family set depends on the data.
         return []
 
     def collect(self) -> Iterator[Metric]:
-        try:
-            snap = self._get_snapshot()
-        except Exception:
-            log.exception("could not read the snapshot")
-            return
+        snap = self._snapshot()
         if snap is None:
             return
         parts: list[Callable[[Snapshot], Iterable[Metric]]] = [
-            health_families, derived_families, *self._builders]
-        for part in parts:
-            try:
-                families = list(part(snap))
-            except Exception:
-                log.exception("building metric families with %r failed", part)
-                continue
-            yield from families
+            health_families, derived_families, *self._snapshot_builders, *self._builders]
+        yield from _build(parts, snap)
+
+    def _snapshot(self) -> Snapshot | None:
+        try:
+            return self._get_snapshot()
+        except Exception:
+            log.exception("could not read the snapshot")
+            return None
+
+    def per_scrape(self) -> Collector:
+        """A collector of the builders that run on every scrape (the rest of the page
+        :meth:`exposition` does not hold)."""
+        return _PerScrape(self)
+
+    # -- cached exposition -------------------------------------------------------------------
+    def prerender(self, target: TargetSnapshot) -> None:
+        """Render one target's sample lines now (a pipeline publish listener), so a scrape
+        only joins cached bytes. Nothing is rendered before the first scrape (an exporter
+        nobody scrapes yet pays nothing; the first scrape renders what it needs). Never
+        raises."""
+        if not self._scraped:
+            return
+        try:
+            self._target_lines(target)
+        except Exception:
+            log.exception("rendering the series of target %s failed", target.name)
+
+    def _target_lines(self, target: TargetSnapshot) -> Mapping[str, bytes]:
+        cached = self._targets.get(target.name)
+        if cached is not None and cached[0] is target:
+            return cached[1]
+        lines = render_target(target)
+        self._targets[target.name] = (target, lines)
+        return lines
+
+    def exposition(self, snap: Snapshot | None, openmetrics: bool) -> bytes:
+        """The health, derived and per-snapshot builder families of ``snap`` as exposition
+        bytes (OpenMetrics without its ``# EOF`` line: the per-scrape part comes after)."""
+        if snap is None:
+            return b""
+        key = "om" if openmetrics else "text"
+        self._scraped = True
+        with self._page_lock:
+            page_snap, cache = self._page
+            if page_snap is not snap:
+                cache = {}
+                self._page = (snap, cache)
+            body = cache.get(key)
+            if body is None:
+                body = self._render_page(snap, openmetrics)
+                cache[key] = body
+                for name in [n for n in self._targets if n not in snap.targets]:
+                    del self._targets[name]  # a target gone from the set
+        return body  # type: ignore[return-value]
+
+    def exposition_deflate(self, snap: Snapshot | None, openmetrics: bool
+                           ) -> tuple[bytes, int, int]:
+        """:meth:`exposition` as a raw deflate stream ended by a sync flush (not final), with
+        its CRC-32 and length: the start of a gzip body (see :func:`gzip_join`)."""
+        body = self.exposition(snap, openmetrics)
+        key = "om.z" if openmetrics else "text.z"
+        with self._page_lock:
+            page_snap, cache = self._page
+            got = cache.get(key) if page_snap is snap else None
+            if got is None:
+                c = zlib.compressobj(1, zlib.DEFLATED, -15)
+                got = (c.compress(body) + c.flush(zlib.Z_SYNC_FLUSH), zlib.crc32(body),
+                       len(body))
+                if page_snap is snap:
+                    cache[key] = got
+        return got  # type: ignore[return-value]
+
+    def _render_page(self, snap: Snapshot, openmetrics: bool) -> bytes:
+        out: list[bytes] = []
+        try:
+            out.append(_header("specwatch_build_info", openmetrics))
+            out.append(f'specwatch_build_info{{version="{_esc(snap.version)}"}} 1.0\n'
+                       .encode())
+            per_target = []
+            for t in snap.targets.values():
+                try:
+                    per_target.append(self._target_lines(t))
+                except Exception:
+                    log.exception("rendering the series of target %s failed", t.name)
+            for name, always in _FAMILY_ORDER:
+                chunks = [c for lines in per_target if (c := lines.get(name))]
+                if chunks or always:
+                    out.append(_header(name, openmetrics))
+                    out.extend(chunks)
+        except Exception:
+            log.exception("rendering the exposition failed")
+        if self._snapshot_builders:
+            fams = list(_build(self._snapshot_builders, snap))
+            encoded = _encode(fams, openmetrics)
+            out.append(encoded[:-len(_EOF)] if openmetrics else encoded)
+        return b"".join(out)
+
+
+_EOF = b"# EOF\n"
+
+
+class _PerScrape(Collector):
+    def __init__(self, parent: SpecwatchCollector) -> None:
+        self._parent = parent
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._parent._snapshot()
+        if snap is not None:
+            yield from _build(self._parent._builders, snap)
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def _encode(families: list[Metric], openmetrics: bool) -> bytes:
+    from prometheus_client.exposition import generate_latest
+
+    reg = _Families(families)
+    return om_exposition.generate_latest(reg) if openmetrics else generate_latest(reg)
+
+
+def _build(parts: Iterable[Callable[[Snapshot], Iterable[Metric]]], snap: Snapshot
+           ) -> Iterator[Metric]:
+    for part in parts:
+        try:
+            families = list(part(snap))
+        except Exception:
+            log.exception("building metric families with %r failed", part)
+            continue
+        yield from families
+
+
+def gzip_join(head: tuple[bytes, int, int], tail: bytes) -> bytes:
+    """One gzip member: a cached deflate stream (``head``: sync-flushed deflate bytes, CRC-32
+    and length of its data, from :meth:`SpecwatchCollector.exposition_deflate`) followed by
+    ``tail`` compressed now. Deflate blocks of two independent compressors concatenate into
+    one valid stream (pigz does the same), so the 5 MB head is compressed once per snapshot.
+    """
+    deflated, crc, size = head
+    c = zlib.compressobj(1, zlib.DEFLATED, -15)
+    rest = c.compress(tail) + c.flush()
+    return b"".join((b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff", deflated, rest,
+                     struct.pack("<II", zlib.crc32(tail, crc) & 0xFFFFFFFF,
+                                 (size + len(tail)) & 0xFFFFFFFF)))
+
+
+#: The health families, in exposition order (after specwatch_build_info).
+HEALTH: tuple[str, ...] = (
+    "specwatch_target_up", "specwatch_target_poll_duration_seconds",
+    "specwatch_target_poll_errors", "specwatch_target_resets",
+    "specwatch_target_series_dropped", "specwatch_target_models_dropped",
+    "specwatch_target_label_values_truncated",
+    "specwatch_target_last_success_timestamp_seconds",
+)
+
+
+def _family(name: str) -> Metric:
+    d = metricdefs.BY_NAME[name]
+    return {"gauge": metricdefs.gauge, "counter": metricdefs.counter,
+            "histogram": metricdefs.histogram}[d.type](name)
 
 
 def health_families(snap: Snapshot) -> Iterator[Metric]:
@@ -80,12 +267,15 @@ def health_families(snap: Snapshot) -> Iterator[Metric]:
     info = metricdefs.gauge("specwatch_build_info")
     info.add_metric([snap.version], 1.0)
     yield info
-    up = metricdefs.gauge("specwatch_target_up")
-    duration = metricdefs.gauge("specwatch_target_poll_duration_seconds")
-    errors = metricdefs.counter("specwatch_target_poll_errors")
-    resets = metricdefs.counter("specwatch_target_resets")
-    dropped = metricdefs.counter("specwatch_target_series_dropped")
-    last = metricdefs.gauge("specwatch_target_last_success_timestamp_seconds")
+    fams = {name: _family(name) for name in HEALTH}
+    up = fams["specwatch_target_up"]
+    duration = fams["specwatch_target_poll_duration_seconds"]
+    errors = fams["specwatch_target_poll_errors"]
+    resets = fams["specwatch_target_resets"]
+    dropped = fams["specwatch_target_series_dropped"]
+    models_dropped = fams["specwatch_target_models_dropped"]
+    truncated = fams["specwatch_target_label_values_truncated"]
+    last = fams["specwatch_target_last_success_timestamp_seconds"]
     for name, t in snap.targets.items():
         up.add_metric([name], 1.0 if t.up else 0.0)
         if t.poll_duration_seconds is not None:
@@ -95,13 +285,18 @@ def health_families(snap: Snapshot) -> Iterator[Metric]:
         resets.add_metric([name], float(t.counter_resets_total))
         for reason in SERIES_DROP_REASONS:
             dropped.add_metric([name, reason], float(t.series_dropped_total.get(reason, 0)))
+        for reason in MODEL_DROP_REASONS:
+            models_dropped.add_metric([name, reason],
+                                      float(t.models_dropped_total.get(reason, 0)))
+        truncated.add_metric([name], float(t.label_values_truncated_total))
         if t.last_success_timestamp is not None:
             last.add_metric([name], t.last_success_timestamp)
-    yield from (up, duration, errors, resets, dropped, last)
+    yield from fams.values()
 
 
-def derived_families(snap: Snapshot) -> Iterator[Metric]:
-    """The sd_* series of every target that is up (a down target exposes none)."""
+def derived_families(snap: Snapshot, keep_empty: bool = False) -> Iterator[Metric]:
+    """The sd_* series of every target that is up (a down target exposes none); families
+    without samples are left out unless ``keep_empty``."""
     gauges = {name: metricdefs.gauge(name) for name in WINDOW_GAUGES}
     pos_gauges = {name: metricdefs.gauge(name) for name in POSITION_GAUGES}
     configured = metricdefs.gauge("sd_draft_length_configured")
@@ -129,9 +324,107 @@ def derived_families(snap: Snapshot) -> Iterator[Metric]:
                 buckets.append(("+Inf", float(h.count)))
                 samples.add_metric([tname, mname], buckets, h.sum)
     for fam in (*gauges.values(), *pos_gauges.values(), configured, samples):
-        if fam.samples:
+        if fam.samples or keep_empty:
             yield fam
 
 
 def _fmt_bound(b: float) -> str:
     return repr(float(b))
+
+
+# -- the cached exposition: one target's sample lines, written directly ----------------------
+_WINDOW_NAMES = frozenset(WINDOW_GAUGES)
+_POSITION_NAMES = frozenset(POSITION_GAUGES)
+CONFIGURED = "sd_draft_length_configured"
+SAMPLES = "sd_acceptance_rate_samples"
+#: Family order of the page after specwatch_build_info, and whether a family with no sample
+#: is still written (health families are; derived ones only when they have data).
+_FAMILY_ORDER: tuple[tuple[str, bool], ...] = (
+    *((name, True) for name in HEALTH),
+    *((name, False) for name in WINDOW_GAUGES),
+    *((name, False) for name in POSITION_GAUGES),
+    (CONFIGURED, False), (SAMPLES, False))
+
+
+def _esc(v: str) -> str:
+    """A label value as both exposition formats write it."""
+    return v.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+_HEADERS: dict[tuple[str, bool], bytes] = {}
+
+
+def _header(name: str, openmetrics: bool) -> bytes:
+    """The HELP/TYPE lines of one family, from prometheus_client's own encoder."""
+    got = _HEADERS.get((name, openmetrics))
+    if got is None:
+        fam = _empty_family(name)
+        got = _encode([fam], openmetrics)
+        if openmetrics:
+            got = got[:-len(_EOF)]
+        _HEADERS[(name, openmetrics)] = got
+    return got
+
+
+def _empty_family(name: str) -> Metric:
+    return _family(name)
+
+
+def render_target(t: TargetSnapshot) -> dict[str, bytes]:
+    """The sample lines of one target, per family name: exactly what prometheus_client
+    writes for the samples :func:`health_families` and :func:`derived_families` give this
+    target (labels sorted by name, values by ``floatToGoString``)."""
+    fg = floatToGoString
+    out: dict[str, list[str]] = {}
+    tl = f'target="{_esc(t.name)}"'
+    out["specwatch_target_up"] = [f"specwatch_target_up{{{tl}}} {fg(1.0 if t.up else 0.0)}\n"]
+    if t.poll_duration_seconds is not None:
+        out["specwatch_target_poll_duration_seconds"] = [
+            f"specwatch_target_poll_duration_seconds{{{tl}}} {fg(t.poll_duration_seconds)}\n"]
+    out["specwatch_target_poll_errors"] = [
+        f'specwatch_target_poll_errors_total{{reason="{r}",{tl}}} '
+        f"{fg(float(t.errors_total.get(r, 0)))}\n" for r in POLL_ERROR_REASONS]
+    out["specwatch_target_resets"] = [
+        f"specwatch_target_resets_total{{{tl}}} {fg(float(t.counter_resets_total))}\n"]
+    out["specwatch_target_series_dropped"] = [
+        f'specwatch_target_series_dropped_total{{reason="{r}",{tl}}} '
+        f"{fg(float(t.series_dropped_total.get(r, 0)))}\n" for r in SERIES_DROP_REASONS]
+    out["specwatch_target_models_dropped"] = [
+        f'specwatch_target_models_dropped_total{{reason="{r}",{tl}}} '
+        f"{fg(float(t.models_dropped_total.get(r, 0)))}\n" for r in MODEL_DROP_REASONS]
+    out["specwatch_target_label_values_truncated"] = [
+        f"specwatch_target_label_values_truncated_total{{{tl}}} "
+        f"{fg(float(t.label_values_truncated_total))}\n"]
+    if t.last_success_timestamp is not None:
+        out["specwatch_target_last_success_timestamp_seconds"] = [
+            f"specwatch_target_last_success_timestamp_seconds{{{tl}}} "
+            f"{fg(t.last_success_timestamp)}\n"]
+    if t.up:
+        for mname, model in t.models.items():
+            ml = f'model_name="{_esc(mname)}"'
+            if model.configured_k is not None:
+                out.setdefault(CONFIGURED, []).append(
+                    f"{CONFIGURED}{{{ml},{tl}}} {fg(float(model.configured_k))}\n")
+            for w in model.windows:
+                wl = f'window="{_esc(w.window)}"'
+                for name, value in w.values.items():
+                    if name in _WINDOW_NAMES:
+                        out.setdefault(name, []).append(f"{name}{{{ml},{tl},{wl}}} {fg(value)}\n")
+                for name, per_pos in w.positions.items():
+                    if name in _POSITION_NAMES:
+                        lines = out.setdefault(name, [])
+                        for pos, value in per_pos.items():
+                            lines.append(f'{name}{{{ml},position="{_esc(pos)}",{tl},{wl}}} '
+                                         f"{fg(value)}\n")
+            h = model.samples
+            if h is not None:
+                lines = out.setdefault(SAMPLES, [])
+                buckets = [(_fmt_bound(b), float(n)) for b, n in
+                           zip(h.bounds, h.cumulative_counts, strict=False)]
+                buckets.append(("+Inf", float(h.count)))
+                for le, n in buckets:
+                    lines.append(f'{SAMPLES}_bucket{{le="{le}",{ml},{tl}}} {fg(n)}\n')
+                if float(buckets[0][0]) >= 0 and h.sum is not None:
+                    lines.append(f"{SAMPLES}_count{{{ml},{tl}}} {fg(buckets[-1][1])}\n")
+                    lines.append(f"{SAMPLES}_sum{{{ml},{tl}}} {fg(h.sum)}\n")
+    return {name: "".join(lines).encode() for name, lines in out.items()}

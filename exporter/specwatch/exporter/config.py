@@ -162,6 +162,8 @@ TARGET_SCHEMA: dict[str, Key] = {
     "model_window": Key(str, doc="window whose signals feed the model (default global's, 5m)"),
     "tls": Key(dict, children=TARGET_TLS_SCHEMA, doc="CA, client certificate"),
     "max_series": Key(int, check=_positive_int(1), doc="source series kept per poll"),
+    "max_models": Key(int, check=_positive_int(1),
+                      doc="models followed at once, and vanished models remembered"),
     "controller": Key(dict, children=CONTROLLER_SCHEMA, doc="SD controller (off by default)"),
 }
 GLOBAL_SCHEMA: dict[str, Key] = {
@@ -177,6 +179,9 @@ GLOBAL_SCHEMA: dict[str, Key] = {
     "web_config": Key(str, doc="exporter-toolkit web config (TLS, basic auth)"),
     "max_targets": Key(int, check=_positive_int(1), doc="targets polled (excess dropped)"),
     "max_series": Key(int, check=_positive_int(1), doc="default of targets[].max_series"),
+    "max_models": Key(int, check=_positive_int(1), doc="default of targets[].max_models"),
+    "max_label_value_bytes": Key(int, check=_positive_int(32),
+                                 doc="longer label values from targets are cut (hash suffix)"),
     "http_server": Key(dict, children=HTTP_SERVER_LIMITS_SCHEMA, doc="HTTP server limits"),
     "parser": Key(str, check=_one_of(*PARSERS),
                   doc="fast (only the families read) | full (prometheus_client, baseline)"),

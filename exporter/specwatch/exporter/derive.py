@@ -17,18 +17,19 @@ N finished requests back; it is absent until the history holds N finished reques
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specwatch.exporter import sources
+import numpy as np
+
+from specwatch.exporter import bimodality, sources
 from specwatch.exporter.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
 
 if TYPE_CHECKING:  # pragma: no cover
-    from specwatch.exporter.history import HistoryEntry, HistoryRing, ModelHistory
+    from specwatch.exporter.history import HistoryEntry, ModelHistory
 
 #: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
 SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
@@ -69,6 +70,9 @@ class DeriveConfig:
     count_window: int = 1000
     min_drafts_per_sample: float = 50.0
     min_bimodality_samples: int = 10
+    #: Build the windows' latency histograms (WindowSignals.histograms)? Only the controller
+    #: reads them; without one they are never built (issue 15).
+    histograms: bool = True
 
     @property
     def count_window_label(self) -> str:
@@ -189,26 +193,51 @@ def window_buckets(base: Counters, cur: Counters, signal: str
     (a running maximum): buckets are separate series, so a page rendered while requests
     finish can be off by one between neighbours.
     """
-    # The bucket keys of ``cur``, sorted by bound, are the same for every window of a
-    # poll: remembered for the last ``cur`` seen (held, compared by identity and size;
-    # history entries are never changed once made).
-    last = _BUCKET_KEYS.get(signal)
-    if last is not None and last[0] is cur and last[1] == len(cur):
-        keys = last[2]
-    else:
-        les = [le for (s, le) in cur if s == signal and le is not None]
-        keys = [(bound, (signal, le)) for bound, le in sorted((_bound(le), le) for le in les)]
-        _BUCKET_KEYS[signal] = (cur, len(cur), keys)
+    les = [le for (s, le) in cur if s == signal and le is not None]
+    keys = [(bound, (signal, le)) for bound, le in sorted((_bound(le), le) for le in les)]
     out: list[tuple[float, float]] = []
     running = 0.0
-    cur_get, base_get = cur.get, base.get
     for bound, key in keys:
-        running = max(running, cur_get(key, 0.0) - base_get(key, 0.0))  # delta(), inline
+        running = max(running, delta(base, cur, key))
         out.append((bound, running))
     return tuple(out)
 
 
-_BUCKET_KEYS: dict[str, tuple[Counters, int, list[tuple[float, tuple[str, str]]]]] = {}
+def _window_buckets(deltas: Mapping[tuple[str, str | None], float], present: Present,
+                    signal: str) -> tuple[tuple[float, float], ...]:
+    out: list[tuple[float, float]] = []
+    running = 0.0
+    get = deltas.get
+    for bound, key in present.buckets.get(signal, ()):
+        running = max(running, get(key, 0.0))
+        out.append((bound, running))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Present:
+    """What the newest entry of a window holds: the keys present and what is sorted from
+    them (the same for every window of a model at one poll, so computed once)."""
+
+    keys: Mapping[tuple[str, str | None], None]
+    signals: frozenset[str]
+    positions: tuple[str, ...]  # accepted-per-position positions, in position order
+    buckets: Mapping[str, tuple[tuple[float, tuple[str, str]], ...]]  # by bound
+
+    @classmethod
+    def of(cls, keys: Iterable[tuple[str, str | None]]) -> Present:
+        present = dict.fromkeys(keys)
+        signals = frozenset(s for s, _ in present)
+        positions = tuple(sorted((p for (s, p) in present
+                                  if s == sources.ACCEPTED_PER_POSITION and p is not None),
+                                 key=_position_order))
+        buckets: dict[str, tuple[tuple[float, tuple[str, str]], ...]] = {}
+        for sig in LATENCY_HISTOGRAMS.values():
+            les = [le for (s, le) in present if s == sig and le is not None]
+            if les:
+                buckets[sig] = tuple((bound, (sig, le))
+                                     for bound, le in sorted((_bound(le), le) for le in les))
+        return cls(present, signals, positions, buckets)
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
@@ -276,7 +305,23 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
     if not dt > 0:
         return None
     b, c = base.counters, cur.counters
-    d = lambda sig, pos=None: delta(b, c, (sig, pos))  # noqa: E731
+    deltas = {k: delta(b, c, k) for k in {*b, *c}}
+    return window_signals(label, dt, deltas, Present.of(c), configured_k, gauges, samples,
+                          min_bimodality_samples)
+
+
+def window_signals(label: str, dt: float, deltas: Mapping[tuple[str, str | None], float],
+                   present: Present, configured_k: int | None, gauges: Mapping[str, float],
+                   samples: Sequence[float] = (), min_bimodality_samples: int = 10,
+                   histograms: bool = True) -> WindowSignals:
+    """All signals of one window of ``dt`` > 0 seconds from the counters' increases.
+
+    ``deltas``: increase of each counter over the window (0 for a key missing from it);
+    ``present``: the keys of the window's newest entry.
+    """
+    get = deltas.get
+    d = lambda sig, pos=None: get((sig, pos), 0.0)  # noqa: E731
+    c = present.keys
     v: dict[str, float] = {}
     positions: dict[str, dict[str, float]] = {}
 
@@ -293,8 +338,7 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
                 e = 1.0 + min(d_acc, d_tok) / d_drafts
                 v[DRAFT_LENGTH] = gamma
                 v[ACCEPTANCE_LENGTH] = e
-                pos_keys = sorted((p for (s, p) in c if s == sources.ACCEPTED_PER_POSITION
-                                   and p is not None), key=_position_order)
+                pos_keys = present.positions
                 rates = {p: clamp01(d(sources.ACCEPTED_PER_POSITION, p) / d_drafts)
                          for p in pos_keys}
                 if rates:
@@ -331,8 +375,8 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
     requests = d(sources.REQUESTS_FINISHED)
     drafts = next((d(sig) for sig in (sources.DRAFTS, sources.VERIFY_CALLS,
                                        sources.DRAFT_TOKENS) if _has(c, sig)), 0.0)
-    histograms = {name: hb for name, sig in LATENCY_HISTOGRAMS.items()
-                  if (hb := window_buckets(b, c, sig))}
+    window_histograms = {name: hb for name, sig in LATENCY_HISTOGRAMS.items()
+                         if (hb := _window_buckets(deltas, present, sig))} if histograms else {}
     if _has(c, sources.REQUESTS_FINISHED):
         # A rate over elapsed time: 0 is a true value (an idle server), not a missing one.
         v[ARRIVAL_RATE] = requests / dt
@@ -351,12 +395,13 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
             n = d(s_count)
             if n > 0:
                 v[mean_name] = d(s_sum) / n
-        elif sources.VERIFY_CALLS in {s for s, _ in c} and requests > 0 and _has(c, fallback):
+        elif sources.VERIFY_CALLS in present.signals and requests > 0 and _has(c, fallback):
             # SGLang pages without the per-request histograms: token counter / requests.
             v[mean_name] = d(fallback) / requests
 
     if len(samples) >= max(4, min_bimodality_samples):
-        bc = bimodality_coefficient(samples)
+        # Bimodality that a change over time cannot explain (issue 18): bimodality.py.
+        bc = bimodality.coexistence_coefficient(samples)
         if bc is not None:
             v[BIMODALITY_COEFFICIENT] = bc
     # Last line of defence (found by fuzzing): a denominator that is positive but tiny (a
@@ -365,7 +410,7 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
     positions = {name: {p: x for p, x in per.items() if math.isfinite(x)}
                  for name, per in positions.items()}
     return WindowSignals(window=label, values=v, positions=positions, span_seconds=dt,
-                         requests=requests, drafts=drafts, histograms=histograms)
+                         requests=requests, drafts=drafts, histograms=window_histograms)
 
 
 def _position_order(p: str) -> tuple[int, str]:
@@ -379,54 +424,30 @@ def _time_base_index(times: Sequence[float], seconds: float) -> int | None:
     if len(times) < 2:
         return None
     # Entry times strictly increase (history folds a poll that does not advance the clock).
-    return max(0, bisect.bisect_right(times, times[-1] - seconds + 1e-9) - 1)
+    i = int(np.searchsorted(times, times[-1] - seconds + 1e-9, side="right"))
+    return max(0, i - 1)
 
 
 def time_window_base(entries: Sequence[HistoryEntry], seconds: float) -> HistoryEntry | None:
     """Newest entry at or before ``newest.t - seconds``; the oldest one if none is."""
-    i = _time_base_index([e.t for e in entries], seconds)
+    i = _time_base_index(np.array([e.t for e in entries]), seconds)
     return None if i is None else entries[i]
 
 
-def _count_base_index(entries: Sequence[HistoryEntry], n_requests: int) -> int | None:
-    if len(entries) < 2:
+def _count_base_index(values: Sequence[float], n_requests: int) -> int | None:
+    """Newest index with at least ``n_requests`` finished requests after it (``values``: the
+    cumulative finished requests per entry, NaN or 0 where absent, the newest present)."""
+    if len(values) < 2:
         return None
-    key = (sources.REQUESTS_FINISHED, None)
-    newest = entries[-1].counters.get(key)
-    if newest is None:
-        return None
+    newest = values[-1]
     # Reset-corrected cumulative counters never decrease, so "at least n requests after it"
     # holds for a prefix of the entries: binary search for its last one.
-    lo, hi = 0, len(entries) - 1  # the answer is in [lo, hi) or absent
-    if not newest - entries[0].counters.get(key, 0.0) >= n_requests:
+    lo, hi = 0, len(values) - 1  # the answer is in [lo, hi) or absent
+    if not newest - values[0] >= n_requests:
         return None
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if newest - entries[mid].counters.get(key, 0.0) >= n_requests:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def _count_base_index_column(ring: HistoryRing, cur: HistoryEntry, n_requests: int
-                             ) -> int | None:
-    """:func:`_count_base_index` over the ring, reading one counter per probe."""
-    key = (sources.REQUESTS_FINISHED, None)
-    newest = cur.counters.get(key)
-    if len(ring) < 2 or newest is None:
-        return None
-
-    def value(i: int) -> float:
-        v = ring.value(i, key)
-        return 0.0 if v is None else v
-
-    lo, hi = 0, len(ring) - 1
-    if not newest - value(0) >= n_requests:
-        return None
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if newest - value(mid) >= n_requests:
+        if newest - values[mid] >= n_requests:
             lo = mid
         else:
             hi = mid
@@ -435,34 +456,75 @@ def _count_base_index_column(ring: HistoryRing, cur: HistoryEntry, n_requests: i
 
 def count_window_base(entries: Sequence[HistoryEntry], n_requests: int) -> HistoryEntry | None:
     """Newest entry with at least ``n_requests`` finished requests after it, or None."""
-    i = _count_base_index(entries, n_requests)
+    key = (sources.REQUESTS_FINISHED, None)
+    if len(entries) < 2 or key not in entries[-1].counters:
+        return None
+    i = _count_base_index([e.counters.get(key, 0.0) for e in entries], n_requests)
     return None if i is None else entries[i]
 
 
 def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSnapshot:
-    """Every window of one model, plus its sample histogram and configured k."""
+    """Every window of one model, plus its sample histogram and configured k.
+
+    Each window is the difference of two rows of the model's ring (the newest and the
+    window's base), computed for every counter at once.
+    """
     ring = hist.entries
     windows: list[WindowSignals] = []
-    cur = ring[-1] if ring else None
-    if cur is not None:
-        # Read the ring's columns (times, requests, samples) instead of making an object
-        # per entry: this runs on every poll of every target, over an hour of entries.
+    n = len(ring)
+    present: Present | None = None
+    if n:
         times = ring.times()
         bases: list[tuple[str, int | None]] = [
             (label, _time_base_index(times, secs)) for label, secs in cfg.windows]
         if cfg.count_window > 0:
-            bases.append((cfg.count_window_label,
-                          _count_base_index_column(ring, cur, cfg.count_window)))
-        for label, i in bases:
-            if i is None:
-                continue
-            w = derive_window(label, ring[i], cur, hist.configured_k, hist.gauges,
-                              ring.samples_after(i), cfg.min_bimodality_samples)
-            if w is not None:
-                windows.append(w)
+            req = ring.column((sources.REQUESTS_FINISHED, None))
+            i = None
+            if req is not None and req[-1] == req[-1]:
+                i = _count_base_index(np.nan_to_num(req, nan=0.0), cfg.count_window)
+            bases.append((cfg.count_window_label, i))
+        wanted = sorted({i for _label, i in bases if i is not None})
+        cur = ring.row(-1)
+        keys = ring.keys
+        absent = np.isnan(cur)
+        # The present keys and the columns a window reads change only when a key appears:
+        # remembered on the ring with the absence pattern they were computed for.
+        cached = ring.derive_cache
+        if (isinstance(cached, tuple) and cached[0] == (len(keys), cfg.histograms)
+                and np.array_equal(cached[1], absent)):
+            present, cols, col_keys = cached[2], cached[3], cached[4]
+        else:
+            present = Present.of(k for k, a in zip(keys, absent.tolist(), strict=True)
+                                 if not a)
+            # Without window histograms the bucket columns are never read.
+            use = [i for i, k in enumerate(keys)
+                   if cfg.histograms or k[0] not in sources.BUCKET_SIGNALS]
+            cols, col_keys = np.array(use, dtype=np.intp), [keys[i] for i in use]
+            ring.derive_cache = ((len(keys), cfg.histograms), absent, present, cols, col_keys)
+        if wanted:
+            t_cur = float(times[-1])
+            cur0 = np.where(absent, 0.0, cur)[cols]
+            base = ring.rows(wanted)[:, cols]
+            diff = cur0 - np.where(np.isnan(base), 0.0, base)
+            diff = np.where(diff > 0.0, diff, 0.0)  # delta(): never negative, never -0.0
+            per_base = {i: dict(zip(col_keys, row, strict=True))
+                        for i, row in zip(wanted, diff.tolist(), strict=True)}
+            samples = ring.sample_column()
+            for label, i in bases:
+                if i is None:
+                    continue
+                dt = t_cur - float(times[i])
+                if not dt > 0:
+                    continue
+                after = samples[i + 1:]
+                windows.append(window_signals(
+                    label, dt, per_base[i], present, hist.configured_k, hist.gauges,
+                    after[after == after].tolist(), cfg.min_bimodality_samples,
+                    cfg.histograms))
     samples_hist = None
-    if hist.sample_count > 0 or _has(cur.counters if cur else {}, sources.DRAFT_TOKENS) \
-            or _has(cur.counters if cur else {}, sources.VERIFY_CALLS):
+    if hist.sample_count > 0 or (present is not None and (
+            _has(present.keys, sources.DRAFT_TOKENS)
+            or _has(present.keys, sources.VERIFY_CALLS))):
         cumulative: list[int] = []
         running = 0
         for n in hist.sample_bucket_counts:

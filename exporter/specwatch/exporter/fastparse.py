@@ -62,6 +62,9 @@ RawSample = tuple[str, dict[str, str], float, str | None]
 
 #: Label texts remembered per selector (the same series recur on every poll of every target).
 LABEL_CACHE_SIZE = 16384
+#: Longest label text remembered (a hostile page with huge label values must not make the
+#: caches hold megabytes per entry: issue 17).
+LABEL_CACHE_MAX_KEY = 2048
 _NO_LABELS: dict[str, str] = {}
 
 _NAME_CHAR = "A-Za-z0-9_:"
@@ -207,9 +210,10 @@ class SampleSelector:
                 labels = dict(_PAIR.findall(label_text))
                 if len(labels) != label_text.count('="'):
                     return None  # a repeated label name: the parser decides (it rejects it)
-                if len(self._labels) >= LABEL_CACHE_SIZE:
-                    self._labels.clear()
-                self._labels[label_text] = labels
+                if len(label_text) <= LABEL_CACHE_MAX_KEY:
+                    if len(self._labels) >= LABEL_CACHE_SIZE:
+                        self._labels.clear()
+                    self._labels[label_text] = labels
         else:
             labels, label_text = _NO_LABELS, ""
         # The strict form already checked the literal: it is an integer unless it has a

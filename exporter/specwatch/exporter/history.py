@@ -1,8 +1,10 @@
-"""Per target and model: a bounded ring of reset-corrected cumulative counters.
+"""Per target and model: a bounded ring of reset-corrected cumulative counters, in numpy.
 
 Why a history of our own: windows are computed from the exporter's own polls, so every
 Prometheus replica scraping the exporter sees the same values (scrape-to-scrape deltas would
 split between HA replicas), and the time base is the exporter's poll clock, not the server's.
+The clock is monotonic (:mod:`specwatch.exporter.pipeline` stamps polls with it): a wall-clock
+jump must not stretch or shrink a window.
 
 Reset rules (anchors-reliability §1.4), applied PER SERIES before anything is summed:
 
@@ -18,18 +20,32 @@ Reset rules (anchors-reliability §1.4), applied PER SERIES before anything is s
 Each poll in which at least one series restarted counts once in
 ``specwatch_target_counter_resets_total`` (one restart of a server resets hundreds of series;
 an operator wants to count restarts, not series).
+
+How (issue 15): the raw state of every source series is a slot in three numpy arrays (value,
+``_created``, last seen); a page's series are mapped to their slots and to their model's
+aggregated columns once per *layout* (the list of series keys, the same from one poll to the
+next on a steady server), so a poll is a handful of vector operations: deltas with the reset
+rules, one ``bincount`` that sums them per (model, aggregated key) in page order (the same
+additions, in the same order, as the dict walk it replaced), and one row appended per model.
+The dict implementation is kept in ``tests/helpers/reference_history.py`` and the results are
+checked equal on every fixture and property test.
+
+Size: one module because the ring, the raw series state and the per-target bounds are one
+data structure (the layout cache ties series slots to ring columns); split, each part would
+need the others' internals.
 """
 
 from __future__ import annotations
 
 import math
-from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from specwatch.exporter import derive, sources
 
-#: (canonical signal, position, bucket bound `le` or None): the key of an aggregated,
+#: (canonical signal, position or bucket bound `le` or None): the key of an aggregated,
 #: reset-corrected counter.
 AggKey = tuple[str, str | None]
 
@@ -44,7 +60,7 @@ class HistoryEntry:
 
     ``sample`` is the acceptance rate of the interval that ended at this poll, present only
     when the interval held at least ``min_drafts_per_sample`` drafts. The history stores
-    entries as columns (:class:`HistoryRing`) and makes these objects when they are read.
+    entries as rows (:class:`HistoryRing`) and makes these objects when they are read.
     """
 
     t: float
@@ -53,55 +69,66 @@ class HistoryEntry:
 
 
 _NAN = float("nan")
-#: An absent value in a uint32 column (counts stay below it; a larger one widens the column).
+#: An absent value in the uint32 matrix (counts stay below it; a larger one widens the column).
 _ABSENT = 0xFFFFFFFF
-
-
-def _fits_u32(v: float) -> bool:
-    return 0.0 <= v < _ABSENT and v == int(v)
+#: The counters the interval acceptance rate reads (all without position).
+_SAMPLE_KEYS: tuple[AggKey, ...] = tuple((s, None) for s in (
+    sources.DRAFTS, sources.DRAFT_TOKENS, sources.ACCEPTED_TOKENS, sources.VERIFY_CALLS,
+    sources.GENERATION_TOKENS, sources.REQUESTS_FINISHED))
 
 
 class HistoryRing:
-    """The entries of one model as columns: a bounded ring, oldest first.
+    """The entries of one model as a ring of numpy rows, one column per aggregated counter.
 
-    Why columns: a history holds one entry per poll per model for the retention period (an
-    hour: 720 entries at 5 s) for every target, and an entry holds every counter read
-    (vLLM: about 60 with the latency histogram buckets). As objects (an entry, a mapping,
-    its floats) that is 1.4-4 KB per entry, 0.5-1.5 GB for 500 targets, and millions of
-    objects for the garbage collector to walk; as one array per counter it is 4 bytes per
-    whole-number count and 8 per other value, in a few dozen objects per model.
+    Why rows of arrays: a history holds one entry per poll per model for the retention period
+    (an hour: 720 entries at 5 s) for every target, and an entry holds every counter read
+    (vLLM: about 60 with the latency histogram buckets). Stored as rows of a matrix, an
+    update is a few vector operations and a window is the difference of two rows, instead of
+    a walk over dicts; memory is 4 bytes per whole-number count (a uint32 matrix, absent:
+    0xFFFFFFFF) and 8 per other value (a float64 matrix, absent: NaN). A value that does not
+    fit moves its column from the uint32 matrix to the float64 one for good.
 
-    It behaves like the deque of :class:`HistoryEntry` it replaces (``len``, ``[i]``,
+    It behaves like the deque of :class:`HistoryEntry` it replaced (``len``, ``[i]``,
     iteration, ``append``, ``[-1] = entry``, ``popleft``, ``maxlen``); an entry read from
     it is a fresh :class:`HistoryEntry` whose ``counters`` hold the keys present at that
-    poll. :func:`specwatch.exporter.derive.derive_model` reads it without making an entry per row
-    (:meth:`times`, :meth:`value`, :meth:`samples_after`).
+    poll. The poll path and :func:`specwatch.exporter.derive.derive_model` use the row API
+    (:meth:`row`, :meth:`append_row`, :meth:`column`, :attr:`keys`) instead.
     """
 
-    __slots__ = ("_f64", "_s", "_start", "_t", "_u32", "maxlen")
+    __slots__ = ("_cap", "_cols", "_f", "_fc", "_n", "_s", "_start", "_t", "_u", "_uc",
+                 "_where", "derive_cache", "keys", "maxlen")
 
     def __init__(self, entries: Iterable[HistoryEntry] = (), maxlen: int | None = None
                  ) -> None:
         self.maxlen = maxlen
-        self._t = array("d")
-        self._s = array("d")
-        # A counter's column is uint32 (absent: _ABSENT) while every value is a whole number
-        # below 2**32 - 1 (request, token and bucket counts: 4 bytes a value), else doubles
-        # (absent: NaN). A value that does not fit moves the column to _f64 for good.
-        self._u32: dict[AggKey, array] = {}
-        self._f64: dict[AggKey, array] = {}
+        self._cap = 8
+        self._t = np.empty(self._cap)
+        self._s = np.empty(self._cap)
+        self._u = np.empty((self._cap, 0), dtype=np.uint32)
+        self._f = np.empty((self._cap, 0))
+        #: Column of each key; the key of each column; per column (in the uint32 matrix?,
+        #: index there); the columns held by each matrix, in matrix order.
+        self._cols: dict[AggKey, int] = {}
+        self.keys: list[AggKey] = []
+        self._where: list[tuple[bool, int]] = []
+        self._uc = np.empty(0, dtype=np.intp)
+        self._fc = np.empty(0, dtype=np.intp)
         self._start = 0
+        self._n = 0  # rows used: live rows are [_start, _n)
+        #: What derive computed from the column set (it changes only when a key appears).
+        self.derive_cache: object = None
         for e in entries:
             self.append(e)
 
+    # -- the deque interface ---------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._t) - self._start
+        return self._n - self._start
 
     def __bool__(self) -> bool:
-        return len(self._t) > self._start
+        return self._n > self._start
 
     def _row(self, i: int) -> int:
-        n = len(self)
+        n = self._n - self._start
         if i < 0:
             i += n
         if not 0 <= i < n:
@@ -110,43 +137,10 @@ class HistoryRing:
 
     def __getitem__(self, i: int) -> HistoryEntry:
         r = self._row(i)
-        counters = {k: float(x) for k, col in self._u32.items() if (x := col[r]) != _ABSENT}
-        counters.update((k, x) for k, col in self._f64.items() if (x := col[r]) == x)
-        sample = self._s[r]
-        return HistoryEntry(self._t[r], counters, sample if sample == sample else None)
-
-    def _widen(self, key: AggKey) -> array:
-        col = array("d", [_NAN if x == _ABSENT else float(x) for x in self._u32.pop(key)])
-        self._f64[key] = col
-        return col
-
-    def _put(self, key: AggKey, r: int, value: float | None) -> None:
-        """Write row ``r`` of ``key`` (``r == len``: append), creating or widening it."""
-        col = self._u32.get(key)
-        if col is not None:
-            if value is None or _fits_u32(value):
-                x = _ABSENT if value is None else int(value)
-                if r == len(col):
-                    col.append(x)
-                else:
-                    col[r] = x
-                return
-            col = self._widen(key)
-        else:
-            col = self._f64.get(key)
-            if col is None:
-                if value is None:
-                    return
-                if _fits_u32(value):
-                    col = self._u32[key] = array("I", [_ABSENT]) * r
-                    col.append(int(value))
-                    return
-                col = self._f64[key] = array("d", [_NAN]) * r
-        y = _NAN if value is None else value
-        if r == len(col):
-            col.append(y)
-        else:
-            col[r] = y
+        row = self._read(r)
+        counters = {k: x for k, x in zip(self.keys, row.tolist(), strict=True) if x == x}
+        sample = float(self._s[r])
+        return HistoryEntry(float(self._t[r]), counters, sample if sample == sample else None)
 
     def __setitem__(self, i: int, entry: HistoryEntry) -> None:
         if i != -1:
@@ -154,73 +148,186 @@ class HistoryRing:
         r = self._row(-1)
         self._t[r] = entry.t
         self._s[r] = _NAN if entry.sample is None else entry.sample
-        for key in [*self._u32, *self._f64]:
-            if key not in entry.counters:
-                self._put(key, r, None)
-        for key, v in entry.counters.items():
-            self._put(key, r, v)
+        self._write(r, self._vector(entry.counters))
 
     def __iter__(self) -> Iterator[HistoryEntry]:
         for i in range(len(self)):
             yield self[i]
 
     def append(self, entry: HistoryEntry) -> None:
-        n = len(self._t)
-        u32 = self._u32
-        for key, v in entry.counters.items():
-            col = u32.get(key)
-            if col is not None and 0.0 <= v < _ABSENT and v == int(v):
-                col.append(int(v))  # the common case, inline
-            else:
-                self._put(key, n, v)
-        for col in u32.values():
-            if len(col) == n:
-                col.append(_ABSENT)
-        for col in self._f64.values():
-            if len(col) == n:
-                col.append(_NAN)
-        self._t.append(entry.t)
-        self._s.append(_NAN if entry.sample is None else entry.sample)
-        if self.maxlen is not None and len(self) > self.maxlen:
-            self.popleft()
+        self.append_row(entry.t, self._vector(entry.counters), entry.sample)
 
     def popleft(self) -> None:
         if not self:
             raise IndexError("pop from an empty history")
-        self._start += 1
-        if self._start >= 32 and self._start * 4 >= len(self._t):
-            s = self._start  # drop the popped rows (amortized: a C copy now and then)
-            self._t = self._t[s:]
-            self._s = self._s[s:]
-            for cols in (self._u32, self._f64):
-                for key in cols:
-                    cols[key] = cols[key][s:]
-            self._start = 0
+        self.drop_oldest(1)
 
-    # -- access without an entry per row (derive) ------------------------------------------
+    # -- the row interface -------------------------------------------------------------------
+    def column_of(self, key: AggKey) -> int:
+        """The column of ``key``, created (absent in every existing row) when new."""
+        c = self._cols.get(key)
+        if c is None:
+            c = len(self.keys)
+            self._cols[key] = c
+            self.keys.append(key)
+            self._where.append((True, self._u.shape[1]))
+            self._u = np.concatenate(
+                (self._u, np.full((self._cap, 1), _ABSENT, dtype=np.uint32)), axis=1)
+            self._uc = np.append(self._uc, c)
+        return c
+
+    def column_index(self, key: AggKey) -> int | None:
+        """The column of ``key``, None when the ring has none."""
+        return self._cols.get(key)
+
+    def append_row(self, t: float, values: np.ndarray, sample: float | None) -> None:
+        """Append one row; ``values`` has one value per column (NaN: absent), and may be
+        shorter than the column count (the missing columns are absent)."""
+        if self._n == self._cap:
+            self._make_room()
+        r = self._n
+        self._n += 1
+        self._t[r] = t
+        self._s[r] = _NAN if sample is None else sample
+        self._write(r, values)
+        if self.maxlen is not None and len(self) > self.maxlen:
+            self.drop_oldest(1)
+
+    def replace_last_row(self, values: np.ndarray) -> None:
+        """Overwrite the counters of the newest row (time and sample kept)."""
+        self._write(self._row(-1), values)
+
+    def drop_oldest(self, n: int) -> None:
+        """Forget the ``n`` oldest rows (their space is reused when the ring fills)."""
+        self._start += min(n, self._n - self._start)
+
+    def row(self, i: int) -> np.ndarray:
+        """Entry ``i`` as one float64 value per column (NaN: absent); a new array."""
+        return self._read(self._row(i))
+
+    def rows(self, idx: Sequence[int]) -> np.ndarray:
+        """Entries ``idx`` as a (len(idx), columns) float64 matrix (NaN: absent)."""
+        r = np.asarray(idx, dtype=np.intp) + self._start
+        out = np.empty((len(r), len(self.keys)))
+        if len(self._uc):
+            u = self._u[r].astype(np.float64)
+            u[self._u[r] == _ABSENT] = _NAN
+            out[:, self._uc] = u
+        if len(self._fc):
+            out[:, self._fc] = self._f[r]
+        return out
+
+    def column(self, key: AggKey) -> np.ndarray | None:
+        """One counter over the live entries (NaN: absent), or None for an unknown key."""
+        c = self._cols.get(key)
+        if c is None:
+            return None
+        in_u, j = self._where[c]
+        if in_u:
+            col = self._u[self._start:self._n, j].astype(np.float64)
+            col[col == _ABSENT] = _NAN
+            return col
+        return self._f[self._start:self._n, j].copy()
+
     def time(self, i: int) -> float:
-        return self._t[self._row(i)]
+        return float(self._t[self._row(i)])
 
-    def times(self) -> array:
-        """Entry times, oldest first (a copy)."""
-        return self._t[self._start:]
+    def times(self) -> np.ndarray:
+        """Entry times, oldest first (a view: valid until the next change)."""
+        return self._t[self._start:self._n]
+
+    def sample_column(self) -> np.ndarray:
+        """Interval samples of the live entries (NaN: none), a view."""
+        return self._s[self._start:self._n]
 
     def value(self, i: int, key: AggKey) -> float | None:
         """One counter at entry ``i`` (None when the entry does not have it)."""
         r = self._row(i)
-        col = self._u32.get(key)
-        if col is not None:
-            x = col[r]
-            return None if x == _ABSENT else float(x)
-        col = self._f64.get(key)
-        if col is None:
+        c = self._cols.get(key)
+        if c is None:
             return None
-        x = col[r]
-        return None if x != x else x
+        in_u, j = self._where[c]
+        if in_u:
+            x = int(self._u[r, j])
+            return None if x == _ABSENT else float(x)
+        y = float(self._f[r, j])
+        return None if y != y else y
 
     def samples_after(self, i: int) -> list[float]:
         """The interval samples of the entries after entry ``i`` (those that have one)."""
-        return [x for x in self._s[self._start + i + 1:] if x == x]
+        s = self._s[self._start + i + 1:self._n]
+        return s[s == s].tolist()
+
+    # -- storage -----------------------------------------------------------------------------
+    def _vector(self, counters: Mapping[AggKey, float]) -> np.ndarray:
+        for key in counters:
+            self.column_of(key)
+        v = np.full(len(self.keys), _NAN)
+        for key, x in counters.items():
+            v[self._cols[key]] = x
+        return v
+
+    def _make_room(self) -> None:
+        live = self._n - self._start
+        if self._start >= max(8, live // 8):
+            # Drop the popped rows (amortized: one copy per ``_start`` pops).
+            s = self._start
+            for a in (self._t, self._s, self._u, self._f):
+                a[:live] = a[s:self._n]
+            self._start, self._n = 0, live
+            return
+        cap = max(self._cap + 8, self._cap * 5 // 4)
+        self._t = _grow(self._t, cap)
+        self._s = _grow(self._s, cap)
+        self._u = _grow(self._u, cap)
+        self._f = _grow(self._f, cap)
+        self._cap = cap
+
+    def _read(self, r: int) -> np.ndarray:
+        out = np.empty(len(self.keys))
+        if len(self._uc):
+            u = self._u[r].astype(np.float64)
+            u[u == _ABSENT] = _NAN
+            out[self._uc] = u
+        if len(self._fc):
+            out[self._fc] = self._f[r]
+        return out
+
+    def _write(self, r: int, values: np.ndarray) -> None:
+        n = len(self.keys)
+        if len(values) < n:
+            values = np.concatenate((values, np.full(n - len(values), _NAN)))
+        if len(self._uc):
+            u = values[self._uc]
+            absent = u != u
+            fits = absent | ((u >= 0.0) & (u < _ABSENT) & (u == np.floor(u)))
+            if not fits.all():
+                for c in self._uc[~fits].tolist():
+                    self._widen(c)
+                u = values[self._uc]
+                absent = u != u
+            self._u[r] = np.where(absent, _ABSENT, u).astype(np.uint32)
+        if len(self._fc):
+            self._f[r] = values[self._fc]
+
+    def _widen(self, c: int) -> None:
+        """Move column ``c`` from the uint32 matrix to the float64 one (for good)."""
+        _in_u, j = self._where[c]
+        col = self._u[:, j].astype(np.float64)
+        col[col == _ABSENT] = _NAN
+        self._f = np.concatenate((self._f, col[:, None]), axis=1)
+        self._fc = np.append(self._fc, c)
+        self._where[c] = (False, self._f.shape[1] - 1)
+        self._u = np.delete(self._u, j, axis=1)
+        self._uc = np.delete(self._uc, j)
+        for k, col_index in enumerate(self._uc.tolist()):
+            self._where[col_index] = (True, k)
+
+
+def _grow(a: np.ndarray, rows: int) -> np.ndarray:
+    out = np.empty((rows, *a.shape[1:]), dtype=a.dtype)
+    out[:len(a)] = a
+    return out
 
 
 @dataclass
@@ -229,7 +336,6 @@ class ModelHistory:
 
     model_name: str
     entries: HistoryRing
-    cumulative: dict[AggKey, float] = field(default_factory=dict)
     sample_bucket_counts: list[int] = field(
         default_factory=lambda: [0] * (len(SAMPLE_BUCKETS) + 1))
     sample_sum: float = 0.0
@@ -239,10 +345,17 @@ class ModelHistory:
     last_seen: float = -math.inf
     #: Canonical counter signals on the latest page (e.g. whether SD families are present).
     signals: frozenset[str] = frozenset()
+    #: Reset-corrected cumulative value of each column of ``entries`` (the newest row).
+    cum: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         if not isinstance(self.entries, HistoryRing):  # e.g. a deque of entries
             self.entries = HistoryRing(self.entries, getattr(self.entries, "maxlen", None))
+
+    @property
+    def cumulative(self) -> dict[AggKey, float]:
+        """Every counter seen so far and its reset-corrected cumulative value."""
+        return dict(zip(self.entries.keys, self.cum.tolist(), strict=False))
 
     def observe_sample(self, value: float) -> None:
         """Add one interval acceptance rate to the lifetime histogram."""
@@ -256,100 +369,235 @@ class ModelHistory:
         self.sample_count += 1
 
 
-@dataclass(slots=True)
-class _RawState:
-    value: float
-    created: float | None
-    last_seen: float
+@dataclass
+class _Layout:
+    """How the series of one page layout (a list of series keys) map onto the state."""
+
+    keys: list[sources.SeriesKey]
+    slots: np.ndarray  # raw-state slot of each series
+    agg_of: np.ndarray  # aggregate id of each series
+    #: model -> (aggregate ids, their keys); filled with ring columns per ModelHistory.
+    models: dict[str, tuple[np.ndarray, list[AggKey]]]
+    signals: dict[str, frozenset[str]]
+    n_agg: int
+    #: model -> (the ModelHistory the columns are for, its ring columns of the aggregates).
+    columns: dict[str, tuple[ModelHistory, np.ndarray]] = field(default_factory=dict)
+    created_keys: list[sources.SeriesKey] | None = None
+    created_index: np.ndarray | None = None  # series index of each created sample (-1: none)
+
+
+#: Called with (model name, reason) when a target's history forgets a model.
+ForgetHook = Callable[[str, str], None]
 
 
 class TargetHistory:
-    """All models of one target. Not thread-safe: one poll of a target at a time updates it."""
+    """All models of one target. Not thread-safe: one poll of a target at a time updates it.
+
+    ``max_models`` caps the models a target may hold at once (issue 17: a target that renames
+    its models every poll must not grow the exporter without bound): live models (on the
+    latest page) beyond the cap are not taken in (reason ``max_models``, kept models first,
+    then name order), and remembered models that vanished are forgotten oldest first when
+    live plus vanished would pass ``max_models + max_vanished_models`` (reason
+    ``vanished_limit``), as well as after the retention (reason ``retention``, not counted as
+    a drop). ``dropped`` counts the models dropped by reason; ``on_forget`` hooks are called
+    for every forgotten model.
+    """
 
     def __init__(self, retention_seconds: float, max_entries: int,
-                 min_drafts_per_sample: float) -> None:
+                 min_drafts_per_sample: float, max_models: int | None = None,
+                 max_vanished_models: int | None = None) -> None:
         self.retention_seconds = float(retention_seconds)
         self.max_entries = int(max_entries)
         self.min_drafts_per_sample = float(min_drafts_per_sample)
+        self.max_models = max_models
+        self.max_vanished_models = max_vanished_models if max_vanished_models is not None \
+            else max_models
         self.models: dict[str, ModelHistory] = {}
         self.resets_total = 0
         self.present_models: frozenset[str] = frozenset()
         self.engine: str = "unknown"
-        self._raw: dict[sources.SeriesKey, _RawState] = {}
+        self.dropped: dict[str, int] = {"max_models": 0, "vanished_limit": 0}
+        self.on_forget: list[ForgetHook] = []
         self._process_start: float | None = None
         self._polled_once = False
+        # Raw state per source series slot (see the module docstring).
+        self._slot: dict[sources.SeriesKey, int] = {}
+        self._slot_keys: list[sources.SeriesKey | None] = []
+        self._free: list[int] = []
+        self._value = np.zeros(0)
+        self._created = np.zeros(0)
+        self._seen = np.zeros(0)  # -inf: a free slot
+        self._model_slots: dict[str, set[int]] = {}
+        self._layout: _Layout | None = None
 
-    def update(self, page: sources.ParsedPage, t: float) -> bool:
-        """Fold one successfully parsed page taken at poll time ``t``.
+    # -- raw state slots -------------------------------------------------------------------
+    def _slot_for(self, key: sources.SeriesKey) -> int:
+        s = self._slot.get(key)
+        if s is not None:
+            return s
+        if self._free:
+            s = self._free.pop()
+            self._slot_keys[s] = key
+        else:
+            s = len(self._slot_keys)
+            self._slot_keys.append(key)
+            if s >= len(self._seen):
+                cap = max(64, 2 * len(self._seen))
+                self._value = _grow(self._value, cap)
+                self._created = _grow(self._created, cap)
+                self._value[s:] = 0.0
+                self._created[s:] = _NAN
+                seen = np.full(cap, -math.inf)
+                seen[:len(self._seen)] = self._seen
+                self._seen = seen
+        self._seen[s] = -math.inf
+        self._slot[key] = s
+        self._model_slots.setdefault(key[0], set()).add(s)
+        return s
 
-        Returns True when this poll detected a counter reset (and counted it).
-        """
-        whole_restart = (
-            self._process_start is not None and page.process_start_time is not None
-            and abs(page.process_start_time - self._process_start) > 1e-6)
-        if page.process_start_time is not None:
-            self._process_start = page.process_start_time
+    def _free_slot(self, s: int) -> None:
+        key = self._slot_keys[s]
+        if key is None:
+            return
+        del self._slot[key]
+        mine = self._model_slots.get(key[0])
+        if mine is not None:
+            mine.discard(s)
+            if not mine:
+                del self._model_slots[key[0]]
+        self._slot_keys[s] = None
+        self._seen[s] = -math.inf
+        self._free.append(s)
 
-        reset_seen = False
-        deltas: dict[str, dict[AggKey, float]] = {}
-        for key, value in page.counters.items():
-            model, signal, identity = key
-            created = page.created.get(key)
-            prev = self._raw.get(key)
-            if prev is None:
-                delta = 0.0
-            else:
-                restarted = (
-                    whole_restart or value < prev.value
-                    or (created is not None and prev.created is not None
-                        and abs(created - prev.created) > 1e-6))
-                if restarted:
-                    delta = value
-                    reset_seen = True
-                else:
-                    delta = value - prev.value
-            self._raw[key] = _RawState(value, created, t)
+    def _layout_for(self, page: sources.ParsedPage) -> _Layout:
+        keys = list(page.counters)
+        lay = self._layout
+        if lay is None or lay.keys != keys:
+            lay = self._new_layout(keys)
+            self._layout = lay
+        if page.created:
+            ckeys = list(page.created)
+            if lay.created_keys != ckeys:
+                index = {k: i for i, k in enumerate(keys)}
+                lay.created_keys = ckeys
+                lay.created_index = np.fromiter((index.get(k, -1) for k in ckeys),
+                                                dtype=np.intp, count=len(ckeys))
+        return lay
+
+    def _new_layout(self, keys: list[sources.SeriesKey]) -> _Layout:
+        slots = np.fromiter((self._slot_for(k) for k in keys), dtype=np.intp, count=len(keys))
+        agg_index: dict[tuple[str, AggKey], int] = {}
+        agg_of = np.empty(len(keys), dtype=np.intp)
+        signals: dict[str, set[str]] = {}
+        for i, (model, signal, identity) in enumerate(keys):
             if signal == sources.ACCEPTED_PER_POSITION:
                 position = dict(identity).get("position")
             elif signal in sources.BUCKET_SIGNALS:
                 position = dict(identity).get("le")
             else:
                 position = None
-            agg = deltas.setdefault(model, {})
-            agg[(signal, position)] = agg.get((signal, position), 0.0) + delta
+            agg_of[i] = agg_index.setdefault((model, (signal, position)), len(agg_index))
+            signals.setdefault(model, set()).add(signal)
+        per_model: dict[str, tuple[list[int], list[AggKey]]] = {}
+        for (model, agg_key), a in agg_index.items():
+            ids, aks = per_model.setdefault(model, ([], []))
+            ids.append(a)
+            aks.append(agg_key)
+        return _Layout(keys, slots, agg_of,
+                       {m: (np.array(ids, dtype=np.intp), aks)
+                        for m, (ids, aks) in per_model.items()},
+                       {m: frozenset(s) for m, s in signals.items()}, len(agg_index))
+
+    # -- one poll --------------------------------------------------------------------------
+    def update(self, page: sources.ParsedPage, t: float) -> bool:
+        """Fold one successfully parsed page taken at poll time ``t`` (monotonic seconds).
+
+        Returns True when this poll detected a counter reset (and counted it).
+        """
+        page = self._cap_models(page)
+        whole_restart = (
+            self._process_start is not None and page.process_start_time is not None
+            and abs(page.process_start_time - self._process_start) > 1e-6)
+        if page.process_start_time is not None:
+            self._process_start = page.process_start_time
+
+        lay = self._layout_for(page)
+        n = len(lay.keys)
+        values = np.fromiter(page.counters.values(), dtype=np.float64, count=n)
+        created = np.full(n, _NAN)
+        if page.created and lay.created_index is not None:
+            cv = np.fromiter(page.created.values(), dtype=np.float64,
+                             count=len(lay.created_index))
+            ok = lay.created_index >= 0
+            created[lay.created_index[ok]] = cv[ok]
+        slots = lay.slots
+        known = self._seen[slots] != -math.inf
+        prev = self._value[slots]
+        prev_created = self._created[slots]
+        with np.errstate(invalid="ignore", over="ignore"):  # free slots hold stale values
+            restarted = known & (whole_restart | (values < prev)
+                                 | (np.abs(created - prev_created) > 1e-6))
+            deltas = np.where(known, np.where(restarted, values, values - prev), 0.0)
+        reset_seen = bool(restarted.any())
+        self._value[slots] = values
+        self._created[slots] = created
+        self._seen[slots] = t
+        agg = np.bincount(lay.agg_of, weights=deltas, minlength=lay.n_agg) if n \
+            else np.zeros(0)
         if reset_seen:
             self.resets_total += 1
 
-        for model in page.models:
+        gauges: dict[str, dict[str, float]] = {}
+        for (m, s), v in page.gauges.items():
+            gauges.setdefault(m, {})[s] = v
+        models = page.models
+        for model in models:
             hist = self.models.get(model)
             if hist is None:
                 hist = ModelHistory(model, HistoryRing(maxlen=self.max_entries))
                 self.models[model] = hist
-            for agg_key, d in deltas.get(model, {}).items():
-                hist.cumulative[agg_key] = hist.cumulative.get(agg_key, 0.0) + d
+            ring = hist.entries
+            mine = lay.models.get(model)
+            if mine is not None:
+                cached = lay.columns.get(model)
+                if cached is None or cached[0] is not hist:
+                    cols = np.fromiter((ring.column_of(k) for k in mine[1]), dtype=np.intp,
+                                       count=len(mine[1]))
+                    lay.columns[model] = (hist, cols)
+                else:
+                    cols = cached[1]
+                if len(hist.cum) < len(ring.keys):
+                    hist.cum = np.concatenate((hist.cum, np.zeros(len(ring.keys)
+                                                                  - len(hist.cum))))
+                hist.cum[cols] += agg[mine[0]]
             hist.configured_k = page.configured_k.get(model)
-            hist.gauges = {s: v for (m, s), v in page.gauges.items() if m == model}
-            hist.signals = frozenset(sig for (m, sig, _i) in page.counters if m == model)
+            hist.gauges = gauges.get(model, {})
+            hist.signals = lay.signals.get(model, frozenset())
             hist.last_seen = t
-            prev_entry = hist.entries[-1] if hist.entries else None
-            counters = hist.cumulative  # copied into the ring's columns by append
             sample = None
-            if prev_entry is not None and t > prev_entry.t:
-                sample = derive.interval_acceptance_rate(
-                    prev_entry.counters, counters, self.min_drafts_per_sample,
-                    proposed_per_verify=derive.sglang_proposed_per_verify(
-                        hist.gauges, hist.configured_k))
-                if sample is not None:
-                    hist.observe_sample(sample)
-            if prev_entry is not None and t <= prev_entry.t:
-                # The clock did not advance: fold into the last entry instead of creating a
-                # zero-length interval.
-                hist.entries[-1] = HistoryEntry(prev_entry.t, counters, prev_entry.sample)
+            if ring:
+                prev_t = ring.time(-1)
+                if t > prev_t:
+                    base = {k: x for k in _SAMPLE_KEYS
+                            if (x := ring.value(-1, k)) is not None}
+                    cur = {k: float(hist.cum[c]) for k in _SAMPLE_KEYS
+                           if (c := ring.column_index(k)) is not None and c < len(hist.cum)}
+                    sample = derive.interval_acceptance_rate(
+                        base, cur, self.min_drafts_per_sample,
+                        proposed_per_verify=derive.sglang_proposed_per_verify(
+                            hist.gauges, hist.configured_k))
+                    if sample is not None:
+                        hist.observe_sample(sample)
+                    ring.append_row(t, hist.cum, sample)
+                else:
+                    # The clock did not advance: fold into the last entry instead of
+                    # creating a zero-length interval.
+                    ring.replace_last_row(hist.cum)
             else:
-                hist.entries.append(HistoryEntry(t, counters, sample))
+                ring.append_row(t, hist.cum, None)
             self._prune(hist, t)
 
-        self.present_models = page.models
+        self.present_models = models
         self.engine = page.engine
         self._polled_once = True
         self._forget_stale(t)
@@ -357,14 +605,52 @@ class TargetHistory:
 
     def _prune(self, hist: ModelHistory, now: float) -> None:
         # Keep one entry at or before now - retention: it is the base of the longest window.
-        horizon = now - self.retention_seconds
-        while len(hist.entries) >= 2 and hist.entries.time(1) <= horizon:
-            hist.entries.popleft()
+        ring = hist.entries
+        k = int(np.searchsorted(ring.times(), now - self.retention_seconds, side="right"))
+        drop = min(k, len(ring)) - 1
+        if drop > 0:
+            ring.drop_oldest(drop)
 
     def _forget_stale(self, now: float) -> None:
         horizon = now - self.retention_seconds
-        stale = [k for k, s in self._raw.items() if s.last_seen < horizon]
-        for k in stale:
-            del self._raw[k]
+        seen = self._seen[:len(self._slot_keys)]
+        stale = np.flatnonzero((seen < horizon) & (seen != -math.inf))
+        if len(stale):
+            for s in stale.tolist():
+                self._free_slot(s)
+            self._layout = None
         for name in [m for m, h in self.models.items() if h.last_seen < horizon]:
-            del self.models[name]
+            self.forget(name, "retention")
+
+    # -- bounds (issue 17) -----------------------------------------------------------------
+    def forget(self, name: str, reason: str) -> None:
+        """Forget one model (history and its series' raw state) and tell the hooks."""
+        if self.models.pop(name, None) is None:
+            return
+        for s in list(self._model_slots.get(name, ())):
+            self._free_slot(s)
+        self._layout = None
+        if reason in self.dropped:
+            self.dropped[reason] += 1
+        for hook in self.on_forget:
+            hook(name, reason)
+
+    def _cap_models(self, page: sources.ParsedPage) -> sources.ParsedPage:
+        """Apply ``max_models`` to the page and make room among vanished models."""
+        if self.max_models is None:
+            return page
+        models = page.models
+        if len(models) > self.max_models:
+            ordered = sorted(models, key=lambda m: (m not in self.models, m))
+            keep = frozenset(ordered[:self.max_models])
+            self.dropped["max_models"] += len(models) - len(keep)
+            page = page.only_models(keep)
+            models = keep
+        limit = self.max_models + (self.max_vanished_models or 0)
+        extra = len(self.models.keys() | models) - limit
+        if extra > 0:
+            vanished = sorted((h.last_seen, m) for m, h in self.models.items()
+                              if m not in models)
+            for _seen, name in vanished[:extra]:
+                self.forget(name, "vanished_limit")
+        return page

@@ -130,11 +130,15 @@ METRICS: tuple[MetricDef, ...] = (
             "interval's acceptance rate; buckets 0.05 wide"),
     MetricDef(
         "sd_acceptance_bimodality_coefficient", "gauge", ("target", "model_name", "window"),
-        help="Sarle's bimodality coefficient of the per-poll-interval "
-             "acceptance rates in the window; above 5/9 suggests two "
-             "populations." + WINDOW_NOTE,
-        doc="Sarle's coefficient of the samples in the window (≥ `min_bimodality_samples`); "
-            "above 5/9 suggests two populations"),
+        help="Sarle's bimodality coefficient of the per-poll-interval acceptance rates in "
+             "the window that a change over time does not explain (within the segments left "
+             "by at most two level shifts, never above the raw coefficient); above 5/9 "
+             "suggests two populations that coexist." + WINDOW_NOTE,
+        doc="Sarle's coefficient of the samples in the window (≥ `min_bimodality_samples`) "
+            "that a change over time does not explain: measured within the segments left by "
+            "at most two level shifts, never above the raw coefficient (see *Acceptance "
+            "heterogeneity* below); above 5/9 suggests two populations that coexist, a plain "
+            "step stays near 0.35"),
     MetricDef(
         "specwatch_target_up", "gauge", ("target",),
         help="1 when the last poll of the target succeeded and parsed, else 0.",
@@ -160,6 +164,26 @@ METRICS: tuple[MetricDef, ...] = (
             "`invalid` (a model skipped for one page because a counter was NaN, ±Inf, "
             "negative, above 2⁵³ or listed twice with different values; its counters catch up "
             "at the next good page)"),
+    MetricDef(
+        "specwatch_target_models_dropped", "counter", ("target", "reason"),
+        help="Models of the target dropped to keep the exporter's state bounded, by reason: "
+             "max_models (more models on a page than targets[].max_models; the extra ones "
+             "are not followed), vanished_limit (a vanished model forgotten before the "
+             "retention ended, oldest first).",
+        doc="models dropped to keep the exporter's state bounded: `max_models` (more models "
+            "on one page than `targets[].max_models`, default 100; the extra ones, by name "
+            "after the models already followed, are not followed; counted on each such "
+            "poll), `vanished_limit` (a vanished model forgotten before the end of the "
+            "retention, oldest first, when the remembered vanished models pass "
+            "`max_models`). The first drop of each reason is logged once"),
+    MetricDef(
+        "specwatch_target_label_values_truncated", "counter", ("target",),
+        help="Label values from the target (model names, positions) longer than "
+             "global.max_label_value_bytes, cut and suffixed with a hash of the whole value.",
+        doc="distinct label values per poll read from the target (model names, positions) "
+            "longer than `global.max_label_value_bytes` (default 256 bytes), cut and "
+            "suffixed with `~` and 12 hex digits of their SHA-256, so distinct long values "
+            "stay distinct and a series keeps its history"),
     MetricDef(
         "specwatch_target_resets", "counter", ("target",),
         help="Polls of the target in which at least one source counter restarted (server, "
@@ -316,10 +340,12 @@ METRICS: tuple[MetricDef, ...] = (
         "sd_controller_models_dropped", "counter", ("target", "reason"),
         help="Models the controller of a target forgot, by reason: retention (gone from the "
              "page for longer than the exporter keeps history), limit (more than 100 models "
-             "at once; least recently seen first).",
+             "at once; least recently seen first), vanished_limit or target_removed (the "
+             "exporter forgot the model for that reason, so the controller did too).",
         doc="models the controller of a target forgot: `retention` (gone from the page longer "
             "than the exporter keeps history), `limit` (more than 100 models at once; least "
-            "recently seen first)"),
+            "recently seen first), `vanished_limit` / `target_removed` (the exporter forgot "
+            "the model for that reason, so the controller did too)"),
     MetricDef(
         "sd_switch_latency_ratio", "gauge",
         ("target", "model_name", "action", "latency", "percentile"),

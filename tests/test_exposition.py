@@ -1,0 +1,195 @@
+"""The cached exposition writes exactly what prometheus_client writes for collect().
+
+Protected behaviour (issue 15): ``/metrics`` is served from bytes rendered once per target
+snapshot and joined once per snapshot; those bytes (Prometheus text and OpenMetrics, plain and
+gzip) equal prometheus_client's encoding of the collector's ``collect()`` (the interface
+registry users keep), including escaped label values, down targets, builders registered per
+scrape and per snapshot; a snapshot served twice is not rendered twice, and a new snapshot
+re-renders only the targets that changed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.openmetrics import exposition as om_exposition
+from specwatch.exporter import collector as collector_mod
+from specwatch.exporter import derive
+from specwatch.exporter.collector import SpecwatchCollector, gzip_join
+from specwatch.exporter.pipeline import Pipeline, PollResult
+
+PAGES = sorted((Path(__file__).parent / "fixtures" / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
+               key=lambda p: int(p.stem.split("_")[1]))
+ODD = 'we"ird\\model\nname é'
+
+
+def pipeline_with_data() -> Pipeline:
+    names = ["a", 't"b\\', "down", "never"]
+    p = Pipeline([(n, "vllm") for n in names], derive.DeriveConfig(), 5.0)
+    texts = [path.read_text() for path in PAGES[-12:]]
+    esc = ODD.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    for i, text in enumerate(texts):
+        t = 1000.0 + 5 * i
+        p.apply(PollResult("a", t, t, 0.01, body=text))
+        p.apply(PollResult('t"b\\', t, t, 0.02,
+                           body=text.replace('model_name="tiny-llama"', f'model_name="{esc}"')))
+        p.apply(PollResult("down", t, t, 3.0, error_reason="timeout", error_message="slow"))
+    return p
+
+
+def reference(col: SpecwatchCollector, openmetrics: bool) -> bytes:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(col)
+    return om_exposition.generate_latest(reg) if openmetrics else generate_latest(reg)
+
+
+def served(col: SpecwatchCollector, snap, openmetrics: bool) -> bytes:
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(col.per_scrape())
+    tail = om_exposition.generate_latest(reg) if openmetrics else generate_latest(reg)
+    return col.exposition(snap, openmetrics) + tail
+
+
+@pytest.mark.parametrize("openmetrics", [False, True], ids=["text", "openmetrics"])
+def test_cached_bytes_equal_prometheus_client_encoding(openmetrics):
+    p = pipeline_with_data()
+    col = SpecwatchCollector(lambda: p.snapshot)
+
+    def per_scrape(_snap):
+        g = GaugeMetricFamily("x_per_scrape", "changes between snapshots", labels=["k"])
+        g.add_metric(['v"1'], 2.5)
+        return [g]
+
+    def per_snapshot(snap):
+        g = GaugeMetricFamily("x_per_snapshot", "from the snapshot", labels=["target"])
+        for name in snap.targets:
+            g.add_metric([name], 1.0)
+        return [g]
+
+    col.add_family_builder(per_scrape)
+    col.add_family_builder(per_snapshot, per_snapshot=True)
+    want = reference(col, openmetrics)
+    got = served(col, p.snapshot, openmetrics)
+    assert b"sd_acceptance_rate{" in got and b'model_name="we\\"ird\\\\model\\nname' in got
+    assert b"specwatch_target_models_dropped_total" in got
+    assert got == want
+
+
+def test_gzip_body_is_one_member_with_the_same_bytes():
+    p = pipeline_with_data()
+    col = SpecwatchCollector(lambda: p.snapshot)
+    tail = b"# tail\nx 1.0\n"
+    body = gzip_join(col.exposition_deflate(p.snapshot, False), tail)
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    plain = d.decompress(body) + d.flush()
+    assert d.eof and d.unused_data == b""  # one gzip member (clients that stop after one)
+    assert plain == col.exposition(p.snapshot, False) + tail == gzip.decompress(body)
+
+
+def test_a_snapshot_is_rendered_once_and_only_changed_targets_again(monkeypatch):
+    p = pipeline_with_data()
+    col = SpecwatchCollector(lambda: p.snapshot)
+    rendered: list[str] = []
+    real = collector_mod.render_target
+
+    def counting(t):
+        rendered.append(t.name)
+        return real(t)
+
+    monkeypatch.setattr(collector_mod, "render_target", counting)
+    p.add_publish_listener(col.prerender)
+    p.apply(PollResult("down", 1500.0, 1500.0, 3.0, error_reason="timeout"))
+    assert rendered == []  # nobody scraped yet: nothing rendered ahead
+    first = col.exposition(p.snapshot, False)
+    assert sorted(rendered) == sorted(p.snapshot.targets)
+    assert col.exposition(p.snapshot, False) is first  # same snapshot: the cached bytes
+    rendered.clear()
+    p.apply(PollResult("a", 2000.0, 2000.0, 0.01, body=PAGES[-1].read_text()))
+    assert rendered == ["a"]  # rendered when published
+    second = col.exposition(p.snapshot, False)
+    assert rendered == ["a"] and second != first
+    assert second == reference(col, False)
+
+
+def _without_process(body: bytes) -> list[bytes]:
+    own = (b"process_", b"python_", b"# HELP process_", b"# TYPE process_", b"# HELP python_",
+           b"# TYPE python_", b"specwatch_http_requests_in_flight")
+    return [line for line in body.split(b"\n")
+            if not any(line.startswith(p) or line.startswith(b"# HELP " + p)
+                       or line.startswith(b"# TYPE " + p) for p in own)]
+
+
+@pytest.mark.parametrize("accept", ["", "application/openmetrics-text;version=1.0.0"])
+@pytest.mark.parametrize("encoding", ["", "gzip"])
+def test_serve_metrics_handler_equals_the_registry(accept, encoding):
+    """What GET /metrics answers equals the registry's encoding (process metrics aside:
+    they move between two calls), gzip or not, text or OpenMetrics."""
+    from specwatch.app.serve import ServeApp
+    from specwatch.exporter import config
+    from specwatch.web.server import Request
+
+    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    app = ServeApp(cfg)
+    for i, path in enumerate(PAGES[-6:]):
+        t = 1000.0 + 5 * i
+        app.pipeline.apply(PollResult("a", t, t, 0.01, body=path.read_text()))
+    headers = {"accept": accept, "accept-encoding": encoding}
+    resp = app.metrics_handler(Request("GET", "/metrics", {}, headers))
+    body = resp.body
+    if encoding:
+        assert resp.headers["Content-Encoding"] == "gzip"
+        body = gzip.decompress(body)
+    if accept:
+        want = om_exposition.generate_latest(app.registry)
+        assert resp.content_type.startswith("application/openmetrics-text")
+    else:
+        want = generate_latest(app.registry)
+    assert b"sd_acceptance_rate{" in body
+    assert _without_process(body) == _without_process(want)
+
+
+def test_identical_page_skips_the_parse_but_advances_the_windows(monkeypatch):
+    """An idle server sends the same bytes every poll: parsed once, and the windows still
+    move (the span grows, the rate falls as the time passes without requests)."""
+    from specwatch.exporter import sources
+
+    calls: list[int] = []
+    real = sources.parse_page
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sources, "parse_page", counting)
+    p = Pipeline([("a", "vllm")], derive.DeriveConfig(windows=(("1m", 60.0),)), 5.0)
+    texts = [path.read_text() for path in PAGES[-3:]]
+    for i, text in enumerate(texts + [texts[-1]] * 5):
+        p.apply(PollResult("a", 1000.0 + 5 * i, 1000.0 + 5 * i, 0.01, body=text))
+    assert len(calls) == 3  # the five repeats of the last page were not parsed
+    spans = []
+    m = next(iter(p.snapshot.targets["a"].models.values()))
+    spans.append(m.window("1m").span_seconds)
+    p.apply(PollResult("a", 1040.0, 1040.0, 0.01, body=texts[-1]))
+    m = next(iter(p.snapshot.targets["a"].models.values()))
+    assert m.window("1m").span_seconds == spans[0] + 5.0
+    p.apply(PollResult("a", 1045.0, 1045.0, 0.01, body=texts[0]))  # bytes changed: parsed
+    assert len(calls) == 4
+
+
+def test_serve_app_builds_window_histograms_only_for_the_controller_and_pairs():
+    from specwatch.app.serve import ServeApp
+    from specwatch.exporter import config
+
+    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    app = ServeApp(cfg)
+    assert app.controller is None and app.pipeline.derive_config.histograms is False
+    for i, path in enumerate(PAGES[-3:]):
+        t = 1000.0 + 5 * i
+        app.pipeline.apply(PollResult("a", t, t, 0.01, body=path.read_text()))
+    m = next(iter(app.pipeline.snapshot.targets["a"].models.values()))
+    assert m.windows and all(w.histograms == {} for w in m.windows)
