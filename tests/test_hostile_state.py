@@ -116,9 +116,9 @@ def _rotating_names_run(r: Rotating, polls: int, per_poll: int) -> dict:
 
 def test_controller_keeps_at_most_max_models_under_rotating_names(rotating):
     """Issue 17 item 1: 12 polls of 150 new model names each (1,800 names; the exporter
-    follows 100 of each page) leave at most 100 models and their series in the controller (old code: every name kept forever, 492,000
-    series in 40 s); drops are counted by reason; after the exporter's retention only the
-    model still on the page is left."""
+    follows 100 of each page) leave at most 100 models and their series in the controller
+    (old code: every name kept forever, 492,000 series in 40 s); drops are counted by
+    reason; after the exporter's retention only the model still on the page is left."""
     got = _rotating_names_run(rotating, 12, 150)
     print(f"\ncontroller under rotating names (1,800 names): {got['series']} sd_controller "
           f"series for {got['models']} models; after the retention: {got['after_series']} "
