@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from specwatch.exporter import derive, history, sources
+from specwatch.exporter import bimodality, derive, history, sources
 from specwatch.exporter.derive import DeriveConfig
 
 M = "m"
@@ -172,10 +172,10 @@ def test_bimodality_coefficient_separates_one_mode_from_two():
     rng = random.Random(1)
     one = [rng.gauss(0.6, 0.05) for _ in range(200)]
     two = [rng.gauss(0.1, 0.03) for _ in range(100)] + [rng.gauss(0.7, 0.03) for _ in range(100)]
-    assert derive.bimodality_coefficient(one) < derive.BIMODALITY_THRESHOLD
-    assert derive.bimodality_coefficient(two) > derive.BIMODALITY_THRESHOLD
-    assert derive.bimodality_coefficient([0.5] * 20) is None
-    assert derive.bimodality_coefficient([0.1, 0.2, 0.3]) is None
+    assert bimodality.sarle_coefficient(one) < derive.BIMODALITY_THRESHOLD
+    assert bimodality.sarle_coefficient(two) > derive.BIMODALITY_THRESHOLD
+    assert bimodality.sarle_coefficient([0.5] * 20) is None
+    assert bimodality.sarle_coefficient([0.1, 0.2, 0.3]) is None
 
 
 def test_heterogeneity_is_zero_for_iid_and_one_for_all_or_nothing():

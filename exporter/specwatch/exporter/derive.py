@@ -265,37 +265,6 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     return None
 
 
-def bimodality_coefficient(samples: Sequence[float]) -> float | None:
-    """Sarle's bimodality coefficient with the small-sample corrections.
-
-    BC = (G1² + 1) / (G2 + 3(n − 1)² / ((n − 2)(n − 3))), G1 the adjusted skewness and G2 the
-    adjusted excess kurtosis. Needs n >= 4 and a non-zero variance, else None.
-    """
-    n = len(samples)
-    if n < 4:
-        return None
-    mean = sum(samples) / n
-    m2 = m3 = m4 = 0.0
-    for x in samples:  # one pass (derive runs on every poll of every target)
-        d = x - mean
-        d2 = d * d
-        m2 += d2
-        m3 += d2 * d
-        m4 += d2 * d2
-    m2, m3, m4 = m2 / n, m3 / n, m4 / n
-    if m2 <= 1e-18:
-        return None
-    g1 = m3 / m2 ** 1.5
-    g2 = m4 / m2 ** 2 - 3.0
-    big_g1 = g1 * math.sqrt(n * (n - 1)) / (n - 2)
-    big_g2 = ((n + 1) * g2 + 6.0) * (n - 1) / ((n - 2) * (n - 3))
-    denom = big_g2 + 3.0 * (n - 1) ** 2 / ((n - 2) * (n - 3))
-    if denom <= 0:
-        return None
-    bc = (big_g1 ** 2 + 1.0) / denom
-    return bc if math.isfinite(bc) else None
-
-
 def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
                   configured_k: int | None, gauges: Mapping[str, float],
                   samples: Sequence[float] = (), min_bimodality_samples: int = 10
