@@ -49,7 +49,16 @@ from specwatch.mixin.render import dump_rules, render_rules
 
 HERE = Path(__file__).resolve().parent
 VENV = os.environ.get("SPECWATCH_VLLM_VENV", "")
-PARAMS = REPO / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
+# The linear (pre-saturation) EAGLE-3 fit, as in the smoke test: the whole-range H100 file
+# rightly calls a tiny CPU model's operating point invalid, and the model panels need data.
+PARAMS = REPO / "tests" / "fixtures" / "params" / "qwen3-32b-h100-eagle3-linear.yaml"
+# Measured A/B pairs and controller switch records need a second (baseline) vLLM server or a
+# switch that actuates: one CPU server with a fixed k has neither, so those queries are
+# evaluated (they must not fail) but not required to return data.
+MEASURED_ONLY = frozenset({"sd_measured_arrival_rate", "sd_measured_speedup",
+                           "sd_measured_ttft_ratio", "sd_measured_inter_token_latency_ratio",
+                           "sd_measured_requests", "sd_pair_current_arrival_rate_bin",
+                           "sd_switch_latency_ratio"})
 MODEL = "tiny-llama"
 SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4,
         "prompt_lookup_min": 1}
@@ -252,8 +261,10 @@ def test_every_dashboard_query_and_variable_returns_data(live: Any) -> None:
                     empty.append(where)
                 continue
             result = query_range(stack.prom, substitute(expr), start, end)
-            if metric_names(expr) <= NOT_YET_EXPORTED | {"ALERTS"}:
+            if metric_names(expr) <= NOT_YET_EXPORTED | MEASURED_ONLY | {"ALERTS"}:
                 continue
+            if where.endswith("annotation 'model invalid'"):
+                continue  # only invalid predictions; a healthy run rightly has none
             checked += 1
             if not result:
                 empty.append(where)
