@@ -171,8 +171,8 @@ def speedup_curve(params: Params, k: float, e: float, p: float, g: float,
     """
     coef = params.model()
     dense = coef.dense if isinstance(coef, MoECoefficients) else coef
-    lam_max = min(float(throughput_ceiling(dense, k, e, p, g)),
-                  float(throughput_ceiling(dense, 0.0, 1.0, p, g)))
+    # Both systems' ceilings in one call: SD at (k, E), no SD at (0, 1).
+    lam_max = float(np.min(throughput_ceiling(dense, [k, 0.0], [e, 1.0], p, g)))
     if not (math.isfinite(lam_max) and lam_max > 0):
         return ()
     ceiling = params.max_utilization
