@@ -169,9 +169,7 @@ local row = g.panel.row;
     // frame per target and model; the partition values become field labels, from which
     // the display names are built, so every target's points carry its own name.
     //
-    // The model's curve (predicted speedup over arrival rate at the current acceptance)
-    // needs a series the exporter does not expose yet (the speedup at a grid of arrival
-    // rates); it goes here as one more line series when it exists.
+    // The model's curve (modelCurve below) is mixed in after the measured overlay.
     local xy = g.panel.xyChart;
     local by = 'max by (target, model_name)';
     local modelKey = 'job, instance, target, model_name, window';
@@ -199,7 +197,7 @@ local row = g.panel.row;
     local speedupVsLoad =
       xy.new('Predicted speedup against arrival rate, now')
       + xy.withPluginVersion(c.grafana.pluginVersion)
-      + xy.panelOptions.withDescription("Per target and model, now: the current operating point (measured arrival rate, x, against the speedup the latency model predicts there, y; both over the model's window), the break-even point (the arrival rate where the predicted speedup is 1) and the break-even line (speedup 1: below it SD makes requests slower). An operating point left of the break-even point is a load where SD pays. A break-even of +Inf (SD pays at every load below saturation) has no point. Only targets with a model parameters file appear. The model's whole curve at the current acceptance is not drawn: the exporter does not expose it yet.")
+      + xy.panelOptions.withDescription("Per target and model, now: the current operating point (measured arrival rate, x, against the speedup the latency model predicts there, y; both over the model's window), the break-even point (the arrival rate where the predicted speedup is 1) and the break-even line (speedup 1: below it SD makes requests slower). The line through them is the model's curve: the speedup it predicts along arrival rates from 0 to the validity ceiling (max_utilization of the lower throughput ceiling) for the acceptance, draft length and request lengths measured now; it crosses the break-even line at the break-even point. The curve leaves out the rates where the prediction is not valid (beyond the calibrated load, above the utilisation ceiling) and is absent when the model has no inputs. An operating point left of the break-even point is a load where SD pays. A break-even of +Inf (SD pays at every load below saturation) has no point. Only targets with a model parameters file appear.")
       + xy.panelOptions.withGridPos(10, 12)
       + xy.queryOptions.withTargets([
         instantTable('%s (%s)' % [by, arrivalOfModelWindow]),
@@ -248,6 +246,34 @@ local row = g.panel.row;
         + xy.standardOptions.override.byRegexp.withProperty('custom.show', 'lines')
         + xy.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [10, 10] })
         + xy.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: 'red' }),
+      ]);
+
+    // The model's curve: the predicted speedup at the exporter's grid of arrival rates
+    // for the current acceptance (sd_model_curve_arrival_rate, x, and
+    // sd_model_speedup_curve, y, joined by the merge on their `point` label), one line per
+    // target and model. Mixed in after the measured overlay (refIds G-J): K and L. The
+    // xychart draws a line through the rows in their order: K comes first and is sorted
+    // by rate, and the merge keeps the order in which rows first appear, so the line runs
+    // left to right.
+    local curveBy = 'max by (target, model_name, point)';
+    local modelCurve =
+      {
+        targets+: [
+          instantTable('sort(%s (sd_model_curve_arrival_rate{%s}))' % [curveBy, f.sd]),
+          instantTable('%s (sd_model_speedup_curve{%s})' % [curveBy, f.sd]),
+        ],
+        options+: {
+          series+: [
+            { x: { matcher: field('K', 'model curve arrival rate') }, y: { matcher: field('L', 'model curve') } },
+          ],
+        },
+      }
+      + xy.standardOptions.withOverridesMixin([
+        named('K', 'model curve arrival rate')
+        + xy.standardOptions.override.byRegexp.withProperty('unit', 'reqps'),
+        named('L', 'model curve')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.show', 'lines')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 2),
       ]);
 
     local predictedSpeedup =
@@ -585,7 +611,7 @@ local row = g.panel.row;
         row.new('Acceptance distribution · $target') + row.withRepeat('target'),
         samplesHeatmap,
         row.new('Latency model: does SD pay at this load?'),
-        speedupVsLoad + ms.overlay,
+        speedupVsLoad + ms.overlay + modelCurve,
         predictedSpeedup + ts.panelOptions.withGridPos(10, 12),
         breakeven,
         optimalK,

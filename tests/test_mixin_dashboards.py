@@ -281,10 +281,33 @@ def test_speedup_xychart_names_every_target_and_shows_the_present():
                 (ref,) = [r for r in names if f"Value #{r}" in hits_raw]
                 assert hits_display == {names[ref]}, (axis, m)
         assert "name" not in xy["options"]["series"][0], "a fixed name hides the target"
-    # The break-even line: a series drawn as a line at speedup 1.
-    line = [o for o in xy["fieldConfig"]["overrides"]
+    # Two series are lines: the break-even line (speedup 1) and the model's curve.
+    line = [o["matcher"]["options"] for o in xy["fieldConfig"]["overrides"]
             if {"id": "custom.show", "value": "lines"} in o["properties"]]
-    assert len(line) == 1
+    assert sorted(line) == ["^Value #F( .*)?$", "^Value #L( .*)?$"]
+
+
+def test_speedup_xychart_draws_the_model_curve():
+    """Issue 18, item 6: the chart had no model curve. Now one line per target and model
+    through the exporter's curve points: x the grid's arrival rates, y the predicted speedup
+    there, joined on the `point` label (the merge pairs the two queries' rows), the x query
+    sorted by rate so that the line is drawn left to right, and no `$window` (the curve
+    comes from the model's window, like the operating point)."""
+    xy = _xychart()
+    exprs = {t["refId"]: t["expr"] for t in xy["targets"]}
+    pairs = [(s["x"]["matcher"]["options"], s["y"]["matcher"]["options"])
+             for s in xy["options"]["series"]]
+    ((x, y),) = [(a, b) for a, b in pairs if "model curve" in b]
+    x_ref = re.search(r"Value #(\w)", x).group(1)
+    y_ref = re.search(r"Value #(\w)", y).group(1)
+    assert re.fullmatch(r"sort\(max by \(target, model_name, point\) "
+                        r"\(sd_model_curve_arrival_rate\{[^}]*\}\)\)", exprs[x_ref])
+    assert re.fullmatch(r"max by \(target, model_name, point\) "
+                        r"\(sd_model_speedup_curve\{[^}]*\}\)", exprs[y_ref])
+    assert x_ref < y_ref, "the sorted x query's rows come first in the merge"
+    assert "$window" not in exprs[x_ref] + exprs[y_ref]
+    units = {o["matcher"]["options"]: o["properties"] for o in xy["fieldConfig"]["overrides"]}
+    assert {"id": "unit", "value": "reqps"} in units[f"^Value #{x_ref}( .*)?$"]
 
 
 def test_heatmap_reads_histogram_buckets():

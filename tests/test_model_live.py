@@ -19,15 +19,19 @@ of 3 tokens (k = 3), 8750 accepted (E = 1 + 8750/10000 = 1.875, α = 0.5) with p
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 
 import pytest
 from helpers.pageserver import Page, PageSequenceServer
 from helpers.scrape import fetch_text, parse_exposition, select
+from specwatch.app.live import CURVE_POINTS, speedup_curve
 from specwatch.app.serve import ServeApp
 from specwatch.common.errors import ConfigError
 from specwatch.exporter import config
+from specwatch.model import predict, speedup, throughput_ceiling
+from specwatch.model.params import load_params
 
 PARAMS = """\
 system: worked-example
@@ -37,9 +41,9 @@ MODEL = "m"
 
 
 def vllm_page(req=0, p_sum=0.0, g_sum=0.0, lat_sum=0.0, drafts=0, tok=0, acc=0,
-              per_pos=(0, 0, 0), with_generation=True, waiting=None) -> str:
+              per_pos=(0, 0, 0), with_generation=True, waiting=None, model=MODEL) -> str:
     """A minimal vLLM v1 page with the families the model needs."""
-    lab = f'engine="0",model_name="{MODEL}"'
+    lab = f'engine="0",model_name="{model}"'
     out = [
         "# TYPE vllm:spec_decode_num_drafts_total counter",
         f"vllm:spec_decode_num_drafts_total{{{lab}}} {drafts}",
@@ -251,3 +255,128 @@ def test_provenance_mismatch_is_a_series_and_a_log_line(tmp_path, caplog):
     assert len(lines) == 1 and "Qwen/Qwen3-32B" in lines[0] and "re-calibrate" in lines[0]
     s = run_pages(tmp_path, [ZERO, STEADY], params=PARAMS + f"provenance: {{model: {MODEL}}}\n")
     assert not select(s, "sd_model_provenance_mismatch")
+
+
+# ---- The speedup curve (issue 18, item 6: the XY chart's model line).
+
+#: The worked example's throughput ceilings: 1/C2 with C2_SD = 0.43/3 and C2_D = 0.11; the
+#: SD system's is the lower. The curve spans 0 .. 0.9 x that (the validity ceiling).
+LAM_MAX = 3 / 0.43
+INPUTS = {"k": 3.0, "e": 1.875, "p": 100.0, "g": 100.0}  # the STEADY window's k, E, p, g
+
+
+def curve(series, **labels) -> dict[str, tuple[float, float]]:
+    """point -> (arrival rate, speedup) of the scraped curve; x and y present together."""
+    xs = {dict(k[1])["point"]: v for k, v in
+          select(series, "sd_model_curve_arrival_rate", **labels).items()}
+    ys = {dict(k[1])["point"]: v for k, v in
+          select(series, "sd_model_speedup_curve", **labels).items()}
+    assert xs.keys() == ys.keys(), "every curve point has both its rate and its speedup"
+    return {pt: (xs[pt], ys[pt]) for pt in xs}
+
+
+def test_speedup_curve_is_the_closed_form_speedup_on_the_grid(tmp_path):
+    """24 points from 0 to 0.9 x the lower ceiling, each the closed-form speedup at its rate
+    for the window's inputs; it crosses 1 at the break-even (λ* = 4.461687 by hand)."""
+    s = run_pages(tmp_path, [ZERO, STEADY])
+    lab = {"target": "a", "model_name": MODEL, "window": "5m"}
+    pts = curve(s, **lab)
+    assert sorted(pts) == [f"{i:02d}" for i in range(CURVE_POINTS)]
+    coef = load_params(tmp_path / "params.yaml").model()
+    for pt, (lam, sp) in pts.items():
+        assert lam == pytest.approx(0.9 * LAM_MAX * int(pt) / CURVE_POINTS, rel=1e-12)
+        want = float(speedup(coef, lam, INPUTS["k"], INPUTS["e"], INPUTS["p"], INPUTS["g"]))
+        assert sp == pytest.approx(want, rel=1e-12), pt
+    assert pts["00"][1] == pytest.approx(2.1 * 3 / 4.46, rel=1e-12)  # L_D/L_SD at λ = 0
+    be = 1.84 / 0.4124
+    assert all((sp > 1) == (lam < be) for lam, sp in pts.values())
+    assert any(sp < 1 for _, sp in pts.values()) and any(sp > 1 for _, sp in pts.values())
+
+
+def test_no_inputs_no_curve(tmp_path):
+    """No generation lengths: the model cannot run, so no curve series at all (never 0)."""
+    s = run_pages(tmp_path, [vllm_page(with_generation=False), NO_GENERATION])
+    assert one(s, "sd_model_valid", reason="missing_input") == 0.0
+    assert not select(s, "sd_model_speedup_curve")
+    assert not select(s, "sd_model_curve_arrival_rate")
+    s = run_pages(tmp_path, [ZERO, ZERO])  # no traffic in the window: no inputs either
+    assert not select(s, "sd_model_speedup_curve")
+
+
+def test_curve_points_outside_the_calibrated_range_are_absent(tmp_path):
+    """Calibrated up to 2 req/s (+10 % margin): only the grid points at or below 2.2 req/s
+    exist; a draft length calibration never measured leaves no point at all."""
+    params = PARAMS + ("calibrated_range: {max_arrival_rate: 2.0, max_in_flight: 100, "
+                       "draft_lengths: [0, 3]}\n")
+    pts = curve(run_pages(tmp_path, [ZERO, STEADY], params=params))
+    want = [i for i in range(CURVE_POINTS) if 0.9 * LAM_MAX * i / CURVE_POINTS <= 2.2]
+    assert sorted(pts) == [f"{i:02d}" for i in want] and len(want) == 9
+    params = PARAMS + ("calibrated_range: {max_arrival_rate: 20, max_in_flight: 100, "
+                       "draft_lengths: [0, 2]}\n")
+    s = run_pages(tmp_path, [ZERO, STEADY], params=params)
+    assert one(s, "sd_model_valid", reason="extrapolated_k") == 0.0
+    assert not select(s, "sd_model_speedup_curve")
+
+
+def test_curve_stays_while_the_live_load_is_saturated_or_queueing(tmp_path):
+    """The curve depends on the measured acceptance and lengths, not on the live load: at a
+    saturated live load (no sd_predicted_speedup) or with requests waiting it is unchanged."""
+    base = curve(run_pages(tmp_path, [ZERO, STEADY]))
+    s = run_pages(tmp_path, [ZERO, SATURATED])
+    assert not select(s, "sd_predicted_speedup")
+    assert curve(s) == base
+    waiting = vllm_page(req=300, p_sum=30000, g_sum=30000, lat_sum=520.0, drafts=10000,
+                        tok=30000, acc=8750, per_pos=(5000, 2500, 1250), waiting=12)
+    s = run_pages(tmp_path, [ZERO, waiting])
+    assert one(s, "sd_model_valid", reason="queueing") == 0.0
+    assert curve(s) == base
+
+
+def _models_page(names, **kw) -> str:
+    """One page serving several models (each family once, with every model's samples)."""
+    blocks: dict[str, list[str]] = {}
+    for name in names:
+        family = None
+        for line in vllm_page(model=name, **kw).splitlines():
+            if line.startswith("# TYPE "):
+                family = line
+                blocks.setdefault(family, [])
+            else:
+                blocks[family].append(line)
+    return "".join(f"{t}\n" + "".join(f"{x}\n" for x in rows) for t, rows in blocks.items())
+
+
+def test_curve_series_are_bounded_by_points_and_models(tmp_path):
+    """Six models on a target capped at max_models 2: two curves of CURVE_POINTS points (two
+    series each), whatever the target serves."""
+    names = [f"m{i}" for i in range(6)]
+    steady = {"req": 300, "p_sum": 30000, "g_sum": 30000, "lat_sum": 520.0, "drafts": 10000,
+              "tok": 30000, "acc": 8750, "per_pos": (5000, 2500, 1250)}
+    s = run_pages(tmp_path, [_models_page(names), _models_page(names, **steady)],
+                  target_extra="    max_models: 2\n")
+    ys = select(s, "sd_model_speedup_curve")
+    xs = select(s, "sd_model_curve_arrival_rate")
+    models = {dict(k[1])["model_name"] for k in ys}
+    assert len(models) == 2
+    assert len(ys) == len(xs) == 2 * CURVE_POINTS
+
+
+def test_moe_curve_points_are_valid_moe_speedups(tmp_path):
+    """MoE has no closed-form ceiling: the dense part's bounds the grid, the points past the
+    true (lower) ceiling are absent, and every point present is the MoE speedup there."""
+    (tmp_path / "moe.yaml").write_text(PARAMS + (
+        "moe:\n  experts: 64\n  active_experts: 8\n"
+        "  expert_coefficients: {a_p: 0.05, b_p: 0.004, a_v: 0.01, b_v: 0.0004}\n"))
+    params = load_params(tmp_path / "moe.yaml")
+    coef = params.model()
+    pts = speedup_curve(params, **INPUTS)
+    assert 0 < len(pts) < CURVE_POINTS, "the experts lower the ceiling below the dense bound"
+    dense_max = float(throughput_ceiling(coef.dense, **INPUTS))
+    idx = [i for i, _, _ in pts]
+    assert idx == list(range(len(pts))), "valid points are the low-load end of the grid"
+    for i, lam, sp in pts:
+        assert lam == pytest.approx(0.9 * dense_max * i / CURVE_POINTS, rel=1e-12)
+        want = float(speedup(coef, lam, **INPUTS))
+        assert math.isfinite(want) and sp == pytest.approx(want, rel=1e-12)
+    nxt = 0.9 * dense_max * len(pts) / CURVE_POINTS  # the first grid point left out
+    assert not bool(predict(coef, nxt, **INPUTS, max_utilization=0.9).valid)

@@ -10,6 +10,20 @@ and a family builder renders it:
     sd_breakeven_arrival_rate, sd_optimal_draft_length, sd_model_utilization,
     sd_model_valid{reason}, sd_model_latency_error_ratio, sd_model_provenance_mismatch,
     specwatch_model_configured{target}
+    sd_model_speedup_curve{point}, sd_model_curve_arrival_rate{point}
+
+The curve (the XY chart's model line): the predicted speedup at CURVE_POINTS arrival rates,
+evenly spaced from 0 up to (not including) the validity ceiling's share of the lower of the
+two systems' throughput ceilings (`max_utilization` x min(λ_max SD, λ_max no SD)), for the
+window's measured acceptance, draft length and request lengths: the whole grid in one
+vectorised `predict` call. `point` is the grid index ("00".."23"), so x (the rate) and y
+(the speedup) are two series a dashboard joins on their labels. A point is exposed only where
+the prediction there is valid by the same rules as `sd_model_valid` (below the ceiling,
+inside the calibrated range, calibrated k), except `queueing`, which describes the live
+server, not a load on the grid; no inputs (or invalid ones) means no curve at all. The curve
+depends on the measured acceptance, not on the live load, so it is drawn even while the live
+point is saturated. The count is fixed per model (CURVE_POINTS), and the models per target are
+capped by the exporter (`max_models`).
 
 Rules (no nonsense values): `sd_model_valid` is 1 only when every input is present, both
 systems are within the validity ceiling, the live load is inside the parameters file's
@@ -38,6 +52,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+import numpy as np
 from prometheus_client.core import Metric
 
 from specwatch.common.errors import ConfigError
@@ -45,6 +60,7 @@ from specwatch.exporter import derive, metricdefs, sources
 from specwatch.exporter.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
 from specwatch.model import (
     BreakEvenKind,
+    MoECoefficients,
     Reason,
     alpha_from_acceptance_length,
     breakeven,
@@ -52,6 +68,7 @@ from specwatch.model import (
     optimal_draft_length,
     predict,
     reason_text,
+    throughput_ceiling,
     validity,
 )
 from specwatch.model.params import Params, load_params
@@ -72,6 +89,12 @@ MODEL_VALID = "sd_model_valid"
 MODEL_LATENCY_ERROR = "sd_model_latency_error_ratio"
 MODEL_PROVENANCE_MISMATCH = "sd_model_provenance_mismatch"
 MODEL_CONFIGURED = "specwatch_model_configured"
+MODEL_SPEEDUP_CURVE = "sd_model_speedup_curve"
+MODEL_CURVE_ARRIVAL_RATE = "sd_model_curve_arrival_rate"
+
+#: Arrival rates per model on the speedup curve: a fixed count bounds the series (two per
+#: point) whatever the traffic, and 24 draw a smooth line on a dashboard panel.
+CURVE_POINTS = 24
 
 
 @dataclass(frozen=True)
@@ -97,6 +120,9 @@ class LivePrediction:
     latency_error: float | None = None
     #: Provenance fields of the parameters file that contradict the target (e.g. "model").
     provenance_mismatch: tuple[str, ...] = ()
+    #: The speedup curve: (grid index, arrival rate req/s, predicted speedup) of the valid
+    #: points only, in increasing rate; empty when the model could not run.
+    curve: tuple[tuple[int, float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,6 +154,37 @@ def _pos_key(p: str) -> int:
         return int(p)
     except ValueError:
         return 1 << 30
+
+
+def speedup_curve(params: Params, k: float, e: float, p: float, g: float,
+                  points: int = CURVE_POINTS) -> tuple[tuple[int, float, float], ...]:
+    """The predicted speedup along a grid of arrival rates for fixed k, E, p, g (pure).
+
+    Why the grid stops below `max_utilization` x the lower throughput ceiling: past it no
+    point can be valid (the binding system is above the validity ceiling), so every point
+    is spent where the model vouches for its numbers, and the curve crosses 1 at the
+    break-even whenever that lies in the valid range. An MoE model has no closed-form
+    ceiling: its dense part's ceiling bounds the grid (the experts only lower the true one,
+    whose points are then absent as saturated). A load-free fit (no ceiling) has no range
+    to span: no curve. Returns (index, λ, S) of the points valid by the model, the
+    calibrated range and the draft length; absent points are left out, never zeroed.
+    """
+    coef = params.model()
+    dense = coef.dense if isinstance(coef, MoECoefficients) else coef
+    # Both systems' ceilings in one call: SD at (k, E), no SD at (0, 1).
+    lam_max = float(np.min(throughput_ceiling(dense, [k, 0.0], [e, 1.0], p, g)))
+    if not (math.isfinite(lam_max) and lam_max > 0):
+        return ()
+    ceiling = params.max_utilization
+    rates = ceiling * lam_max * np.arange(points) / points
+    pred = predict(coef, rates, k, e, p, g, max_utilization=ceiling)
+    out = []
+    for i in np.flatnonzero(pred.valid & np.isfinite(pred.speedup)):
+        lam, lat = float(rates[i]), float(pred.sd.latency[i])
+        if validity.range_reasons(params.calibrated_range, lam, lam * lat, k):
+            continue
+        out.append((int(i), lam, float(pred.speedup[i])))
+    return tuple(out)
 
 
 def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> LivePrediction:
@@ -202,6 +259,7 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
         utilization=_finite(util),
         breakeven_rate=be_rate if be_rate is None or not math.isnan(be_rate) else None,
         optimal_draft_length=best,
+        curve=speedup_curve(params, k, e, p, g),
     )
 
 
@@ -269,6 +327,8 @@ class LiveModel:
         error = metricdefs.gauge(MODEL_LATENCY_ERROR)
         mismatch = metricdefs.gauge(MODEL_PROVENANCE_MISMATCH)
         configured = metricdefs.gauge(MODEL_CONFIGURED)
+        curve = metricdefs.gauge(MODEL_SPEEDUP_CURVE)
+        curve_rate = metricdefs.gauge(MODEL_CURVE_ARRIVAL_RATE)
         for tname, target in snap.targets.items():
             # From the configuration, not the snapshot: known before the first poll.
             configured.add_metric([tname], 1.0 if tname in self.params else 0.0)
@@ -296,8 +356,12 @@ class LiveModel:
                     best.add_metric(key, float(live.optimal_draft_length))
                 if live.utilization is not None:
                     util.add_metric(key, live.utilization)
+                for i, lam, sp in live.curve:
+                    point = f"{i:02d}"
+                    curve_rate.add_metric([*key, point], lam)
+                    curve.add_metric([*key, point], sp)
         yield configured
-        for fam in (speedup, lat, be, best, util, valid, error, mismatch):
+        for fam in (speedup, lat, be, best, util, valid, error, mismatch, curve, curve_rate):
             if fam.samples:
                 yield fam
 

@@ -307,6 +307,23 @@ METRICS: tuple[MetricDef, ...] = (
         doc="1 when the target names a parameters file, else 0 (then no model series exist for "
             "it)"),
     MetricDef(
+        "sd_model_speedup_curve", "gauge", ("target", "model_name", "window", "point"),
+        help="Predicted speedup L_noSD / L_SD at the arrival rate of grid point `point` "
+             "(sd_model_curve_arrival_rate), for the window's measured acceptance, draft "
+             "length and request lengths; only points where the prediction is valid.",
+        doc="the model's speedup curve at the window's measured k, E, p, g: the predicted "
+            "speedup at the arrival rate `sd_model_curve_arrival_rate` with the same labels; "
+            "24 grid points (`point` = `00` … `23`) from 0 up to `max_utilization` × the "
+            "lower throughput ceiling of the two systems; a point is present only where the "
+            "prediction is valid (below the ceiling, inside the calibrated range, calibrated "
+            "k; the live `queueing` state does not apply); no inputs, no curve"),
+    MetricDef(
+        "sd_model_curve_arrival_rate", "gauge", ("target", "model_name", "window", "point"),
+        help="Arrival rate (req/s) of grid point `point` of the speedup curve "
+             "(sd_model_speedup_curve); present exactly where that point is.",
+        doc="arrival rate (req/s) of the curve's grid point `point`: the x of "
+            "`sd_model_speedup_curve`, present exactly where it is"),
+    MetricDef(
         "sd_controller_state", "gauge", ("target", "model_name", "state"),
         help="Controller state of the target and model: 1 for the current state (enabled: SD "
              "on, disabled: SD off, pending: a switch was requested and the server has not "
