@@ -187,6 +187,9 @@
       // Panel plugin version the JSON is written for. Set on every panel so that Grafana
       // does not run a pre-GA migration over the xychart options (it does when empty).
       pluginVersion: self.minVersion,
+      // Target/model pairs the speedup XY chart draws at once: Grafana's xychart needs one
+      // series config per frame (byIndex), and the chart has one frame per pair.
+      xyChartMaxFrames: 8,
     },
 
     // Dashboard file name -> uid (stable across releases so links and bookmarks keep

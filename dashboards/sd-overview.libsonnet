@@ -194,6 +194,21 @@ local row = g.panel.row;
       xy.standardOptions.override.byRegexp.new('^Value #%s( .*)?$' % refId)
       + xy.standardOptions.override.byRegexp.withProperty('displayName', '${__field.labels.target} · ${__field.labels.model_name} (%s)' % suffix);
     local field(refId, suffix) = { id: 'byRegexp', options: '^(Value #%s( .*)?|.* \\(%s\\))$' % [refId, suffix] };
+    // Grafana's xychart (11.x onwards) draws a manual-mode series only when it names its
+    // frame, and a frame matcher is byIndex: one series config matches one frame. The
+    // partition makes one frame per target and model, so every series (operating point,
+    // break-even, line, measured overlay, curve) is repeated for frames 0 to
+    // xyChartMaxFrames - 1; target/model pairs beyond them are not drawn (narrow $target
+    // or $model_name).
+    local perFrame(panel) = panel {
+      options+: {
+        series: [
+          s { frame: { matcher: { id: 'byIndex', options: i } } }
+          for i in std.range(0, c.grafana.xyChartMaxFrames - 1)
+          for s in super.series
+        ],
+      },
+    };
     local speedupVsLoad =
       xy.new('Predicted speedup against arrival rate, now')
       + xy.withPluginVersion(c.grafana.pluginVersion)
@@ -611,7 +626,7 @@ local row = g.panel.row;
         row.new('Acceptance distribution · $target') + row.withRepeat('target'),
         samplesHeatmap,
         row.new('Latency model: does SD pay at this load?'),
-        speedupVsLoad + ms.overlay + modelCurve,
+        perFrame(speedupVsLoad + ms.overlay + modelCurve),
         predictedSpeedup + ts.panelOptions.withGridPos(10, 12),
         breakeven,
         optimalK,

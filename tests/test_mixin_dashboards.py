@@ -287,6 +287,24 @@ def test_speedup_xychart_names_every_target_and_shows_the_present():
     assert sorted(line) == ["^Value #F( .*)?$", "^Value #L( .*)?$"]
 
 
+def test_speedup_xychart_series_name_their_frame():
+    """Grafana's xychart (v2, 11.x on) skips a manual-mode series without a frame matcher,
+    and its only frame matcher is byIndex (one frame per series config): without them the
+    chart drew nothing. Every series role (x/y pair) is repeated once per frame index
+    0..xyChartMaxFrames-1 (the partition makes one frame per target and model)."""
+    xy = _xychart()
+    assert xy["options"]["mapping"] == "manual"
+    series = xy["options"]["series"]
+    roles = {(s["x"]["matcher"]["options"], s["y"]["matcher"]["options"]) for s in series}
+    frames = {s["frame"]["matcher"]["options"] for s in series}
+    assert all(s["frame"]["matcher"]["id"] == "byIndex" for s in series)
+    assert frames == set(range(8)) and len(roles) == 6
+    assert len(series) == len(roles) * len(frames)
+    assert {(s["x"]["matcher"]["options"], s["y"]["matcher"]["options"],
+             s["frame"]["matcher"]["options"]) for s in series} == {
+        (x, y, i) for x, y in roles for i in frames}
+
+
 def test_speedup_xychart_draws_the_model_curve():
     """Issue 18, item 6: the chart had no model curve. Now one line per target and model
     through the exporter's curve points: x the grid's arrival rates, y the predicted speedup
@@ -295,8 +313,8 @@ def test_speedup_xychart_draws_the_model_curve():
     comes from the model's window, like the operating point)."""
     xy = _xychart()
     exprs = {t["refId"]: t["expr"] for t in xy["targets"]}
-    pairs = [(s["x"]["matcher"]["options"], s["y"]["matcher"]["options"])
-             for s in xy["options"]["series"]]
+    pairs = sorted({(s["x"]["matcher"]["options"], s["y"]["matcher"]["options"])
+                    for s in xy["options"]["series"]})
     ((x, y),) = [(a, b) for a, b in pairs if "model curve" in b]
     x_ref = re.search(r"Value #(\w)", x).group(1)
     y_ref = re.search(r"Value #(\w)", y).group(1)
