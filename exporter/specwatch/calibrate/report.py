@@ -192,10 +192,11 @@ def build_params(
     if fit.mode == "saturation":
         doc["saturation"] = {n: float(getattr(coef, n)) for n in SATURATION_ORDER}
         capacity = {n: float(getattr(coef, n)) for n in CAPACITY_ORDER if getattr(coef, n)}
-        if capacity:
-            doc["capacity"] = capacity
         method = ("non-negative least squares of the saturation form over the whole load"
                   " range, knees by grid search (model.md, Saturation regime)")
+        if capacity:
+            doc["capacity"] = capacity
+            method += ", KV-cache capacity by grid search (model.md, Fitted capacity)"
     else:
         method = "non-negative least squares of the six-coefficient linear form (model.md," \
             " Fitting)"

@@ -340,7 +340,8 @@ def _decide_capacity(
     mean_hold = float(np.mean(hold)) if hold.size else None
     if not caps:
         why = (f"not identifiable: no capacity (at or above the TTFT floor) has"
-               f" {MIN_RUNS_PAST_CAPACITY} SD runs at {MIN_LEVELS_PAST_CAPACITY} load levels past it ({b.size} runs, highest B = {float(np.max(b)) if b.size else 0:.0f})")
+               f" {MIN_RUNS_PAST_CAPACITY} SD runs at {MIN_LEVELS_PAST_CAPACITY} load levels past"
+               f" it ({b.size} runs, highest B = {float(np.max(b)) if b.size else 0:.0f})")
         return CapacityFit(None, False, why, None, None, rms_none, 0, mean_hold), key_none
     if math.isinf(key_all[2]) or rms_none <= rms_all * KNEE_TOLERANCE:
         why = (f"not identifiable: the best fit without a capacity ({rms_none:.2%} relative"
@@ -360,7 +361,8 @@ def _decide_nosd(profile: dict[float, float], best: float, caps: Sequence[float]
     rms_none = profile[math.inf]
     if not caps:
         why = (f"not identifiable: no capacity (at or above the TTFT floor) has"
-               f" {MIN_RUNS_PAST_CAPACITY} runs without SD at {MIN_LEVELS_PAST_CAPACITY} load levels past it ({b.size} runs, highest B = {float(np.max(b)) if b.size else 0:.0f})")
+               f" {MIN_RUNS_PAST_CAPACITY} runs without SD at {MIN_LEVELS_PAST_CAPACITY} load"
+               f" levels past it ({b.size} runs, highest B = {float(np.max(b)) if b.size else 0:.0f})")
         return CapacityFit(None, False, why, None, None, rms_none, 0, mean_hold), math.inf
     rms = profile[best]
     if math.isinf(best) or rms_none <= rms * KNEE_TOLERANCE:
@@ -377,7 +379,8 @@ def _decide_nosd(profile: dict[float, float], best: float, caps: Sequence[float]
 
 def _refine(arrays: tuple[np.ndarray, ...], kv: float, kd: float, sd: np.ndarray,
             b: np.ndarray, hold: np.ndarray, levels: np.ndarray, cap_sd: float,
-            cap_nosd: float, refine_sd: bool, floor: float) -> tuple[float, np.ndarray, float, dict[float, float]]:
+            cap_nosd: float, refine_sd: bool, floor: float
+            ) -> tuple[float, np.ndarray, float, dict[float, float]]:
     """The capacity on a 2^(1/16) grid around the chosen grid value, knees fixed."""
     mask = sd if refine_sd else ~sd
     centre = cap_sd if refine_sd else cap_nosd
