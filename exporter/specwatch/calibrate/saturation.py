@@ -325,6 +325,10 @@ def fit_saturation(points: Sequence[Point]) -> SaturationFit:
     )
 
 
+def _top(b: np.ndarray) -> float:
+    return float(np.max(b)) if b.size else 0.0
+
+
 def _as_good(profile: dict[float, float], best: float) -> tuple[float, float]:
     caps = [c for c, r in profile.items() if r <= best * KNEE_TOLERANCE]
     return (min(caps), max(caps))
@@ -341,7 +345,7 @@ def _decide_capacity(
     if not caps:
         why = (f"not identifiable: no capacity (at or above the TTFT floor) has"
                f" {MIN_RUNS_PAST_CAPACITY} SD runs at {MIN_LEVELS_PAST_CAPACITY} load levels past"
-               f" it ({b.size} runs, highest B = {float(np.max(b)) if b.size else 0:.0f})")
+               f" it ({b.size} runs, highest B = {_top(b):.0f})")
         return CapacityFit(None, False, why, None, None, rms_none, 0, mean_hold), key_none
     if math.isinf(key_all[2]) or rms_none <= rms_all * KNEE_TOLERANCE:
         why = (f"not identifiable: the best fit without a capacity ({rms_none:.2%} relative"
@@ -362,7 +366,7 @@ def _decide_nosd(profile: dict[float, float], best: float, caps: Sequence[float]
     if not caps:
         why = (f"not identifiable: no capacity (at or above the TTFT floor) has"
                f" {MIN_RUNS_PAST_CAPACITY} runs without SD at {MIN_LEVELS_PAST_CAPACITY} load"
-               f" levels past it ({b.size} runs, highest B = {float(np.max(b)) if b.size else 0:.0f})")
+               f" levels past it ({b.size} runs, highest B = {_top(b):.0f})")
         return CapacityFit(None, False, why, None, None, rms_none, 0, mean_hold), math.inf
     rms = profile[best]
     if math.isinf(best) or rms_none <= rms * KNEE_TOLERANCE:
