@@ -89,3 +89,18 @@ def test_params_file_carries_the_sd_capacity(tmp_path):
 
     with pytest.raises(ConfigError, match="kv_cache_tokens_sd"):
         load_params(path)
+
+
+def test_demo_speed_scaling_keeps_the_capacity(tmp_path):
+    """`make demo --speed` divides durations, never tokens: the SD capacity survives it."""
+    from types import SimpleNamespace
+
+    from specwatch.app.demo import scaled_params_file
+
+    src = tmp_path / "p.yaml"
+    src.write_text("system: s\ncoefficients: {a_p: 0.2, b_p: 0.02, a_v: 0.033, b_v: 0,"
+                   " a_d: 0.006, b_d: 0}\ncapacity: {kv_cache_tokens_sd: 29549.5}\n")
+    scenario = SimpleNamespace(models=[SimpleNamespace(params=str(src))])
+    out = scaled_params_file(scenario, 0, 10.0, tmp_path)
+    scaled = load_params(out).coefficients
+    assert scaled.kv_cache_tokens_sd == 29549.5 and scaled.a_p == pytest.approx(0.02)
