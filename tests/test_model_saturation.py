@@ -83,7 +83,8 @@ def test_zero_new_terms_is_the_linear_model_exactly(lin, wl, load):
     coef = Coefficients(**lin)
     assert not coef.saturates
     c2 = float(cost_terms(coef, k, e, p, g)[1])
-    lam = load * 0.95 / c2 if c2 > 0 else load * 10
+    # A subnormal C2 (b_d = 5e-324, found by hypothesis) would overflow λ to inf.
+    lam = load * 0.95 / c2 if c2 > 1e-12 else load * 10
     c1 = float(cost_terms(coef, k, e, p, g)[0])
     got = latency(coef, lam, k, e, p, g, max_utilization=1.0)
     assert float(got.latency) == c1 / (1.0 - lam * c2)
