@@ -169,7 +169,8 @@ def test_committed_example_params_are_real_fits_of_the_public_sweep(drafter, tmp
     again = load_params(fresh)
     assert committed.coefficients.saturates and committed.calibrated_range is not None
     assert again.calibrated_range == committed.calibrated_range
-    for name in ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d", "c_v", "knee_v", "c_d", "knee_d"):
+    for name in ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d", "c_v", "knee_v", "c_d", "knee_d",
+                 "kv_cache_tokens", "kv_cache_tokens_sd"):
         assert getattr(again.coefficients, name) == pytest.approx(
             getattr(committed.coefficients, name), rel=1e-9, abs=1e-15
         )

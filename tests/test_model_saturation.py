@@ -83,7 +83,8 @@ def test_zero_new_terms_is_the_linear_model_exactly(lin, wl, load):
     coef = Coefficients(**lin)
     assert not coef.saturates
     c2 = float(cost_terms(coef, k, e, p, g)[1])
-    lam = load * 0.95 / c2 if c2 > 0 else load * 10
+    # A subnormal C2 (b_d = 5e-324, found by hypothesis) would overflow λ to inf.
+    lam = load * 0.95 / c2 if c2 > 1e-12 else load * 10
     c1 = float(cost_terms(coef, k, e, p, g)[0])
     got = latency(coef, lam, k, e, p, g, max_utilization=1.0)
     assert float(got.latency) == c1 / (1.0 - lam * c2)
@@ -100,7 +101,9 @@ def test_bisection_path_agrees_with_the_closed_form_when_the_knee_is_never_reach
     e = _e(k, frac)
     old = Coefficients(**lin)
     c1, c2 = (float(x) for x in cost_terms(old, k, e, p, g))
-    assume(c2 > 0)
+    # A subnormal C2 (b_p = 5e-324, found by hypothesis) overflows λ = load/C2 and the knee
+    # built from it to inf/NaN: no load, no knee to compare.
+    assume(c2 > 1e-12)
     lam = load / c2
     b_max = lam * c1 / (1 - lam * c2)
     new = Coefficients(**lin, c_v=1e-4, knee_v=(b_max + 1) * (k + 1) * 2, c_d=1e-4,

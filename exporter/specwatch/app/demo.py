@@ -143,7 +143,8 @@ def scaled_params_file(scenario: Scenario, index: int, speed: float, folder: Pat
         names = [f for f in ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d", "b_v_context",
                              "c_v", "c_d") if hasattr(c, f)]
         # Knees (tokens per step) and capacities (requests, tokens) are not durations.
-        kept = [f for f in ("knee_v", "knee_d", "max_num_seqs", "kv_cache_tokens")
+        kept = [f for f in ("knee_v", "knee_d", "max_num_seqs", "kv_cache_tokens",
+                            "kv_cache_tokens_sd")
                 if hasattr(c, f)]
         return cls(**{n: getattr(c, n) / speed for n in names},
                    **{n: getattr(c, n) for n in kept})

@@ -1,7 +1,8 @@
 """Calibrating one system over its whole load range with the saturation regime (issue 14).
 
 `fit_system_saturation` is the default of `specwatch calibrate` (`--model saturation`): it
-fits the eight coefficients and two knees of `calibrate.saturation` on every usable point,
+fits the eight coefficients, two knees and (where the data show them) the KV-cache capacities
+of `calibrate.saturation` on every usable point,
 then measures what the acceptance targets are stated in (model.md, "Measured figures"):
 per-concurrency error, leave-one-k-out and leave-one-concurrency-out error, measured vs
 predicted break-even per draft length and workload, measured vs predicted best k at each
@@ -79,7 +80,7 @@ def fit_system_saturation(
     util = lam / model.throughput_ceiling(coef, k, e, p, g)
     measured = _measured(used)
     x = sat.design_matrix(used, coef.knee_v if coef.c_v else math.inf,
-                          coef.knee_d if coef.c_d else math.inf)
+                          coef.knee_d if coef.c_d else math.inf, coef.capacity(p, g, k))
     live = [i for i in range(x.shape[1]) if np.any(x[:, i] != 0)]
     vif = np.full(x.shape[1], np.inf)
     vif[live] = linear.variance_inflation(x[:, live])
@@ -227,6 +228,10 @@ def _report(fit: linear.SystemFit, found: sat.SaturationFit) -> dict[str, Any]:
         "knee_d_tokens_per_step": coef.knee_d if coef.c_d else None,
         "knee_d_range": list(found.knee_range_d),
         "c_d_s_per_token": coef.c_d,
+        # Whether the data show a KV-cache capacity (with the drafter / without SD), its
+        # value in tokens, the range as good, and why it is or is not set.
+        "capacity_sd": found.capacity_sd.to_report() if found.capacity_sd else None,
+        "capacity_nosd": found.capacity_nosd.to_report() if found.capacity_nosd else None,
         "relative_rms": found.rms,
         "mape_concurrency_ge_80": hi_mape,
         "per_concurrency": _per_concurrency(fit),

@@ -28,6 +28,8 @@ from specwatch.model.params import Params, params_from_mapping
 #: Coefficients in the order the model reference lists them (params file order).
 PARAMS_ORDER = ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d")
 SATURATION_ORDER = ("c_v", "knee_v", "c_d", "knee_d")
+#: Fitted capacities (tokens; model.md "Capacity"); written only when the data show them.
+CAPACITY_ORDER = ("kv_cache_tokens", "kv_cache_tokens_sd")
 
 #: Default tolerance of `--compare`: largest relative change of a predicted latency.
 DEFAULT_DRIFT_TOLERANCE = 0.10
@@ -124,6 +126,9 @@ def system_json(fit: SystemFit) -> dict[str, Any]:
         out["coefficients"].update(
             {n: float(getattr(coef, n)) for n in SATURATION_ORDER}
         )
+        out["coefficients"].update(
+            {n: float(getattr(coef, n)) for n in CAPACITY_ORDER if getattr(coef, n)}
+        )
     return out
 
 
@@ -186,8 +191,12 @@ def build_params(
     doc["max_utilization"] = float(options.get("max_utilization", model.DEFAULT_MAX_UTILIZATION))
     if fit.mode == "saturation":
         doc["saturation"] = {n: float(getattr(coef, n)) for n in SATURATION_ORDER}
+        capacity = {n: float(getattr(coef, n)) for n in CAPACITY_ORDER if getattr(coef, n)}
         method = ("non-negative least squares of the saturation form over the whole load"
                   " range, knees by grid search (model.md, Saturation regime)")
+        if capacity:
+            doc["capacity"] = capacity
+            method += ", KV-cache capacity by grid search (model.md, Fitted capacity)"
     else:
         method = "non-negative least squares of the six-coefficient linear form (model.md," \
             " Fitting)"
@@ -468,6 +477,21 @@ def _markdown_saturation(fit: SystemFit, png: str) -> list[str]:
         f"past it {c.c_d * 1e6:.4g} µs per draft token" if kd is not None
         else "- drafter knee: not seen in the data (no compute-bound draft term)"
     )
+    for label, key in (("KV-cache capacity with the drafter", "capacity_sd"),
+                       ("KV-cache capacity without SD", "capacity_nosd")):
+        cap = rep.get(key)
+        if cap is None:
+            continue
+        floor = (f"; the runs' TTFT allow no less than {cap['floor_tokens_from_ttft']:.0f}"
+                 " tokens (requests running λ·(L − TTFT))"
+                 if cap.get("floor_tokens_from_ttft") else "")
+        if cap["kv_cache_tokens"] is not None:
+            lines.append(
+                f"- {label}: {cap['kv_cache_tokens']:.0f} tokens (≈"
+                f" {cap['requests_at_mean_length']:.0f} requests of the mean length; as good:"
+                f" {_token_range(cap['as_good_range_tokens'])}), {cap['reason']}{floor}")
+        else:
+            lines.append(f"- {label}: not set, {cap['reason']}{floor}")
     hi = rep.get("mape_concurrency_ge_80")
     if hi is not None:
         lines.append(f"- MAPE at concurrency >= 80: {hi:.2%}")
@@ -492,6 +516,12 @@ def _markdown_saturation(fit: SystemFit, png: str) -> list[str]:
                      f" {p} | {e} |")
     lines += ["", f"![measured vs predicted, whole range]({png})", ""]
     return lines
+
+
+def _token_range(r: list[float] | None) -> str:
+    if not r:
+        return "n/a"
+    return "–".join("no limit" if not math.isfinite(x) else f"{x:.0f}" for x in r)
 
 
 def _markdown_system(fit: SystemFit, fit_png: str, res_png: str) -> list[str]:

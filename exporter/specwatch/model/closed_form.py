@@ -250,7 +250,7 @@ def latency(
             if coef.saturates:
                 lat, util, saturated = _saturation.fixed_point(
                     lam, c1, c2, gg / ee, kk, coef.c_v, coef.knee_v, coef.c_d, coef.knee_d,
-                    coef.capacity(pp, gg),
+                    coef.capacity(pp, gg, kk),
                 )
                 util = np.broadcast_to(util, reason.shape)
             else:
@@ -421,14 +421,15 @@ def batch_latency(
 
     What a closed-loop benchmark measures directly (it fixes B, Little's law gives λ = B/L),
     so calibration judges the fit with it over the whole load range, past the throughput
-    peak included. Linear model: C1 + C2·B; the saturation regime adds the knee terms.
+    peak included. Linear model: C1 + C2·B; the saturation regime adds the knee terms; past
+    the capacity N, N run and B − N wait: L = (B/N)·L(N) (`saturation.closed_loop_latency`).
     """
     if isinstance(coef, MoECoefficients):
         raise TypeError("batch_latency prices a dense model")
     kk, ee, pp, gg, bb = (np.asarray(x, dtype=float) for x in (k, e, p, g, in_flight))
     c1, c2 = cost_terms(coef, kk, ee, pp, gg)
-    return _saturation.batch_latency(bb, c1, c2, gg / ee, kk, coef.c_v, coef.knee_v, coef.c_d,
-                                     coef.knee_d)
+    return _saturation.closed_loop_latency(bb, c1, c2, gg / ee, kk, coef.c_v, coef.knee_v,
+                                           coef.c_d, coef.knee_d, coef.capacity(pp, gg, kk))
 
 
 def throughput_ceiling(
@@ -440,7 +441,7 @@ def throughput_ceiling(
     kk, ee, pp, gg = (np.asarray(x, dtype=float) for x in (k, e, p, g))
     c1, c2 = cost_terms(coef, kk, ee, pp, gg)
     return _saturation.ceiling(c1, c2, gg / ee, kk, coef.c_v, coef.knee_v, coef.c_d,
-                               coef.knee_d, coef.capacity(pp, gg))[0]
+                               coef.knee_d, coef.capacity(pp, gg, kk))[0]
 
 
 def latency_from_costs(c1: ArrayLike, c2: ArrayLike, arrival_rate: ArrayLike) -> np.ndarray:
@@ -475,7 +476,7 @@ def _saturation_rate_bound(coef: Model, k: np.ndarray, e: np.ndarray, p: np.ndar
     if dense.saturates:
         lam_max, _ = _saturation.ceiling(
             c1, c2, g / e, k, dense.c_v, dense.knee_v, dense.c_d, dense.knee_d,
-            dense.capacity(p, g),
+            dense.capacity(p, g, k),
         )
         return lam_max
     with np.errstate(divide="ignore"):

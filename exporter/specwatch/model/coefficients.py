@@ -53,6 +53,9 @@ class Coefficients:
     knee_d: float = 0.0  # tokens per draft step (= requests in flight) of the drafter's knee
     max_num_seqs: float = 0.0  # most requests running at once (0: no limit)
     kv_cache_tokens: float = 0.0  # KV-cache capacity in tokens (0: no limit)
+    # KV-cache capacity in tokens while a drafter runs beside the verifier (its weights and
+    # KV cache take GPU memory, so fewer requests fit); 0: kv_cache_tokens applies to SD too.
+    kv_cache_tokens_sd: float = 0.0
 
     def __post_init__(self) -> None:
         _check_seconds(self)
@@ -60,18 +63,24 @@ class Coefficients:
     @property
     def saturates(self) -> bool:
         """True when a saturation term is set: the fixed point is then found by bisection."""
-        return bool(self.c_v or self.c_d or self.max_num_seqs or self.kv_cache_tokens)
+        return bool(self.c_v or self.c_d or self.max_num_seqs or self.kv_cache_tokens
+                    or self.kv_cache_tokens_sd)
 
-    def capacity(self, p: ArrayLike, g: ArrayLike) -> np.ndarray:
-        """Most requests in flight: max_num_seqs, and the KV-cache tokens over the p + g
-        tokens one request holds at its end (inf where neither limit is set)."""
-        pp, gg = np.asarray(p, dtype=float), np.asarray(g, dtype=float)
-        cap = np.full(np.broadcast_shapes(pp.shape, gg.shape), np.inf)
+    def capacity(self, p: ArrayLike, g: ArrayLike, k: ArrayLike = 0.0) -> np.ndarray:
+        """Most requests running at once: max_num_seqs, and the KV-cache tokens over the
+        p + g tokens one request holds at its end (inf where no limit is set). With SD
+        (k > 0) the cache is kv_cache_tokens_sd when set: the drafter's memory shrinks it."""
+        pp, gg, kk = (np.asarray(x, dtype=float) for x in (p, g, k))
+        cap = np.full(np.broadcast_shapes(pp.shape, gg.shape, kk.shape), np.inf)
         if self.max_num_seqs:
             cap = np.minimum(cap, self.max_num_seqs)
-        if self.kv_cache_tokens:
+        tokens: float | np.ndarray = self.kv_cache_tokens
+        if self.kv_cache_tokens_sd:
+            tokens = np.where(kk > 0, self.kv_cache_tokens_sd,
+                              self.kv_cache_tokens if self.kv_cache_tokens else np.inf)
+        if self.kv_cache_tokens or self.kv_cache_tokens_sd:
             with np.errstate(divide="ignore"):
-                cap = np.minimum(cap, self.kv_cache_tokens / np.maximum(pp + gg, 1.0))
+                cap = np.minimum(cap, tokens / np.maximum(pp + gg, 1.0))
         return cap
 
 

@@ -15,7 +15,10 @@ Schema (README "Parameters file"):
       knee_v: 192        # tokens per verify step where verification turns compute-bound
       c_d: 9.0e-05       # s per draft token past knee_d
       knee_d: 128        # tokens per draft step (requests in flight) of the drafter's knee
-    capacity: {max_num_seqs: 256, kv_cache_tokens: 80000}   # optional; beyond: saturated
+    capacity:                                  # optional; beyond: requests wait (saturated)
+      max_num_seqs: 256          # requests running at once
+      kv_cache_tokens: 80000     # KV-cache tokens (a request holds p + g at its end)
+      kv_cache_tokens_sd: 23000  # the same with the drafter loaded (0: kv_cache_tokens)
     calibrated_range:                          # optional, what calibration saw (validity)
       max_arrival_rate: 16.1    # req/s, highest measured throughput
       max_in_flight: 249        # requests, highest measured B = λ·L
@@ -87,7 +90,7 @@ _TOP_KEYS = (
     "calibrated_range",
 )
 _SATURATION_NAMES = ("c_v", "knee_v", "c_d", "knee_d")
-_CAPACITY_NAMES = ("max_num_seqs", "kv_cache_tokens")
+_CAPACITY_NAMES = ("max_num_seqs", "kv_cache_tokens", "kv_cache_tokens_sd")
 #: Default relative margin above the highest calibrated load before a prediction is marked
 #: beyond_calibrated_load: 10% is about the spread of repeated benchmark runs.
 DEFAULT_LOAD_MARGIN = 0.1
@@ -168,8 +171,8 @@ class Params:
             out["b_v_context"] = float(c.b_v_context)
         if any(getattr(c, n) for n in _SATURATION_NAMES):
             out["saturation"] = {n: float(getattr(c, n)) for n in _SATURATION_NAMES}
-        if any(getattr(c, n) for n in _CAPACITY_NAMES):
-            out["capacity"] = {n: float(getattr(c, n)) for n in _CAPACITY_NAMES}
+        if any(getattr(c, n) for n in _CAPACITY_NAMES):  # 0 = no limit: only the set ones
+            out["capacity"] = {n: float(getattr(c, n)) for n in _CAPACITY_NAMES if getattr(c, n)}
         if self.moe is not None:
             e = self.moe.expert_coefficients
             out["moe"] = {

@@ -28,14 +28,16 @@ exists: the system is saturated (never a number).
 Capacity: with at most N requests running (vLLM's max_num_seqs, or the KV-cache tokens over
 the tokens one request holds), a closed-loop benchmark with B > N has N running and B − N
 waiting. In the open-loop model that bounds the search to B <= N: a λ whose fixed point would
-need more than N in flight is saturated.
+need more than N in flight is saturated. The closed-loop latency past the cap follows from the
+same picture (`closed_loop_latency`): the N running complete at N/L(N) per second, the
+ceiling's λ at B* = N, and by Little's law L = B·L(N)/N, linear in B at constant throughput.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BISECTIONS", "batch_latency", "ceiling", "fixed_point"]
+__all__ = ["BISECTIONS", "batch_latency", "ceiling", "closed_loop_latency", "fixed_point"]
 
 #: Bisection halvings of the bracket [0, B_hi]: 2^-64 of the bracket is below float resolution.
 BISECTIONS = 64
@@ -57,6 +59,29 @@ def batch_latency(
         extra = c_v * np.maximum(0.0, b * (k + 1.0) - knee_v)
         extra = extra + k * c_d * np.maximum(0.0, b - knee_d)
         return c1 + c2 * b + cycles * extra
+
+
+def closed_loop_latency(
+    b: np.ndarray,
+    c1: np.ndarray,
+    c2: np.ndarray,
+    cycles: np.ndarray,
+    k: np.ndarray,
+    c_v: float,
+    knee_v: float,
+    c_d: float,
+    knee_d: float,
+    capacity: np.ndarray,
+) -> np.ndarray:
+    """L with B requests in the system of which at most N = `capacity` run: L(B) up to N,
+    then (B/N)·L(N) (B − N wait; throughput stays N/L(N)). Identical to `batch_latency`
+    where B <= N, so with no capacity (inf) it is `batch_latency` exactly."""
+    b, capacity = np.broadcast_arrays(np.asarray(b, dtype=float),
+                                      np.asarray(capacity, dtype=float))
+    running = np.minimum(b, capacity)
+    lat = batch_latency(running, c1, c2, cycles, k, c_v, knee_v, c_d, knee_d)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b > capacity, lat * (b / capacity), lat)
 
 
 def ceiling(
