@@ -269,14 +269,17 @@ class HistoryRing:
 
     def _make_room(self) -> None:
         live = self._n - self._start
-        if self._start >= max(8, live // 8):
-            # Drop the popped rows (amortized: one copy per ``_start`` pops).
+        if self._start >= max(8, live // 32):
+            # Drop the popped rows (amortized: one copy of the live rows per ``_start``
+            # pops, at most 32 row copies a pop).
             s = self._start
             for a in (self._t, self._s, self._u, self._f):
                 a[:live] = a[s:self._n]
             self._start, self._n = 0, live
             return
-        cap = max(self._cap + 8, self._cap * 5 // 4)
+        # Small steps: a full ring of a long-running exporter holds its retention plus
+        # at most about 1/16 + 1/32 spare rows (it was up to 1/4 + 1/8 with 5/4 steps).
+        cap = max(self._cap + 8, self._cap * 17 // 16)
         self._t = _grow(self._t, cap)
         self._s = _grow(self._s, cap)
         self._u = _grow(self._u, cap)
