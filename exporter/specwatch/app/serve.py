@@ -26,7 +26,7 @@ from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__
 from specwatch.app import live as model_live
-from specwatch.common import redact
+from specwatch.common import memory, redact
 from specwatch.common.schema import parse_duration
 from specwatch.control import controller
 from specwatch.exporter import config, derive, metricdefs, pairs, sources
@@ -75,6 +75,8 @@ class ServeApp:
     def __init__(self, cfg: config.ServeConfig, clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.clock = clock
+        # One worker thread per target: bound glibc's per-thread arenas (common/memory.py).
+        memory.bound_malloc_arenas()
         dcfg = derive.DeriveConfig(windows=cfg.windows, count_window=cfg.count_window,
                                    min_drafts_per_sample=cfg.min_drafts_per_sample,
                                    min_bimodality_samples=cfg.min_bimodality_samples)
