@@ -4,11 +4,11 @@ Why: the exporter polls every target from a worker thread of its own (a slow tar
 not hold the others up), so a fleet of hundreds of targets runs hundreds of threads, and
 glibc gives threads their own malloc arenas (up to 8 per core). Page bodies, parsed pages
 and the exposition page are freed in one thread's arena and not reused by the next poll in
-another, so the resident size grows well past what the process holds (measured with
-bench/bench_fleet.py, 500 targets: about 20 MiB of peak RSS). Two arenas are what
-``MALLOC_ARENA_MAX=2`` gives, the usual setting for threaded servers; the exposition page (megabytes)
-is kept out of the arenas by a fixed mmap threshold, so it is returned to the system when
-freed instead of raising glibc's dynamic threshold and staying in the heap.
+another, so the resident size grows well past what the process holds (bench/bench_fleet.py,
+500 targets: docs/performance.md). Two arenas are what ``MALLOC_ARENA_MAX=2`` gives, the
+usual setting for threaded servers; the exposition page (megabytes) is kept out of the
+arenas by a fixed mmap threshold, so it is returned to the system when freed instead of
+raising glibc's dynamic threshold and staying in the heap.
 
 Best effort: nothing happens on a C library without ``mallopt`` (musl, macOS) or when the
 operator set ``MALLOC_ARENA_MAX`` / ``MALLOC_MMAP_THRESHOLD_`` (theirs wins).
