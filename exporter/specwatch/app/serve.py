@@ -254,13 +254,18 @@ def run(args: argparse.Namespace) -> int:
     app = ServeApp(cfg)
     stop = threading.Event()
     reload_requested = threading.Event()
+    # The main loop sleeps until a signal handler wakes it (an idle exporter's main thread
+    # does not wake five times a second: issue 15, CPU per poll on small pages).
+    wake = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
         stop.set()
+        wake.set()
 
     def on_hup(_signum: int, _frame: object) -> None:
         reload_requested.set()  # reloaded by the main loop, not inside the signal handler
+        wake.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -280,8 +285,10 @@ def run(args: argparse.Namespace) -> int:
                     "interval %gs: a target that hangs is polled every other interval",
                     len(slow), slow[0], cfg.poll_interval)
     try:
-        while not stop.wait(0.2):
-            if reload_requested.is_set():
+        while not stop.is_set():
+            wake.wait(5.0)  # the timeout: a safety net only
+            wake.clear()
+            if reload_requested.is_set() and not stop.is_set():
                 reload_requested.clear()
                 app.reload()
     finally:
