@@ -91,6 +91,27 @@ def test_gzip_body_is_one_member_with_the_same_bytes():
     assert plain == col.exposition(p.snapshot, False) + tail == gzip.decompress(body)
 
 
+def test_gzip_scrape_keeps_only_the_deflate_stream(monkeypatch):
+    """A gzip scrape (what Prometheus asks for) caches the deflate stream of the snapshot,
+    not its text too (megabytes for a large fleet, held until the next scrape: issue 15,
+    peak RSS); a second gzip scrape of the snapshot is served from the cache."""
+    p = pipeline_with_data()
+    col = SpecwatchCollector(lambda: p.snapshot)
+    pages: list[int] = []
+    real = col._render_page
+
+    def counting(snap, openmetrics):
+        pages.append(1)
+        return real(snap, openmetrics)
+
+    monkeypatch.setattr(col, "_render_page", counting)
+    first = col.exposition_deflate(p.snapshot, False)
+    assert col.exposition_deflate(p.snapshot, False) is first and len(pages) == 1
+    _snap, cache = col._page
+    assert set(cache) == {"text.z"}
+    assert zlib.decompressobj(-15).decompress(first[0]) == col.exposition(p.snapshot, False)
+
+
 def test_a_snapshot_is_rendered_once_and_only_changed_targets_again(monkeypatch):
     p = pipeline_with_data()
     col = SpecwatchCollector(lambda: p.snapshot)

@@ -69,6 +69,9 @@ class Pair:
                  windows: tuple[tuple[str, float], ...] = WINDOWS,
                  min_bimodality_samples: int = 10) -> None:
         self.new = history.TargetHistory(retention, max_entries, min_drafts)
+        #: Without a controller the exporter's histories keep no latency bucket columns.
+        self.lean = history.TargetHistory(retention, max_entries, min_drafts)
+        self.lean.keep_buckets = False
         self.ref = reference_history.TargetHistory(retention, max_entries, min_drafts)
         kw = dict(windows=windows, count_window=count_window, min_drafts_per_sample=min_drafts,
                   min_bimodality_samples=min_bimodality_samples)
@@ -78,10 +81,12 @@ class Pair:
         self.compared = 0
 
     def poll(self, page: sources.ParsedPage, t: float) -> None:
-        assert self.new.update(page, t) == self.ref.update(page, t)
+        lean_reset = self.lean.update(page, t)
+        assert self.new.update(page, t) == self.ref.update(page, t) == lean_reset
+        assert self.lean.resets_total == self.ref.resets_total
         assert self.new.resets_total == self.ref.resets_total
         assert self.new.present_models == self.ref.present_models
-        assert self.new.models.keys() == self.ref.models.keys()
+        assert self.new.models.keys() == self.ref.models.keys() == self.lean.models.keys()
         for name in sorted(self.new.present_models):
             mh, rh = self.new.models[name], self.ref.models[name]
             assert len(mh.entries) == len(rh.entries)
@@ -93,6 +98,13 @@ class Pair:
             plain = dataclasses.replace(want, windows=tuple(
                 dataclasses.replace(w, histograms={}) for w in want.windows))
             assert_same_model(derive.derive_model(mh, self.cfg_plain, page.engine), plain)
+            # A history without bucket columns: the same snapshot, no bucket counter kept.
+            lh = self.lean.models[name]
+            assert len(lh.entries) == len(rh.entries)
+            assert lh.cumulative.keys() == {k for k in rh.cumulative
+                                            if k[0] not in sources.BUCKET_SIGNALS}
+            assert all(close(lh.cumulative[k], rh.cumulative[k]) for k in lh.cumulative)
+            assert_same_model(derive.derive_model(lh, self.cfg_plain, page.engine), plain)
             self.compared += 1
 
 
@@ -210,3 +222,27 @@ def test_random_histories_with_resets_and_vanishing_series(steps, count_window):
                                   {("a", sources.RUNNING): 3.0}, {"a": 3},
                                   process_start)
         pair.poll(page, t)
+
+
+def test_serve_without_controller_keeps_no_bucket_columns(tmp_path):
+    """`specwatch serve` without a controller or A/B pairs builds no window histograms, so
+    its histories keep no latency bucket columns (most of a vLLM model's ring: issue 15,
+    RSS per target); a pipeline whose derive config asks for histograms keeps them."""
+    from specwatch.app.serve import ServeApp
+    from specwatch.exporter import config
+    from specwatch.exporter.pipeline import Pipeline, PollResult
+
+    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    app = ServeApp(cfg, clock=lambda: 0.0)
+    with_buckets = Pipeline([("a", "vllm")], derive.DeriveConfig(), 5.0)
+    assert not app.pipeline.derive_config.histograms
+    for i, text in enumerate(real_pages()[:3]):
+        result = PollResult("a", 10.0 + 5 * i, 10.0 + 5 * i, 0.01, body=text)
+        app.pipeline.apply(result)
+        with_buckets.apply(result)
+    lean = app.pipeline.target_history("a").models["tiny-llama"]
+    full = with_buckets.target_history("a").models["tiny-llama"]
+    bucket_keys = {k for k in full.cumulative if k[0] in sources.BUCKET_SIGNALS}
+    assert len(bucket_keys) > 40  # the real page's three latency histograms
+    assert lean.cumulative.keys() == full.cumulative.keys() - bucket_keys
+    assert len(lean.entries.keys) < len(full.entries.keys) // 3

@@ -624,3 +624,22 @@ def test_exporter_page_with_new_series_passes_promtool(tmp_path):
     res = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True,
                          timeout=30)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_stop_wakes_the_blocked_accept():
+    """The accept thread blocks in accept() (an idle exporter does not wake it five times a
+    second, issue 15); stop() shuts the listening socket down, which wakes it at once
+    instead of after the accept timeout (2 s, only the fallback), and the port is freed."""
+    srv = WebServer("127.0.0.1:0", {"/metrics": lambda r: Response(200, b"up 1\n")})
+    srv.start()
+    host, port = srv.address
+    assert get(srv)[0] == 200
+    thread = srv._thread
+    assert srv._sock.gettimeout() >= 1.0  # no short accept timeout to poll the stop flag
+    time.sleep(0.3)  # the accept thread is blocked in accept() again
+    t0 = time.monotonic()
+    srv.stop()
+    assert time.monotonic() - t0 < 1.5  # woken, not timed out
+    assert thread is not None and not thread.is_alive()
+    with pytest.raises(OSError):
+        socket.create_connection((host, port), timeout=2).close()

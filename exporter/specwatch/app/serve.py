@@ -26,7 +26,7 @@ from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__
 from specwatch.app import live as model_live
-from specwatch.common import redact
+from specwatch.common import memory, redact
 from specwatch.common.schema import parse_duration
 from specwatch.control import controller
 from specwatch.exporter import config, derive, metricdefs, pairs, sources
@@ -75,6 +75,8 @@ class ServeApp:
     def __init__(self, cfg: config.ServeConfig, clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.clock = clock
+        # One worker thread per target: bound glibc's per-thread arenas (common/memory.py).
+        memory.bound_malloc_arenas()
         dcfg = derive.DeriveConfig(windows=cfg.windows, count_window=cfg.count_window,
                                    min_drafts_per_sample=cfg.min_drafts_per_sample,
                                    min_bimodality_samples=cfg.min_bimodality_samples)
@@ -252,13 +254,18 @@ def run(args: argparse.Namespace) -> int:
     app = ServeApp(cfg)
     stop = threading.Event()
     reload_requested = threading.Event()
+    # The main loop sleeps until a signal handler wakes it (an idle exporter's main thread
+    # does not wake five times a second: issue 15, CPU per poll on small pages).
+    wake = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s, stopping", signal.Signals(signum).name)
         stop.set()
+        wake.set()
 
     def on_hup(_signum: int, _frame: object) -> None:
         reload_requested.set()  # reloaded by the main loop, not inside the signal handler
+        wake.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -278,8 +285,10 @@ def run(args: argparse.Namespace) -> int:
                     "interval %gs: a target that hangs is polled every other interval",
                     len(slow), slow[0], cfg.poll_interval)
     try:
-        while not stop.wait(0.2):
-            if reload_requested.is_set():
+        while not stop.is_set():
+            wake.wait(5.0)  # the timeout: a safety net only
+            wake.clear()
+            if reload_requested.is_set() and not stop.is_set():
                 reload_requested.clear()
                 app.reload()
     finally:

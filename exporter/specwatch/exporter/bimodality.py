@@ -42,6 +42,9 @@ BIMODALITY_THRESHOLD = 5.0 / 9.0
 #: two populations: 1 explains a step, 2 a dip that recovers (or a step and a drift).
 MAX_CHANGES = 2
 
+_sum = np.add.reduce
+
+
 def sarle_coefficient(samples: Sequence[float] | np.ndarray) -> float | None:
     """Sarle's bimodality coefficient with the small-sample corrections.
 
@@ -52,13 +55,15 @@ def sarle_coefficient(samples: Sequence[float] | np.ndarray) -> float | None:
     n = x.size
     if n < 4:
         return None
-    d = x - x.mean()
+    # _sum(a) / n is what ndarray.mean() computes (the same pairwise sum, one division),
+    # without its Python-level wrapper: this runs for every window on every poll.
+    d = x - float(_sum(x)) / n
     d2 = d * d
-    m2 = float(d2.mean())
+    m2 = float(_sum(d2)) / n
     if m2 <= 1e-18:
         return None
-    m3 = float((d2 * d).mean())
-    m4 = float((d2 * d2).mean())
+    m3 = float(_sum(d2 * d)) / n
+    m4 = float(_sum(d2 * d2)) / n
     g1 = m3 / m2 ** 1.5
     g2 = m4 / m2 ** 2 - 3.0
     big_g1 = g1 * math.sqrt(n * (n - 1)) / (n - 2)
@@ -74,7 +79,7 @@ def _sse(cs: np.ndarray, cs2: np.ndarray, a: np.ndarray | int, b: np.ndarray | i
          ) -> np.ndarray:
     """Sum of squared deviations from their mean of samples [a, b), from prefix sums."""
     s = cs[b] - cs[a]
-    return np.maximum((cs2[b] - cs2[a]) - s * s / (np.asarray(b) - np.asarray(a)), 0.0)
+    return np.maximum((cs2[b] - cs2[a]) - s * s / (b - a), 0.0)
 
 
 def change_points(samples: Sequence[float] | np.ndarray, max_changes: int = MAX_CHANGES
@@ -87,7 +92,7 @@ def change_points(samples: Sequence[float] | np.ndarray, max_changes: int = MAX_
     change one poll before the newest sample is found too.
     """
     x = np.asarray(samples, dtype=float)
-    xc = x - x.mean() if x.size else x  # centred: less cancellation in the squares
+    xc = x - float(_sum(x)) / x.size if x.size else x  # centred: less cancellation
     zero = np.zeros(1)
     cs = np.concatenate((zero, np.cumsum(xc)))
     cs2 = np.concatenate((zero, np.cumsum(xc * xc)))

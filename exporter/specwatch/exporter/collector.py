@@ -73,7 +73,7 @@ class SpecwatchCollector(Collector):
         self._snapshot_builders: list[FamilyBuilder] = []
         self._targets: dict[str, tuple[TargetSnapshot, Mapping[str, bytes]]] = {}
         self._page: tuple[Snapshot | None, dict[str, bytes | tuple]] = (None, {})
-        self._page_lock = threading.Lock()
+        self._page_lock = threading.RLock()  # held by exposition_deflate around a render
         self._scraped = False  # prerender only once someone reads the exposition
 
     def add_family_builder(self, builder: FamilyBuilder, per_snapshot: bool = False) -> None:
@@ -133,6 +133,11 @@ class SpecwatchCollector(Collector):
     def exposition(self, snap: Snapshot | None, openmetrics: bool) -> bytes:
         """The health, derived and per-snapshot builder families of ``snap`` as exposition
         bytes (OpenMetrics without its ``# EOF`` line: the per-scrape part comes after)."""
+        return self._exposition(snap, openmetrics, keep=True)
+
+    def _exposition(self, snap: Snapshot | None, openmetrics: bool, keep: bool) -> bytes:
+        """``keep``: cache the bytes with the snapshot (a gzip scrape keeps only their
+        deflate stream: the megabytes of text are not held between scrapes)."""
         if snap is None:
             return b""
         key = "om" if openmetrics else "text"
@@ -145,7 +150,8 @@ class SpecwatchCollector(Collector):
             body = cache.get(key)
             if body is None:
                 body = self._render_page(snap, openmetrics)
-                cache[key] = body
+                if keep:
+                    cache[key] = body
                 for name in [n for n in self._targets if n not in snap.targets]:
                     del self._targets[name]  # a target gone from the set
         return body  # type: ignore[return-value]
@@ -154,12 +160,13 @@ class SpecwatchCollector(Collector):
                            ) -> tuple[bytes, int, int]:
         """:meth:`exposition` as a raw deflate stream ended by a sync flush (not final), with
         its CRC-32 and length: the start of a gzip body (see :func:`gzip_join`)."""
-        body = self.exposition(snap, openmetrics)
         key = "om.z" if openmetrics else "text.z"
-        with self._page_lock:
+        with self._page_lock:  # concurrent scrapes of one snapshot render it once
             page_snap, cache = self._page
             got = cache.get(key) if page_snap is snap else None
             if got is None:
+                body = self._exposition(snap, openmetrics, keep=False)
+                page_snap, cache = self._page
                 c = zlib.compressobj(1, zlib.DEFLATED, -15)
                 got = (c.compress(body) + c.flush(zlib.Z_SYNC_FLUSH), zlib.crc32(body),
                        len(body))

@@ -269,14 +269,17 @@ class HistoryRing:
 
     def _make_room(self) -> None:
         live = self._n - self._start
-        if self._start >= max(8, live // 8):
-            # Drop the popped rows (amortized: one copy per ``_start`` pops).
+        if self._start >= max(8, live // 32):
+            # Drop the popped rows (amortized: one copy of the live rows per ``_start``
+            # pops, at most 32 row copies a pop).
             s = self._start
             for a in (self._t, self._s, self._u, self._f):
                 a[:live] = a[s:self._n]
             self._start, self._n = 0, live
             return
-        cap = max(self._cap + 8, self._cap * 5 // 4)
+        # Small steps: a full ring of a long-running exporter holds its retention plus
+        # at most about 1/16 + 1/32 spare rows (it was up to 1/4 + 1/8 with 5/4 steps).
+        cap = max(self._cap + 8, self._cap * 17 // 16)
         self._t = _grow(self._t, cap)
         self._s = _grow(self._s, cap)
         self._u = _grow(self._u, cap)
@@ -412,6 +415,11 @@ class TargetHistory:
         self.max_models = max_models
         self.max_vanished_models = max_vanished_models if max_vanished_models is not None \
             else max_models
+        #: Keep the latency histograms' bucket counters in the rings? Only the windows'
+        #: histograms read them (a controller, A/B pairs); without those they are most of a
+        #: ring's columns (vLLM: about 60 of 80), so the pipeline turns this off (issue 15).
+        #: Their series still take part in the reset rules (``resets_total`` is unchanged).
+        self._keep_buckets = True
         self.models: dict[str, ModelHistory] = {}
         self.resets_total = 0
         self.present_models: frozenset[str] = frozenset()
@@ -429,6 +437,17 @@ class TargetHistory:
         self._seen = np.zeros(0)  # -inf: a free slot
         self._model_slots: dict[str, set[int]] = {}
         self._layout: _Layout | None = None
+
+    @property
+    def keep_buckets(self) -> bool:
+        return self._keep_buckets
+
+    @keep_buckets.setter
+    def keep_buckets(self, keep: bool) -> None:
+        """Set before the first poll: rings made earlier keep the columns they have."""
+        if keep != self._keep_buckets:
+            self._keep_buckets = keep
+            self._layout = None
 
     # -- raw state slots -------------------------------------------------------------------
     def _slot_for(self, key: sources.SeriesKey) -> int:
@@ -489,7 +508,13 @@ class TargetHistory:
         agg_index: dict[tuple[str, AggKey], int] = {}
         agg_of = np.empty(len(keys), dtype=np.intp)
         signals: dict[str, set[str]] = {}
+        skip = not self._keep_buckets
+        unused: list[int] = []  # series whose deltas go to no ring column
         for i, (model, signal, identity) in enumerate(keys):
+            if skip and signal in sources.BUCKET_SIGNALS:
+                unused.append(i)
+                signals.setdefault(model, set()).add(signal)
+                continue
             if signal == sources.ACCEPTED_PER_POSITION:
                 position = dict(identity).get("position")
             elif signal in sources.BUCKET_SIGNALS:
@@ -498,6 +523,10 @@ class TargetHistory:
                 position = None
             agg_of[i] = agg_index.setdefault((model, (signal, position)), len(agg_index))
             signals.setdefault(model, set()).add(signal)
+        n_agg = len(agg_index)
+        if unused:  # one extra aggregate, read by no model
+            agg_of[unused] = n_agg
+            n_agg += 1
         per_model: dict[str, tuple[list[int], list[AggKey]]] = {}
         for (model, agg_key), a in agg_index.items():
             ids, aks = per_model.setdefault(model, ([], []))
@@ -506,7 +535,7 @@ class TargetHistory:
         return _Layout(keys, slots, agg_of,
                        {m: (np.array(ids, dtype=np.intp), aks)
                         for m, (ids, aks) in per_model.items()},
-                       {m: frozenset(s) for m, s in signals.items()}, len(agg_index))
+                       {m: frozenset(s) for m, s in signals.items()}, n_agg)
 
     # -- one poll --------------------------------------------------------------------------
     def update(self, page: sources.ParsedPage, t: float) -> bool:

@@ -110,7 +110,7 @@ class Pipeline:
         :func:`specwatch.exporter.sources.parse_page` ("fast" or "full"); ``max_models``:
         per-target cap of models (default 100); ``clock``: the time base of windows (see the
         module docstring)."""
-        self.derive_config = derive_config
+        self._derive_config = derive_config
         self.parser = parser
         self.max_label_value_bytes = max_label_value_bytes
         self.clock = clock
@@ -132,10 +132,24 @@ class Pipeline:
     def _new_state(self, name: str, engine: str, max_series: int | None) -> _TargetState:
         cap = self._max_models.get(name, DEFAULT_MAX_MODELS)
         hist = history.TargetHistory(
-            self._retention, self._max_entries, self.derive_config.min_drafts_per_sample,
+            self._retention, self._max_entries, self._derive_config.min_drafts_per_sample,
             max_models=cap, max_vanished_models=cap)
+        hist.keep_buckets = self._derive_config.histograms
         hist.on_forget.append(lambda model, reason: self._forgotten(name, model, reason))
         return _TargetState(name, engine, hist, max_series=max_series or 10000)
+
+    @property
+    def derive_config(self) -> derive.DeriveConfig:
+        """What derive computes. Without window histograms the histories do not keep the
+        latency bucket counters (most of a ring's memory): set it before the first poll."""
+        return self._derive_config
+
+    @derive_config.setter
+    def derive_config(self, cfg: derive.DeriveConfig) -> None:
+        self._derive_config = cfg
+        for st in self._states.values():
+            with st.lock:
+                st.history.keep_buckets = cfg.histograms
 
     def add_forget_hook(self, hook: ForgetHook) -> None:
         """Register ``hook(target, model, reason)`` (see the module docstring)."""

@@ -141,7 +141,11 @@ class _Watchdog:
                 self._thread = threading.Thread(target=self._run, daemon=True,
                                                 name="specwatch-deadline")
                 self._thread.start()
-            self._cond.notify()
+            # Woken only when this deadline is the next one due: otherwise the thread
+            # already waits for an earlier one and finds this one then (one thread switch a
+            # poll saved: issue 15).
+            if self._heap[0][2] is guard:
+                self._cond.notify()
 
     def _run(self) -> None:
         while True:
