@@ -185,13 +185,15 @@ def test_calibrate_from_the_wheel_refits_the_shipped_example(installed) -> None:
     where = _run([bindir / "python", "-m", "specwatch.common.bundle"], cwd=cwd, env=env)
     bundle = Path(where.stdout.strip())
     (data,) = (bundle / "examples" / "calibration").glob("*.csv")
+    # The same command as `make calibrate-examples` (the whole load range since issue 14).
     result = _run([bindir / "specwatch", "calibrate", data, "--system", "Qwen3-32B+Qwen3-4B",
-                   "--max-concurrency", "64", "--out", "fitted.yaml"], cwd=cwd, env=env)
+                   "--out", "fitted.yaml"], cwd=cwd, env=env)
     assert result.returncode == 0, result.stderr
-    fitted = yaml.safe_load((cwd / "fitted.yaml").read_text())["coefficients"]
-    shipped = yaml.safe_load(
-        (bundle / "examples" / "params" / "qwen3-32b-h100-qwen3-4b.yaml").read_text()
-    )["coefficients"]
-    assert fitted.keys() == shipped.keys()
-    for name, value in shipped.items():
-        assert fitted[name] == pytest.approx(value, rel=1e-9), name
+    fitted_doc = yaml.safe_load((cwd / "fitted.yaml").read_text())
+    shipped_doc = yaml.safe_load(
+        (bundle / "examples" / "params" / "qwen3-32b-h100-qwen3-4b.yaml").read_text())
+    for section in ("coefficients", "capacity"):
+        fitted, shipped = fitted_doc.get(section) or {}, shipped_doc.get(section) or {}
+        assert fitted.keys() == shipped.keys(), section
+        for name, value in shipped.items():
+            assert fitted[name] == pytest.approx(value, rel=1e-9), (section, name)
