@@ -36,12 +36,13 @@ def hist(latency: float, n: float) -> tuple[tuple[float, float], ...]:
 
 
 def target(name: str, t: float, rate: float, latency: float, span: float = 60.0,
-           up: bool = True) -> TargetSnapshot:
+           up: bool = True, k: int = 0) -> TargetSnapshot:
     n = rate * span
-    w = WindowSignals("1m", {derive.ARRIVAL_RATE: rate, derive.MEAN_LATENCY_SECONDS: latency,
-                             derive.MEAN_PROMPT_TOKENS: 500.0,
-                             derive.MEAN_GENERATION_TOKENS: 100.0},
-                      span_seconds=span, requests=n,
+    values = {derive.ARRIVAL_RATE: rate, derive.MEAN_LATENCY_SECONDS: latency,
+              derive.MEAN_PROMPT_TOKENS: 500.0, derive.MEAN_GENERATION_TOKENS: 100.0}
+    if k:
+        values.update({derive.DRAFT_LENGTH: float(k), derive.ACCEPTANCE_LENGTH: 1.0 + k / 2})
+    w = WindowSignals("1m", values, span_seconds=span, requests=n, drafts=40.0 * n if k else 0.0,
                       histograms={"e2e_latency_seconds": hist(latency, n),
                                   "ttft_seconds": hist(latency / 4, n)})
     model = ModelSnapshot(MODEL, "vllm", 3, (w,))
@@ -148,6 +149,23 @@ def test_old_segments_expire():
     slow = value(tr, "sd_measured_speedup", arrival_rate_bin="4-8", statistic="mean")
     assert slow == pytest.approx(1.0 / 1.5)
     assert value(tr, "sd_pair_current_arrival_rate_bin", arrival_rate_bin="4-8") == 1.0
+
+
+def test_a_draft_length_change_starts_the_side_over():
+    """A bin never mixes two configurations of one side: after the SD side comes back with
+    another k, its older segments (another system) are dropped, the baseline's stay."""
+    tr = tracker()
+    for t in (60.0, 120.0):
+        tr.observe(target("sd", t, 3.0, 1.5, k=2))
+        tr.observe(target("base", t, 3.0, 3.0))
+    assert value(tr, "sd_measured_draft_length", arrival_rate_bin="2-4", side="sd") == 2.0
+    tr.observe(target("sd", 180.0, 3.0, 1.2, k=4))
+    tr.observe(target("base", 180.0, 3.0, 3.0))
+    assert value(tr, "sd_measured_draft_length", arrival_rate_bin="2-4", side="sd") == 4.0
+    assert value(tr, "sd_measured_requests", arrival_rate_bin="2-4", side="sd") == 180.0
+    assert value(tr, "sd_measured_requests", arrival_rate_bin="2-4", side="baseline") == 540.0
+    assert value(tr, "sd_measured_latency_seconds", arrival_rate_bin="2-4",
+                 side="sd") == pytest.approx(1.2)
 
 
 def write(tmp_path: Path, doc: dict) -> str:

@@ -12,7 +12,9 @@ the window starts exactly where the side's previous segment ended (or later), th
 one new non-overlapping *segment*: its arrival rate picks the bin, and its latency histogram
 increases (e2e, TTFT, inter-token), the e2e latency sum and the request count are added to
 that bin. Segments older than ``retention`` are dropped, so a bin describes recent traffic,
-and state is bounded: (pairs' sides) x (bins) x (retention / window) segments.
+and a side whose draft length changes (SD switched, or another k) starts its bins over, so
+a bin never mixes two configurations; state is bounded: (pairs' sides) x (bins) x
+(retention / window) segments.
 
 Exposed per pair (``target`` is its SD side), model and bin (a bin where a side has too
 few requests has no series; nothing here is ever a placeholder 0):
@@ -132,6 +134,8 @@ class _Side:
 
     last_end: float = -math.inf
     current_bin: int | None = None
+    #: Draft length of the side's latest segment (0: SD off); None before the first one.
+    config: float | None = None
     latest_rate: float | None = None
     bins: dict[int, deque[_Segment]] = field(default_factory=dict)
 
@@ -222,6 +226,14 @@ class PairTracker:
                            vals.get(derive.MEAN_GENERATION_TOKENS),
                            vals.get(derive.ACCEPTANCE_LENGTH), vals.get(derive.DRAFT_LENGTH),
                            w.drafts)
+            # A bin describes one configuration of the side: after a draft-length change
+            # (a restart with another --speculative-config) the older segments measure
+            # another system, so the side starts over (its bins refill at the new k).
+            config = float(round(seg.draft_length)) if seg.drafts > 0 and \
+                seg.draft_length is not None else 0.0
+            if side.config is not None and config != side.config:
+                side.bins.clear()
+            side.config = config
             maxlen = int(self.settings.retention_seconds / max(self.window_seconds, 1e-3)) + 2
             side.bins.setdefault(idx, deque(maxlen=maxlen)).append(seg)
 
