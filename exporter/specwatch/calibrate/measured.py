@@ -17,12 +17,14 @@ selected by ``--selector`` (exporter labels, e.g. ``pair="canary"``):
 
 * A bin of a pair describes the bin's recent windows (``pair_options.retention``), so its
   series lasts as long as the load visits the bin and for the retention after. One
-  *visit* is a run of consecutive samples with one draft length (integral: a sample whose
-  draft length is fractional mixes two configurations and is skipped) and one workload
-  (mean prompt and generation lengths within 10% of the run's first sample); the visit's
-  point is its sample with the most finished requests (the bin at its fullest). A bin
-  visited again after its retention gives another point: a scenario that walks the loads
-  once per configuration and workload gives one point per (configuration, workload, load).
+  *visit* is the first run of samples of a presence of the series with one draft length
+  (integral: a fractional one mixes two configurations) and one workload (mean prompt and
+  generation lengths within 5% of the run's first sample); the visit's point is its sample
+  with the most finished requests (the bin at its fullest). What follows in the same
+  presence is the bin after windows of other loads or workloads joined it (a load change
+  passes through the bins between two levels): a mixture, not a point. A bin visited again
+  after its retention gives another point, so a walk through the loads once per
+  configuration and workload gives one point per (configuration, workload, load).
 * A switch record gives two points (before and after) the first time its switch time
   appears; the same record seen at later steps is not counted again.
 """
@@ -64,8 +66,12 @@ SWITCH_SERIES = {
 SWITCH_TIME = "sd_switch_timestamp_seconds"
 SWITCH_KEY = ("target", "model_name", "action", "side")
 
-#: A visit's mean prompt and generation lengths stay within this of its first sample.
-LENGTH_TOLERANCE = 0.10
+#: A visit's mean prompt and generation lengths stay within this of its first sample (a
+#: bin's mean over a few hundred requests moves by 1-2% as it fills; one window of another
+#: workload joining it moves it by far more).
+LENGTH_TOLERANCE = 0.05
+#: A gap of more than this many steps ends a bin's presence (the bin emptied).
+PRESENCE_GAP_STEPS = 5
 #: A draft length this close to an integer is that integer; further off, the sample mixes.
 DRAFT_LENGTH_TOLERANCE = 0.05
 
@@ -105,27 +111,48 @@ def _close(a: float | None, b: float | None) -> bool:
 
 
 def visits(fields: dict[str, dict[float, float]], step: float) -> list[list[float]]:
-    """Runs of sample times with one draft length and workload (see the module docstring)."""
+    """Sample times of each visit of one bin and side (see the module docstring).
+
+    A *presence* is a stretch of samples without a gap longer than ``PRESENCE_GAP_STEPS``
+    steps (a missed scrape or two does not end it; a bin that emptied and refilled does).
+    Within a presence, the first run of samples with one draft length and one workload is
+    the visit; what follows it in the same presence is the bin after other traffic (another
+    load's or workload's windows) joined it, a mixture that is no configuration's point.
+    """
     times = sorted(set(fields.get("latency_s", {})) & set(fields.get("arrival_rate", {})))
-    runs: list[list[float]] = []
+    out: list[list[float]] = []
+    run: list[float] = []
     first: dict[str, float | None] = {}
+    closed = False  # the presence's visit has ended: skip until the next presence
     last_t = -math.inf
     for t in times:
-        k = _integral_k(fields.get("draft_length", {}).get(t))
-        if k is None:  # a mix of two draft lengths: neither configuration's point
-            last_t = -math.inf
+        if t - last_t > PRESENCE_GAP_STEPS * step:  # a new presence
+            if run:
+                out.append(run)
+            run, closed = [], False
+        last_t = t
+        if closed:
             continue
+        k = _integral_k(fields.get("draft_length", {}).get(t))
         now = {"k": k, "p": fields.get("prompt_tokens", {}).get(t),
                "g": fields.get("generation_tokens", {}).get(t)}
-        same = (runs and t - last_t <= 1.5 * step and now["k"] == first["k"]
-                and _close(first["p"], now["p"]) and _close(first["g"], now["g"]))
-        if same:
-            runs[-1].append(t)
+        if k is None:  # a mix of two draft lengths (an exporter older than the reset)
+            same = False
+        elif not run:
+            run, first = [t], now
+            continue
         else:
-            runs.append([t])
-            first = now
-        last_t = t
-    return runs
+            same = (now["k"] == first["k"] and _close(first["p"], now["p"])
+                    and _close(first["g"], now["g"]))
+        if same:
+            run.append(t)
+        else:
+            if run:
+                out.append(run)
+            run, closed = [], True
+    if run:
+        out.append(run)
+    return out
 
 
 def _point(source: str, system: str, fields: dict[str, dict[float, float]], t: float
@@ -152,11 +179,14 @@ def pair_points(series: Series, step: float) -> list[Point]:
         pair, model, bin_, side = key
         fields = series[key]
         counts = fields.get("requests", {})
+        seen: set[tuple[float, float]] = set()
         for run in visits(fields, step):
             best = max(run, key=lambda t: (counts.get(t, 0.0), t))
             p = _point(f"pair {pair} {side} {model} {bin_} req/s at {_iso(best)}", model,
                        fields, best)
-            if p is not None:
+            # The same figures again (a scrape gap split a presence): one measurement.
+            if p is not None and (p.arrival_rate, p.latency_s) not in seen:
+                seen.add((p.arrival_rate, p.latency_s))
                 points.append(p)
     return points
 
