@@ -20,9 +20,13 @@ selected by ``--selector`` (exporter labels, e.g. ``pair="canary"``):
   *visit* is the first run of samples of a presence of the series with one draft length
   (integral: a fractional one mixes two configurations) and one workload (mean prompt and
   generation lengths within 5% of the run's first sample); the visit's point is its sample
-  with the most finished requests (the bin at its fullest). What follows in the same
-  presence is the bin after windows of other loads or workloads joined it (a load change
-  passes through the bins between two levels): a mixture, not a point. A bin visited again
+  with the most finished requests (the bin at its fullest); a run of fewer than three
+  samples (a bin that was a mixture from its first visible sample) gives none. What
+  follows in the same presence is the bin after windows of other loads or workloads joined
+  it (a load change passes through the bins between two levels): a mixture, not a point.
+  Only the point's own bin matters: λ and L of a visit are its side's, so a pair gives
+  points at every load it visited, and the calibration needs k, workload and load to vary
+  (docs/calibration.md). A bin visited again
   after its retention gives another point, so a walk through the loads once per
   configuration and workload gives one point per (configuration, workload, load).
 * A switch record gives two points (before and after) the first time its switch time
@@ -72,6 +76,9 @@ SWITCH_KEY = ("target", "model_name", "action", "side")
 LENGTH_TOLERANCE = 0.05
 #: A gap of more than this many steps ends a bin's presence (the bin emptied).
 PRESENCE_GAP_STEPS = 5
+#: A visit is at least this many samples: a bin whose first visible sample already mixes
+#: two workloads changes at every sample after it and gives no point.
+MIN_VISIT_SAMPLES = 3
 #: A draft length this close to an integer is that integer; further off, the sample mixes.
 DRAFT_LENGTH_TOLERANCE = 0.05
 
@@ -181,6 +188,8 @@ def pair_points(series: Series, step: float) -> list[Point]:
         counts = fields.get("requests", {})
         seen: set[tuple[float, float]] = set()
         for run in visits(fields, step):
+            if len(run) < MIN_VISIT_SAMPLES:
+                continue
             best = max(run, key=lambda t: (counts.get(t, 0.0), t))
             p = _point(f"pair {pair} {side} {model} {bin_} req/s at {_iso(best)}", model,
                        fields, best)
