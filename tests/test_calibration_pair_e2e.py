@@ -5,8 +5,9 @@ k = 2 then k = 4 after a restart, the baseline with SD off) runs as a real pair 
 vLLM servers, 20 times faster than real time, on the simulated clock as in ``make demo``
 (pages in simulated seconds, the exporter stamping its polls with that clock, so windows,
 rates and latencies are the scenario's own at any speed); the exporter pairs them (40 s
-windows, one arrival-rate bin per load level, 900 s retention so that a bin empties before
-the other configuration visits it); a real Prometheus scrapes the exporter every second.
+windows, one arrival-rate bin per load level, 15 min retention: a bin holds its whole
+visit and has emptied before the other configuration visits it); a real Prometheus scrapes
+the exporter every second.
 Then ``specwatch calibrate --prometheus URL --point-sources pairs --model linear`` reads
 that history, and the six coefficients it writes are compared with the scenario's ground
 truth (demo-params.yaml).
@@ -33,6 +34,8 @@ import pytest
 import yaml
 from specwatch.app.demo import free_port
 from specwatch.app.serve import ServeApp
+from specwatch.calibrate.measured import read_pair_points
+from specwatch.calibrate.prometheus import PrometheusQuery
 from specwatch.cli import main
 from specwatch.exporter import config
 from specwatch.model.params import load_params
@@ -127,7 +130,11 @@ def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
         if out.exists():
             fitted = load_params(str(out)).model()
             errors = {n: getattr(fitted, n) / getattr(truth, n) - 1.0 for n in COEFFICIENTS}
+        points = read_pair_points(PrometheusQuery(prom, start, time.time(), 1.0))
         with capsys.disabled():
+            for p in sorted(points, key=lambda p: p.source):
+                print(f"{p.source[:48]:48s} λ={p.arrival_rate:7.3f} L={p.latency_s:7.4f}"
+                      f" k={p.draft_length:g} g={p.generation_tokens:6.1f}")
             print("\ncalibrate exit", rc, "points", doc["point_sources"], "mode",
                   fit.get("mode"), "fallback", fit.get("fallback_reason"))
             print("per-coefficient error:", {n: f"{e:+.1%}" for n, e in errors.items()})

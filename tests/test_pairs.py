@@ -168,6 +168,18 @@ def test_a_draft_length_change_starts_the_side_over():
                  side="sd") == pytest.approx(1.2)
 
 
+def test_a_window_straddling_a_load_change_is_not_binned():
+    """A segment whose rate is more than 30% off the side's previous one mixes two loads
+    (requests that started under one and finished under the other): not a measurement."""
+    tr = tracker(min_requests=1)
+    for t, rate in ((60.0, 1.0), (120.0, 1.0), (180.0, 3.0), (240.0, 3.0), (300.0, 3.3)):
+        tr.observe(target("sd", t, rate, 1.5))
+        tr.observe(target("base", t, rate, 3.0))
+    assert value(tr, "sd_measured_requests", arrival_rate_bin="0-2", side="sd") == 120.0
+    # 180 s straddles 1 -> 3 req/s; 240 s and 300 s (3.3: within 30%) count.
+    assert value(tr, "sd_measured_requests", arrival_rate_bin="2-4", side="sd") == 378.0
+
+
 def write(tmp_path: Path, doc: dict) -> str:
     path = tmp_path / "specwatch.yaml"
     path.write_text(yaml.safe_dump(doc))
