@@ -334,6 +334,31 @@ def test_switch_latency_record_compares_window_quantiles():
     assert latency_events[-1]["ratio"]["e2e_p50"] == pytest.approx(2.0)
 
 
+def test_switch_record_keeps_both_windows_as_calibration_points():
+    """The record also keeps what each window says about the operating point (λ, mean e2e
+    latency, lengths, and with SD on draft and acceptance length): the before window at
+    the configuration before the switch, the first complete one after at the new one. That
+    is what `calibrate --point-sources switches` reads (sd_switch_window_*)."""
+    hist = {"e2e_latency_seconds": ((1.0, 50.0), (2.0, 100.0), (float("inf"), 100.0))}
+    s = dataclasses.replace(WEBHOOK, stabilization_seconds=0, min_switch_interval_seconds=0)
+    mc = ModelController("t", "m", s)
+    mc.step(obs(0, histograms=hist, lam=3.0, mean_latency=1.2, draft_length=3.0,
+                acceptance_length=2.5))
+    assert mc.status().switch_window is None
+    mc.step(obs(10, rate=0.1, histograms=hist, lam=3.0, mean_latency=1.25, draft_length=3.0,
+                acceptance_length=1.3))
+    mc.step(obs(20, sd=False, histograms=hist, lam=3.0, mean_latency=9.0))  # switch at 20
+    assert mc.status().switch_window is None  # no complete window after it yet
+    mc.step(obs(320, sd=False, histograms=hist, lam=2.9, mean_latency=2.0))
+    rec = mc.status().switch_window
+    assert rec == {"action": "disable", "switched_at": 20,
+                   "before": {"latency_seconds": 1.25, "arrival_rate": 3.0,
+                              "prompt_tokens": 500.0, "generation_tokens": 200.0,
+                              "draft_length": 3.0, "acceptance_length": 1.3},
+                   "after": {"latency_seconds": 2.0, "arrival_rate": 2.9,
+                             "prompt_tokens": 500.0, "generation_tokens": 200.0}}
+
+
 def test_params_profile_is_the_fallback_before_any_healthy_window():
     """A target that starts with SD off uses the parameters file's acceptance profile."""
     params = load_params(PARAMS)

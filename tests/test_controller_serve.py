@@ -299,6 +299,20 @@ def test_switch_delivery_confirmation_and_latency_record_pass_promtool(harness, 
         p50_after = 2.5
         assert got[("e2e", "50")] == pytest.approx(p50_after / p50_before)
         assert got[("ttft", "50")] == pytest.approx(1.0)
+        # The same record as calibration points: the mean latency (0.5·0.8 + 0.49·1 +
+        # 0.01·3 = 0.92 of the nominal) of 2 s before (SD on, k = 3) and 3 s after (SD off:
+        # no draft or acceptance length), at the 4 req/s load.
+        lat = {dict(k[1])["side"]: v for k, v in
+               select(series, "sd_switch_window_latency_seconds", target="a").items()}
+        assert lat == pytest.approx({"before": 0.92 * 2.0, "after": 0.92 * 3.0})
+        rate = {dict(k[1])["side"]: v for k, v in
+                select(series, "sd_switch_window_arrival_rate", target="a").items()}
+        assert rate == pytest.approx({"before": 4.0, "after": 4.0})
+        k = {dict(key[1])["side"]: v for key, v in
+             select(series, "sd_switch_window_draft_length", target="a").items()}
+        assert k == pytest.approx({"before": 3.0})
+        assert len(select(series, "sd_switch_timestamp_seconds", target="a",
+                          action="disable")) == 1
         assert list(select(series, "sd_controller_actuation_errors_total",
                            target="a").values()) == [0.0]
         text = _get(h.base + "/metrics")[1]
@@ -310,7 +324,8 @@ def test_switch_delivery_confirmation_and_latency_record_pass_promtool(harness, 
         for name in ("sd_controller_state", "sd_controller_recommended_draft_length",
                      "sd_controller_transitions_total",
                      "sd_controller_last_transition_timestamp_seconds",
-                     "sd_controller_actuation_errors_total", "sd_switch_latency_ratio"):
+                     "sd_controller_actuation_errors_total", "sd_switch_latency_ratio",
+                     "sd_switch_timestamp_seconds", "sd_switch_window_latency_seconds"):
             assert f"\n{name}{{" in text, name
     finally:
         r.close()

@@ -36,12 +36,13 @@ def hist(latency: float, n: float) -> tuple[tuple[float, float], ...]:
 
 
 def target(name: str, t: float, rate: float, latency: float, span: float = 60.0,
-           up: bool = True) -> TargetSnapshot:
+           up: bool = True, k: int = 0) -> TargetSnapshot:
     n = rate * span
-    w = WindowSignals("1m", {derive.ARRIVAL_RATE: rate, derive.MEAN_LATENCY_SECONDS: latency,
-                             derive.MEAN_PROMPT_TOKENS: 500.0,
-                             derive.MEAN_GENERATION_TOKENS: 100.0},
-                      span_seconds=span, requests=n,
+    values = {derive.ARRIVAL_RATE: rate, derive.MEAN_LATENCY_SECONDS: latency,
+              derive.MEAN_PROMPT_TOKENS: 500.0, derive.MEAN_GENERATION_TOKENS: 100.0}
+    if k:
+        values.update({derive.DRAFT_LENGTH: float(k), derive.ACCEPTANCE_LENGTH: 1.0 + k / 2})
+    w = WindowSignals("1m", values, span_seconds=span, requests=n, drafts=40.0 * n if k else 0.0,
                       histograms={"e2e_latency_seconds": hist(latency, n),
                                   "ttft_seconds": hist(latency / 4, n)})
     model = ModelSnapshot(MODEL, "vllm", 3, (w,))
@@ -148,6 +149,35 @@ def test_old_segments_expire():
     slow = value(tr, "sd_measured_speedup", arrival_rate_bin="4-8", statistic="mean")
     assert slow == pytest.approx(1.0 / 1.5)
     assert value(tr, "sd_pair_current_arrival_rate_bin", arrival_rate_bin="4-8") == 1.0
+
+
+def test_a_draft_length_change_starts_the_side_over():
+    """A bin never mixes two configurations of one side: after the SD side comes back with
+    another k, its older segments (another system) are dropped, the baseline's stay."""
+    tr = tracker()
+    for t in (60.0, 120.0):
+        tr.observe(target("sd", t, 3.0, 1.5, k=2))
+        tr.observe(target("base", t, 3.0, 3.0))
+    assert value(tr, "sd_measured_draft_length", arrival_rate_bin="2-4", side="sd") == 2.0
+    tr.observe(target("sd", 180.0, 3.0, 1.2, k=4))
+    tr.observe(target("base", 180.0, 3.0, 3.0))
+    assert value(tr, "sd_measured_draft_length", arrival_rate_bin="2-4", side="sd") == 4.0
+    assert value(tr, "sd_measured_requests", arrival_rate_bin="2-4", side="sd") == 180.0
+    assert value(tr, "sd_measured_requests", arrival_rate_bin="2-4", side="baseline") == 540.0
+    assert value(tr, "sd_measured_latency_seconds", arrival_rate_bin="2-4",
+                 side="sd") == pytest.approx(1.2)
+
+
+def test_a_window_straddling_a_load_change_is_not_binned():
+    """A segment whose rate is more than 30% off the side's previous one mixes two loads
+    (requests that started under one and finished under the other): not a measurement."""
+    tr = tracker(min_requests=1)
+    for t, rate in ((60.0, 1.0), (120.0, 1.0), (180.0, 3.0), (240.0, 3.0), (300.0, 3.3)):
+        tr.observe(target("sd", t, rate, 1.5))
+        tr.observe(target("base", t, rate, 3.0))
+    assert value(tr, "sd_measured_requests", arrival_rate_bin="0-2", side="sd") == 120.0
+    # 180 s straddles 1 -> 3 req/s; 240 s and 300 s (3.3: within 30%) count.
+    assert value(tr, "sd_measured_requests", arrival_rate_bin="2-4", side="sd") == 378.0
 
 
 def write(tmp_path: Path, doc: dict) -> str:

@@ -76,8 +76,8 @@ def check_calibration_points(prom: str, sd: SimulatorServer, base: SimulatorServ
     points."""
     with capsys.disabled():
         print(capsys.readouterr().out)  # what the test printed so far
-    rc = main(["calibrate", "--prometheus", prom, "--start", "now-10m", "--json",
-               "--point-sources", "pairs", "--max-ttft-ratio", "off"])
+    rc = main(["calibrate", "--prometheus", prom, "--start", "now-10m", "--step", "1s",
+               "--json", "--point-sources", "pairs", "--max-ttft-ratio", "off"])
     out = capsys.readouterr().out
     doc = json.loads(out)
     with capsys.disabled():
@@ -86,8 +86,8 @@ def check_calibration_points(prom: str, sd: SimulatorServer, base: SimulatorServ
         print("fit:", {k: fit.get(k) for k in ("mode", "identifiable", "not_identifiable",
                                                "fallback_reason", "coefficients", "r2")})
     model = phases and sd.scenario.models[0].model_name
-    assert doc["point_sources"] == {model: {"pair": 8}}
-    points = read_pair_points(PrometheusQuery(prom, time.time() - 600, time.time(), 60.0))
+    assert doc["point_sources"] == {model: {"pairs": 8}}
+    points = read_pair_points(PrometheusQuery(prom, time.time() - 600, time.time(), 1.0))
     start = 0.0
     by_bin = {}
     for label, ph in zip(LABELS, phases, strict=True):
@@ -96,7 +96,7 @@ def check_calibration_points(prom: str, sd: SimulatorServer, base: SimulatorServ
                          else min(start + ph.duration_s, sim_now))
         start += ph.duration_s
     for p in points:
-        side, label = p.source.split()[2], p.source.split()[4]
+        side, label = p.source.split()[2], p.source.split()[4]  # "pair ab sd MODEL BIN ..."
         server = sd if side == "sd" else base
         lo, hi = by_bin[label]
         lo += SEGMENT_S * SPEED

@@ -158,8 +158,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LIST",
         default="vllm",
         help="comma-separated Prometheus point sources: vllm (steady windows of vLLM's"
-        " history), pairs (the exporter's measured A/B pairs, one point per bin and side)"
-        " (vllm)",
+        " history), pairs (the exporter's measured A/B pairs, one point per visit of each bin"
+        " and side), switches (the controller's before/after switch records, two points per"
+        " switch) (vllm)",
     )
     prom.add_argument(
         "--timeout",
@@ -265,14 +266,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def point_sources(points: list[Point]) -> dict[str, dict[str, int]]:
-    """How many points of each system came from where: bench/CSV files, vLLM's Prometheus
-    history (``prometheus``) or the exporter's measured pairs (``pair``)."""
-    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for p in points:
-        head = p.source.split(" ", 1)[0]
-        kind = head if head in ("prometheus", "pair") else "file"
-        out[p.system][kind] += 1
-    return {s: dict(c) for s, c in sorted(out.items())}
+    """How many points of each system came from where: ``files`` (bench JSON, CSV),
+    ``vllm`` (steady windows of vLLM's Prometheus history), ``pairs`` (the exporter's
+    measured A/B pairs) and ``switches`` (the controller's before/after switch records)."""
+    from specwatch.calibrate.measured import sources_of
+
+    return sources_of(points)
 
 
 def _gather(args: argparse.Namespace) -> list[Point]:
@@ -297,16 +296,20 @@ def _gather(args: argparse.Namespace) -> list[Point]:
             timeout=args.timeout,
         )
         sources = [x.strip() for x in args.point_sources.split(",") if x.strip()]
-        unknown = sorted(set(sources) - {"vllm", "pairs"})
+        unknown = sorted(set(sources) - {"vllm", "pairs", "switches"})
         if unknown or not sources:
-            raise ConfigError(f"--point-sources: expected vllm and/or pairs, got "
-                              f"{args.point_sources!r}")
+            raise ConfigError(f"--point-sources: expected a comma-separated list of vllm,"
+                              f" pairs, switches; got {args.point_sources!r}")
         if "vllm" in sources:
             points.extend(read_prometheus(query, progress=not args.json))
         if "pairs" in sources:
             from specwatch.calibrate.measured import read_pair_points
 
             points.extend(read_pair_points(query))
+        if "switches" in sources:
+            from specwatch.calibrate.measured import read_switch_points
+
+            points.extend(read_switch_points(query))
     elif args.start or args.selector:
         raise ConfigError("--start/--end/--selector need --prometheus URL")
     if not points:

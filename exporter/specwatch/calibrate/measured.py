@@ -1,29 +1,52 @@
-"""Calibration points from the exporter's measured A/B pairs (issue 16).
+"""Calibration points the exporter measured: A/B pairs and switch records (issue 16).
 
-Why: a deployment running a pair (``pairs:`` in the serve config) measures its own latency
-with and without SD at several loads, binned by arrival rate. Each bin of each side is one
-steady (λ, L) point of the system (the model name): λ the side's finished requests per
-second over the bin's windows, L its mean e2e latency, with the bin's mean prompt and
-generation lengths, and on an SD side its draft length and acceptance length. A side
-without drafts is a no-SD point (k = 0).
+Why: a deployment measures its own latency at several loads and configurations without a
+benchmark sweep. Two exporter features record such measurements, and both become (λ, L)
+points of the system (the model name):
 
-Read with instant queries at ``--end`` over ``--start..--end`` (``last_over_time``: the
-latest value of each bin in the range), selected by ``--selector`` (exporter labels, e.g.
-``pair="canary"``).
+* **Pairs** (``pairs:`` in the serve config): per pair, arrival-rate bin and side, the
+  side's finished requests per second (λ), mean e2e latency (L), mean prompt and generation
+  lengths and, on an SD side, draft and acceptance length (a side without drafts is a no-SD
+  point, k = 0).
+* **Switch records** (the controller): around every SD switch, the decision window before
+  and the first complete one after, each with the same figures (``sd_switch_window_*``),
+  and the switch time (``sd_switch_timestamp_seconds``).
+
+Both are read from Prometheus history over ``--start..--end`` at ``--step`` (query_range),
+selected by ``--selector`` (exporter labels, e.g. ``pair="canary"``):
+
+* A bin of a pair describes the bin's recent windows (``pair_options.retention``), so its
+  series lasts as long as the load visits the bin and for the retention after. One
+  *visit* is the first run of samples of a presence of the series with one draft length
+  (integral: a fractional one mixes two configurations) and one workload (mean prompt and
+  generation lengths within 5% of the run's first sample); the visit's point is its sample
+  with the most finished requests (the bin at its fullest); a run of fewer than three
+  samples (a bin that was a mixture from its first visible sample) gives none. What
+  follows in the same presence is the bin after windows of other loads or workloads joined
+  it (a load change passes through the bins between two levels): a mixture, not a point.
+  Only the point's own bin matters: λ and L of a visit are its side's, so a pair gives
+  points at every load it visited, and the calibration needs k, workload and load to vary
+  (docs/calibration.md). A bin visited again
+  after its retention gives another point, so a walk through the loads once per
+  configuration and workload gives one point per (configuration, workload, load).
+* A switch record gives two points (before and after) the first time its switch time
+  appears; the same record seen at later steps is not counted again.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 
 import requests
 
 from specwatch.calibrate.inputs import Point, validate_point
-from specwatch.calibrate.prometheus import PrometheusError, PrometheusQuery, _promql_duration
+from specwatch.calibrate.prometheus import PrometheusError, PrometheusQuery, _query_range
 from specwatch.common.errors import ConfigError
 
-#: exporter series -> Point field (per pair, model_name, arrival_rate_bin, side).
+#: exporter pair series -> Point field (per pair, model_name, arrival_rate_bin, side).
 SERIES = {
     "sd_measured_side_arrival_rate": "arrival_rate",
     "sd_measured_latency_seconds": "latency_s",
@@ -31,58 +54,204 @@ SERIES = {
     "sd_measured_generation_tokens": "generation_tokens",
     "sd_measured_draft_length": "draft_length",
     "sd_measured_acceptance_length": "acceptance_length",
+    "sd_measured_requests": "requests",
 }
 KEY = ("pair", "model_name", "arrival_rate_bin", "side")
 
+#: controller switch-record series -> Point field (per target, model_name, action, side).
+SWITCH_SERIES = {
+    "sd_switch_window_arrival_rate": "arrival_rate",
+    "sd_switch_window_latency_seconds": "latency_s",
+    "sd_switch_window_prompt_tokens": "prompt_tokens",
+    "sd_switch_window_generation_tokens": "generation_tokens",
+    "sd_switch_window_draft_length": "draft_length",
+    "sd_switch_window_acceptance_length": "acceptance_length",
+}
+SWITCH_TIME = "sd_switch_timestamp_seconds"
+SWITCH_KEY = ("target", "model_name", "action", "side")
 
-def _instant(session: requests.Session, q: PrometheusQuery, expr: str) -> list[dict]:
-    try:
-        resp = session.get(f"{q.url}/api/v1/query", params={"query": expr, "time": q.end},
-                           timeout=q.timeout)
-    except requests.RequestException as exc:
-        raise PrometheusError(f"cannot reach Prometheus at {q.url}: {exc}") from None
-    try:
-        body = resp.json()
-    except ValueError:
-        raise PrometheusError(f"{q.url}/api/v1/query answered HTTP {resp.status_code} without"
-                              " JSON; is this the Prometheus base URL?") from None
-    if resp.status_code != 200 or body.get("status") != "success":
-        raise PrometheusError(f"Prometheus refused {expr!r}: HTTP {resp.status_code}"
-                              f" {body.get('errorType', '')}: {body.get('error', '')}".rstrip())
-    return list((body.get("data") or {}).get("result") or [])
+#: A visit's mean prompt and generation lengths stay within this of its first sample (a
+#: bin's mean over a few hundred requests moves by 1-2% as it fills; one window of another
+#: workload joining it moves it by far more).
+LENGTH_TOLERANCE = 0.05
+#: A gap of more than this many steps ends a bin's presence (the bin emptied).
+PRESENCE_GAP_STEPS = 5
+#: A visit is at least this many samples: a bin whose first visible sample already mixes
+#: two workloads changes at every sample after it and gives no point.
+MIN_VISIT_SAMPLES = 3
+#: A draft length this close to an integer is that integer; further off, the sample mixes.
+DRAFT_LENGTH_TOLERANCE = 0.05
+
+Series = dict[tuple[str, ...], dict[str, dict[float, float]]]
+
+
+def _pull(q: PrometheusQuery, metrics: dict[str, str], key: tuple[str, ...]) -> Series:
+    """key labels -> field -> {timestamp: value} for every metric, over the whole range."""
+    sel = f"{{{q.selector}}}" if q.selector else ""
+    out: Series = defaultdict(lambda: defaultdict(dict))
+    with requests.Session() as session:
+        for metric, fieldname in metrics.items():
+            for start, end in q.chunks():
+                for row in _query_range(session, q, f"{metric}{sel}", start, end):
+                    labels = row.get("metric") or {}
+                    k = tuple(labels.get(n, "") for n in key)
+                    for ts, value in row.get("values") or []:
+                        v = float(value)
+                        if math.isfinite(v):
+                            out[k][fieldname][float(ts)] = v
+    return out
+
+
+def _integral_k(k: float | None) -> float | None:
+    """The draft length as an integer (0 without drafts); None when it mixes two."""
+    if k is None or k == 0:
+        return 0.0
+    if abs(k - round(k)) <= DRAFT_LENGTH_TOLERANCE:
+        return float(round(k))
+    return None
+
+
+def _close(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return True
+    return abs(a - b) <= LENGTH_TOLERANCE * max(abs(a), abs(b), 1e-12)
+
+
+def visits(fields: dict[str, dict[float, float]], step: float) -> list[list[float]]:
+    """Sample times of each visit of one bin and side (see the module docstring).
+
+    A *presence* is a stretch of samples without a gap longer than ``PRESENCE_GAP_STEPS``
+    steps (a missed scrape or two does not end it; a bin that emptied and refilled does).
+    Within a presence, the first run of samples with one draft length and one workload is
+    the visit; what follows it in the same presence is the bin after other traffic (another
+    load's or workload's windows) joined it, a mixture that is no configuration's point.
+    """
+    times = sorted(set(fields.get("latency_s", {})) & set(fields.get("arrival_rate", {})))
+    out: list[list[float]] = []
+    run: list[float] = []
+    first: dict[str, float | None] = {}
+    closed = False  # the presence's visit has ended: skip until the next presence
+    last_t = -math.inf
+    for t in times:
+        if t - last_t > PRESENCE_GAP_STEPS * step:  # a new presence
+            if run:
+                out.append(run)
+            run, closed = [], False
+        last_t = t
+        if closed:
+            continue
+        k = _integral_k(fields.get("draft_length", {}).get(t))
+        now = {"k": k, "p": fields.get("prompt_tokens", {}).get(t),
+               "g": fields.get("generation_tokens", {}).get(t)}
+        if k is None:  # a mix of two draft lengths (an exporter older than the reset)
+            same = False
+        elif not run:
+            run, first = [t], now
+            continue
+        else:
+            same = (now["k"] == first["k"] and _close(first["p"], now["p"])
+                    and _close(first["g"], now["g"]))
+        if same:
+            run.append(t)
+        else:
+            if run:
+                out.append(run)
+            run, closed = [], True
+    if run:
+        out.append(run)
+    return out
+
+
+def _point(source: str, system: str, fields: dict[str, dict[float, float]], t: float
+           ) -> Point | None:
+    v = {name: values[t] for name, values in fields.items() if t in values}
+    if "latency_s" not in v or "arrival_rate" not in v:
+        return None
+    k = _integral_k(v.get("draft_length")) or 0.0
+    e = v.get("acceptance_length") if k > 0 else 1.0
+    return validate_point(Point(
+        source=source, system=system or "default", arrival_rate=v["arrival_rate"],
+        latency_s=v["latency_s"], draft_length=k, acceptance_length=e,
+        prompt_tokens=v.get("prompt_tokens"), generation_tokens=v.get("generation_tokens")))
+
+
+def _iso(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pair_points(series: Series, step: float) -> list[Point]:
+    """One point per visit of each pair, model, bin and side (see the module docstring)."""
+    points = []
+    for key in sorted(series):
+        pair, model, bin_, side = key
+        fields = series[key]
+        counts = fields.get("requests", {})
+        seen: set[tuple[float, float]] = set()
+        for run in visits(fields, step):
+            if len(run) < MIN_VISIT_SAMPLES:
+                continue
+            best = max(run, key=lambda t: (counts.get(t, 0.0), t))
+            p = _point(f"pair {pair} {side} {model} {bin_} req/s at {_iso(best)}", model,
+                       fields, best)
+            # The same figures again (a scrape gap split a presence): one measurement.
+            if p is not None and (p.arrival_rate, p.latency_s) not in seen:
+                seen.add((p.arrival_rate, p.latency_s))
+                points.append(p)
+    return points
 
 
 def read_pair_points(q: PrometheusQuery) -> list[Point]:
-    """One point per pair, model, bin and side (ConfigError when there is no pair series)."""
-    sel = f"{{{q.selector}}}" if q.selector else ""
-    rng = _promql_duration(max(q.end - q.start, 1.0))
-    values: dict[tuple[str, ...], dict[str, float]] = defaultdict(dict)
-    with requests.Session() as session:
-        for metric, fieldname in SERIES.items():
-            for row in _instant(session, q, f"last_over_time({metric}{sel}[{rng}])"):
-                labels = row.get("metric") or {}
-                key = tuple(labels.get(k, "") for k in KEY)
-                v = float(row["value"][1])
-                if math.isfinite(v):
-                    values[key].setdefault(fieldname, v)
-    points = []
-    for key in sorted(values):
-        v = values[key]
-        if "latency_s" not in v or "arrival_rate" not in v:
-            continue
-        pair, model, bin_, side = key
-        k = v.get("draft_length", 0.0)
-        if k and abs(k - round(k)) < 0.05:
-            k = float(round(k))
-        e = v.get("acceptance_length") if k > 0 else 1.0
-        points.append(validate_point(Point(
-            source=f"pair {pair} {side} {model} {bin_} req/s",
-            system=model or "default", arrival_rate=v["arrival_rate"],
-            latency_s=v["latency_s"], draft_length=k, acceptance_length=e,
-            prompt_tokens=v.get("prompt_tokens"), generation_tokens=v.get("generation_tokens"))))
+    """Pair points over the query's range (ConfigError when there is no pair series)."""
+    points = pair_points(_pull(q, SERIES, KEY), q.step)
     if not points:
+        sel = f"{{{q.selector}}}" if q.selector else ""
         raise ConfigError(
             f"Prometheus at {q.url} has no measured-pair series (sd_measured_latency_seconds"
-            f"{sel}) in the range: configure pairs: in the exporter, check --selector and"
-            " --start/--end; nothing was written")
+            f"{sel}) between {_iso(q.start)} and {_iso(q.end)}: configure pairs: in the"
+            " exporter, check --selector and --start/--end; nothing was written")
     return points
+
+
+def switch_points(times: Series, windows: Series) -> list[Point]:
+    """Before and after points of every switch record, once per record."""
+    points = []
+    seen: set[tuple[str, ...]] = set()
+    for (target, model, action, _side), fields in sorted(times.items()):
+        for t, switched_at in sorted(fields.get("switched_at", {}).items()):
+            record = (target, model, action, f"{switched_at:.3f}")
+            if record in seen:
+                continue
+            seen.add(record)
+            for side in ("before", "after"):
+                p = _point(f"switch {target} {model} {action} {side} {_iso(switched_at)}",
+                           model, windows.get((target, model, action, side), {}), t)
+                if p is not None:
+                    points.append(p)
+    return points
+
+
+def read_switch_points(q: PrometheusQuery) -> list[Point]:
+    """Switch-record points over the query's range (ConfigError when there is none)."""
+    times = _pull(q, {SWITCH_TIME: "switched_at"}, SWITCH_KEY)
+    points = switch_points(times, _pull(q, SWITCH_SERIES, SWITCH_KEY)) if times else []
+    if not points:
+        sel = f"{{{q.selector}}}" if q.selector else ""
+        raise ConfigError(
+            f"Prometheus at {q.url} has no complete switch record ({SWITCH_TIME}{sel} with"
+            f" sd_switch_window_latency_seconds) between {_iso(q.start)} and {_iso(q.end)}:"
+            " the controller records one per SD switch once a full decision window after it"
+            " has passed; check --selector and --start/--end; nothing was written")
+    return points
+
+
+def sources_of(points: Iterable[Point]) -> dict[str, dict[str, int]]:
+    """How many points of each system came from where: ``files`` (bench JSON, CSV),
+    ``vllm`` (steady windows of vLLM's history), ``pairs``, ``switches``."""
+    kinds = {"prometheus": "vllm", "pair": "pairs", "switch": "switches"}
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for p in points:
+        out[p.system][kinds.get(p.source.split(" ", 1)[0], "files")] += 1
+    return {s: dict(c) for s, c in sorted(out.items())}
+
+
+__all__ = ["PrometheusError", "read_pair_points", "read_switch_points", "sources_of"]

@@ -43,6 +43,7 @@ class Observation:
     arrival_rate: float | None = None
     prompt_tokens: float | None = None
     generation_tokens: float | None = None
+    mean_latency: float | None = None  # mean e2e latency of the window (switch records)
     histograms: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     live_speedup: float | None = None  # sd_predicted_speedup of the running configuration
 
@@ -259,6 +260,7 @@ def observe(target: TargetSnapshot, model_name: str, window: str,
         arrival_rate=v.get(derive.ARRIVAL_RATE),
         prompt_tokens=v.get(derive.MEAN_PROMPT_TOKENS),
         generation_tokens=v.get(derive.MEAN_GENERATION_TOKENS),
+        mean_latency=v.get(derive.MEAN_LATENCY_SECONDS),
         histograms=dict(w.histograms), live_speedup=live_speedup)
 
 

@@ -76,7 +76,7 @@ from specwatch.control.assess import (
     observe,
     params_profile,
 )
-from specwatch.control.machine import ControllerStatus, ModelController
+from specwatch.control.machine import SWITCH_FIGURES, ControllerStatus, ModelController
 from specwatch.control.receiver import parse_alertmanager
 from specwatch.control.settings import (
     ACTIONS,
@@ -378,6 +378,8 @@ class Controller:
         last = metricdefs.gauge("sd_controller_last_transition_timestamp_seconds")
         errors = metricdefs.counter("sd_controller_actuation_errors")
         ratio = metricdefs.gauge("sd_switch_latency_ratio")
+        switched = metricdefs.gauge("sd_switch_timestamp_seconds")
+        figures = {name: metricdefs.gauge(f"sd_switch_window_{name}") for name in SWITCH_FIGURES}
         alerts = metricdefs.counter("specwatch_controller_alerts")
         for tname, target in snap.targets.items():
             statuses = target.extensions.get("controller")
@@ -399,6 +401,13 @@ class Controller:
                 errors.add_metric(key, float(st.actuation_errors))
                 for (action, lat, q), v in sorted(st.latency_ratios.items()):
                     ratio.add_metric([*key, action, lat, q], v)
+                rec = st.switch_window
+                if rec:
+                    switched.add_metric([*key, rec["action"]], rec["switched_at"])
+                    for side in ("before", "after"):
+                        for name, v in (rec.get(side) or {}).items():
+                            if name in figures:
+                                figures[name].add_metric([*key, rec["action"], side], v)
         if self.receiver is not None:
             with self._alerts_lock:
                 for outcome, n in self.alerts_received.items():
@@ -408,7 +417,8 @@ class Controller:
             with tc.lock:
                 for reason, n in sorted(tc.dropped.items()):
                     dropped.add_metric([tname, reason], float(n))
-        for fam in (state, rec_k, trans, last, errors, ratio, alerts, dropped):
+        for fam in (state, rec_k, trans, last, errors, ratio, switched, *figures.values(),
+                    alerts, dropped):
             if fam.samples:
                 yield fam
 

@@ -53,6 +53,9 @@ class ControllerStatus:
     actuation_errors: int
     latency_ratios: Mapping[tuple[str, str, str], float]
     detail: Mapping[str, Any]
+    #: The last complete switch record as calibration points: ``action``, ``switched_at``
+    #: and the ``before`` / ``after`` window figures (see `window_figures`); None before one.
+    switch_window: Mapping[str, Any] | None = None
 
 
 @dataclass
@@ -75,6 +78,24 @@ class _Record:
     action: str
     switched_at: float
     before: dict[tuple[str, str], float] | None
+    before_figures: dict[str, float] | None = None
+
+
+#: Figures of a switch record's windows (``sd_switch_window_<name>``, calibration points).
+SWITCH_FIGURES = ("latency_seconds", "arrival_rate", "prompt_tokens", "generation_tokens",
+                  "draft_length", "acceptance_length")
+
+
+def window_figures(obs: Observation) -> dict[str, float]:
+    """What a decision window says about the system's operating point (a calibration point:
+    λ, mean e2e latency, mean lengths and, with SD on, draft and acceptance length); only
+    the figures the window has, finite."""
+    out = {"latency_seconds": obs.mean_latency, "arrival_rate": obs.arrival_rate,
+           "prompt_tokens": obs.prompt_tokens, "generation_tokens": obs.generation_tokens}
+    if obs.sd_on:
+        out["draft_length"] = obs.draft_length
+        out["acceptance_length"] = obs.acceptance_length
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
 class ModelController:
@@ -118,6 +139,8 @@ class ModelController:
         self.before: dict[tuple[str, str], float] | None = None
         self.record: _Record | None = None
         self.ratios: dict[tuple[str, str, str], float] = {}
+        self.before_figures: dict[str, float] | None = None
+        self.switch_window: dict[str, Any] | None = None
         self.last_decision: dict[str, Any] | None = None
         self.events: list[dict[str, Any]] = []
         self._obs: Observation | None = None
@@ -236,8 +259,9 @@ class ModelController:
             self._emit("draft_length_changed", now, configured_k=k, previous=old_k)
             return
         action = "enable" if sd else "disable"
-        self.record = _Record(action, now, self.before)
+        self.record = _Record(action, now, self.before, self.before_figures)
         self.before = None
+        self.before_figures = None
         p = self.pending
         if self.state == "pending" and p is not None and p.expects_sd == sd:
             self.pending = None
@@ -471,6 +495,9 @@ class ModelController:
                         ratios[(rec.action, *key)] = after / before
             self.ratios = ratios
             self.record = None
+            self.switch_window = {"action": rec.action, "switched_at": rec.switched_at,
+                                  "before": rec.before_figures or {},
+                                  "after": window_figures(obs)}
             self._emit("switch_latency", obs.t, action=rec.action,
                        switched_at=_iso(rec.switched_at), window=self.s.window,
                        before={f"{lat}_p{q}": _num(v) for (lat, q), v in
@@ -478,6 +505,7 @@ class ModelController:
                        after={f"{lat}_p{q}": _num(v) for (lat, q), v in quantiles.items()},
                        ratio={f"{lat}_p{q}": _num(v) for (_a, lat, q), v in ratios.items()})
         self.before = quantiles
+        self.before_figures = window_figures(obs)
 
     # -- status ------------------------------------------------------------------------------
     def status(self) -> ControllerStatus:
@@ -505,6 +533,7 @@ class ModelController:
             mode=self.s.mode, state=self.state, observed_sd=self.observed_sd,
             recommended_draft_length=a.best_draft_length if a is not None and a.valid else None,
             transitions=dict(self.transitions), last_transition_timestamp=self.last_transition_at,
-            actuation_errors=self.errors, latency_ratios=dict(self.ratios), detail=detail)
+            actuation_errors=self.errors, latency_ratios=dict(self.ratios), detail=detail,
+            switch_window=self.switch_window)
 
 

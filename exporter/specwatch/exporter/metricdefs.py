@@ -50,6 +50,7 @@ class MetricDef:
 _PAIR = ("pair", "target", "model_name", "arrival_rate_bin")
 _PAIR_STAT = (*_PAIR, "statistic")
 _PAIR_SIDE = (*_PAIR, "side")
+_SWITCH_SIDE = ("target", "model_name", "action", "side")
 
 METRICS: tuple[MetricDef, ...] = (
     MetricDef(
@@ -373,6 +374,43 @@ METRICS: tuple[MetricDef, ...] = (
             "window after the last switch ÷ the same before it, `percentile` = `50`, `99`. The "
             "label is not `quantile` (architecture.md's spelling): `promtool check metrics` "
             "reserves it for summaries"),
+    # The last switch record as calibration points (issue 16, `calibrate --point-sources
+    # switches`): the decision window before the switch and the first complete one after.
+    MetricDef(
+        "sd_switch_timestamp_seconds", "gauge", ("target", "model_name", "action"),
+        help="Unix time of the SD switch of the last complete before/after record (the "
+             "server came back with the new configuration).",
+        doc="Unix time of the switch behind the last complete before/after record (its "
+            "`sd_switch_window_*` figures); a new value is a new record"),
+    MetricDef(
+        "sd_switch_window_latency_seconds", "gauge", _SWITCH_SIDE,
+        help="Mean e2e request latency over the decision window before (side=before) or "
+             "after (side=after) the last switch.",
+        doc="mean e2e latency of the decision window before (`side=\"before\"`) or after "
+            "(`\"after\"`) the last switch (a calibration point's L)"),
+    MetricDef(
+        "sd_switch_window_arrival_rate", "gauge", _SWITCH_SIDE,
+        help="Finished requests per second over the decision window before or after the last "
+             "switch.",
+        doc="finished requests per second of that window (a calibration point's λ)"),
+    MetricDef(
+        "sd_switch_window_prompt_tokens", "gauge", _SWITCH_SIDE,
+        help="Mean prompt tokens over the decision window before or after the last switch.",
+        doc="mean prompt tokens of that window"),
+    MetricDef(
+        "sd_switch_window_generation_tokens", "gauge", _SWITCH_SIDE,
+        help="Mean generated tokens over the decision window before or after the last switch.",
+        doc="mean generated tokens of that window"),
+    MetricDef(
+        "sd_switch_window_draft_length", "gauge", _SWITCH_SIDE,
+        help="Proposed draft tokens per draft over the decision window before or after the "
+             "last switch (absent on the side with SD off).",
+        doc="proposed draft tokens per draft of that window (absent with SD off)"),
+    MetricDef(
+        "sd_switch_window_acceptance_length", "gauge", _SWITCH_SIDE,
+        help="Tokens per verify cycle over the decision window before or after the last "
+             "switch (absent on the side with SD off).",
+        doc="tokens per verify cycle of that window (absent with SD off)"),
     # Measured A/B pairs (issue 16, specwatch.exporter.pairs): `target` is the pair's SD side.
     MetricDef(
         "sd_measured_speedup", "gauge", _PAIR_STAT,

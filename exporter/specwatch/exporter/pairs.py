@@ -11,8 +11,12 @@ side it looks at that model's ``window`` (e.g. ``1m``) in the freshly derived sn
 the window starts exactly where the side's previous segment ended (or later), the window is
 one new non-overlapping *segment*: its arrival rate picks the bin, and its latency histogram
 increases (e2e, TTFT, inter-token), the e2e latency sum and the request count are added to
-that bin. Segments older than ``retention`` are dropped, so a bin describes recent traffic,
-and state is bounded: (pairs' sides) x (bins) x (retention / window) segments.
+that bin, unless its own arrival rate is more than 30% off the side's previous segment's
+(it straddles a load change: a transition, not a measurement at either load). Segments
+older than ``retention`` are dropped, so a bin describes recent traffic,
+and a side whose draft length changes (SD switched, or another k) starts its bins over, so
+a bin never mixes two configurations; state is bounded: (pairs' sides) x (bins) x
+(retention / window) segments.
 
 Exposed per pair (``target`` is its SD side), model and bin (a bin where a side has too
 few requests has no series; nothing here is ever a placeholder 0):
@@ -51,6 +55,10 @@ DEFAULT_BINS: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 DEFAULT_WINDOW = "1m"
 DEFAULT_MIN_REQUESTS = 50
 DEFAULT_RETENTION_SECONDS = 3600.0
+#: A segment whose own arrival rate differs from the side's previous segment's by more than
+#: this fraction (of the larger) straddles a load change: its requests started under one
+#: load and finished under another, a measurement of neither, so it is not binned.
+TRANSITION_TOLERANCE = 0.30
 #: Statistics of the e2e ratio; TTFT and inter-token ratios have the quantiles only.
 E2E_STATISTICS = ("mean", "p50", "p99")
 QUANTILE_STATISTICS = ("p50", "p99")
@@ -132,6 +140,10 @@ class _Side:
 
     last_end: float = -math.inf
     current_bin: int | None = None
+    #: Draft length of the side's latest segment (0: SD off); None before the first one.
+    config: float | None = None
+    #: Own arrival rate of the side's previous segment (the transition test).
+    previous_rate: float | None = None
     latest_rate: float | None = None
     bins: dict[int, deque[_Segment]] = field(default_factory=dict)
 
@@ -209,6 +221,10 @@ class PairTracker:
             if w.span_seconds < self.window_seconds - 1e-6 or start < side.last_end - 1e-6:
                 return
             side.last_end = end
+            previous, side.previous_rate = side.previous_rate, own
+            if previous is not None and own is not None and \
+                    abs(own - previous) > TRANSITION_TOLERANCE * max(own, previous):
+                return  # straddles a load change (see TRANSITION_TOLERANCE)
             if idx is None or w.requests <= 0:
                 return
             mean = w.values.get(derive.MEAN_LATENCY_SECONDS)
@@ -222,6 +238,14 @@ class PairTracker:
                            vals.get(derive.MEAN_GENERATION_TOKENS),
                            vals.get(derive.ACCEPTANCE_LENGTH), vals.get(derive.DRAFT_LENGTH),
                            w.drafts)
+            # A bin describes one configuration of the side: after a draft-length change
+            # (a restart with another --speculative-config) the older segments measure
+            # another system, so the side starts over (its bins refill at the new k).
+            config = float(round(seg.draft_length)) if seg.drafts > 0 and \
+                seg.draft_length is not None else 0.0
+            if side.config is not None and config != side.config:
+                side.bins.clear()
+            side.config = config
             maxlen = int(self.settings.retention_seconds / max(self.window_seconds, 1e-3)) + 2
             side.bins.setdefault(idx, deque(maxlen=maxlen)).append(seg)
 
