@@ -350,11 +350,14 @@ def breakeven(
 
     Computed as λ* = (C1_D − C1_SD)/(C1_D·C2_SD − C1_SD·C2_D), the same value without the
     divisions by C1_D and C2_D (so a load-free system, C2_D = 0, still has a break-even), and
-    kept only when it lies below saturation of both systems. MoE models have no closed form:
-    the crossing is found numerically along λ.
+    kept only when it lies below saturation of both systems. The saturation regime has one
+    closed form per linear piece of L(B) (`_saturation_breakeven`); MoE models have none: the
+    crossing is found numerically along λ.
     """
-    if isinstance(coef, MoECoefficients) or coef.saturates:
+    if isinstance(coef, MoECoefficients):
         return _numeric_breakeven(coef, k, e, p, g)
+    if coef.saturates:
+        return _saturation_breakeven(coef, k, e, p, g)
     kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
     reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
     ok = reason == Reason.OK
@@ -481,6 +484,60 @@ def _saturation_rate_bound(coef: Model, k: np.ndarray, e: np.ndarray, p: np.ndar
         return lam_max
     with np.errstate(divide="ignore"):
         return np.where(c2 > 0, 1.0 / c2, np.inf)
+
+
+def _saturation_breakeven(
+    coef: Coefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+) -> BreakEven:
+    """Break-even of the saturation regime, exact over the pieces of L (model.md).
+
+    Why not the scan: `_numeric_breakeven` prices both systems ~100 times per point (60-130
+    ms a scalar call), and the exporter asks once per model per poll. Each system's latency
+    along λ is a few hyperbolas α_j/(1 − λβ_j) (`saturation.pieces`), so the first crossing is
+    one linear root per interval (`saturation.first_crossing`). The rules are the scan's
+    (kept as the reference; tests/test_model_breakeven_exact.py): the first crossing below
+    the lower ceiling, PAYS_BELOW at SD's ceiling when SD is faster up to it and it lies
+    below no-SD's, UNDEFINED for bad inputs or S(0) = 1. Only the scan's blind spots differ:
+    it misses two crossings inside one of its 48 cells and one in the last 1/49 before the
+    ceiling; this finds both.
+    """
+    kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
+    reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
+    ok = reason == Reason.OK
+    s_k = np.where(ok, kk, 0.0)
+    s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
+    s_p, s_g = np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
+    cap = coef.capacity(s_p, s_g)
+    sat = (coef.c_v, coef.knee_v, coef.c_d, coef.knee_d, cap)
+    c1_sd, c2_sd = cost_terms(coef, s_k, s_e, s_p, s_g)
+    c1_d, c2_d = cost_terms(coef, 0.0, 1.0, s_p, s_g)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        *sd, sd_ceiling = _saturation.pieces(c1_sd, c2_sd, s_g / s_e, s_k, *sat)
+        *nosd, nosd_ceiling = _saturation.pieces(c1_d, c2_d, s_g, np.zeros_like(s_k), *sat)
+        # S(0) = C1_D / C1_SD (each system empty); a zero isolated latency is DEGENERATE.
+        s0 = np.where((c1_d > 0) & (c1_sd > 0), c1_d / c1_sd, np.nan)
+    above0 = s0 > 1
+    lam_hi = np.minimum(sd_ceiling, nosd_ceiling)
+    lam_hi = np.where(np.isfinite(lam_hi), lam_hi, 0.0)  # load-free: S(0) decides
+    cross, found = _saturation.first_crossing(lam_hi, tuple(sd), tuple(nosd), above0)
+    kind = np.where(
+        found,
+        np.where(above0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
+        np.where(above0, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
+    )
+    # SD faster up to its own ceiling, which lies below no-SD's: past it SD saturates while
+    # no-SD still serves, so SD stops paying at its ceiling (the measured break-even's rule).
+    capped = ~found & above0 & (sd_ceiling < nosd_ceiling)
+    cross = np.where(capped, sd_ceiling, cross)
+    kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
+    kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
+    rate = np.select(
+        [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,
+         kind == BreakEvenKind.PAYS_EVERYWHERE, kind == BreakEvenKind.NEVER_PAYS],
+        [cross, cross, np.inf, 0.0],
+        default=np.nan,
+    )
+    return BreakEven(rate=rate, kind=kind.astype(np.int8))
 
 
 def _numeric_breakeven(
