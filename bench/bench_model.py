@@ -9,17 +9,34 @@ One million (arrival rate, draft length, α) points are priced twice on the same
 
 The scalar loop would take minutes on a million points, so it runs on a random subsample and
 its time is extrapolated linearly (each point is independent, so the cost is linear in the
-number of points); the output says so. Run: `python bench/bench_model.py [--points N]`.
+number of points); the output says so.
+
+Break-even of the saturation regime (what the exporter asks once per model per poll): the
+exact piecewise closed form (`breakeven`) against the grid scan and bisection it replaced
+(`closed_form._numeric_breakeven`, still the tests' reference), on the same inputs in the
+same run: per scalar call (the exporter's case) and per point of one vectorised call (the
+sweep's case). Then the whole live prediction of one model (`app.live.predict_live`: predict,
+break-even, best k), per call. Run: `python bench/bench_model.py [--points N]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from specwatch.model.closed_form import acceptance_length_from_alpha, cost_terms, predict
+from specwatch.app.live import predict_live
+from specwatch.exporter import derive
+from specwatch.exporter.snapshot import ModelSnapshot, WindowSignals
+from specwatch.model import closed_form
+from specwatch.model.closed_form import (
+    acceptance_length_from_alpha,
+    breakeven,
+    cost_terms,
+    predict,
+)
 from specwatch.model.naive import naive_speedup_scalar
 from specwatch.model.params import load_params
 
@@ -77,7 +94,69 @@ def main() -> int:
           f"{m:,} points timed at {t_sample:.3f} s, best of {args.repeat}; "
           f"{converged:,} of them converged)")
     print(f"ratio (baseline / specwatch)     : {t_scalar / t_vec:9.1f}x  (target >= 100x)")
+    bench_breakeven(args.repeat, args.seed)
+    bench_live(args.repeat)
     return 0
+
+
+def _best(fn: Callable[[], object], calls: int, repeat: int) -> float:
+    """Seconds per call of fn: best of `repeat` runs of `calls` calls (one warm-up first)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
+def bench_breakeven(repeat: int, seed: int) -> None:
+    """Exact break-even against the numeric scan: scalar calls and one vectorised call."""
+    coef = load_params(PARAMS).coefficients
+    p, g = 113.66, 226.29
+    rng = np.random.default_rng(seed)
+    n = 12
+    ks = rng.integers(1, 7, n).astype(float)
+    es = 1.0 + rng.uniform(0.05, 0.9, n) * ks
+    calls = iter(range(1 << 62))
+
+    def scalar(fn: Callable[..., object]) -> Callable[[], object]:
+        def one() -> object:
+            i = next(calls) % n
+            return fn(coef, ks[i], es[i], p, g)
+        return one
+
+    t_exact = _best(scalar(breakeven), 2000, repeat)
+    t_num = _best(scalar(closed_form._numeric_breakeven), 2 * n, repeat)
+    print(f"break-even, saturation regime ({PARAMS.name}, p={p:g}, g={g:g}, k 1-6):")
+    print(f"  per scalar call: exact {t_exact * 1e3:8.3f} ms, numeric scan "
+          f"{t_num * 1e3:8.2f} ms, ratio {t_num / t_exact:7.1f}x")
+    m = 10_000
+    kv = rng.integers(1, 7, m).astype(float)
+    ev = 1.0 + rng.uniform(0.05, 0.9, m) * kv
+    v_exact = _best(lambda: breakeven(coef, kv, ev, p, g), 1, repeat) / m
+    m_num = 500
+    v_num = _best(lambda: closed_form._numeric_breakeven(coef, kv[:m_num], ev[:m_num], p, g),
+                  1, repeat) / m_num
+    print(f"  per point, vectorised: exact {v_exact * 1e6:8.2f} us ({m:,} points), numeric "
+          f"scan {v_num * 1e6:8.1f} us ({m_num} points), ratio {v_num / v_exact:7.1f}x")
+
+
+def bench_live(repeat: int) -> None:
+    """One model's live prediction as the exporter's hook computes it (no I/O)."""
+    params = load_params(PARAMS)
+    values = {derive.ARRIVAL_RATE: 8.0, derive.ACCEPTANCE_LENGTH: 2.2,
+              derive.DRAFT_LENGTH: 3.0, derive.MEAN_PROMPT_TOKENS: 113.66,
+              derive.MEAN_GENERATION_TOKENS: 226.29, derive.MEAN_LATENCY_SECONDS: 5.0}
+    prof = {derive.POSITION_ACCEPTANCE_RATE: {"1": 0.64, "2": 0.37, "3": 0.2}}
+    with_profile = ModelSnapshot("m", "0", 3, (WindowSignals("5m", values, prof),))
+    with_alpha = ModelSnapshot("m", "0", 3, (WindowSignals("5m", values),))
+    assert predict_live(params, with_profile, "5m").valid
+    t_prof = _best(lambda: predict_live(params, with_profile, "5m"), 200, repeat)
+    t_alpha = _best(lambda: predict_live(params, with_alpha, "5m"), 200, repeat)
+    print(f"live prediction of one model (predict_live, {PARAMS.name}): "
+          f"{t_prof * 1e3:.2f} ms with a per-position profile, {t_alpha * 1e3:.2f} ms from alpha")
 
 
 if __name__ == "__main__":

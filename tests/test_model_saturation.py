@@ -21,6 +21,7 @@ from specwatch.model.closed_form import (
     breakeven,
     cost_terms,
     latency,
+    throughput_ceiling,
 )
 
 FAST = settings(max_examples=int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "50")),
@@ -185,6 +186,9 @@ def test_breakeven_matches_a_brute_force_root(lin, sat, wl):
     assume((nosd0 - sd0) / nosd0 > 1e-6)
     lo = diff(lam_star * 0.99)
     assert lo[0] < lo[1]  # SD still pays just below λ*
-    hi = diff(lam_star * 1.01)
-    # Just above λ*: SD slower, or SD saturated while no-SD is not.
+    # Just above λ*, and below no-SD's ceiling (it can lie within 1% of λ*: knee_v = 0,
+    # E near k + 1 gives the two systems slopes 0.5% apart).
+    nosd_max = float(throughput_ceiling(coef, 0, 1.0, p, g))
+    hi = diff(lam_star + min(0.01 * lam_star, 0.5 * (nosd_max - lam_star)))
+    # There: SD slower, or SD saturated while no-SD is not.
     assert (math.isnan(hi[0]) and not math.isnan(hi[1])) or hi[0] > hi[1]
