@@ -35,7 +35,8 @@ FINE_GRID = 2048
 
 
 def num(lo, hi):
-    return st.floats(min_value=lo, max_value=hi, allow_nan=False, allow_infinity=False)
+    return st.floats(min_value=lo, max_value=hi, allow_nan=False, allow_infinity=False,
+                     allow_subnormal=False)
 
 
 def maybe(strategy):

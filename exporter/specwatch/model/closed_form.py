@@ -27,9 +27,11 @@ and the saturation regime's fixed point (`saturation`) live in their own modules
 holds the per-system latency, both systems, break-even and the best draft length, and
 re-exports the rest so `specwatch.model.closed_form` stays the one import.
 
-Size: just over 600 lines: latency, break-even (closed and numeric) and the best draft
+Size: about 700 lines: latency, break-even (linear closed form, the saturation regime's
+piecewise closed form, the numeric scan for MoE and as the reference) and the best draft
 length share the input checks and the per-system dispatch (linear closed form, saturation
-bisection, MoE solver); they are one derivation, read with docs/model.md.
+fixed point, MoE solver); they are one derivation, read with docs/model.md. The piecewise
+algebra itself lives in `saturation`.
 """
 
 from __future__ import annotations
