@@ -294,9 +294,10 @@ def first_crossing(
     L_SD − L_D = D(λ) / ((1 − λβ_s)(1 − λβ_d)), D(λ) = α_s(1 − λβ_d) − α_d(1 − λβ_s), with
     both denominators positive below the ceilings: S's side is D's sign, D is linear, and
     its one root is (α_s − α_d)/(α_s·β_d − α_d·β_s). The first interval whose end has
-    flipped holds the crossing (L is continuous along λ, so the flip cannot hide inside an
-    interval whose two ends have not flipped). A crossing within 1e-9 of lam_hi is none: S
-    is undefined at saturation (the linear closed form's rule).
+    flipped holds the crossing (D is linear on each interval, so a flip inside one shows at
+    its end, and L is continuous along λ, so none hides between intervals). A crossing
+    within 1e-9 of lam_hi is none: S is undefined at saturation (the linear closed form's
+    rule).
     """
     s_starts, s_alpha, s_beta = sd
     d_starts, d_alpha, d_beta = nosd
