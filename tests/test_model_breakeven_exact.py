@@ -53,18 +53,18 @@ saturating = st.fixed_dictionaries({
     "c_d": maybe(num(1e-6, 2e-4)), "knee_d": num(0.0, 300.0),
     "max_num_seqs": maybe(num(1.0, 512.0)),
     "kv_cache_tokens": maybe(num(1e3, 2e5)),
+    "kv_cache_tokens_sd": maybe(num(1e3, 2e5)),
 })
 workload = st.tuples(st.integers(1, 8), num(0.0, 1.0), num(1.0, 2000.0), num(1.0, 600.0))
 
 
 def scan_range(coef, k, e, p, g):
     """λ_hi: the lower of the two systems' ceilings, the range the reference scans."""
-    cap = coef.capacity(p, g)
-    sat = (coef.c_v, coef.knee_v, coef.c_d, coef.knee_d, cap)
+    sat = (coef.c_v, coef.knee_v, coef.c_d, coef.knee_d)
     sd = saturation.ceiling(*cost_terms(coef, k, e, p, g), np.float64(g / e), np.float64(k),
-                            *sat)[0]
+                            *sat, coef.capacity(p, g, k))[0]
     nosd = saturation.ceiling(*cost_terms(coef, 0.0, 1.0, p, g), np.float64(g),
-                              np.float64(0.0), *sat)[0]
+                              np.float64(0.0), *sat, coef.capacity(p, g, 0.0))[0]
     return float(np.minimum(sd, nosd))
 
 

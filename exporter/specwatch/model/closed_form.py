@@ -517,7 +517,7 @@ def _saturation_breakeven(
     with np.errstate(divide="ignore", invalid="ignore"):
         starts, alpha, beta, ceilings = _saturation.pieces(
             c1, c2, s_g / both_e, both_k, coef.c_v, coef.knee_v, coef.c_d, coef.knee_d,
-            coef.capacity(s_p, s_g))
+            coef.capacity(s_p, s_g, both_k))
         sd = (starts[0], alpha[0], beta[0])
         nosd = (starts[1], alpha[1], beta[1])
         sd_ceiling, nosd_ceiling = ceilings[0], ceilings[1]
