@@ -27,9 +27,11 @@ and the saturation regime's fixed point (`saturation`) live in their own modules
 holds the per-system latency, both systems, break-even and the best draft length, and
 re-exports the rest so `specwatch.model.closed_form` stays the one import.
 
-Size: just over 600 lines: latency, break-even (closed and numeric) and the best draft
+Size: about 700 lines: latency, break-even (linear closed form, the saturation regime's
+piecewise closed form, the numeric scan for MoE and as the reference) and the best draft
 length share the input checks and the per-system dispatch (linear closed form, saturation
-bisection, MoE solver); they are one derivation, read with docs/model.md.
+fixed point, MoE solver); they are one derivation, read with docs/model.md. The piecewise
+algebra itself lives in `saturation`.
 """
 
 from __future__ import annotations
@@ -350,11 +352,14 @@ def breakeven(
 
     Computed as λ* = (C1_D − C1_SD)/(C1_D·C2_SD − C1_SD·C2_D), the same value without the
     divisions by C1_D and C2_D (so a load-free system, C2_D = 0, still has a break-even), and
-    kept only when it lies below saturation of both systems. MoE models have no closed form:
-    the crossing is found numerically along λ.
+    kept only when it lies below saturation of both systems. The saturation regime has one
+    closed form per linear piece of L(B) (`_saturation_breakeven`); MoE models have none: the
+    crossing is found numerically along λ.
     """
-    if isinstance(coef, MoECoefficients) or coef.saturates:
+    if isinstance(coef, MoECoefficients):
         return _numeric_breakeven(coef, k, e, p, g)
+    if coef.saturates:
+        return _saturation_breakeven(coef, k, e, p, g)
     kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
     reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
     ok = reason == Reason.OK
@@ -481,6 +486,65 @@ def _saturation_rate_bound(coef: Model, k: np.ndarray, e: np.ndarray, p: np.ndar
         return lam_max
     with np.errstate(divide="ignore"):
         return np.where(c2 > 0, 1.0 / c2, np.inf)
+
+
+def _saturation_breakeven(
+    coef: Coefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+) -> BreakEven:
+    """Break-even of the saturation regime, exact over the pieces of L (model.md).
+
+    Why not the scan: `_numeric_breakeven` prices both systems ~100 times per point (60-130
+    ms a scalar call), and the exporter asks once per model per poll. Each system's latency
+    along λ is a few hyperbolas α_j/(1 − λβ_j) (`saturation.pieces`), so the first crossing is
+    one linear root per interval (`saturation.first_crossing`). The rules are the scan's
+    (kept as the reference; tests/test_model_breakeven_exact.py): the first crossing below
+    the lower ceiling, PAYS_BELOW at SD's ceiling when SD is faster up to it and it lies
+    below no-SD's, UNDEFINED for bad inputs or S(0) = 1. Only the scan's blind spots differ:
+    it misses two crossings inside one of its 48 cells and one in the last 1/49 before the
+    ceiling; this finds both.
+    """
+    kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
+    reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
+    ok = reason == Reason.OK
+    s_k = np.where(ok, kk, 0.0)
+    s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
+    s_p, s_g = np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
+    # Both systems in one call along a leading axis of 2 (SD first): half the numpy calls.
+    both_k = np.stack([s_k, np.zeros_like(s_k)])
+    both_e = np.stack([s_e, np.ones_like(s_e)])
+    c1, c2 = cost_terms(coef, both_k, both_e, s_p, s_g)
+    c1_sd, c1_d = c1[0], c1[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        starts, alpha, beta, ceilings = _saturation.pieces(
+            c1, c2, s_g / both_e, both_k, coef.c_v, coef.knee_v, coef.c_d, coef.knee_d,
+            coef.capacity(s_p, s_g, both_k))
+        sd = (starts[0], alpha[0], beta[0])
+        nosd = (starts[1], alpha[1], beta[1])
+        sd_ceiling, nosd_ceiling = ceilings[0], ceilings[1]
+        # S(0) = C1_D / C1_SD (each system empty); a zero isolated latency is DEGENERATE.
+        s0 = np.where((c1_d > 0) & (c1_sd > 0), c1_d / c1_sd, np.nan)
+    above0 = s0 > 1
+    lam_hi = np.minimum(sd_ceiling, nosd_ceiling)
+    lam_hi = np.where(np.isfinite(lam_hi), lam_hi, 0.0)  # load-free: S(0) decides
+    cross, found = _saturation.first_crossing(lam_hi, sd, nosd, above0)
+    kind = np.where(
+        found,
+        np.where(above0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
+        np.where(above0, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
+    )
+    # SD faster up to its own ceiling, which lies below no-SD's: past it SD saturates while
+    # no-SD still serves, so SD stops paying at its ceiling (the measured break-even's rule).
+    capped = ~found & above0 & (sd_ceiling < nosd_ceiling)
+    cross = np.where(capped, sd_ceiling, cross)
+    kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
+    kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
+    rate = np.select(
+        [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,
+         kind == BreakEvenKind.PAYS_EVERYWHERE, kind == BreakEvenKind.NEVER_PAYS],
+        [cross, cross, np.inf, 0.0],
+        default=np.nan,
+    )
+    return BreakEven(rate=rate, kind=kind.astype(np.int8))
 
 
 def _numeric_breakeven(

@@ -25,6 +25,13 @@ the last piece); below it a positive point of h exists and bisection on [0, that
 converges to the root with a guaranteed halving per step. At or above λ_max no fixed point
 exists: the system is saturated (never a number).
 
+Break-even in closed form (`pieces`, `first_crossing`): on a piece L = α + β·B of L the
+fixed point at λ is L = α/(1 − λβ), and the smallest root stays on that piece for λ between
+λ(B) = B/L(B) at the piece's two ends (λ(B) increases up to the ceiling's batch B*). So each
+system's latency is, along λ, a few hyperbolas α_j/(1 − λβ_j) meeting at known λ, and
+L_SD = L_D on a λ-interval where both are single pieces is the linear equation
+α_s(1 − λβ_d) = α_d(1 − λβ_s): λ = (α_s − α_d)/(α_s·β_d − α_d·β_s). No scan, no bisection.
+
 Capacity: with at most N requests running (vLLM's max_num_seqs, or the KV-cache tokens over
 the tokens one request holds), a closed-loop benchmark with B > N has N running and B − N
 waiting. In the open-loop model that bounds the search to B <= N: a λ whose fixed point would
@@ -37,7 +44,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BISECTIONS", "batch_latency", "ceiling", "closed_loop_latency", "fixed_point"]
+__all__ = [
+    "BISECTIONS",
+    "batch_latency",
+    "ceiling",
+    "closed_loop_latency",
+    "first_crossing",
+    "fixed_point",
+    "pieces",
+]
 
 #: Bisection halvings of the bracket [0, B_hi]: 2^-64 of the bracket is below float resolution.
 BISECTIONS = 64
@@ -215,3 +230,101 @@ def fixed_point(
             c1,
         )
     return np.where(saturated, np.nan, lat), util, saturated
+
+
+#: Pieces of L per system: [0, first knee], [first knee, second knee], [second knee, ∞).
+PIECES = 3
+
+
+def pieces(
+    c1: np.ndarray,
+    c2: np.ndarray,
+    cycles: np.ndarray,
+    k: np.ndarray,
+    c_v: float,
+    knee_v: float,
+    c_d: float,
+    knee_d: float,
+    capacity: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, α, β, λ_max): L(λ) = α_j/(1 − λ·β_j) for λ in [starts_j, starts_j+1).
+
+    Arrays of shape (..., PIECES) plus λ_max (...,). Piece j of L(B) = α_j + β_j·B begins at
+    the batch b_j (0, then the knees in order, inf for a knee that is not set); it is reached
+    at λ = b_j/L(b_j), clipped to the ceiling: a piece past the ceiling's batch B* (past the
+    capacity, or where α_j <= 0 and λ(B) decreases) starts at λ(B*) = λ_max, never used. The
+    last piece runs to λ_max. α_j is written from the knee terms (c·(B·m − T) = c·m·B − c·T),
+    so it is finite even for a piece that starts at inf.
+    """
+    c1, c2, cycles, k, capacity = np.broadcast_arrays(c1, c2, cycles, k, capacity)
+    lam_max, b_star = ceiling(c1, c2, cycles, k, c_v, knee_v, c_d, knee_d, capacity)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        kv_b = np.where(c_v > 0, knee_v / (k + 1.0), np.inf)
+        kd_b = np.where((c_d > 0) & (k > 0), knee_d, np.inf)
+        starts_b = np.stack([np.zeros_like(kv_b), np.minimum(kv_b, kd_b),
+                             np.maximum(kv_b, kd_b)], axis=-1)
+        past_v = kv_b[..., None] <= starts_b  # the piece lies past the verifier's knee
+        past_d = kd_b[..., None] <= starts_b
+        cyc = cycles[..., None]
+        beta = c2[..., None] + cyc * (np.where(past_v, c_v * (k[..., None] + 1.0), 0.0)
+                                      + np.where(past_d, k[..., None] * c_d, 0.0))
+        alpha = c1[..., None] - cyc * (np.where(past_v, c_v * knee_v, 0.0)
+                                       + np.where(past_d, k[..., None] * c_d * knee_d, 0.0))
+        b = np.minimum(starts_b, b_star[..., None])  # may lie on an earlier piece: L(b)
+        lam_b = b / batch_latency(b, c1[..., None], c2[..., None], cyc, k[..., None], c_v,
+                                  knee_v, c_d, knee_d)
+        lm = lam_max[..., None]
+        starts = np.where(np.isfinite(lam_b), np.minimum(lam_b, lm), lm)
+        starts[..., 0] = 0.0
+    return starts, alpha, beta, lam_max
+
+
+def first_crossing(
+    lam_hi: np.ndarray,
+    sd: tuple[np.ndarray, np.ndarray, np.ndarray],
+    nosd: tuple[np.ndarray, np.ndarray, np.ndarray],
+    sd_faster: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(λ, found): the first λ in (0, lam_hi) where SD's side of S = L_D/L_SD against 1 flips.
+
+    `sd` and `nosd` are (starts, α, β) from `pieces`; `sd_faster` says S(0) > 1. The flip is
+    S <= 1 where SD is faster at λ = 0, S > 1 where it is slower (what the numeric scan
+    looks for). Both systems' piece starts cut [0, lam_hi] into at most 2·PIECES − 1
+    intervals on which each latency is one hyperbola, and on each of them
+    L_SD − L_D = D(λ) / ((1 − λβ_s)(1 − λβ_d)), D(λ) = α_s(1 − λβ_d) − α_d(1 − λβ_s), with
+    both denominators positive below the ceilings: S's side is D's sign, D is linear, and
+    its one root is (α_s − α_d)/(α_s·β_d − α_d·β_s). The first interval whose end has
+    flipped holds the crossing (D is linear on each interval, so a flip inside one shows at
+    its end, and L is continuous along λ, so none hides between intervals). A crossing
+    within 1e-9 of lam_hi is none: S is undefined at saturation (the linear closed form's
+    rule).
+    """
+    s_starts, s_alpha, s_beta = sd
+    d_starts, d_alpha, d_beta = nosd
+    hi = lam_hi[..., None]
+    cuts = np.sort(np.minimum(np.concatenate(
+        [s_starts, d_starts[..., 1:], hi], axis=-1), hi), axis=-1)
+    u, v = cuts[..., :-1], cuts[..., 1:]
+    mid = 0.5 * (u + v)
+    # The piece each system is on inside [u, v]: how many of its later starts lie at or below
+    # the middle of the interval.
+    si = (s_starts[..., None, 1:] <= mid[..., None]).sum(axis=-1)
+    di = (d_starts[..., None, 1:] <= mid[..., None]).sum(axis=-1)
+    a_s = np.take_along_axis(s_alpha, si, axis=-1)
+    b_s = np.take_along_axis(s_beta, si, axis=-1)
+    a_d = np.take_along_axis(d_alpha, di, axis=-1)
+    b_d = np.take_along_axis(d_beta, di, axis=-1)
+    faster = sd_faster[..., None]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        def flipped(lam: np.ndarray) -> np.ndarray:
+            dd = a_s * (1.0 - lam * b_d) - a_d * (1.0 - lam * b_s)
+            return np.where(faster, dd >= 0, dd < 0)
+
+        root = (a_s - a_d) / (a_s * b_d - a_d * b_s)
+        at_u = flipped(u)
+        cand = np.where(at_u, u, np.clip(root, u, v))
+        hit = (u < v) & (at_u | flipped(v)) & (cand > 0) & (cand < hi * (1.0 - 1e-9))
+    found = hit.any(axis=-1)
+    first = np.argmax(hit, axis=-1)[..., None]
+    cross = np.take_along_axis(cand, first, axis=-1)[..., 0]
+    return np.where(found, cross, np.nan), found
