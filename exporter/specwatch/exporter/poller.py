@@ -172,28 +172,28 @@ def _watch(sock: socket.socket | None) -> None:
         guard.watch(sock)
 
 
-class _GuardedHTTPConnection(HTTPConnection):
-    """Registers its socket with the poll running in this thread (new or reused)."""
+class _Guarded:
+    """Mixin for urllib3 connections: registers the socket with the poll running in this
+    thread (new or reused), for plain and TLS connections alike."""
+
+    sock: socket.socket | None
 
     def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
+        sock = super()._new_conn()  # type: ignore[misc]
         _watch(sock)
         return sock
 
-    def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+    def request(self, *args: Any, **kwargs: Any) -> None:
         _watch(self.sock)
-        super().request(*args, **kwargs)
+        super().request(*args, **kwargs)  # type: ignore[misc]
 
 
-class _GuardedHTTPSConnection(HTTPSConnection):
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        _watch(sock)
-        return sock
+class _GuardedHTTPConnection(_Guarded, HTTPConnection):
+    pass
 
-    def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        _watch(self.sock)
-        super().request(*args, **kwargs)
+
+class _GuardedHTTPSConnection(_Guarded, HTTPSConnection):
+    pass
 
 
 class _GuardedHTTPPool(HTTPConnectionPool):
