@@ -373,6 +373,18 @@ def breakeven(
     return BreakEven(rate=np.where(ok, found.rate, np.nan), kind=kind)
 
 
+def _breakeven_of(kind: np.ndarray, cross: np.ndarray) -> BreakEven:
+    """The rate each kind reports: the crossing for PAYS_BELOW/PAYS_ABOVE, +inf when SD
+    pays everywhere, 0 when it never pays, NaN when undefined (one rule for every solver)."""
+    rate = np.select(
+        [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,
+         kind == BreakEvenKind.PAYS_EVERYWHERE, kind == BreakEvenKind.NEVER_PAYS],
+        [cross, cross, np.inf, 0.0],
+        default=np.nan,
+    )
+    return BreakEven(rate=rate, kind=kind.astype(np.int8))
+
+
 def breakeven_from_costs(
     c1_d: ArrayLike, c2_d: ArrayLike, c1_sd: ArrayLike, c2_sd: ArrayLike
 ) -> BreakEven:
@@ -405,17 +417,7 @@ def breakeven_from_costs(
         )
         identical = (num == 0) & (den == 0)
         kind = np.where(ok & ~identical & (c1_d > 0) & (c1_sd > 0), kind, BreakEvenKind.UNDEFINED)
-    rate = np.select(
-        [
-            kind == BreakEvenKind.PAYS_BELOW,
-            kind == BreakEvenKind.PAYS_ABOVE,
-            kind == BreakEvenKind.PAYS_EVERYWHERE,
-            kind == BreakEvenKind.NEVER_PAYS,
-        ],
-        [cross, cross, np.inf, 0.0],
-        default=np.nan,
-    )
-    return BreakEven(rate=rate, kind=kind.astype(np.int8))
+    return _breakeven_of(kind, cross)
 
 
 def batch_latency(
@@ -538,13 +540,7 @@ def _saturation_breakeven(
     cross = np.where(capped, sd_ceiling, cross)
     kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
     kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
-    rate = np.select(
-        [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,
-         kind == BreakEvenKind.PAYS_EVERYWHERE, kind == BreakEvenKind.NEVER_PAYS],
-        [cross, cross, np.inf, 0.0],
-        default=np.nan,
-    )
-    return BreakEven(rate=rate, kind=kind.astype(np.int8))
+    return _breakeven_of(kind, cross)
 
 
 def _numeric_breakeven(
@@ -609,13 +605,7 @@ def _numeric_breakeven(
         cross = np.where(capped, 0.5 * (a2 + b2), cross)
     kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
     kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
-    rate = np.select(
-        [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,
-         kind == BreakEvenKind.PAYS_EVERYWHERE, kind == BreakEvenKind.NEVER_PAYS],
-        [cross, cross, np.inf, 0.0],
-        default=np.nan,
-    )
-    return BreakEven(rate=rate.reshape(shape), kind=kind.astype(np.int8).reshape(shape))
+    return _breakeven_of(kind.reshape(shape), cross.reshape(shape))
 
 
 # --------------------------------------------------------------------------- draft length
