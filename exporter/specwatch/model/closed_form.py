@@ -360,17 +360,23 @@ def breakeven(
         return _numeric_breakeven(coef, k, e, p, g)
     if coef.saturates:
         return _saturation_breakeven(coef, k, e, p, g)
-    kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
-    reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
-    ok = reason == Reason.OK
-    s_k = np.where(ok, kk, 0.0)
-    s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
-    s_p, s_g = np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
+    ok, s_k, s_e, s_p, s_g = _breakeven_inputs(k, e, p, g)
     c1_sd, c2_sd = cost_terms(coef, s_k, s_e, s_p, s_g)
     c1_d, c2_d = cost_terms(coef, 0.0, 1.0, s_p, s_g)
     found = breakeven_from_costs(c1_d, c2_d, c1_sd, c2_sd)
     kind = np.where(ok, found.kind, BreakEvenKind.UNDEFINED).astype(np.int8)
     return BreakEven(rate=np.where(ok, found.rate, np.nan), kind=kind)
+
+
+def _breakeven_inputs(k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+                      ) -> tuple[np.ndarray, ...]:
+    """(ok, k, E, p, g) broadcast, with the points that fail the input checks replaced by a
+    harmless no-SD point (so no solver divides by a bad input); ok marks the real ones."""
+    kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
+    ok = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg) == Reason.OK
+    s_k = np.where(ok, kk, 0.0)
+    s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
+    return ok, s_k, s_e, np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
 
 
 def _breakeven_of(kind: np.ndarray, cross: np.ndarray) -> BreakEven:
@@ -505,12 +511,7 @@ def _saturation_breakeven(
     it misses two crossings inside one of its 48 cells and one in the last 1/49 before the
     ceiling; this finds both.
     """
-    kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
-    reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
-    ok = reason == Reason.OK
-    s_k = np.where(ok, kk, 0.0)
-    s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
-    s_p, s_g = np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
+    ok, s_k, s_e, s_p, s_g = _breakeven_inputs(k, e, p, g)
     # Both systems in one call along a leading axis of 2 (SD first): half the numpy calls.
     both_k = np.stack([s_k, np.zeros_like(s_k)])
     both_e = np.stack([s_e, np.ones_like(s_e)])
@@ -552,14 +553,9 @@ def _numeric_breakeven(
     For models without a closed-form break-even: MoE (φ depends on L) and the saturation
     regime (L(B) piecewise). The scan runs up to the lower of the two systems' ceilings.
     """
-    kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
-    shape = kk.shape
-    kk, ee, pp, gg = (x.ravel() for x in (kk, ee, pp, gg))
-    reason = _input_reason(np.zeros(kk.shape), kk, ee, pp, gg)
-    ok = reason == Reason.OK
-    s_k = np.where(ok, kk, 0.0)
-    s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
-    s_p, s_g = np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
+    checked = _breakeven_inputs(k, e, p, g)
+    shape = checked[0].shape
+    ok, s_k, s_e, s_p, s_g = (x.ravel() for x in checked)
     sd_ceiling = _saturation_rate_bound(coef, s_k, s_e, s_p, s_g)
     nosd_ceiling = _saturation_rate_bound(coef, np.zeros_like(s_k), np.ones_like(s_e), s_p, s_g)
     lam_hi = np.minimum(sd_ceiling, nosd_ceiling)
@@ -573,7 +569,7 @@ def _numeric_breakeven(
     flipped = np.where(above0[:, None], s_grid <= 1, s_grid > 1) & np.isfinite(s_grid)
     found = flipped.any(axis=1)
     first = np.argmax(flipped, axis=1)
-    rows = np.arange(kk.size)
+    rows = np.arange(s_k.size)
     a = np.where(first > 0, lams[rows, np.maximum(first - 1, 0)], 0.0)
     b = lams[rows, first]
     for _ in range(bisections):
