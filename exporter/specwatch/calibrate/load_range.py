@@ -31,9 +31,8 @@ from specwatch.model.params import CalibratedRange
 __all__ = ["fit_system_saturation", "plot_load_range"]
 
 
-def _mape(measured: np.ndarray, predicted: np.ndarray) -> float:
-    err = np.abs(predicted / measured - 1.0)
-    return float(np.mean(np.where(np.isfinite(err), err, 1.0)))
+#: The calibration's one MAPE (NaN predictions, i.e. points called saturated, count as 100%).
+_mape = linear.mean_absolute_percentage_error
 
 
 def _usable(points: Sequence[Point], options: linear.FitOptions
