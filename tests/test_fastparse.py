@@ -9,6 +9,7 @@ the page) fall back; invalid pages fail the same way where specwatch reads the b
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -331,3 +332,54 @@ def test_nan_process_start_compares():
     a = canonical(sources.parse_page(text, parser="fast"))
     assert a == canonical(sources.parse_page(text, parser="full"))
     assert math.isnan(sources.parse_page(text, parser="fast").process_start_time)
+
+
+# -- without the histogram buckets (nothing reads them) -------------------------------------
+
+def without_buckets(page: sources.ParsedPage) -> dict[str, object]:
+    """canonical(page) with the bucket series taken out (what buckets=False must give)."""
+    def drop(d):
+        return {k: x for k, x in d.items() if k[1] not in sources.BUCKET_SIGNALS}
+
+    return canonical(dataclasses.replace(
+        page, counters=drop(page.counters), created=drop(page.created)))
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_fixture_page_without_buckets_is_the_page_minus_its_buckets(path):
+    """``buckets=False`` (no controller and no pair reads the latency histograms) gives the
+    same page minus the bucket series, for both parsers and every engine setting, and
+    really reads no bucket line (the fast path still runs)."""
+    text = path.read_text()
+    for engine in ENGINES:
+        for parser in sources.PARSERS:
+            whole = sources.parse_page(text, engine, parser)
+            lean = sources.parse_page(text, engine, parser, buckets=False)
+            assert canonical(lean) == without_buckets(whole)
+            assert not any(k[1] in sources.BUCKET_SIGNALS for k in lean.counters)
+    if any(k[1] in sources.BUCKET_SIGNALS for k in sources.parse_page(text).counters):
+        lean_sel = sources._names("auto", False).selector.select(text)
+        assert lean_sel is not None
+        assert not any(s[0].endswith("_bucket") for s in lean_sel.samples)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(sample_lines(), sample_lines(), comment_lines), min_size=1,
+                max_size=40),
+       st.sampled_from(ENGINES))
+def test_generated_pages_without_buckets(lines, engine):
+    """Hypothesis pages: wherever both parses succeed, buckets=False is the page minus its
+    bucket series (a broken or invalid bucket line is not read, so it may only fail or void
+    its model with buckets)."""
+    text = "\n".join(lines) + "\n"
+    try:
+        whole = sources.parse_page(text, engine, "full")
+    except sources.PageParseError:
+        return
+    if whole.invalid_models:
+        return  # a bad bucket counter voids its model only when buckets are read
+    try:
+        lean_page = sources.parse_page(text, engine, "fast", buckets=False)
+    except sources.PageParseError:
+        pytest.fail("a page the full parser accepts failed without its buckets")
+    assert canonical(lean_page) == without_buckets(whole)

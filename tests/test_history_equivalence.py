@@ -246,3 +246,27 @@ def test_serve_without_controller_keeps_no_bucket_columns(tmp_path):
     assert len(bucket_keys) > 40  # the real page's three latency histograms
     assert lean.cumulative.keys() == full.cumulative.keys() - bucket_keys
     assert len(lean.entries.keys) < len(full.entries.keys) // 3
+
+
+def test_serve_without_histograms_does_not_parse_bucket_lines():
+    """Without window histograms the pipeline does not even parse the bucket lines (65 of the
+    104 sample lines it reads on the real page: issue 15, CPU per poll): the derived signals
+    are those of a pipeline that reads them, and a broken bucket line, which only a reader of
+    the buckets would need, no longer takes the target down."""
+    from specwatch.exporter.pipeline import Pipeline, PollResult
+
+    lean = Pipeline([("a", "vllm")], derive.DeriveConfig(histograms=False), 5.0)
+    full = Pipeline([("a", "vllm")], derive.DeriveConfig(), 5.0)
+    pages = real_pages()
+    for i, text in enumerate(pages[:6]):
+        result = PollResult("a", 10.0 + 5 * i, 10.0 + 5 * i, 0.01, body=text)
+        got, want = lean.apply(result), full.apply(result)
+        assert got.up and want.up
+        assert {m: [(w.window, w.values) for w in ms.windows] for m, ms in got.models.items()} \
+            == {m: [(w.window, w.values) for w in ms.windows] for m, ms in want.models.items()}
+    broken = pages[6].replace('vllm:inter_token_latency_seconds_bucket{',
+                              'vllm:inter_token_latency_seconds_bucket{le=1,', 1)
+    assert broken != pages[6]
+    result = PollResult("a", 60.0, 60.0, 0.01, body=broken)
+    assert lean.apply(result).up
+    assert not full.apply(result).up

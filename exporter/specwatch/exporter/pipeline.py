@@ -150,6 +150,7 @@ class Pipeline:
         for st in self._states.values():
             with st.lock:
                 st.history.keep_buckets = cfg.histograms
+                st.last_body = st.last_page = None  # parsed with or without the buckets
 
     def add_forget_hook(self, hook: ForgetHook) -> None:
         """Register ``hook(target, model, reason)`` (see the module docstring)."""
@@ -260,7 +261,8 @@ class Pipeline:
                 if page is None:
                     state.last_body = state.last_page = None
                     page = sources.parse_page(body, state.engine, self.parser,
-                                              self.max_label_value_bytes)
+                                              self.max_label_value_bytes,
+                                              buckets=state.history.keep_buckets)
                     state.last_body, state.last_page = fingerprint, page
             except sources.PageParseError as exc:
                 reason, message = "parse", str(exc)
