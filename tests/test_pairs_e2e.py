@@ -46,11 +46,11 @@ break-even) and reads the state Prometheus scraped after that.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import shutil
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from promsim import scrape_job, scraping_prometheus
 from specwatch.app.demo import free_port
 from specwatch.app.serve import ServeApp
 from specwatch.calibrate.measured import read_pair_points
@@ -181,20 +182,9 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(
     scenario = dataclasses.replace(packaged, loop=False, models=(
         dataclasses.replace(model, phases=steps),))
     phases = scenario.models[0].phases
-    prom_port, exp_port, sd_port, base_port = (free_port() for _ in range(4))
+    exp_port, sd_port, base_port = (free_port() for _ in range(3))
     rules = render_rules({"alerts": {"SDMeasuredSlowdown": {"for": "5s"}}})
     (tmp_path / "rules.yaml").write_text(dump_rules(rules))
-    prom_cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(tmp_path / "rules.yaml")],
-                "scrape_configs": [{"job_name": "specwatch", "static_configs": [
-                    {"targets": [f"127.0.0.1:{exp_port}"]}]}]}
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
-    prom = f"http://127.0.0.1:{prom_port}"
-    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                            stdout=log, stderr=subprocess.STDOUT)
     exp_cfg = {
         "global": {"listen": f"127.0.0.1:{exp_port}", "poll_interval": f"{POLL_S:g}s",
                    "windows": [f"{SEGMENT_S:g}s", f"{3 * SEGMENT_S:g}s"], "count_window": 0},
@@ -216,10 +206,15 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(
     base = SimulatorServer(baseline_scenario(scenario), f"127.0.0.1:{base_port}", 1.0,
                            clock=clock, tick=3600.0, record_latencies=2_000_000,
                            simulated_clock=True)
-    try:
+    with contextlib.ExitStack() as stack:
+        prom = stack.enter_context(scraping_prometheus(
+            tmp_path, [scrape_job("specwatch", f"127.0.0.1:{exp_port}")],
+            [tmp_path / "rules.yaml"]))
         app.start(poll=False)
-        sd.start()
-        base.start()
+        stack.callback(app.stop)
+        for server in (sd, base):
+            server.start()
+            stack.callback(server.stop)
         total_s = sum(p.duration_s for p in phases)
         # Through the ramp: poll both sides at 0, POLL_S, ... total_s. Past break-even the
         # SD side's queue grows, so its mean latency depends on where the measurement
@@ -265,10 +260,3 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(
             time.sleep(0.5)
         assert firing and firing[0]["labels"]["arrival_rate_bin"] == LABELS[3], alerts
         check_calibration_points(prom, sd, base, phases, sim_now, capsys)
-    finally:
-        app.stop()
-        for server in (sd, base):
-            server.stop()
-        proc.terminate()
-        proc.wait(timeout=15)
-        log.close()
