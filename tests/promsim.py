@@ -1,4 +1,4 @@
-"""Simulated vLLM history for the Prometheus calibration path, backfilled into a real TSDB.
+"""A real Prometheus for tests: simulated vLLM history backfilled into a TSDB, or live scraping.
 
 `openmetrics_history` renders what Prometheus would have scraped from a vLLM server every
 15 s while an operator ran it through phases (no SD, then SD at several draft lengths, two
@@ -11,6 +11,9 @@ Prometheus 2.42 notes that shape this: backfilled blocks older than the retentio
 (15 d by default) are deleted at start, so the history ends shortly before "now"; a range
 query's rate() needs two samples per window, so --step is several scrape intervals; the
 OpenMetrics input must group each family's samples together and end with "# EOF".
+
+`scraping_prometheus` is the live counterpart the end-to-end tests share: a Prometheus that
+scrapes their exporter (or simulator) every second and evaluates the mixin's rules.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import requests
+import yaml
 from specwatch.model.closed_form import Coefficients, acceptance_length_from_alpha, latency
 
 SCRAPE_S = 15.0
@@ -200,23 +205,56 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def running_prometheus(tsdb: Path, workdir: Path) -> Iterator[str]:
     """Start the real prometheus binary on a free port over `tsdb`; yield its base URL."""
-    if shutil.which("prometheus") is None:
-        raise RuntimeError("prometheus is not installed (make setup installs it)")
     config = workdir / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n", encoding="utf-8")
+    with _prometheus(config, tsdb, workdir, ["--storage.tsdb.retention.time=30d"]) as url:
+        yield url
+
+
+def scrape_job(name: str, *addresses: str) -> dict[str, Any]:
+    """A scrape config of static targets (``HOST:PORT``), for :func:`scraping_prometheus`."""
+    return {"job_name": name, "static_configs": [{"targets": list(addresses)}]}
+
+
+@contextlib.contextmanager
+def scraping_prometheus(workdir: Path, scrape_configs: Sequence[dict[str, Any]],
+                        rule_files: Sequence[Path] = (), interval: str = "1s") -> Iterator[str]:
+    """The real prometheus binary on a free port, scraping ``scrape_configs`` and evaluating
+    ``rule_files`` every ``interval`` (its TSDB and log in ``workdir``): yield its base URL
+    once it is ready, stop it on exit.
+
+    What the live end-to-end tests share (a simulator or exporter is scraped, the mixin's
+    rules are evaluated on the wall clock): one place for the config, the free port and its
+    retry, the readiness wait and the shutdown."""
+    config = workdir / "prometheus.yml"
+    doc = {"global": {"scrape_interval": interval, "evaluation_interval": interval},
+           "rule_files": [str(f) for f in rule_files],
+           "scrape_configs": list(scrape_configs)}
+    config.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    with _prometheus(config, workdir / "data", workdir, ["--log.level=warn"]) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _prometheus(config: Path, tsdb: Path, workdir: Path, args: Sequence[str]) -> Iterator[str]:
+    """Run prometheus with ``config`` over ``tsdb`` on a free port (three tries: the port
+    can be taken between picking and binding); yield its URL once /-/ready answers."""
+    if shutil.which("prometheus") is None:
+        raise RuntimeError("prometheus is not installed (make setup installs it)")
     for _attempt in range(3):
         port = _free_port()
-        proc = subprocess.Popen(
-            [
-                "prometheus",
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tsdb}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=30d",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=(workdir / "prometheus.log").open("w"),
-        )
+        with (workdir / "prometheus.log").open("w") as log:
+            proc = subprocess.Popen(
+                [
+                    "prometheus",
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tsdb}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    *args,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
         ready = False
@@ -242,5 +280,5 @@ def running_prometheus(tsdb: Path, workdir: Path) -> Iterator[str]:
             proc.wait(timeout=5)
         if proc.poll() is None:
             proc.kill()
-    log = (workdir / "prometheus.log").read_text(encoding="utf-8", errors="replace")[-2000:]
-    raise RuntimeError(f"prometheus did not become ready:\n{log}")
+    log_text = (workdir / "prometheus.log").read_text(encoding="utf-8", errors="replace")
+    raise RuntimeError(f"prometheus did not become ready:\n{log_text[-2000:]}")

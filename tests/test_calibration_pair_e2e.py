@@ -24,14 +24,15 @@ it at -9.8% (docs/calibration.md).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import yaml
+from promsim import scrape_job, scraping_prometheus
 from specwatch.app.demo import free_port
 from specwatch.app.serve import ServeApp
 from specwatch.calibrate.measured import read_pair_points
@@ -56,35 +57,11 @@ pytestmark = [
 ]
 
 
-def _wait_ready(url: str, timeout: float = 30.0) -> None:
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"prometheus at {url} did not become ready")
-
-
 def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scenario = load_scenario("calibration-pair")
     truth = scenario.models[0].coefficients
-    prom_port, exp_port, sd_port, base_port = (free_port() for _ in range(4))
-    prom_cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "scrape_configs": [{"job_name": "specwatch", "static_configs": [
-                    {"targets": [f"127.0.0.1:{exp_port}"]}]}]}
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
-    prom = f"http://127.0.0.1:{prom_port}"
-    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                            stdout=log, stderr=subprocess.STDOUT)
+    exp_port, sd_port, base_port = (free_port() for _ in range(3))
     exp_cfg = {
         "global": {"listen": f"127.0.0.1:{exp_port}", "poll_interval": "250ms",
                    "windows": ["40s", "2m"], "count_window": 0},
@@ -100,9 +77,9 @@ def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
     }
     (tmp_path / "specwatch.yaml").write_text(yaml.safe_dump(exp_cfg))
     cfg = config.build_config(str(tmp_path / "specwatch.yaml"), [], None, None)
-    app = sd = base = None
-    try:
-        _wait_ready(prom)
+    with contextlib.ExitStack() as stack:
+        prom = stack.enter_context(scraping_prometheus(
+            tmp_path, [scrape_job("specwatch", f"127.0.0.1:{exp_port}")]))
         start = time.time()
         sd = SimulatorServer(scenario, f"127.0.0.1:{sd_port}", SPEED, simulated_clock=True)
         base = SimulatorServer(baseline_scenario(scenario), f"127.0.0.1:{base_port}", SPEED,
@@ -110,8 +87,10 @@ def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
         base.wall0 = sd.wall0  # one clock: both sides take the same traffic
         app = ServeApp(cfg, clock=sd.simulated_now)
         app.start()
-        sd.start()
-        base.start()
+        stack.callback(app.stop)
+        for server in (sd, base):
+            server.start()
+            stack.callback(server.stop)
         # Through the walk, then one retention more, so the last bins are scraped at their
         # fullest before anything ages out.
         end_wall = sd.wall0 + scenario.duration_s / SPEED + 3.0
@@ -149,12 +128,3 @@ def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
         assert fit["mode"] == "six-coefficient"
         for name in COEFFICIENTS:
             assert abs(errors[name]) <= BOUND, (name, errors)
-    finally:
-        if app is not None:
-            app.stop()
-        for server in (sd, base):
-            if server is not None:
-                server.stop()
-        proc.terminate()
-        proc.wait(timeout=15)
-        log.close()

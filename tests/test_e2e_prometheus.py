@@ -15,6 +15,7 @@ is silent in the healthy phase, goes pending and then fires in the acceptance-dr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -29,6 +30,7 @@ from typing import Any
 
 import pytest
 import yaml
+from promsim import scrape_job, scraping_prometheus
 from specwatch.app.demo import free_port, scaled_params_file
 from specwatch.mixin.render import dump_rules, render_rules
 from specwatch.model.closed_form import predict
@@ -72,9 +74,9 @@ class Stack:
         self.scenario = load_scenario("acceptance-drop")
         self.sim_port = free_port()
         self.exp_port = free_port()
-        self.prom_port = free_port()
         self.sim = f"http://127.0.0.1:{self.sim_port}"
-        self.prom = f"http://127.0.0.1:{self.prom_port}"
+        self.prom = ""  # Prometheus' URL, once started
+        self.exit = contextlib.ExitStack()  # stops Prometheus
 
     def spawn(self, argv: list[str], name: str) -> None:
         log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
@@ -95,28 +97,15 @@ class Stack:
                          "params": str(params)}],
         }
         (self.tmp / "specwatch.yaml").write_text(yaml.safe_dump(exporter_cfg))
-        prom_cfg = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(self.tmp / "rules.yaml")],
-            "scrape_configs": [
-                {"job_name": "specwatch",
-                 "static_configs": [{"targets": [f"127.0.0.1:{self.exp_port}"]}]},
-                {"job_name": "vllm",
-                 "static_configs": [{"targets": [f"127.0.0.1:{self.sim_port}"]}],
-                 "metric_relabel_configs": [{"source_labels": ["__name__"],
-                                             "regex": "vllm_(.*)", "target_label": "__name__",
-                                             "replacement": "vllm:$1"}]},
-            ],
-        }
-        (self.tmp / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
-        self.spawn(["prometheus", f"--config.file={self.tmp / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={self.tmp / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{self.prom_port}", "--log.level=warn"],
-                   "prometheus")
+        self.prom = self.exit.enter_context(scraping_prometheus(self.tmp, [
+            scrape_job("specwatch", f"127.0.0.1:{self.exp_port}"),
+            {**scrape_job("vllm", f"127.0.0.1:{self.sim_port}"),
+             "metric_relabel_configs": [{"source_labels": ["__name__"],
+                                         "regex": "vllm_(.*)", "target_label": "__name__",
+                                         "replacement": "vllm:$1"}]},
+        ], [self.tmp / "rules.yaml"]))
         self.spawn([sys.executable, "-m", "specwatch", "serve", "--config",
                     str(self.tmp / "specwatch.yaml")], "exporter")
-        wait_until(lambda: urllib.request.urlopen(f"{self.prom}/-/ready", timeout=2).status
-                   == 200, 30, "prometheus to be ready")
         # The simulator starts last: scenario time 0 is now, with everything watching.
         self.spawn([sys.executable, "-m", "specwatch", "simulate", "--listen",
                     f"127.0.0.1:{self.sim_port}", "--scenario", "acceptance-drop",
@@ -133,6 +122,7 @@ class Stack:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        self.exit.close()
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"

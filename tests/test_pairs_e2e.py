@@ -1,24 +1,56 @@
 """End to end, measured A/B pair (issue 16): simulator pair → exporter → real Prometheus.
 
 The packaged ``pair`` scenario (a stepped load ramp: 2, 5, 7.5 and 11 req/s, break-even
-about 10) runs twice, 20 times faster than real time: once with SD (k = 3) and once with
-SD off, same seed and traffic. The exporter pairs the two targets with a 5 s window and
-arrival-rate bins that put each step in its own bin; Prometheus scrapes it and evaluates
-the mixin's SDMeasuredSlowdown with its pending time shortened to 5 s.
+about 10), each step held 600 s, runs twice: once with SD (k = 3) and once with SD off, same
+seed and traffic. The exporter pairs the two targets with a 100 s window and arrival-rate
+bins that put each step in its own bin; a real Prometheus scrapes it and evaluates the
+mixin's SDMeasuredSlowdown with its pending time shortened to 5 s.
 
 The ground truth is the simulator's own latency records (every finished request's e2e
-latency, in page seconds), not the exporter's code: per step, baseline mean / SD mean over
-the requests that finished in the step after its first window. Checked: the measured
-speedup exists for every step's bin and is within 10% of the truth, it is above 1 below
-break-even and below 1 past it, and the alert fires on the live stack at the last step.
+latency), not the exporter's code: per step, baseline mean / SD mean over the requests that
+finished in the step after its first window. Checked: the measured speedup exists for every
+step's bin and is within 10% of the truth, it is above 1 below break-even and below 1 past
+it, and the alert fires on the live stack at the last step.
+
+**The clock.** Everything the exporter measures is on a simulated clock that the test owns
+and moves, so load on the machine cannot change what is measured, only how long it takes:
+
+* On the wall clock (``specwatch simulate --speed 20``, as this test once ran) every wall
+  delay is 20 times as much simulated time: the simulator's driver thread advances the
+  simulation every 50 ms tick to where the wall clock says, the exporter stamps a poll when
+  it has fetched and parsed it, and under load (a starved thread runs hundreds of ms late)
+  the stamp and the instant the page describes differ by seconds of simulated time,
+  differently for every poll and for the two sides, on 100 s windows; the truth's stretch,
+  cut where the exporter's last segment ended, drifts with it. With load average 10+ on
+  two cores the 7.5 req/s bin once missed its 10% (10.6%).
+* A simulated clock that advances as wall time x speed (``SimulatorServer(...,
+  simulated_clock=True)`` read by ``ServeApp(cfg, clock=sd.simulated_now)``, as in
+  tests/test_calibration_pair_e2e.py) fixes the *length* of a window (the exporter's stamps
+  and the page are on one time base) but not its *content*: a stamp is read when the poll
+  result is applied, the page shows the simulation as of its driver's last tick, and a late
+  tick or a slow fetch moves the clock between the two by speed x delay.
+* Here the clock moves only when the test moves it. Both simulators take it as their clock
+  (speed 1, ``simulated_clock=True``: simulated seconds are its seconds) and have no driver
+  of their own (a one-hour tick: the test steps them); the exporter takes it as its clock
+  and does not poll on its own (``start(poll=False)``). Each step the test moves the clock
+  by ``POLL_S``, brings both simulations to exactly that instant, then polls both sides
+  over HTTP, so every poll stamp is the instant its page describes, on both sides, and the
+  exporter's 100 s segments end on the multiples of 100 s, the load steps' boundaries
+  included: the truth is taken over exactly the stretches the exporter measured. The
+  simulation is seeded, so the measured figures are the same on every run, loaded or not.
+
+Prometheus stays on the wall clock: it scrapes the exporter every second and evaluates the
+alert (5 s pending); after the ramp the test holds the clock still (the last step, past
+break-even) and reads the state Prometheus scraped after that.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import math
 import shutil
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -28,6 +60,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from promsim import scrape_job, scraping_prometheus
 from specwatch.app.demo import free_port
 from specwatch.app.serve import ServeApp
 from specwatch.calibrate.measured import read_pair_points
@@ -38,14 +71,26 @@ from specwatch.mixin.render import dump_rules, render_rules
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.server import SimulatorServer, baseline_scenario
 
-SPEED = 20.0
-BINS = [0, 70, 125, 185, 1000]  # page req/s: the steps are at 40, 100, 150 and 220
-LABELS = ["0-70", "70-125", "125-185", "185-1000"]
-SEGMENT_S = 5.0
-STEP_S = 600.0  # simulated seconds per load step (30 s of wall time)
+BINS = [0, 3.5, 6.25, 9.25, 50]  # req/s: the steps are at 2, 5, 7.5 and 11
+LABELS = ["0-3.5", "3.5-6.25", "6.25-9.25", "9.25-50"]
+SEGMENT_S = 100.0  # the pair window (simulated seconds)
+STEP_S = 600.0  # simulated seconds per load step (six segments)
+POLL_S = 25.0  # simulated seconds between polls (four per segment)
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="needs Debian's prometheus (make setup installs it)")
+
+
+class SteppedClock:
+    """A clock that moves only when told (Unix seconds; starts on a whole second so that
+    poll stamps POLL_S apart are exactly POLL_S apart in floating point)."""
+
+    def __init__(self) -> None:
+        self.start = float(math.floor(time.time()))
+        self.t = self.start
+
+    def __call__(self) -> float:
+        return self.t
 
 
 def get_json(url: str) -> Any:
@@ -59,8 +104,22 @@ def query(prom: str, expr: str) -> list[dict[str, Any]]:
     return data["data"]["result"]
 
 
+def wait_for_scrape_after(prom: str, wall: float, timeout: float = 60.0) -> None:
+    """Until Prometheus has scraped the exporter (a scrape started after ``wall``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            rows = query(prom, 'timestamp(up{job="specwatch"})')
+        except OSError:
+            rows = []
+        if rows and float(rows[0]["value"][1]) > wall:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"Prometheus at {prom} did not scrape the exporter in {timeout}s")
+
+
 def truth(server: SimulatorServer, start_s: float, end_s: float) -> float:
-    """Mean e2e latency (page seconds) of the requests that finished in [start, end)."""
+    """Mean e2e latency (seconds) of the requests that finished in [start, end)."""
     with server.lock:
         rec = np.array(server.sim.records)
     sel = (rec[:, 0] >= start_s) & (rec[:, 0] < end_s)
@@ -99,93 +158,90 @@ def check_calibration_points(prom: str, sd: SimulatorServer, base: SimulatorServ
         side, label = p.source.split()[2], p.source.split()[4]  # "pair ab sd MODEL BIN ..."
         server = sd if side == "sd" else base
         lo, hi = by_bin[label]
-        lo += SEGMENT_S * SPEED
+        lo += SEGMENT_S
         with server.lock:
             rec = np.array(server.sim.records)
         sel = (rec[:, 0] >= lo) & (rec[:, 0] < hi)
-        rate = sel.sum() / ((hi - lo) / SPEED)
+        rate = sel.sum() / (hi - lo)
         with capsys.disabled():
             print(p.source, p.arrival_rate, rate, p.latency_s, rec[sel, 1].mean())
         assert p.draft_length == (3 if side == "sd" else 0)
         assert p.latency_s == pytest.approx(float(rec[sel, 1].mean()), rel=0.10), p.source
-        # A bin also holds the segment that straddles the step into it (λ between the two
-        # steps): λ within 15% of the step's own rate.
+        # λ is the mean of the bin's segments' own rates of finished requests; on the SD
+        # side past break-even that rate grows through the step as the queue builds up.
         assert p.arrival_rate == pytest.approx(rate, rel=0.15), p.source
 
 
 def test_measured_speedup_matches_the_simulators_truth_and_alerts(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # Each step 30 s of wall time (six 5 s segments), so the step changes (a segment that
-    # straddles one) weigh little; the last step holds on.
+    # Each step six 100 s segments, so the step changes (the segment that straddles one is
+    # left out by the exporter) weigh little; the last step holds on.
     packaged = load_scenario("pair")
     model = packaged.models[0]
     steps = tuple(dataclasses.replace(ph, duration_s=STEP_S) for ph in model.phases)
     scenario = dataclasses.replace(packaged, loop=False, models=(
         dataclasses.replace(model, phases=steps),))
     phases = scenario.models[0].phases
-    prom_port, exp_port, sd_port, base_port = (free_port() for _ in range(4))
+    exp_port, sd_port, base_port = (free_port() for _ in range(3))
     rules = render_rules({"alerts": {"SDMeasuredSlowdown": {"for": "5s"}}})
     (tmp_path / "rules.yaml").write_text(dump_rules(rules))
-    prom_cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "rule_files": [str(tmp_path / "rules.yaml")],
-                "scrape_configs": [{"job_name": "specwatch", "static_configs": [
-                    {"targets": [f"127.0.0.1:{exp_port}"]}]}]}
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
-    prom = f"http://127.0.0.1:{prom_port}"
-    log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
-                            stdout=log, stderr=subprocess.STDOUT)
     exp_cfg = {
-        "global": {"listen": f"127.0.0.1:{exp_port}", "poll_interval": "500ms",
-                   "windows": ["5s", "15s"], "count_window": 0},
+        "global": {"listen": f"127.0.0.1:{exp_port}", "poll_interval": f"{POLL_S:g}s",
+                   "windows": [f"{SEGMENT_S:g}s", f"{3 * SEGMENT_S:g}s"], "count_window": 0},
         "targets": [{"name": "sd", "url": f"http://127.0.0.1:{sd_port}/metrics",
                      "engine": "vllm"},
                     {"name": "baseline", "url": f"http://127.0.0.1:{base_port}/metrics",
                      "engine": "vllm"}],
         "pairs": [{"name": "ab", "sd": "sd", "baseline": "baseline"}],
-        "pair_options": {"window": "5s", "min_requests": 100, "arrival_rate_bins": BINS},
+        "pair_options": {"window": f"{SEGMENT_S:g}s", "min_requests": 100,
+                         "arrival_rate_bins": BINS},
     }
     (tmp_path / "specwatch.yaml").write_text(yaml.safe_dump(exp_cfg))
-    app = ServeApp(config.build_config(str(tmp_path / "specwatch.yaml"), [], None, None))
-    sd = base = None
-    try:
-        app.start()
-        # The simulators start last: scenario time 0 is now, with everything watching.
-        sd = SimulatorServer(scenario, f"127.0.0.1:{sd_port}", SPEED,
-                             record_latencies=2_000_000)
-        base = SimulatorServer(baseline_scenario(scenario), f"127.0.0.1:{base_port}", SPEED,
-                               record_latencies=2_000_000)
-        base.wall0 = sd.wall0  # one clock: both sides are in the same step
-        sd.start()
-        base.start()
+    clock = SteppedClock()
+    app = ServeApp(config.build_config(str(tmp_path / "specwatch.yaml"), [], None, None),
+                   clock=clock)
+    # Speed 1 on the test's clock; a one-hour tick: the test, not a driver thread, steps them.
+    sd = SimulatorServer(scenario, f"127.0.0.1:{sd_port}", 1.0, clock=clock, tick=3600.0,
+                         record_latencies=2_000_000, simulated_clock=True)
+    base = SimulatorServer(baseline_scenario(scenario), f"127.0.0.1:{base_port}", 1.0,
+                           clock=clock, tick=3600.0, record_latencies=2_000_000,
+                           simulated_clock=True)
+    with contextlib.ExitStack() as stack:
+        prom = stack.enter_context(scraping_prometheus(
+            tmp_path, [scrape_job("specwatch", f"127.0.0.1:{exp_port}")],
+            [tmp_path / "rules.yaml"]))
+        app.start(poll=False)
+        stack.callback(app.stop)
+        for server in (sd, base):
+            server.start()
+            stack.callback(server.stop)
         total_s = sum(p.duration_s for p in phases)
-        # Run through the ramp. Past break-even the SD side's queue grows, so its mean
-        # latency depends on where the measurement stops: the truth stops where the
-        # exporter's last segment ended (its poll time), read right after one was added
-        # and before the next (segments are 5 s apart; Prometheus has 2 s to scrape).
-        end_wall = sd.wall0 + total_s / SPEED
-        while time.time() < end_wall:
-            time.sleep(0.5)
+        # Through the ramp: poll both sides at 0, POLL_S, ... total_s. Past break-even the
+        # SD side's queue grows, so its mean latency depends on where the measurement
+        # stops: it stops at total_s, a segment's end, and so does the truth.
+        n_polls = round(total_s / POLL_S)
+        for i in range(n_polls + 1):
+            clock.t = clock.start + i * POLL_S
+            for server, name in ((sd, "sd"), (base, "baseline")):
+                server.step()
+                result = app.poller.poll_now(name)
+                assert result.error_reason is None, result
+        sim_now = total_s
         model_name = scenario.models[0].model_name
-        pair_sides = app.pairs._sides
-        seen = pair_sides[("sd", model_name)].last_end
-        while pair_sides[("sd", model_name)].last_end == seen:
-            time.sleep(0.05)
-        last_end = pair_sides[("sd", model_name)].last_end
-        time.sleep(2.0)
-        sim_now = (last_end - sd.wall0) * SPEED
+        assert app.pairs._sides[("sd", model_name)].last_end == clock.start + sim_now
+        wait_for_scrape_after(prom, time.time())
         rows = query(prom, 'sd_measured_speedup{statistic="mean"}')
         measured = {r["metric"]["arrival_rate_bin"]: float(r["value"][1]) for r in rows}
         start = 0.0
         expected = {}
         for label, ph in zip(LABELS, phases, strict=True):
             end = sim_now if label == LABELS[-1] else min(start + ph.duration_s, sim_now)
-            lo = start + SEGMENT_S * SPEED  # after the step's first window
+            lo = start + SEGMENT_S  # after the step's first window
             expected[label] = truth(base, lo, end) / truth(sd, lo, end)
             start += ph.duration_s
         print("measured", measured, "truth", expected)
+        print("error", {b: f"{measured[b] / expected[b] - 1:+.2%}"
+                        for b in LABELS if b in measured})
         assert set(LABELS) <= set(measured), measured
         for label in LABELS:
             assert measured[label] == pytest.approx(expected[label], rel=0.10), label
@@ -195,7 +251,7 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(
             stats = {r["metric"]["statistic"] for r in query(prom, metric)}
             assert {"p50", "p99"} <= stats, metric
         # The live alert: the pair is past break-even now, measured slower.
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 30
         firing = []
         while time.monotonic() < deadline and not firing:
             alerts = get_json(f"{prom}/api/v1/alerts")["data"]["alerts"]
@@ -204,11 +260,3 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(
             time.sleep(0.5)
         assert firing and firing[0]["labels"]["arrival_rate_bin"] == LABELS[3], alerts
         check_calibration_points(prom, sd, base, phases, sim_now, capsys)
-    finally:
-        app.stop()
-        for server in (sd, base):
-            if server is not None:
-                server.stop()
-        proc.terminate()
-        proc.wait(timeout=15)
-        log.close()
