@@ -22,10 +22,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Reply:
     """Send ``data`` (a whole raw response); then close the connection when ``close``.
-    ``data=b""`` with ``close`` closes without answering."""
+    ``data=b""`` with ``close`` closes without answering. With ``interval``, ``data`` is
+    sent ``piece`` bytes at a time, one piece every ``interval`` seconds."""
 
     data: bytes
     close: bool = False
+    interval: float = 0.0
+    piece: int = 1
 
 
 def response(body: bytes, status: int = 200, headers: dict[str, str] | None = None,
@@ -117,7 +120,12 @@ class ScriptServer:
                 path = head.split(b" ", 2)[1].decode()
                 route = self.routes.get(path, response(b"not here\n", 404))
                 reply = route(n) if callable(route) else route
-                if reply.data:
+                if reply.interval:
+                    for i in range(0, len(reply.data), reply.piece):
+                        if self._stop.wait(reply.interval):
+                            return
+                        conn.sendall(reply.data[i:i + reply.piece])
+                elif reply.data:
                     conn.sendall(reply.data)
                 if reply.close:
                     return

@@ -121,11 +121,16 @@ class _Guard:
         self.fired = False
         self.done = False
         self._socks: list[socket.socket] = []
+        self._owned: list[socket.socket] = []
         self._lock = threading.Lock()
 
-    def watch(self, sock: socket.socket) -> None:
+    def watch(self, sock: socket.socket, owned: bool = False) -> None:
+        """Shut ``sock`` down when the guard fires; an ``owned`` socket (a duplicate made
+        for the guard) is closed by :meth:`release`."""
         with self._lock:
             self._socks.append(sock)
+            if owned:
+                self._owned.append(sock)
             fired = self.fired
         if fired:
             _shutdown(sock)
@@ -138,6 +143,14 @@ class _Guard:
             socks = list(self._socks)
         for sock in socks:
             _shutdown(sock)
+
+    def release(self) -> None:
+        """The poll is over: the guard never fires again; its duplicates are closed."""
+        with self._lock:
+            self.done = True
+            owned, self._owned = self._owned, []
+        for sock in owned:
+            sock.close()
 
 
 def _shutdown(sock: socket.socket) -> None:
@@ -217,7 +230,7 @@ def fetch(session: FetchSession, target: PollTarget,
             return session.fetch(target, monotonic, deadline, guard)
         return _fetch_requests(session, target, monotonic, deadline, guard)
     finally:
-        guard.done = True
+        guard.release()
         _current.guard = None
 
 
@@ -595,13 +608,21 @@ def _prepared_url(url: str) -> str:
 
 class _Guarded:
     """Mixin for urllib3 connections: registers the socket with the poll running in this
-    thread (new or reused), for plain and TLS connections alike."""
+    thread (new or reused), for plain and TLS connections alike.
+
+    A new connection's socket is registered as a duplicate (same connection, its own
+    descriptor, closed when the poll ends): urllib3 wraps the socket for TLS, which detaches
+    the original socket object before the handshake, so only a duplicate lets the guard cut
+    a handshake short (a server that never answers it held ``stop()`` for the whole
+    deadline before)."""
 
     sock: socket.socket | None
 
     def _new_conn(self) -> socket.socket:
         sock = super()._new_conn()  # type: ignore[misc]
-        _watch(sock)
+        guard = getattr(_current, "guard", None)
+        if guard is not None:
+            guard.watch(sock.dup(), owned=True)
         return sock
 
     def request(self, *args: Any, **kwargs: Any) -> None:
