@@ -482,6 +482,7 @@ class DirectSession:
         url, headers = self.url, self._headers(target)
         extra: dict[tuple[str, str, int | None], http.client.HTTPConnection] = {}
         conn: http.client.HTTPConnection | None = None
+        resp: http.client.HTTPResponse | None = None
         try:
             try:
                 for hop in range(MAX_REDIRECTS + 1):
@@ -535,6 +536,8 @@ class DirectSession:
         finally:
             if conn is not None:  # a poll that failed leaves its connection unusable
                 conn.close()
+            if resp is not None:  # it holds the socket when the server ends the connection
+                resp.close()
             for other in extra.values():
                 other.close()
 
@@ -593,6 +596,7 @@ def _discard(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -
             return
         except (OSError, http.client.HTTPException):
             pass
+    resp.close()
     conn.close()
 
 
