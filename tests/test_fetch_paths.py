@@ -197,6 +197,8 @@ def outcome(url: str, transport: str, **kw: Any) -> tuple[str, str]:
         session.close()
 
 
+# insecure_skip_verify on the requests transport: the poller silences this warning itself.
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_both_transports_return_the_same_page_or_error(case: Case, pki: PKI,
                                                        monkeypatch) -> None:

@@ -27,8 +27,8 @@ Why each rule:
   so a stuck target cannot hold a connection another target needs.
 * **Two transports, one behaviour.** A target reached directly (no proxy from the
   environment for its URL) gets a :class:`DirectSession`: one persistent
-  ``http.client`` connection, a fraction of the CPU of ``requests`` (about 0.25 against
-  0.6-0.9 ms for the 55 KB vLLM page, ``bench/bench_fetch.py``), which matters at hundreds
+  ``http.client`` connection, a fraction of the CPU of ``requests`` (0.25-0.3 ms against
+  0.65-1.1 ms for the 55 KB vLLM page, ``bench/bench_fetch.py``), which matters at hundreds
   of targets. A target whose URL goes through ``HTTP(S)_PROXY``/``ALL_PROXY`` (and is not
   excluded by ``NO_PROXY``) gets a :class:`RequestsSession`, so proxies work exactly as
   ``requests`` handles them. The environment is read once, when the session is made.
