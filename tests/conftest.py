@@ -62,3 +62,24 @@ def no_secret_in_logs():
         root.removeHandler(spotter)
         root.setLevel(old_level)
     assert not spotter.hits, f"secret in log lines: {spotter.hits}"
+
+
+@pytest.fixture(params=["direct", "requests"])
+def fetch_path(request, monkeypatch):
+    """Run the test on each of the poller's transports (issue 15: the fast path is tested
+    against the library): every session the poller makes while the test runs is pinned to
+    ``direct`` (http.client) or ``requests``, whatever the environment's proxies say."""
+    from specwatch.exporter import fetch
+
+    original = fetch.new_session
+    made: list[object] = []
+
+    def pinned(url: str, path: str = "auto") -> fetch.FetchSession:
+        session = original(url, request.param)
+        made.append(session)
+        return session
+
+    monkeypatch.setattr(fetch, "new_session", pinned)
+    yield request.param
+    kind = fetch.DirectSession if request.param == "direct" else fetch.RequestsSession
+    assert all(isinstance(s, kind) for s in made), made

@@ -300,6 +300,7 @@ def exporter(tmp_path):
         app.stop()
 
 
+@pytest.mark.usefixtures("fetch_path")
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_fault_isolated_counted_and_recovered(case: Case, exporter):
     """One misbehaving target: the exporter answers in time, the bad target is reported

@@ -32,6 +32,7 @@ from test_actuation import decision, make_actuator
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.usefixtures("fetch_path")
 def test_trickled_headers_cannot_stretch_a_poll_past_its_deadline():
     """Issue 17 item 3: a server sending one header line every 0.2 s never lets a per-read
     timeout fire; the poll still ends at its 2 s total deadline as a ``timeout`` (old code:
@@ -51,6 +52,7 @@ def test_trickled_headers_cannot_stretch_a_poll_past_its_deadline():
     assert took < 2.0 + 1.5
 
 
+@pytest.mark.usefixtures("fetch_path")
 def test_poller_stop_cuts_polls_in_flight_short():
     """Issue 17 item 3: stop() does not wait for a poll's deadline (30 s here)."""
     with FaultServer(TrickleHeaders(0.2)) as srv:
@@ -158,6 +160,7 @@ def _poll(url: str, mode: str | None, basic: bool = False):
         poller.stop(timeout=5)
 
 
+@pytest.mark.usefixtures("fetch_path")
 @pytest.mark.parametrize("mode", [None, "same_host", "none"])
 def test_a_redirect_to_another_origin_is_refused_by_default(mode):
     """Issue 17 item 4: with follow_redirects same_host (the default) or none, a redirect to
@@ -175,6 +178,7 @@ def test_a_redirect_to_another_origin_is_refused_by_default(mode):
     assert other.seen == []
 
 
+@pytest.mark.usefixtures("fetch_path")
 @pytest.mark.parametrize("other_host", ["127.0.0.1", "localhost"])
 def test_follow_any_sends_no_configured_header_to_another_origin(other_host):
     """Issue 17 item 4: follow_redirects any follows a redirect to another port or host
@@ -195,6 +199,7 @@ def test_follow_any_sends_no_configured_header_to_another_origin(other_host):
     assert first.seen[0][1]["x-api-key"] == testsecrets.TARGET_API_KEY
 
 
+@pytest.mark.usefixtures("fetch_path")
 def test_a_redirect_to_the_same_origin_keeps_the_headers():
     """same_host follows a redirect on the target's own scheme, host and port with its
     headers (a relative Location, as vLLM behind a path-rewriting proxy sends)."""
@@ -223,6 +228,7 @@ def _write(tmp_path: Path, text: str) -> str:
     return str(p)
 
 
+@pytest.mark.usefixtures("fetch_path")
 def test_secrets_from_every_source_never_reach_a_log_line(tmp_path, monkeypatch, caplog):
     """Issue 17 item 4: webhook headers from a file and from the environment (one with a
     trailing newline, which requests refuses with an InvalidHeader quoting it), a webhook

@@ -15,6 +15,9 @@ from specwatch.exporter import config
 from specwatch.exporter.pipeline import PollResult
 from specwatch.exporter.poller import Poller, PollTarget
 
+# Every test here runs on both transports (conftest.fetch_path: direct and requests).
+pytestmark = pytest.mark.usefixtures("fetch_path")
+
 REPLAY = Path(__file__).parent / "fixtures" / "vllm-0.32-cpu-ngram"
 PAGE = (Path(__file__).parent / "fixtures" / "constructed" / "vllm-0.33-spec-decode.prom"
         ).read_text()

@@ -105,6 +105,7 @@ def up_and_reason(series: dict) -> tuple[float, dict[str, float]]:
     return up, {k: v for k, v in errors.items() if v}
 
 
+@pytest.mark.usefixtures("fetch_path")
 def test_bearer_token_from_file_with_custom_ca(pki, tmp_path):
     """A bearer token read from a file reaches the target; the target's certificate is
     verified against tls.ca_file."""
@@ -120,6 +121,7 @@ def test_bearer_token_from_file_with_custom_ca(pki, tmp_path):
     assert_no_secret(text, app)
 
 
+@pytest.mark.usefixtures("fetch_path")
 def test_bearer_token_from_environment(pki, tmp_path, monkeypatch):
     monkeypatch.setenv("SPECWATCH_TEST_TOKEN", testsecrets.TARGET_BEARER_TOKEN)
     with https_target(pki, f"Bearer {testsecrets.TARGET_BEARER_TOKEN}") as (url, _seen):
@@ -131,6 +133,7 @@ def test_bearer_token_from_environment(pki, tmp_path, monkeypatch):
     assert_no_secret(text, app)
 
 
+@pytest.mark.usefixtures("fetch_path")
 def test_basic_auth_from_password_file(pki, tmp_path):
     pw = tmp_path / "pw"
     pw.write_text(testsecrets.TARGET_BASIC_PASSWORD)
@@ -145,6 +148,7 @@ def test_basic_auth_from_password_file(pki, tmp_path):
     assert_no_secret(text, app)
 
 
+@pytest.mark.usefixtures("fetch_path")
 def test_wrong_token_is_http_status_and_never_echoed(pki, tmp_path):
     """A rejected token: down with reason http_status (HTTP 401); the token is nowhere."""
     token = tmp_path / "token"
@@ -158,6 +162,7 @@ def test_wrong_token_is_http_status_and_never_echoed(pki, tmp_path):
     assert_no_secret(text, app)
 
 
+@pytest.mark.usefixtures("fetch_path")
 def test_unknown_ca_is_reason_tls(pki, tmp_path, monkeypatch):
     """Without tls.ca_file the private CA is not trusted: down with reason tls. A
     REQUESTS_CA_BUNDLE in the environment does not override a configured ca_file."""
@@ -173,6 +178,7 @@ def test_unknown_ca_is_reason_tls(pki, tmp_path, monkeypatch):
         assert up_and_reason(series) == (1.0, {})
 
 
+@pytest.mark.usefixtures("fetch_path")
 def test_insecure_skip_verify(pki, tmp_path):
     with https_target(pki, None) as (url, _seen):
         series, _, _ = run_exporter(tmp_path, (
@@ -180,6 +186,7 @@ def test_insecure_skip_verify(pki, tmp_path):
     assert up_and_reason(series) == (1.0, {})
 
 
+@pytest.mark.usefixtures("fetch_path")
 @pytest.mark.parametrize("with_cert", [True, False])
 def test_client_certificate_for_mutual_tls(pki, tmp_path, with_cert):
     """A target that requires a client certificate: served with tls.cert_file/key_file,
