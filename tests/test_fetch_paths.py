@@ -457,3 +457,25 @@ def test_the_transport_follows_the_proxy_environment(monkeypatch) -> None:
             assert srv.connections == 1 and len(proxy.lines) == 1
     finally:
         proxy.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_client_certificate_is_never_presented_to_another_origin(transport: str,
+                                                                    pki: PKI) -> None:
+    """A client certificate is a credential like a header or a password: with
+    ``follow_redirects: any`` a redirect to another scheme, host or port goes without it
+    (that origin, which asks for one, refuses the handshake), while a redirect to the
+    target's own origin keeps it."""
+    cert = (str(pki.client.cert), str(pki.client.key))
+    tls = _server_tls(pki, client_cert=True)
+    with ScriptServer({"/page": response(PAGE)}, ssl_context=tls) as other, ScriptServer(
+            {"/metrics": response(b"", 302, {"Location": other.url("/page")})},
+            ssl_context=_server_tls(pki)) as srv:
+        away = outcome(srv.url(), transport, verify=str(pki.ca), cert=cert,
+                       follow_redirects="any", timeout_seconds=5.0)
+    assert away[0] == "tls", away
+    with ScriptServer({"/metrics": response(b"", 302, {"Location": "/page"}),
+                       "/page": response(PAGE)}, ssl_context=tls) as srv:
+        home = outcome(srv.url(), transport, verify=str(pki.ca), cert=cert,
+                       follow_redirects="any", timeout_seconds=5.0)
+    assert home == ("ok", PAGE.decode()), home

@@ -41,8 +41,8 @@ Why each rule:
 * Secrets (bearer tokens, passwords) go into the request headers only; they are never
   logged, and error messages are redacted (:func:`_short`).
 * **Redirects** are followed here, per ``follow_redirects`` (same_host by default), at most
-  :data:`MAX_REDIRECTS`, never with a configured header or credential to another scheme,
-  host or port.
+  :data:`MAX_REDIRECTS`, never with a configured header or credential (password, bearer
+  token, client certificate) to another scheme, host or port.
 
 Size: one module because the two transports must be read side by side: they share the
 deadline guard, the body rules (:func:`_read_body`), the redirect rule and the error
@@ -483,11 +483,12 @@ class DirectSession:
         extra: dict[tuple[str, str, int | None], http.client.HTTPConnection] = {}
         conn: http.client.HTTPConnection | None = None
         resp: http.client.HTTPResponse | None = None
+        cert = target.cert
         try:
             try:
                 for hop in range(MAX_REDIRECTS + 1):
                     origin = self.home if hop == 0 else _origin(url)
-                    conn, sock, resp = self._send(origin, url, headers, verify, target.cert,
+                    conn, sock, resp = self._send(origin, url, headers, verify, cert,
                                                   extra, monotonic, deadline, guard)
                     if resp.status not in _REDIRECT_STATUSES or \
                             resp.getheader("location") is None:
@@ -502,7 +503,10 @@ class DirectSession:
                     if hop == MAX_REDIRECTS:
                         raise PollError("connection", f"more than {MAX_REDIRECTS} redirects")
                     url = _prepared_url(location)
+                    # Another origin gets none of the target's credentials: no configured
+                    # header, no password, no client certificate.
                     headers = self._headers(target) if same else self._base_headers
+                    cert = target.cert if same else None
             except PollError:
                 raise
             except Exception as exc:
@@ -709,10 +713,11 @@ def _fetch_requests(session: requests.Session, target: PollTarget,
         # and Cookie on a cross-host redirect, so an X-Api-Key would follow a redirect
         # anywhere.
         home = _origin(target.url)
+        cert = target.cert
         for hop in range(MAX_REDIRECTS + 1):
             left = max(deadline - monotonic(), 0.001)
             resp = session.send(request, stream=True, allow_redirects=False,
-                                timeout=(left, left), verify=verify, cert=target.cert)
+                                timeout=(left, left), verify=verify, cert=cert)
             if not resp.is_redirect:
                 break
             status = resp.status_code
@@ -728,6 +733,7 @@ def _fetch_requests(session: requests.Session, target: PollTarget,
                 "GET", location,
                 headers={**_BASE_HEADERS, **target.headers} if same else _BASE_HEADERS,
                 auth=target.basic_auth if same else None))
+            cert = target.cert if same else None  # nor the client certificate
     except requests.exceptions.Timeout as exc:
         raise PollError("timeout", f"no response within {target.timeout_seconds:g}s") from exc
     except requests.exceptions.RequestException as exc:
