@@ -29,6 +29,7 @@ each split is O(n) with prefix sums (numpy), not an O(n²) exact segmentation.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Sequence
@@ -59,6 +60,11 @@ def sarle_coefficient(samples: Sequence[float] | np.ndarray) -> float | None:
     # without its Python-level wrapper: this runs for every window on every poll.
     d = x - float(_sum(x)) / n
     d2 = d * d
+    return _sarle(d, d2, n)
+
+
+def _sarle(d: np.ndarray, d2: np.ndarray, n: int) -> float | None:
+    """Sarle's coefficient from the deviations ``d`` from the mean (n >= 4) and their squares."""
     m2 = float(_sum(d2)) / n
     if m2 <= 1e-18:
         return None
@@ -75,11 +81,57 @@ def sarle_coefficient(samples: Sequence[float] | np.ndarray) -> float | None:
     return bc if math.isfinite(bc) else None
 
 
-def _sse(cs: np.ndarray, cs2: np.ndarray, a: np.ndarray | int, b: np.ndarray | int
-         ) -> np.ndarray:
-    """Sum of squared deviations from their mean of samples [a, b), from prefix sums."""
-    s = cs[b] - cs[a]
-    return np.maximum((cs2[b] - cs2[a]) - s * s / (b - a), 0.0)
+def _prefix(v: np.ndarray) -> np.ndarray:
+    """[0, v0, v0 + v1, ...]: the running sums of ``v`` after a leading 0."""
+    out = np.empty(v.size + 1)
+    out[0] = 0.0
+    np.cumsum(v, out=out[1:])
+    return out
+
+
+def _split(d: np.ndarray, d2: np.ndarray, max_changes: int) -> list[int]:
+    """Greedy binary segmentation of the centred samples ``d`` (``d2``: their squares).
+
+    The sum of squared deviations of samples [a, c) is q − s²/(c − a) with s and q the
+    differences of the running sums of d and d² at c and a. For a bound b (0, n or a change
+    point found so far) one vector holds it for every other position c at once:
+    ``dist[b][c]``, the samples between b and c. Splitting segment [a, b) at a < c < b gains
+    dist[a][b] − (dist[a][c] + dist[b][c]): the same three terms, in the same floating-point
+    operations, that the former per-segment evaluation computed, so the gains, hence the
+    chosen points, are the same to the last bit; a round adds one vector (its new bound)
+    instead of re-evaluating every segment.
+    """
+    n = d.size
+    if n < 2 or max_changes < 1:
+        return []
+    cs, cs2 = _prefix(d), _prefix(d2)
+    counts = np.arange(n + 1, dtype=float)  # positions 0..n; samples between b and c below
+    counts[0] = 1.0  # dist[b][b] is 0 (0 − 0/1), not 0/0
+    # From 0 (cs[0] = cs2[0] = 0: subtracting them changes no bit) and from n (counts
+    # reversed: n − c, and 1 at n). cs2 never decreases (a running sum of squares), so the
+    # differences of cs2 need no abs() here.
+    dist = {0: np.maximum(cs2 - cs * cs / counts, 0.0)}
+    s = cs - cs[n]
+    dist[n] = np.maximum((cs2[n] - cs2) - s * s / counts[::-1], 0.0)
+    bounds = [0, n]
+    for _ in range(max_changes):
+        best_gain, best_c = 1e-15, -1
+        for a, b in itertools.pairwise(bounds):
+            if b - a < 2:
+                continue
+            gain = dist[a][b] - (dist[a][a + 1:b] + dist[b][a + 1:b])
+            i = int(gain.argmax())
+            if gain[i] > best_gain:
+                best_gain, best_c = float(gain[i]), a + 1 + i
+        if best_c < 0:
+            break
+        bisect.insort(bounds, best_c)
+        if len(bounds) - 2 < max_changes:  # another round will read it
+            s = cs - cs[best_c]
+            cnt = np.abs(np.arange(-best_c, n + 1 - best_c, dtype=float))
+            cnt[best_c] = 1.0
+            dist[best_c] = np.maximum(np.abs(cs2 - cs2[best_c]) - s * s / cnt, 0.0)
+    return bounds[1:-1]
 
 
 def change_points(samples: Sequence[float] | np.ndarray, max_changes: int = MAX_CHANGES
@@ -92,25 +144,21 @@ def change_points(samples: Sequence[float] | np.ndarray, max_changes: int = MAX_
     change one poll before the newest sample is found too.
     """
     x = np.asarray(samples, dtype=float)
-    xc = x - float(_sum(x)) / x.size if x.size else x  # centred: less cancellation
-    zero = np.zeros(1)
-    cs = np.concatenate((zero, np.cumsum(xc)))
-    cs2 = np.concatenate((zero, np.cumsum(xc * xc)))
-    bounds = [0, x.size]
-    for _ in range(max_changes):
-        best_gain, best_c = 1e-15, -1
-        for a, b in itertools.pairwise(bounds):
-            if b - a < 2:
-                continue
-            cuts = np.arange(a + 1, b)
-            gain = _sse(cs, cs2, a, b) - (_sse(cs, cs2, a, cuts) + _sse(cs, cs2, cuts, b))
-            i = int(np.argmax(gain))
-            if gain[i] > best_gain:
-                best_gain, best_c = float(gain[i]), int(cuts[i])
-        if best_c < 0:
-            break
-        bounds = sorted([*bounds, best_c])
-    return bounds[1:-1]
+    if x.size < 2:
+        return []
+    d = x - float(_sum(x)) / x.size  # centred: less cancellation in the running sums
+    return _split(d, d * d, max_changes)
+
+
+def _kept(cps: list[int], n: int) -> list[tuple[int, int]]:
+    """The ranges [a, b) of samples kept between the change points ``cps`` (of n samples).
+
+    Leaving out samples c − 1 and c around each change point c trims one sample off each
+    side of it: a segment stays one contiguous range (empty between adjacent points).
+    """
+    bounds = [0, *cps, n]
+    return [(a + 1 if a > 0 else a, b - 1 if b < n else b)
+            for a, b in itertools.pairwise(bounds)]
 
 
 def segments(samples: Sequence[float] | np.ndarray, max_changes: int = MAX_CHANGES
@@ -121,12 +169,7 @@ def segments(samples: Sequence[float] | np.ndarray, max_changes: int = MAX_CHANG
     across the change are left out.
     """
     x = np.asarray(samples, dtype=float)
-    cps = change_points(x, max_changes)
-    keep = np.ones(x.size, dtype=bool)
-    for c in cps:
-        keep[max(0, c - 1):c + 1] = False
-    bounds = [0, *cps, x.size]
-    return [x[a:b][keep[a:b]] for a, b in itertools.pairwise(bounds)]
+    return [x[a:max(a, b)].copy() for a, b in _kept(change_points(x, max_changes), x.size)]
 
 
 def coexistence_coefficient(samples: Sequence[float] | np.ndarray,
@@ -137,17 +180,32 @@ def coexistence_coefficient(samples: Sequence[float] | np.ndarray,
     coefficient within each of :func:`segments`). Segments whose coefficient is undefined
     (fewer than 4 samples, no spread) are left out of the mean. None when the raw
     coefficient is undefined (fewer than 4 samples, no variance) or no segment has one.
+
+    One pass: the deviations from the mean serve the raw coefficient and the change points'
+    running sums; each kept segment is a slice (no copy) whose coefficient is computed as
+    :func:`sarle_coefficient` does, centred on its own mean (so a nearly constant segment
+    meets the "no spread" rule exactly as before, with no cancellation from raw power sums).
     """
     x = np.asarray(samples, dtype=float)
-    raw = sarle_coefficient(x)
+    n = x.size
+    if n < 4:
+        return None
+    d = x - float(_sum(x)) / n
+    d2 = d * d
+    raw = _sarle(d, d2, n)
     if raw is None:
         return None
     total = weight = 0.0
-    for seg in segments(x, max_changes):
-        bc = sarle_coefficient(seg)
+    for a, b in _kept(_split(d, d2, max_changes), n):
+        m = b - a
+        if m < 4:
+            continue
+        seg = x[a:b]
+        ds = seg - float(_sum(seg)) / m
+        bc = _sarle(ds, ds * ds, m)
         if bc is not None:
-            total += bc * seg.size
-            weight += seg.size
+            total += bc * m
+            weight += m
     if weight == 0:
         return None
     return min(raw, total / weight)
