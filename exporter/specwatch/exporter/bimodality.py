@@ -114,8 +114,7 @@ def _centred(x: np.ndarray) -> np.ndarray:
     read, one row each, with the leading 0 where a segment starts at sample 0.
     """
     n = x.size
-    buf = np.empty((2, n + 1))
-    buf[:, 0] = 0.0
+    buf = np.zeros((2, n + 1))
     d = buf[0, 1:]
     np.subtract(x, float(_sum(x)) / n, out=d)  # centred: less cancellation in the sums
     np.multiply(d, d, out=buf[1, 1:])
@@ -140,11 +139,7 @@ def _split(cs: np.ndarray, cs2: np.ndarray, max_changes: int) -> list[int]:
     if n < 2 or max_changes < 1:
         return []
     k = _counts(n)
-    # From 0, cs[0] = cs2[0] = 0: subtracting them changes no bit, so it is left out. cs2
-    # never decreases (a running sum of squares): from n, cs2[n] − cs2 needs no abs().
-    s = cs - cs[n]
-    dist = {0: np.maximum(cs2 - cs * cs / k[n:], 0.0),
-            n: np.maximum((cs2[n] - cs2) - s * s / k[:n + 1], 0.0)}
+    dist = {0: _dist(cs, cs2, 0, k[n:]), n: _dist(cs, cs2, n, k[:n + 1])}
     bounds = [0, n]
     for round_ in range(max_changes):
         best_gain, best_c = 1e-15, -1
@@ -152,18 +147,34 @@ def _split(cs: np.ndarray, cs2: np.ndarray, max_changes: int) -> list[int]:
             if b - a < 2:
                 continue
             da = dist[a]
-            gain = da[b] - (da[a + 1:b] + dist[b][a + 1:b])
+            gain = da[a + 1:b] + dist[b][a + 1:b]
+            np.subtract(float(da[b]), gain, out=gain)
             i = int(gain.argmax())
-            if gain[i] > best_gain:
-                best_gain, best_c = float(gain[i]), a + 1 + i
+            g = float(gain[i])
+            if g > best_gain:
+                best_gain, best_c = g, a + 1 + i
         if best_c < 0:
             break
         bisect.insort(bounds, best_c)
         if round_ + 1 < max_changes:  # another round reads its distances
-            s = cs - cs[best_c]
-            dist[best_c] = np.maximum(np.abs(cs2 - cs2[best_c])
-                                      - s * s / k[n - best_c:2 * n + 1 - best_c], 0.0)
+            dist[best_c] = _dist(cs, cs2, best_c, k[n - best_c:2 * n + 1 - best_c])
     return bounds[1:-1]
+
+
+def _dist(cs: np.ndarray, cs2: np.ndarray, b: int, counts: np.ndarray) -> np.ndarray:
+    """Sum of squared deviations of the samples between position b and each position c,
+    max(|cs2[c] − cs2[b]| − (cs[c] − cs[b])² / |c − b|, 0) (``counts``: |c − b|, 1 at b).
+
+    The differences are the former ones negated for c < b, which changes no bit of the
+    square or the absolute value. In place: seven numpy calls, two arrays.
+    """
+    s = cs - float(cs[b])
+    np.multiply(s, s, out=s)
+    np.divide(s, counts, out=s)
+    q = cs2 - float(cs2[b])
+    np.abs(q, out=q)
+    np.subtract(q, s, out=q)
+    return np.maximum(q, 0.0, out=q)
 
 
 def change_points(samples: Sequence[float] | np.ndarray, max_changes: int = MAX_CHANGES
