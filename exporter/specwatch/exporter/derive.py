@@ -17,6 +17,7 @@ N finished requests back; it is absent until the history holds N finished reques
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sys
@@ -510,15 +511,24 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             first = dict(zip(wanted, np.searchsorted(np.flatnonzero(have),
                                                      np.asarray(wanted) + 1).tolist(),
                              strict=True))
+            # Windows with the same base (all of them while the history is younger than the
+            # shortest; the count window's base can equal a time window's) are the same
+            # signals under another label: computed once.
+            done: dict[int, WindowSignals] = {}
             for label, i in bases:
                 if i is None:
                     continue
                 dt = t_cur - float(times[i])
                 if not dt > 0:
                     continue
-                windows.append(window_signals(
+                same = done.get(i)
+                if same is not None:
+                    windows.append(dataclasses.replace(same, window=label))
+                    continue
+                done[i] = ws = window_signals(
                     label, dt, per_base[i], present, hist.configured_k, hist.gauges,
-                    kept[first[i]:], cfg.min_bimodality_samples, cfg.histograms))
+                    kept[first[i]:], cfg.min_bimodality_samples, cfg.histograms)
+                windows.append(ws)
     samples_hist = None
     if hist.sample_count > 0 or (present is not None and (
             _has(present.keys, sources.DRAFT_TOKENS)
