@@ -460,7 +460,11 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
     """Every window of one model, plus its sample histogram and configured k.
 
     Each window is the difference of two rows of the model's ring (the newest and the
-    window's base), computed for every counter at once.
+    window's base), computed for every counter at once. It runs for every model on every
+    poll, so what the windows share is done once: one search for all time-window bases, the
+    count window's base by a binary search that reads only the entries it probes, the
+    per-poll samples filtered once (each window's are a suffix of them, passed as an array),
+    and windows with the same base row computed once.
     """
     ring = hist.entries
     windows: list[WindowSignals] = []
