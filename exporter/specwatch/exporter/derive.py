@@ -17,8 +17,10 @@ N finished requests back; it is absent until the history holds N finished reques
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -166,9 +168,12 @@ def solve_token_acceptance_probability(e: float, k: float) -> float | None:
     if e >= k + 1.0:
         return 1.0
     lo, hi = 0.0, 1.0
+    kp1 = k + 1.0
     for _ in range(80):
         mid = 0.5 * (lo + hi)
-        if expected_acceptance_length(mid, k) < e:
+        # expected_acceptance_length(mid, k), inlined (the same operations): about 50
+        # steps per window per poll, where a function call costs as much as the step.
+        if (kp1 if mid >= 1.0 else (1.0 - mid ** kp1) / (1.0 - mid)) < e:
             lo = mid
         else:
             hi = mid
@@ -390,11 +395,18 @@ def _position_order(p: str) -> tuple[int, str]:
 
 
 def _time_base_index(times: Sequence[float], seconds: float) -> int | None:
+    return _time_base_indices(times, [seconds])[0]
+
+
+def _time_base_indices(times: Sequence[float], seconds: Sequence[float]
+                       ) -> list[int | None]:
+    """:func:`time_window_base`'s index for each window length: one search for all."""
     if len(times) < 2:
-        return None
+        return [None] * len(seconds)
     # Entry times strictly increase (history folds a poll that does not advance the clock).
-    i = int(np.searchsorted(times, times[-1] - seconds + 1e-9, side="right"))
-    return max(0, i - 1)
+    idx = np.searchsorted(times, times[-1] - np.asarray(seconds, dtype=float) + 1e-9,
+                          side="right")
+    return [max(0, i - 1) for i in idx.tolist()]
 
 
 def time_window_base(entries: Sequence[HistoryEntry], seconds: float) -> HistoryEntry | None:
@@ -403,20 +415,32 @@ def time_window_base(entries: Sequence[HistoryEntry], seconds: float) -> History
     return None if i is None else entries[i]
 
 
-def _count_base_index(values: Sequence[float], n_requests: int) -> int | None:
-    """Newest index with at least ``n_requests`` finished requests after it (``values``: the
-    cumulative finished requests per entry, NaN or 0 where absent, the newest present)."""
-    if len(values) < 2:
+def _count_base_index(column: Sequence[float], n_requests: int) -> int | None:
+    """Newest index with at least ``n_requests`` finished requests after it (``column``: the
+    cumulative finished requests per entry, NaN or 0 where absent, the newest present).
+
+    An absent value counts as 0 (and ±inf as the largest finite float, like
+    ``np.nan_to_num``): only the entries the binary search reads are converted, not the
+    whole column on every poll.
+    """
+    if len(column) < 2:
         return None
-    newest = values[-1]
+
+    def value(i: int) -> float:
+        v = float(column[i])
+        if v != v:
+            return 0.0
+        return v if abs(v) != math.inf else math.copysign(sys.float_info.max, v)
+
+    newest = value(-1)
     # Reset-corrected cumulative counters never decrease, so "at least n requests after it"
     # holds for a prefix of the entries: binary search for its last one.
-    lo, hi = 0, len(values) - 1  # the answer is in [lo, hi) or absent
-    if not newest - values[0] >= n_requests:
+    lo, hi = 0, len(column) - 1  # the answer is in [lo, hi) or absent
+    if not newest - value(0) >= n_requests:
         return None
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if newest - values[mid] >= n_requests:
+        if newest - value(mid) >= n_requests:
             lo = mid
         else:
             hi = mid
@@ -436,7 +460,11 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
     """Every window of one model, plus its sample histogram and configured k.
 
     Each window is the difference of two rows of the model's ring (the newest and the
-    window's base), computed for every counter at once.
+    window's base), computed for every counter at once. It runs for every model on every
+    poll, so what the windows share is done once: one search for all time-window bases, the
+    count window's base by a binary search that reads only the entries it probes, the
+    per-poll samples filtered once (each window's are a suffix of them, passed as an array),
+    and windows with the same base row computed once.
     """
     ring = hist.entries
     windows: list[WindowSignals] = []
@@ -444,13 +472,14 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
     present: Present | None = None
     if n:
         times = ring.times()
-        bases: list[tuple[str, int | None]] = [
-            (label, _time_base_index(times, secs)) for label, secs in cfg.windows]
+        bases: list[tuple[str, int | None]] = list(zip(
+            [label for label, _secs in cfg.windows],
+            _time_base_indices(times, [secs for _label, secs in cfg.windows]), strict=True))
         if cfg.count_window > 0:
             req = ring.column((sources.REQUESTS_FINISHED, None))
             i = None
             if req is not None and req[-1] == req[-1]:
-                i = _count_base_index(np.nan_to_num(req, nan=0.0), cfg.count_window)
+                i = _count_base_index(req, cfg.count_window)
             bases.append((cfg.count_window_label, i))
         wanted = sorted({i for _label, i in bases if i is not None})
         cur = ring.row(-1)
@@ -478,18 +507,32 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             diff = np.where(diff > 0.0, diff, 0.0)  # delta(): never negative, never -0.0
             per_base = {i: dict(zip(col_keys, row, strict=True))
                         for i, row in zip(wanted, diff.tolist(), strict=True)}
+            # The per-poll samples after each base, without the polls that had none (NaN):
+            # filtered once for all windows (each window's are a suffix of them).
             samples = ring.sample_column()
+            have = samples == samples
+            kept = samples[have]
+            first = dict(zip(wanted, np.searchsorted(np.flatnonzero(have),
+                                                     np.asarray(wanted) + 1).tolist(),
+                             strict=True))
+            # Windows with the same base (all of them while the history is younger than the
+            # shortest; the count window's base can equal a time window's) are the same
+            # signals under another label: computed once.
+            done: dict[int, WindowSignals] = {}
             for label, i in bases:
                 if i is None:
                     continue
                 dt = t_cur - float(times[i])
                 if not dt > 0:
                     continue
-                after = samples[i + 1:]
-                windows.append(window_signals(
+                same = done.get(i)
+                if same is not None:
+                    windows.append(dataclasses.replace(same, window=label))
+                    continue
+                done[i] = ws = window_signals(
                     label, dt, per_base[i], present, hist.configured_k, hist.gauges,
-                    after[after == after].tolist(), cfg.min_bimodality_samples,
-                    cfg.histograms))
+                    kept[first[i]:], cfg.min_bimodality_samples, cfg.histograms)
+                windows.append(ws)
     samples_hist = None
     if hist.sample_count > 0 or (present is not None and (
             _has(present.keys, sources.DRAFT_TOKENS)
