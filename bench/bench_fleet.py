@@ -162,6 +162,21 @@ def report(label: str, result: dict, scrapes: list[tuple[float, int]], slow: int
     print(f"  CPU: {result['cpu_seconds']:.1f} s over {result['end'] - result['start']:.0f} s "
           f"= {100 * c['cpu_share']:.1f}% of one core (scrapes included), "
           f"{c['cpu_per_poll'] * 1e3:.2f} ms per poll")
+    if "user_seconds" in result:
+        print(f"  CPU split: user {result['user_seconds']:.1f} s, system "
+              f"{result['system_seconds']:.1f} s; context switches voluntary "
+              f"{result['context_switches'][0]:,}, involuntary {result['context_switches'][1]:,}")
+    if "stage_cpu_seconds" in result:
+        n = max(len(result["polls"]), 1)
+        st = result["stage_cpu_seconds"]
+        rest = result["cpu_seconds"] - st["fetch"] - st["apply"]
+        print(f"  CPU per poll by stage (polling thread's clock): fetch {st['fetch'] / n * 1e3:.2f}"
+              f" ms, result handling {st['apply'] / n * 1e3:.2f} ms, rest of the process "
+              f"{rest / n * 1e3:.2f} ms")
+    if "gc_runs" in result:
+        print(f"  garbage collector: {result['gc_runs']} passes per generation, "
+              f"{sum(result['gc_cpu_seconds']):.2f} s CPU ({result['gc_cpu_seconds'][2]:.2f} s in "
+              f"full passes), {result['gc_tracked_objects']:,} tracked objects")
     print(f"  RSS: {result['rss_before_bytes'] / mib:.0f} MiB after preload, peak "
           f"{result['rss_peak_sampled_bytes'] / mib:.0f} MiB while polling (lifetime peak "
           f"{result['maxrss_lifetime_bytes'] / mib:.0f} MiB); threads peak "
