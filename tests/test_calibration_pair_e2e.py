@@ -19,22 +19,29 @@ whose rate is more than 30% off the previous window's). The simulation is seeded
 exporter's pair series go through the same states on every run, loaded or not.
 
 Prometheus stays on the wall clock, so the test makes it see every state: after a poll
-that changed the pair series, it waits for a successful scrape that started after the
-poll, and holds the state at least one query step (``STEP_S``) past that scrape, so the
-range query calibrate makes at that step has a sample of every state; a bin that empties
+that changed the pair series, it waits until Prometheus's latest scrape holds exactly
+those series and values (by content: a scrape stamped after a poll can still hold the page
+from before it), and holds the state at least one query step (``STEP_S``) past that
+scrape, so the range query calibrate makes at that step has a sample of every state (a
+later state's first sample is stamped after the next poll); a bin that empties
 is absent for many states, far more than the gap (5 steps) that separates its visits.
 What Prometheus stores is then the same sequence of states, only stretched differently in
 wall time, and calibrate's visits (first run of a presence, the point at its fullest
 sample) are the same.
 
-Tolerance: 10% per coefficient, the acceptance criterion. Measured (the same figures with
-and without four busy loops on the machine's 2 cores), 32 points: FIGURES. b_p (the delay a
-new prefill adds to each request in flight) has the least margin: its term b_p·B is at
-most ~8% of a short request's latency and ~1.5% of a chat one, and the simulator's own
-physics differs from the model's closed form in ways that move it (a request waits about
-half a step to join the batch, the first token comes from the prefill): per-level means
-taken straight from the simulation, without any exporter, fit it at -9.8%
-(docs/calibration.md).
+Tolerance: 10% per coefficient, the acceptance criterion. Measured, the same figures to
+the last digit with and without four busy loops on the machine's 2 cores (~130 s alone,
+~175 s loaded; 4.3 minutes on the wall clock at 20x before), 32 points: a_p -1.9%,
+a_v -0.4%, a_d +7.2%, b_p -4.2%, b_v +0.6%, b_d +1.7%. b_p (the delay a new prefill adds
+to each request in flight) and a_d are the least determined: b_p·B is at most ~8% of a
+short request's latency and ~1.5% of a chat one, and the simulator's own physics differs
+from the model's closed form in ways that move it (a request waits about half a step to
+join the batch, the first token comes from the prefill): per-level means taken straight
+from the simulation, without any exporter, fit it at -9.8% (docs/calibration.md). Which
+windows are measured moves them by several percent: the same run with 60 s windows
+(every level starting on a window boundary) fits b_p at -11.1% and a_d at +3.5%, and on
+the wall clock, where the windows fell differently every run, three runs gave b_p -8.7%,
+-5.2% and -11.1% (the last one failed).
 """
 
 from __future__ import annotations
@@ -48,8 +55,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.steppedpair import SteppedClock, step_pair, stepped_pair
-from promsim import query, scrape_job, scraping_prometheus, wait_for_scrape_after
+from helpers.steppedpair import (
+    SeriesState,
+    SteppedClock,
+    pair_series,
+    step_pair,
+    stepped_pair,
+    wait_until_prometheus_shows,
+)
+from promsim import query, scrape_job, scraping_prometheus
 from specwatch.app.demo import free_port
 from specwatch.app.serve import ServeApp
 from specwatch.calibrate.measured import read_pair_points
@@ -76,13 +90,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("prometheus") is None,
                        reason="needs Debian's prometheus (make setup installs it)"),
 ]
-
-
-def pair_series(app: ServeApp) -> tuple[tuple[object, ...], ...]:
-    """Every pair sample the exporter would show now (name, labels, value)."""
-    assert app.pairs is not None
-    return tuple((s.name, tuple(sorted(s.labels.items())), s.value)
-                 for fam in app.pairs.families() for s in fam.samples)
 
 
 def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
@@ -118,7 +125,7 @@ def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
             server.start()
             stack.callback(server.stop)
         start = math.floor(time.time())
-        shown: tuple[tuple[object, ...], ...] | None = None
+        shown: SeriesState | None = None
         states = 0
         # Through the walk: poll both sides at 0, POLL_S, ... duration_s; the last poll
         # folds the last level's last window.
@@ -127,9 +134,9 @@ def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
             now = pair_series(app)
             if now == shown:
                 continue
-            # Prometheus sees this state (a scrape after the poll) and keeps it one query
-            # step before the next state can reach it (see the module docstring).
-            scraped = wait_for_scrape_after(prom, time.time() + 0.01, poll=0.05)
+            # Prometheus holds this state, and keeps it one query step before the next
+            # state can reach it (see the module docstring).
+            scraped = wait_until_prometheus_shows(prom, app)
             time.sleep(max(0.0, scraped + STEP_S + 0.01 - time.time()))
             shown, states = now, states + 1
         end = math.ceil(time.time())

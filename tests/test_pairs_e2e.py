@@ -42,7 +42,9 @@ and moves, so load on the machine cannot change what is measured, only how long 
 
 Prometheus stays on the wall clock: it scrapes the exporter every second and evaluates the
 alert (5 s pending); after the ramp the test holds the clock still (the last step, past
-break-even) and reads the state Prometheus scraped after that.
+break-even) and reads what Prometheus scraped once it holds exactly the exporter's pair
+series (by content: the first scrape stamped after the last poll was seen holding an
+earlier state, and the last bin's figure then moved from run to run).
 """
 
 from __future__ import annotations
@@ -58,8 +60,13 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from helpers.steppedpair import SteppedClock, step_pair, stepped_pair
-from promsim import get_json, query, scrape_job, scraping_prometheus, wait_for_scrape_after
+from helpers.steppedpair import (
+    SteppedClock,
+    step_pair,
+    stepped_pair,
+    wait_until_prometheus_shows,
+)
+from promsim import get_json, query, scrape_job, scraping_prometheus
 from specwatch.app.demo import free_port
 from specwatch.app.serve import ServeApp
 from specwatch.calibrate.measured import read_pair_points
@@ -183,7 +190,7 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(
         sim_now = total_s
         model_name = scenario.models[0].model_name
         assert app.pairs._sides[("sd", model_name)].last_end == clock.start + sim_now
-        wait_for_scrape_after(prom, time.time())
+        wait_until_prometheus_shows(prom, app)
         rows = query(prom, 'sd_measured_speedup{statistic="mean"}')
         measured = {r["metric"]["arrival_rate_bin"]: float(r["value"][1]) for r in rows}
         start = 0.0

@@ -15,6 +15,12 @@ has the details). Here nothing moves unless the test moves it:
 
 The simulations are seeded, so the exporter's state after each step is the same on every
 run, loaded or not; only the wall time it takes changes.
+
+Prometheus stays on the wall clock. :func:`wait_until_prometheus_shows` waits until its
+latest scrape holds exactly the pair series the exporter shows now, compared by content:
+a scrape's timestamp does not say which state it holds (the first scrape stamped after the
+test's last poll was seen holding the page from before that poll, so a read right after it
+gave another figure on every run).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import math
 import time
 
+from promsim import query, wait_for_scrape_after
 from specwatch.app.serve import ServeApp
 from specwatch.sim.scenario import Scenario
 from specwatch.sim.server import SimulatorServer, baseline_scenario
@@ -65,3 +72,45 @@ def step_pair(clock: SteppedClock, t: float, app: ServeApp,
         server.step()
         result = app.poller.poll_now(name)
         assert result.error_reason is None, result
+
+
+#: The pair families (specwatch.exporter.pairs) as Prometheus stores them.
+PAIR_SERIES = '{job="specwatch",__name__=~"sd_measured_.*|sd_pair_.*"}'
+#: Labels Prometheus adds to what it scrapes.
+TARGET_LABELS = ("__name__", "instance", "job")
+
+SeriesState = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def pair_series(app: ServeApp) -> SeriesState:
+    """Every pair sample the exporter shows now: (name, labels) -> value."""
+    assert app.pairs is not None
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in app.pairs.families() for s in fam.samples}
+
+
+def wait_until_prometheus_shows(prom: str, app: ServeApp, timeout: float = 60.0,
+                                poll: float = 0.05) -> float:
+    """Until the latest samples Prometheus holds of the pair series are exactly what the
+    exporter shows now (same series, same values: Prometheus keeps float64 values
+    exactly, and a series that left the page is stale); returns the timestamp of the
+    latest successful scrape, which holds them (with no pair series yet: of a successful
+    scrape after now)."""
+    want = pair_series(app)
+    if not want:
+        return wait_for_scrape_after(prom, time.time(), timeout=timeout, poll=poll)
+    deadline = time.monotonic() + timeout
+    got: SeriesState = {}
+    while time.monotonic() < deadline:
+        got = {(r["metric"]["__name__"],
+                tuple(sorted((k, v) for k, v in r["metric"].items()
+                             if k not in TARGET_LABELS))): float(r["value"][1])
+               for r in query(prom, PAIR_SERIES)}
+        if got == want:
+            # The latest successful scrape: the one that holds them or a later one (the
+            # page does not change until the test polls again).
+            rows = query(prom, 'timestamp(up{job="specwatch"} == 1)')
+            return float(rows[0]["value"][1])
+        time.sleep(poll)
+    raise AssertionError(f"Prometheus at {prom} did not show the exporter's pair series in"
+                         f" {timeout}s: {len(want)} series expected, {len(got)} seen")
