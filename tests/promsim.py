@@ -13,12 +13,15 @@ query's rate() needs two samples per window, so --step is several scrape interva
 OpenMetrics input must group each family's samples together and end with "# EOF".
 
 `scraping_prometheus` is the live counterpart the end-to-end tests share: a Prometheus that
-scrapes their exporter (or simulator) every second and evaluates the mixin's rules.
+scrapes their exporter (or simulator) every second and evaluates the mixin's rules;
+`query` and `wait_for_scrape_after` read it (a test that steps its own clock waits for a
+scrape of each state it must see).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import random
 import shutil
@@ -26,6 +29,8 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,6 +238,38 @@ def scraping_prometheus(workdir: Path, scrape_configs: Sequence[dict[str, Any]],
     config.write_text(yaml.safe_dump(doc), encoding="utf-8")
     with _prometheus(config, workdir / "data", workdir, ["--log.level=warn"]) as url:
         yield url
+
+
+def get_json(url: str) -> Any:
+    """GET ``url`` and decode its JSON body."""
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read().decode())
+
+
+def query(prom: str, expr: str) -> list[dict[str, Any]]:
+    """An instant query of Prometheus at ``prom``: its result rows."""
+    data = get_json(f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    assert data["status"] == "success", data
+    return data["data"]["result"]
+
+
+def wait_for_scrape_after(prom: str, wall: float, job: str = "specwatch",
+                          timeout: float = 60.0, poll: float = 0.2) -> float:
+    """Until Prometheus has scraped ``job`` successfully in a scrape that started after
+    ``wall`` (Unix seconds); returns that scrape's timestamp.
+
+    Only a successful scrape counts: a failed one stores no sample of the page (and
+    marks its series stale), so what the page showed after ``wall`` would be missing."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            rows = query(prom, f'timestamp(up{{job="{job}"}} == 1)')
+        except OSError:
+            rows = []
+        if rows and float(rows[0]["value"][1]) > wall:
+            return float(rows[0]["value"][1])
+        time.sleep(poll)
+    raise AssertionError(f"Prometheus at {prom} did not scrape {job} in {timeout}s")
 
 
 @contextlib.contextmanager

@@ -24,8 +24,8 @@ and moves, so load on the machine cannot change what is measured, only how long 
   cut where the exporter's last segment ended, drifts with it. With load average 10+ on
   two cores the 7.5 req/s bin once missed its 10% (10.6%).
 * A simulated clock that advances as wall time x speed (``SimulatorServer(...,
-  simulated_clock=True)`` read by ``ServeApp(cfg, clock=sd.simulated_now)``, as in
-  tests/test_calibration_pair_e2e.py) fixes the *length* of a window (the exporter's stamps
+  simulated_clock=True)`` read by ``ServeApp(cfg, clock=sd.simulated_now)``, as
+  tests/test_calibration_pair_e2e.py once ran) fixes the *length* of a window (the exporter's stamps
   and the page are on one time base) but not its *content*: a stamp is read when the poll
   result is applied, the page shows the simulation as of its driver's last tick, and a late
   tick or a slow fetch moves the clock between the two by speed x delay.
@@ -38,10 +38,13 @@ and moves, so load on the machine cannot change what is measured, only how long 
   exporter's 100 s segments end on the multiples of 100 s, the load steps' boundaries
   included: the truth is taken over exactly the stretches the exporter measured. The
   simulation is seeded, so the measured figures are the same on every run, loaded or not.
+  (``helpers.steppedpair``, shared with tests/test_calibration_pair_e2e.py.)
 
 Prometheus stays on the wall clock: it scrapes the exporter every second and evaluates the
 alert (5 s pending); after the ramp the test holds the clock still (the last step, past
-break-even) and reads the state Prometheus scraped after that.
+break-even) and reads what Prometheus scraped once it holds exactly the exporter's pair
+series (by content: the first scrape stamped after the last poll was seen holding an
+earlier state, and the last bin's figure then moved from run to run).
 """
 
 from __future__ import annotations
@@ -49,18 +52,21 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import shutil
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
-from promsim import scrape_job, scraping_prometheus
+from helpers.steppedpair import (
+    SteppedClock,
+    step_pair,
+    stepped_pair,
+    wait_until_prometheus_shows,
+)
+from promsim import get_json, query, scrape_job, scraping_prometheus
 from specwatch.app.demo import free_port
 from specwatch.app.serve import ServeApp
 from specwatch.calibrate.measured import read_pair_points
@@ -69,7 +75,7 @@ from specwatch.cli import main
 from specwatch.exporter import config
 from specwatch.mixin.render import dump_rules, render_rules
 from specwatch.sim.scenario import load_scenario
-from specwatch.sim.server import SimulatorServer, baseline_scenario
+from specwatch.sim.server import SimulatorServer
 
 BINS = [0, 3.5, 6.25, 9.25, 50]  # req/s: the steps are at 2, 5, 7.5 and 11
 LABELS = ["0-3.5", "3.5-6.25", "6.25-9.25", "9.25-50"]
@@ -79,43 +85,6 @@ POLL_S = 25.0  # simulated seconds between polls (four per segment)
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
                                 reason="needs Debian's prometheus (make setup installs it)")
-
-
-class SteppedClock:
-    """A clock that moves only when told (Unix seconds; starts on a whole second so that
-    poll stamps POLL_S apart are exactly POLL_S apart in floating point)."""
-
-    def __init__(self) -> None:
-        self.start = float(math.floor(time.time()))
-        self.t = self.start
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read().decode())
-
-
-def query(prom: str, expr: str) -> list[dict[str, Any]]:
-    data = get_json(f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
-    assert data["status"] == "success", data
-    return data["data"]["result"]
-
-
-def wait_for_scrape_after(prom: str, wall: float, timeout: float = 60.0) -> None:
-    """Until Prometheus has scraped the exporter (a scrape started after ``wall``)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            rows = query(prom, 'timestamp(up{job="specwatch"})')
-        except OSError:
-            rows = []
-        if rows and float(rows[0]["value"][1]) > wall:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"Prometheus at {prom} did not scrape the exporter in {timeout}s")
 
 
 def truth(server: SimulatorServer, start_s: float, end_s: float) -> float:
@@ -200,12 +169,8 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(
     clock = SteppedClock()
     app = ServeApp(config.build_config(str(tmp_path / "specwatch.yaml"), [], None, None),
                    clock=clock)
-    # Speed 1 on the test's clock; a one-hour tick: the test, not a driver thread, steps them.
-    sd = SimulatorServer(scenario, f"127.0.0.1:{sd_port}", 1.0, clock=clock, tick=3600.0,
-                         record_latencies=2_000_000, simulated_clock=True)
-    base = SimulatorServer(baseline_scenario(scenario), f"127.0.0.1:{base_port}", 1.0,
-                           clock=clock, tick=3600.0, record_latencies=2_000_000,
-                           simulated_clock=True)
+    # Speed 1 on the test's clock, no driver thread: step_pair steps them.
+    sd, base = stepped_pair(scenario, sd_port, base_port, clock, record_latencies=2_000_000)
     with contextlib.ExitStack() as stack:
         prom = stack.enter_context(scraping_prometheus(
             tmp_path, [scrape_job("specwatch", f"127.0.0.1:{exp_port}")],
@@ -221,15 +186,11 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(
         # stops: it stops at total_s, a segment's end, and so does the truth.
         n_polls = round(total_s / POLL_S)
         for i in range(n_polls + 1):
-            clock.t = clock.start + i * POLL_S
-            for server, name in ((sd, "sd"), (base, "baseline")):
-                server.step()
-                result = app.poller.poll_now(name)
-                assert result.error_reason is None, result
+            step_pair(clock, clock.start + i * POLL_S, app, ((sd, "sd"), (base, "baseline")))
         sim_now = total_s
         model_name = scenario.models[0].model_name
         assert app.pairs._sides[("sd", model_name)].last_end == clock.start + sim_now
-        wait_for_scrape_after(prom, time.time())
+        wait_until_prometheus_shows(prom, app)
         rows = query(prom, 'sd_measured_speedup{statistic="mean"}')
         measured = {r["metric"]["arrival_rate_bin"]: float(r["value"][1]) for r in rows}
         start = 0.0
