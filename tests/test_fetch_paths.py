@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import http.server
+import socket
 import ssl
 import threading
 import time
@@ -479,3 +480,24 @@ def test_the_client_certificate_is_never_presented_to_another_origin(transport: 
         home = outcome(srv.url(), transport, verify=str(pki.ca), cert=cert,
                        follow_redirects="any", timeout_seconds=5.0)
     assert home == ("ok", PAGE.decode()), home
+
+
+def test_finished_polls_leave_no_guard_waiting_for_its_deadline() -> None:
+    """A target that fails at once (connection refused), polled far more often than its
+    timeout, must not pile up one deadline guard per poll until each deadline passes: the
+    watchdog holds at most twice the polls in flight plus a small constant (issue 17's
+    bounded state; tests/test_resources.py saw +467 kB over 1,000 such polls)."""
+    from specwatch.exporter.fetch import _WATCHDOG
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/metrics"
+    session = new_session(url, "direct")
+    target = PollTarget("dead", url, timeout_seconds=30.0)
+    try:
+        for _ in range(1000):
+            with pytest.raises(PollError):
+                fetch(session, target)
+    finally:
+        session.close()
+    assert len(_WATCHDOG._heap) <= 2 * _WATCHDOG.COMPACT_FROM

@@ -164,15 +164,28 @@ def _shutdown(sock: socket.socket) -> None:
 class _Watchdog:
     """One thread for every poll's deadline: fires each :class:`_Guard` when due."""
 
+    #: Heap size from which finished guards are dropped before a new one is added.
+    COMPACT_FROM = 64
+
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, _Guard]] = []
         self._count = 0
         self._thread: threading.Thread | None = None
+        self._compact_at = self.COMPACT_FROM
 
     def add(self, guard: _Guard) -> None:
         with self._cond:
             self._count += 1
+            if len(self._heap) >= self._compact_at:
+                # A finished poll's guard would otherwise wait in the heap until its
+                # deadline: a target failing fast (connection refused) polled often would
+                # pile up timeout / interval of them. Dropping them when the heap has
+                # doubled since the last pass keeps it within twice the polls in flight
+                # (plus COMPACT_FROM) at O(1) amortised cost a poll.
+                self._heap = [e for e in self._heap if not e[2].done]
+                heapq.heapify(self._heap)
+                self._compact_at = max(self.COMPACT_FROM, 2 * len(self._heap))
             heapq.heappush(self._heap, (guard.deadline, self._count, guard))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True,
