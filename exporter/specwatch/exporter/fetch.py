@@ -335,13 +335,17 @@ def _read_body(read1: Callable[[int], bytes], settimeout: Callable[[float], None
             from exc
 
 
-def _redirect_refused(target: PollTarget, status: int, same: bool) -> PollError | None:
-    """The error for a redirect ``follow_redirects`` does not allow, else None."""
+def _check_redirect(target: PollTarget, status: int, same: bool, hop: int) -> None:
+    """Raise unless hop ``hop`` may follow this redirect: ``follow_redirects`` allows it
+    (``same``: to the target's own origin) and it is not one past :data:`MAX_REDIRECTS`.
+    The caller then sends the target's credentials (headers, password, client
+    certificate) only when ``same``."""
     if target.follow_redirects == "none" or (not same and target.follow_redirects == "same_host"):
         where = "to its own origin" if same else "to another scheme, host or port"
-        return PollError("http_status", f"HTTP {status}: redirect {where} not followed "
-                                        f"(follow_redirects: {target.follow_redirects})")
-    return None
+        raise PollError("http_status", f"HTTP {status}: redirect {where} not followed "
+                                       f"(follow_redirects: {target.follow_redirects})")
+    if hop == MAX_REDIRECTS:
+        raise PollError("connection", f"more than {MAX_REDIRECTS} redirects")
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -510,11 +514,7 @@ class DirectSession:
                     location = urljoin(url, resp.getheader("location", ""))
                     _discard(conn, resp)
                     same = _origin(location) == self.home
-                    refused = _redirect_refused(target, status, same)
-                    if refused is not None:
-                        raise refused
-                    if hop == MAX_REDIRECTS:
-                        raise PollError("connection", f"more than {MAX_REDIRECTS} redirects")
+                    _check_redirect(target, status, same, hop)
                     url = _prepared_url(location)
                     # Another origin gets none of the target's credentials: no configured
                     # header, no password, no client certificate.
@@ -737,11 +737,7 @@ def _fetch_requests(session: requests.Session, target: PollTarget,
             location = urljoin(resp.url or target.url, resp.headers.get("location", ""))
             resp.close()
             same = _origin(location) == home
-            refused = _redirect_refused(target, status, same)
-            if refused is not None:
-                raise refused
-            if hop == MAX_REDIRECTS:
-                raise PollError("connection", f"more than {MAX_REDIRECTS} redirects")
+            _check_redirect(target, status, same, hop)
             request = session.prepare_request(requests.Request(
                 "GET", location,
                 headers={**_BASE_HEADERS, **target.headers} if same else _BASE_HEADERS,
