@@ -214,3 +214,70 @@ def test_serve_app_builds_window_histograms_only_for_the_controller_and_pairs():
         app.pipeline.apply(PollResult("a", t, t, 0.01, body=path.read_text()))
     m = next(iter(app.pipeline.snapshot.targets["a"].models.values()))
     assert m.windows and all(w.histograms == {} for w in m.windows)
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _scrape_every_15s_poll_every_5s(monkeypatch, scrape_offsets: list[float]):
+    """Two targets polled every 5 s (offsets 0 and 2 s), scraped at the given offsets of
+    each 15 s cycle, for ten cycles; returns (renders at publish, renders during scrapes,
+    scrapes whose bytes differed from a fresh render)."""
+    p = pipeline_with_data()
+    clock = Clock(0.0)
+    col = SpecwatchCollector(lambda: p.snapshot, clock=clock)
+    counts = {"publish": 0, "scrape": 0}
+    where = ["publish"]
+    real = collector_mod.render_target
+
+    def counting(t):
+        counts[where[0]] += 1
+        return real(t)
+
+    monkeypatch.setattr(collector_mod, "render_target", counting)
+    p.add_publish_listener(col.prerender)
+    texts = [path.read_text() for path in PAGES]
+    events = []
+    for cycle in range(10):
+        base = 15.0 * cycle
+        for k in range(3):
+            events += [(base + 5 * k, "poll", "a"), (base + 5 * k + 2, "poll", "b")]
+        events += [(base + off, "scrape", "") for off in scrape_offsets]
+    wrong = 0
+    for i, (t, kind, name) in enumerate(sorted(events)):
+        clock.t = 5000.0 + t
+        if kind == "poll":
+            where[0] = "publish"
+            p.apply(PollResult(name, clock.t, clock.t, 0.01, body=texts[i % len(texts)]))
+        else:
+            where[0] = "scrape"
+            body = col.exposition(p.snapshot, False)
+            where[0] = "check"
+            wrong += body != reference(col, False)
+    return counts["publish"], counts["scrape"], wrong
+
+
+def test_a_snapshot_replaced_before_the_next_scrape_is_not_rendered_ahead(monkeypatch):
+    """Polled every 5 s, scraped every 15 s: once the scrape period is known, a target is
+    rendered at publish time only when the next scrape is due before its next poll (about
+    one render in three instead of every poll), no scrape has to render a target itself,
+    and every scrape serves exactly what a fresh render gives."""
+    publish, in_scrape, wrong = _scrape_every_15s_poll_every_5s(monkeypatch, [12.5])
+    assert wrong == 0
+    # 60 polls; the first scrapes teach the period (every poll rendered until then).
+    assert publish <= 60 / 2, publish
+    assert in_scrape <= 2 + 2  # the first scrape renders both targets; then none is stale
+
+
+def test_scrapes_at_unexpected_times_still_serve_fresh_lines(monkeypatch):
+    """Scrapes at irregular offsets (two Prometheus replicas, jitter): whatever the
+    prediction, each scrape serves exactly what a fresh render gives, because a scrape
+    renders the targets it finds stale."""
+    publish, in_scrape, wrong = _scrape_every_15s_poll_every_5s(monkeypatch, [1.0, 13.9])
+    assert wrong == 0
+    assert publish + in_scrape <= 60 + 20 * 2  # never more renders than before, plus scrapes

@@ -98,7 +98,7 @@ class ServeApp:
         # clock (tests, the demo's simulated time) drives both.
         self.history_clock = time.monotonic if clock is time.time else clock
         self.poller = Poller([_poll_target(t) for t in targets], cfg.poll_interval,
-                             self.on_poll_result, clock=clock,
+                             self.on_poll_result, clock=clock, stamp=self.history_clock,
                              max_concurrent=cfg.max_concurrent_polls,
                              spread=cfg.poll_spread)
         self.collector = SpecwatchCollector(lambda: self.pipeline.snapshot)
@@ -127,9 +127,11 @@ class ServeApp:
         self.collector.add_family_builder(self.exporter_families)
 
     def on_poll_result(self, result: PollResult) -> None:
-        """A finished poll (the poller's callback): stamped with the history clock, then
-        applied by the pipeline."""
-        self.pipeline.apply(dataclasses.replace(result, monotonic=self.history_clock()))
+        """A finished poll (the poller's callback): stamped with the history clock (the
+        poller stamps its results; others are stamped here), then applied by the pipeline."""
+        if result.monotonic is None:
+            result = dataclasses.replace(result, monotonic=self.history_clock())
+        self.pipeline.apply(result)
 
     def _max_models(self, targets: tuple[config.TargetConfig, ...]) -> dict[str, int]:
         default = self.cfg.raw.get("global", {}).get("max_models", DEFAULT_MAX_MODELS)

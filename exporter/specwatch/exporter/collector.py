@@ -14,8 +14,9 @@ Exposition rendered once per snapshot (issue 15): with 500 targets the page hold
 series (5 MB), and rebuilding metric objects for every scrape cost ~0.85 CPU-s a scrape.
 :meth:`SpecwatchCollector.exposition` writes the health and derived families as bytes
 directly: each target's sample lines are rendered once per :class:`TargetSnapshot` (at
-publish time when the pipeline calls :meth:`SpecwatchCollector.prerender`, else at the first
-scrape that sees it) and a scrape joins the cached pieces; the joined page (text, OpenMetrics,
+publish time when the pipeline calls :meth:`SpecwatchCollector.prerender` and a scrape is
+due before the target's next poll, else at the first scrape that sees it) and a scrape joins
+the cached pieces; the joined page (text, OpenMetrics,
 and its gzip deflate stream) is cached per :class:`Snapshot`. The bytes equal
 prometheus_client's encoding of :meth:`collect` (tests/test_exposition.py), which stays the
 interface for registry users. Builders are rendered per scrape (they may read state that
@@ -28,9 +29,12 @@ metrics reference is generated from.
 
 from __future__ import annotations
 
+import collections
+import itertools
 import logging
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -67,8 +71,13 @@ POSITION_GAUGES: tuple[str, ...] = (
 class SpecwatchCollector(Collector):
     """Renders ``get_snapshot()`` on each collect(); :meth:`exposition` serves cached bytes."""
 
-    def __init__(self, get_snapshot: Callable[[], Snapshot | None]) -> None:
+    def __init__(self, get_snapshot: Callable[[], Snapshot | None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: when scrapes and publishes happen (see :meth:`prerender`)."""
         self._get_snapshot = get_snapshot
+        self._clock = clock
+        self._scrapes: collections.deque[float] = collections.deque(maxlen=4)
+        self._published: dict[str, float] = {}  # target -> when it was last published
         self._builders: list[FamilyBuilder] = []
         self._snapshot_builders: list[FamilyBuilder] = []
         self._targets: dict[str, tuple[TargetSnapshot, Mapping[str, bytes]]] = {}
@@ -112,15 +121,37 @@ class SpecwatchCollector(Collector):
     # -- cached exposition -------------------------------------------------------------------
     def prerender(self, target: TargetSnapshot) -> None:
         """Render one target's sample lines now (a pipeline publish listener), so a scrape
-        only joins cached bytes. Nothing is rendered before the first scrape (an exporter
-        nobody scrapes yet pays nothing; the first scrape renders what it needs). Never
-        raises."""
+        only joins cached bytes. Never raises.
+
+        Only what a scrape will read is rendered ahead: nothing before the first scrape (an
+        exporter nobody scrapes yet pays nothing), and not a snapshot that the target's
+        next poll will replace before the next scrape is due (polled every 5 s and scraped
+        every 15 s, two renders in three were never served: issue 15). A scrape that comes
+        earlier than expected renders what it finds stale itself, so the bytes served are
+        the same either way; only where the CPU is spent moves."""
         if not self._scraped:
             return
         try:
+            now = self._clock()
+            last = self._published.get(target.name)
+            self._published[target.name] = now
+            if last is not None and self._replaced_before_scrape(now, now - last):
+                return
             self._target_lines(target)
         except Exception:
             log.exception("rendering the series of target %s failed", target.name)
+
+    def _replaced_before_scrape(self, now: float, gap: float) -> bool:
+        """Will a target published now, and polled again about ``gap`` seconds later (its
+        last interval), be published again before the next scrape? Scrapes are expected
+        every shortest gap between the last four pages rendered (two Prometheus replicas at
+        different offsets shorten it: more renders, never fewer than needed), with a margin
+        of a tenth of that period plus 0.2 s for jitter; unknown before three scrapes."""
+        times = list(self._scrapes)
+        if len(times) < 3:
+            return False
+        period = min(b - a for a, b in itertools.pairwise(times))
+        return now + gap + 0.1 * period + 0.2 < times[-1] + period
 
     def _target_lines(self, target: TargetSnapshot) -> Mapping[str, bytes]:
         cached = self._targets.get(target.name)
@@ -147,6 +178,7 @@ class SpecwatchCollector(Collector):
             if page_snap is not snap:
                 cache = {}
                 self._page = (snap, cache)
+                self._scrapes.append(self._clock())
             body = cache.get(key)
             if body is None:
                 body = self._render_page(snap, openmetrics)
@@ -154,6 +186,8 @@ class SpecwatchCollector(Collector):
                     cache[key] = body
                 for name in [n for n in self._targets if n not in snap.targets]:
                     del self._targets[name]  # a target gone from the set
+                for name in [n for n in self._published if n not in snap.targets]:
+                    del self._published[name]
         return body  # type: ignore[return-value]
 
     def exposition_deflate(self, snap: Snapshot | None, openmetrics: bool

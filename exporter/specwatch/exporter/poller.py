@@ -17,14 +17,15 @@ Why each rule:
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import math
+import queue
 import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 
 from specwatch.exporter import fetch as _fetch
 from specwatch.exporter.fetch import (
@@ -52,20 +53,21 @@ def _session(url: str) -> FetchSession:
 class Poller:
     """Schedules polls and hands each :class:`PollResult` to ``on_result``.
 
-    ``clock`` gives the wall time stamped on results (inject a fake one in tests);
-    scheduling always uses ``time.monotonic``.
+    ``clock`` gives the wall time stamped on results (inject a fake one in tests), ``stamp``
+    (optional) their ``monotonic`` time, the clock windows are measured on; scheduling always
+    uses ``time.monotonic``.
 
-    **Concurrency.** Every target due in a cycle is submitted at once to a thread pool of
-    at most ``max_concurrent`` workers (default: no limit below the number of targets; the
-    pool only grows to the number of polls actually in flight, and one-in-flight-per-target
-    bounds that by the number of targets). A poll that waits on a slow server holds one
-    thread and no CPU until its deadline, so with one worker per target the longest poll of
-    a cycle is bounded by the deadline (``timeout``), not by how many servers are slow; the
-    CPU work of all polls (parse, derive) is serialized by the GIL and adds up to
-    ``targets x CPU per poll``. With a bound P below the number of targets, S slow targets
-    hold workers for ``timeout x ceil(S / P)`` in the worst case, and the fast ones queue
-    behind them: keep ``timeout x ceil(S / P) + targets x CPU per poll`` below the
-    interval (README, "Performance and scale").
+    **Concurrency.** Every target due is queued at once for a pool of worker threads, at most
+    ``max_concurrent`` (default: no limit below the number of targets; the pool only grows to
+    the number of polls actually in flight, and one-in-flight-per-target bounds that by the
+    number of targets; workers are kept and reused). A poll that waits on a slow server holds
+    one thread and no CPU until its deadline, so with one worker per target the longest poll of
+    a cycle is bounded by the deadline (``timeout``), not by how many servers are slow; the CPU
+    work of all polls (parse, derive) is serialized by the GIL and adds up to ``targets x CPU
+    per poll``. With a bound P below the number of targets, S slow targets hold workers for
+    ``timeout x ceil(S / P)`` in the worst case, and the fast ones queue behind them: keep
+    ``timeout x ceil(S / P) + targets x CPU per poll`` below the interval (README, "Performance
+    and scale").
 
     **Changing targets.** :meth:`set_targets` replaces the target set while running (file_sd
     discovery): new targets are polled at once, removed ones stop (a poll in flight finishes
@@ -75,26 +77,35 @@ class Poller:
     def __init__(self, targets: Sequence[PollTarget], interval: float,
                  on_result: Callable[[PollResult], object],
                  clock: Callable[[], float] = time.time,
-                 max_concurrent: int | None = None, spread: bool = True) -> None:
+                 max_concurrent: int | None = None, spread: bool = True,
+                 stamp: Callable[[], float] | None = None) -> None:
         self.targets: dict[str, PollTarget] = {}
+        self.stamp = stamp
         self.interval = float(interval)
         self.on_result = on_result
         self.clock = clock
         self._sessions: dict[str, FetchSession] = {}
-        self._inflight: dict[str, Future[PollResult | None]] = {}
+        self._inflight: set[str] = set()  # targets with a poll queued or running
         self._retired: list[tuple[str, FetchSession]] = []
         self._guards: set[_Guard] = set()  # polls in flight (stop() cuts them short)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._wake = threading.Event()
+        # The scheduler's sleep: a lock held while it sleeps, released to wake it early (one
+        # C call a wait; threading.Event builds a Condition and a lock on every wait).
+        self._wake = threading.Lock()
+        self._wake.acquire()
         self._thread: threading.Thread | None = None
         self._version = 0  # bumped by set_targets: the scheduler re-reads the targets
-        # ThreadPoolExecutor starts a thread only when no idle one is free, so a large
-        # max_workers costs nothing until that many polls are in flight at once.
+        # The workers: threads taking target names from one queue. A thread is started
+        # only when no worker is free, so a large bound costs nothing until that many polls
+        # are in flight at once. ``_spare``: workers minus polls queued or running (below 0:
+        # polls waiting for a worker, at the bound).
         self.max_concurrent = max_concurrent
         self.spread = spread
-        self._executor = ThreadPoolExecutor(max_workers=max_concurrent or 1 << 16,
-                                            thread_name_prefix="specwatch-poll")
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._spare = 0
+        self._max_workers = max_concurrent or 1 << 16
         self.set_targets(targets)
 
     def set_targets(self, targets: Sequence[PollTarget]) -> None:
@@ -119,7 +130,7 @@ class Poller:
             import urllib3
 
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-        self._wake.set()
+        self._wakeup()
 
     def poll_now(self, name: str) -> PollResult:
         """Poll one target synchronously in the calling thread and deliver the result."""
@@ -146,7 +157,8 @@ class Poller:
         duration = time.monotonic() - t0
         result = PollResult(target=name, started=started_wall, finished=self.clock(),
                             duration_seconds=duration, body=body, error_reason=reason,
-                            error_message=message)
+                            error_message=message,
+                            monotonic=self.stamp() if self.stamp is not None else None)
         try:
             self.on_result(result)
         except Exception:
@@ -170,26 +182,75 @@ class Poller:
         """Stop scheduling, cut the polls in flight short (their sockets are shut down, so
         none waits for its deadline) and wait for them to return."""
         self._stop.set()
-        self._wake.set()
+        self._wakeup()
         with self._lock:
             guards = list(self._guards)
         for g in guards:
             g.fire()
         if self._thread is not None:
             self._thread.join(timeout)
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            workers = list(self._workers)
+        for _ in workers:
+            self._queue.put(None)  # after the queued polls, which a stopped poller skips
+        for w in workers:
+            w.join()
         with self._lock:
             sessions = list(self._sessions.values()) + [s for _, s in self._retired]
             self._retired.clear()
         for s in sessions:
             s.close()
 
-    def _done(self, name: str, fut: Future[PollResult | None]) -> None:
+    def _wakeup(self) -> None:
+        """Wake the scheduler now (targets changed, stopping)."""
+        with contextlib.suppress(RuntimeError):  # already released: a wake-up is pending
+            self._wake.release()
+
+    def _submit(self, name: str) -> bool:
+        """Queue a poll of ``name`` unless one is queued or running (never stacked); start a
+        worker when none is free and the bound allows. False when skipped."""
         with self._lock:
-            if self._inflight.get(name) is fut:
-                del self._inflight[name]
-            retired = [s for n, s in self._retired if n == name]
-            self._retired = [(n, s) for n, s in self._retired if n != name]
+            if name in self._inflight or self._stop.is_set():
+                return False
+            self._inflight.add(name)
+            self._spare -= 1
+            start = self._spare < 0 and len(self._workers) < self._max_workers
+            if start:
+                self._spare += 1
+                worker = threading.Thread(target=self._work, daemon=True,
+                                          name=f"specwatch-poll_{len(self._workers)}")
+                self._workers.append(worker)
+        self._queue.put(name)
+        if start:
+            worker.start()
+        return True
+
+    def _work(self) -> None:
+        """A worker: polls the queued targets until stop() queues its end (None).
+
+        A plain queue and threads, not ThreadPoolExecutor: a poll needs no Future, and
+        the executor's bookkeeping (Future, work item, idle semaphore, done callback, each
+        with its own lock) cost about as much CPU per poll as fetching a small page on a
+        direct connection (issue 15)."""
+        while True:
+            name = self._queue.get()
+            if name is None:
+                return
+            try:
+                if not self._stop.is_set():  # stop() drops the polls still queued
+                    self._poll_scheduled(name)
+            except Exception:  # poll_now contains its own failures; this is a last resort
+                log.exception("poll of %s failed", name)
+            finally:
+                self._done(name)
+
+    def _done(self, name: str) -> None:
+        with self._lock:
+            self._inflight.discard(name)
+            self._spare += 1
+            retired = [s for n, s in self._retired if n == name] if self._retired else []
+            if retired:
+                self._retired = [(n, s) for n, s in self._retired if n != name]
         for s in retired:
             s.close()
 
@@ -210,6 +271,7 @@ class Poller:
         generation: dict[str, int] = {}
         seen_version = -1
         counter = 0
+        slack = min(0.02, self.interval / 100)
         while not self._stop.is_set():
             now = time.monotonic()
             with self._lock:
@@ -234,17 +296,11 @@ class Poller:
                     continue  # removed (or removed and added again: a newer entry exists)
                 k = math.floor((now - anchor[name]) / self.interval) + 1
                 heapq.heappush(heap, (anchor[name] + max(k, 0) * self.interval, gen, name))
-                with self._lock:
-                    busy = name in self._inflight
-                if busy:
-                    continue  # still running from the last slot: skip this one, never stack
-                try:
-                    fut = self._executor.submit(self._poll_scheduled, name)
-                except RuntimeError:  # executor shut down
-                    return
-                with self._lock:
-                    self._inflight[name] = fut
-                fut.add_done_callback(lambda f, n=name: self._done(n, f))
+                # Still running from the last slot: this one is skipped, never stacked.
+                self._submit(name)
+            # Sleeps at least ``slack`` (20 ms at a 5 s interval, 1% of it below 2 s): with
+            # hundreds of targets spread over the interval, each wake-up then starts a few
+            # polls instead of one (a wake-up costs more CPU than a submission), and a poll
+            # starts at most that late. A change of the targets or stop() still wakes at once.
             wait = heap[0][0] - time.monotonic() if heap else 1.0
-            self._wake.wait(min(max(wait, 0.0), 1.0))
-            self._wake.clear()
+            self._wake.acquire(timeout=min(max(wait, slack), 1.0))

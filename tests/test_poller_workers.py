@@ -1,0 +1,157 @@
+"""The poller's workers: bounded concurrency, one poll in flight per target, reuse, stop.
+
+The fetch is replaced by a function the test controls, so these pin the scheduling and the
+worker pool alone (the transports have their own tests: test_fetch_paths.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from specwatch.exporter import poller as poller_mod
+from specwatch.exporter.pipeline import PollResult
+from specwatch.exporter.poller import Poller, PollTarget
+
+
+class Gate:
+    """A fetch that blocks until released (or until its poll's guard fires on stop())."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.lock = threading.Lock()
+        self.running: dict[str, int] = {}
+        self.peak = 0
+        self.peak_per_target = 0
+        self.calls: list[str] = []
+
+    def __call__(self, session, target, monotonic=time.monotonic, guard=None) -> str:
+        with self.lock:
+            self.calls.append(target.name)
+            self.running[target.name] = self.running.get(target.name, 0) + 1
+            self.peak = max(self.peak, sum(self.running.values()))
+            self.peak_per_target = max(self.peak_per_target, self.running[target.name])
+        try:
+            while not self.open.wait(0.01):
+                if guard is not None and guard.fired:
+                    raise poller_mod.PollError("timeout", "stopped")
+            return "page"
+        finally:
+            with self.lock:
+                self.running[target.name] -= 1
+
+
+def _workers() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("specwatch-poll")}
+
+
+def _wait(cond, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def gate(monkeypatch) -> Gate:
+    g = Gate()
+    monkeypatch.setattr(poller_mod, "fetch", g)
+    return g
+
+
+def _targets(n: int) -> list[PollTarget]:
+    return [PollTarget(f"t{i}", f"http://127.0.0.1:9/m{i}") for i in range(n)]
+
+
+def test_max_concurrent_bounds_the_polls_in_flight_and_the_rest_wait(gate):
+    """Five targets, a bound of two: two polls run, three wait for a free worker (none is
+    lost), and no third worker thread is started."""
+    before = _workers()
+    results: list[PollResult] = []
+    p = Poller(_targets(5), 60.0, results.append, max_concurrent=2)
+    p.start()
+    try:
+        _wait(lambda: gate.peak == 2)
+        time.sleep(0.3)
+        assert gate.peak == 2 and len(gate.calls) == 2
+        assert len(_workers() - before) == 2
+        gate.open.set()
+        _wait(lambda: len(results) == 5)
+        assert sorted(r.target for r in results) == [f"t{i}" for i in range(5)]
+        assert all(r.body == "page" for r in results)
+        assert len(_workers() - before) == 2
+    finally:
+        gate.open.set()
+        p.stop()
+
+
+def test_a_slow_target_is_never_stacked_and_workers_are_reused(gate):
+    """A poll that outlasts several intervals holds its slot: no second poll of that target
+    starts while it runs; once polls end quickly, one worker serves them all."""
+    before = _workers()
+    results: list[PollResult] = []
+    p = Poller(_targets(1), 0.05, results.append)
+    p.start()
+    try:
+        _wait(lambda: len(gate.calls) == 1)
+        time.sleep(0.4)  # eight slots pass while the first poll runs
+        assert gate.calls == ["t0"] and gate.peak_per_target == 1
+        gate.open.set()
+        _wait(lambda: len(results) >= 6)
+        assert gate.peak_per_target == 1
+        assert len(_workers() - before) == 1
+    finally:
+        gate.open.set()
+        p.stop()
+
+
+def test_stop_drops_the_queued_polls_and_ends_every_worker(gate):
+    """stop() cuts the running poll short (its guard fires), drops the polls still queued
+    behind the bound, and returns with no worker thread left."""
+    before = _workers()
+    results: list[PollResult] = []
+    p = Poller(_targets(4), 60.0, results.append, max_concurrent=1)
+    p.start()
+    _wait(lambda: len(gate.calls) == 1)
+    t0 = time.monotonic()
+    p.stop(timeout=5)
+    assert time.monotonic() - t0 < 2.0
+    assert len(gate.calls) == 1  # the three queued polls never ran
+    assert [r.error_reason for r in results] == ["timeout"]
+    assert not (_workers() - before)
+
+
+def test_a_result_handler_that_raises_keeps_the_worker(gate):
+    """A failing result handler is logged; the worker goes on to the next polls."""
+    gate.open.set()
+    before = _workers()
+    seen: list[str] = []
+
+    def on_result(r: PollResult) -> None:
+        seen.append(r.target)
+        raise RuntimeError("handler bug")
+
+    p = Poller(_targets(1), 0.05, on_result)
+    p.start()
+    try:
+        _wait(lambda: len(seen) >= 4)
+        assert len(_workers() - before) == 1
+    finally:
+        p.stop()
+
+
+def test_results_carry_the_stamp_clock(gate):
+    """With ``stamp`` every result carries the clock windows are measured on (ServeApp's
+    history clock), so the pipeline needs no copy of the result to stamp it."""
+    gate.open.set()
+    results: list[PollResult] = []
+    p = Poller(_targets(1), 60.0, results.append, stamp=lambda: 1234.5)
+    try:
+        assert p.poll_now("t0").monotonic == 1234.5
+    finally:
+        p.stop()
+    q = Poller(_targets(1), 60.0, results.append)
+    try:
+        assert q.poll_now("t0").monotonic is None
+    finally:
+        q.stop()
