@@ -54,10 +54,10 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-#: (sample name, labels, value, label key): the value is an int for an integer literal, like
-#: the parser; the label key is the label text of a strict line (the same key means the same
-#: labels, so callers may cache what they derive from them) or None. ``labels`` dicts may be
-#: shared between calls: read them, never change them.
+#: (sample name, labels, value, key): the value is an int for an integer literal, like the
+#: parser; the key is the head of a strict line, its name and label set as written (the same
+#: key means the same name and labels, so callers may cache what they derive from them), or
+#: None. ``labels`` dicts may be shared between calls: read them, never change them.
 RawSample = tuple[str, dict[str, str], float, str | None]
 
 #: Label texts remembered per selector (the same series recur on every poll of every target).
@@ -71,10 +71,12 @@ _NAME_CHAR = "A-Za-z0-9_:"
 _LABEL = r'(?!__)[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
 _NUMBER = r"[+-]?(?:[0-9]{1,300}(?:\.[0-9]*)?(?:[eE][+-]?[0-9]{1,4})?" \
           r"|\.[0-9]{1,300}(?:[eE][+-]?[0-9]{1,4})?|Inf|NaN)"
-#: The canonical sample line: what prometheus_client and vLLM/SGLang write.
-_STRICT = re.compile(
-    rf"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{{((?:{_LABEL}(?:,{_LABEL})*,?)?)\}})?"
-    rf"[ \t]+({_NUMBER})(?:[ \t]+-?[0-9]{{1,18}})?[ \t\r]*")
+_LABELS = rf"(?:{_LABEL}(?:,{_LABEL})*,?)?"
+#: What follows the labels in the canonical shape: the value and an optional timestamp.
+_VALUE = rf"[ \t]+({_NUMBER})(?:[ \t]+-?[0-9]{{1,18}})?[ \t\r]*"
+#: The canonical sample line: what prometheus_client and vLLM/SGLang write. Groups: the
+#: head (name and label set as written: the sample's key), name, label text, value.
+_STRICT = re.compile(rf"(([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{{({_LABELS})\}})?){_VALUE}")
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 #: Separators of prometheus_client's comment tokenizer (string.whitespace).
 _COMMENT_SPLIT = re.compile(r"[ \t\n\r\x0b\x0c]+")
@@ -82,26 +84,53 @@ _COMMENT_SPLIT = re.compile(r"[ \t\n\r\x0b\x0c]+")
 
 @dataclass(frozen=True)
 class Selection:
-    """The wanted samples in page order, and the name prefixes seen on any sample line."""
+    """The wanted samples in page order, and what is needed to tell the prefixes on the page.
+
+    ``seen``: prefixes seen on the lines examined one by one (braced, indented); any other
+    sample line starts at a line start, so :meth:`saw` answers the rest from the text, only
+    when asked (a prefix absent from the page costs a scan of the whole body: a caller that
+    needs one answer asks for that one only).
+    """
 
     samples: list[RawSample]
-    prefixes: frozenset[str]
+    seen: frozenset[str]
+    text: str
+
+    def saw(self, prefix: str) -> bool:
+        """Does a sample line of the page start with ``prefix`` (one of the selector's)?"""
+        text = self.text
+        return prefix in self.seen or text.startswith(prefix) or f"\n{prefix}" in text
 
 
 def _alternation(names: Iterable[str]) -> str:
-    """A regex alternation of the names, grouped by their ``prefix:`` (fewer branch tries)."""
-    groups: dict[str, list[str]] = {}
+    """A regex alternation of the names as a trie: each branch starts with a distinct
+    character, so the engine rejects a line of another family at the first character where
+    it leaves every wanted name (instead of trying each name that shares the prefix).
+    Matches exactly the same strings as ``a|b|...``, longest first where one name is a prefix
+    of another."""
+    trie: dict[str, dict] = {}
     for n in names:
-        head, sep, rest = n.partition(":")
-        if sep:
-            groups.setdefault(head + ":", []).append(rest)
-        else:
-            groups.setdefault("", []).append(n)
-    parts = []
-    for head, rests in sorted(groups.items()):
-        alt = "|".join(re.escape(r) for r in sorted(rests, key=lambda s: (-len(s), s)))
-        parts.append(f"{re.escape(head)}(?:{alt})" if head else f"(?:{alt})")
-    return "|".join(parts)
+        node = trie
+        for ch in n:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, dict]) -> str:
+        alts = []
+        for ch in sorted(k for k in node if k):
+            sub, run = node[ch], re.escape(ch)
+            while len(sub) == 1 and "" not in sub:  # a chain of single children: one literal
+                (c, sub), = sub.items()
+                run += re.escape(c)
+            alts.append(run + emit(sub))
+        if not alts:
+            return ""
+        alt = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        if "" in node:  # a name ends here: the longer names first (greedy), then this one
+            return f"(?:{alt})?"
+        return alt
+
+    return emit(trie)
 
 
 class SampleSelector:
@@ -122,16 +151,20 @@ class SampleSelector:
             | {n for n in self.names if not n.endswith("_total")})
         wanted = _alternation(self.names)
         renamable = _alternation(self.renamable)
-        body = (rf"(?:{wanted})(?![{_NAME_CHAR}])[^\n]*"  # a wanted sample line
-                r"|\{[^\n]*"                               # name inside the braces
-                # A TYPE comment that may rename a wanted sample (context guard): any
-                # comment mentioning TYPE except the canonical "# TYPE name type" of a
-                # name or type that cannot (most TYPE lines of a page; skipped in C).
-                rf"|\# TYPE (?:{renamable}) counter\r?(?=\n|\Z)"
-                rf"|\#(?! TYPE [a-zA-Z_:][a-zA-Z0-9_:]* [a-z]+\r?(?:\n|\Z))(?=[^\n]*TYPE)"
-                r"[^\n]*"
-                r"|[^\S\n]+\S[^\n]*")                      # an indented line
-        self._lines = re.compile(rf"\n({body})")
+        other = (rf"(?:{wanted})(?![{_NAME_CHAR}])[^\n]*"  # a wanted line, not canonical
+                 r"|\{[^\n]*"                               # name inside the braces
+                 # A TYPE comment that may rename a wanted sample (context guard): any
+                 # comment mentioning TYPE except the canonical "# TYPE name type" of a
+                 # name or type that cannot (most TYPE lines of a page; skipped in C), and
+                 # "# HELP ..." (its second token is HELP: never a type declaration).
+                 rf"|\# TYPE (?:{renamable}) counter\r?(?=\n|\Z)"
+                 rf"|\#(?! TYPE [a-zA-Z_:][a-zA-Z0-9_:]* [a-z]+\r?(?:\n|\Z))"
+                 r"(?! HELP[ \t])(?=[^\n]*TYPE)[^\n]*"
+                 r"|[^\S\n]+\S[^\n]*")                      # an indented line
+        # A wanted line in the canonical shape is parsed by the finder itself (groups: head,
+        # name, label text, value, as _STRICT's); any other line it picks is group 5.
+        self._lines = re.compile(
+            rf"\n(?:(({wanted})(?:\{{({_LABELS})\}})?){_VALUE}(?=\n|\Z)|({other}))")
         self._labels: dict[str, dict[str, str]] = {}
         self._starts_wanted = re.compile(rf"(?:{wanted})(?![{_NAME_CHAR}])")
 
@@ -147,25 +180,29 @@ class SampleSelector:
         if not self._line(first.strip(), samples, seen):
             return None
         line_fn = self._line
-        strict = _STRICT.fullmatch
+        labels_of = self._labels.get
+        append = samples.append
         for m in self._lines.finditer(text):
-            line = m.group(1)
-            c = line[0]
-            if c == "#" or c == "{" or c.isspace():
-                if not line_fn(line.strip(), samples, seen):
-                    return None
+            head, name, label_text, value_text, line = m.groups()
+            if head is None:  # a line outside the canonical shape of a wanted name
+                c = line[0]
+                if c == "#" or c == "{" or c.isspace():
+                    if not line_fn(line.strip(), samples, seen):
+                        return None
+                else:
+                    samples.extend(self._parse_alone(line))
                 continue
-            s = strict(line)
-            if s is not None and (sample := self._strict_sample(s)) is not None:
-                samples.append(sample)
+            if label_text:
+                labels = labels_of(label_text)
+                if labels is None and (labels := self._new_labels(label_text)) is None:
+                    samples.extend(self._parse_alone(m.group()[1:]))
+                    continue
             else:
-                samples.extend(self._parse_alone(line))
+                labels = _NO_LABELS
+            append((name, labels, _value(value_text), head))
         if not samples:
             return None  # nothing we read: let the full parser judge the page
-        for p in self.prefixes:  # every other sample line starts at a line start
-            if p not in seen and (text.startswith(p) or f"\n{p}" in text):
-                seen.add(p)
-        return Selection(samples, frozenset(seen))
+        return Selection(samples, frozenset(seen), text)
 
     def _line(self, line: str, samples: list[RawSample], seen: set[str]) -> bool:
         """A stripped line outside the common shape; False means "full parse needed"."""
@@ -202,25 +239,36 @@ class SampleSelector:
     def _parse_alone(self, line: str) -> list[RawSample]:
         return [s for s in _parse_line(line) if s[0] in self.names]
 
+    def _new_labels(self, label_text: str) -> dict[str, str] | None:
+        """The labels of a strict label text, remembered (bounded); None for a repeated
+        label name (the parser decides: it rejects it)."""
+        labels = dict(_PAIR.findall(label_text))
+        if len(labels) != label_text.count('="'):
+            return None
+        if len(label_text) <= LABEL_CACHE_MAX_KEY:
+            if len(self._labels) >= LABEL_CACHE_SIZE:
+                self._labels.clear()
+            self._labels[label_text] = labels
+        return labels
+
     def _strict_sample(self, m: re.Match[str]) -> RawSample | None:
-        name, label_text, value_text = m.groups()
+        head, name, label_text, value_text = m.groups()
         if label_text:
             labels = self._labels.get(label_text)
-            if labels is None:
-                labels = dict(_PAIR.findall(label_text))
-                if len(labels) != label_text.count('="'):
-                    return None  # a repeated label name: the parser decides (it rejects it)
-                if len(label_text) <= LABEL_CACHE_MAX_KEY:
-                    if len(self._labels) >= LABEL_CACHE_SIZE:
-                        self._labels.clear()
-                    self._labels[label_text] = labels
+            if labels is None and (labels := self._new_labels(label_text)) is None:
+                return None
         else:
-            labels, label_text = _NO_LABELS, ""
-        # The strict form already checked the literal: it is an integer unless it has a
-        # point, an exponent, Inf or NaN (prometheus_client: int() first, then float()).
-        if value_text.isdigit() or (value_text[0] in "+-" and value_text[1:].isdigit()):
-            return name, labels, int(value_text), label_text
-        return name, labels, float(value_text), label_text
+            labels = _NO_LABELS
+        return name, labels, _value(value_text), head
+
+
+def _value(text: str) -> float:
+    """A strict value literal as the parser converts it: the strict form already checked
+    the literal, so it is an integer unless it has a point, an exponent, Inf or NaN
+    (prometheus_client: int() first, then float())."""
+    if text.isdigit() or (text[0] in "+-" and text[1:].isdigit()):
+        return int(text)
+    return float(text)
 
 
 def _parse_line(line: str) -> list[RawSample]:
