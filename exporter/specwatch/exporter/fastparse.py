@@ -151,8 +151,7 @@ class SampleSelector:
             | {n for n in self.names if not n.endswith("_total")})
         wanted = _alternation(self.names)
         renamable = _alternation(self.renamable)
-        other = (rf"(?:{wanted})(?![{_NAME_CHAR}])[^\n]*"  # a wanted line, not canonical
-                 r"|\{[^\n]*"                               # name inside the braces
+        other = (r"\{[^\n]*"                               # name inside the braces
                  # A TYPE comment that may rename a wanted sample (context guard): any
                  # comment mentioning TYPE except the canonical "# TYPE name type" of a
                  # name or type that cannot (most TYPE lines of a page; skipped in C), and
@@ -161,10 +160,13 @@ class SampleSelector:
                  rf"|\#(?! TYPE [a-zA-Z_:][a-zA-Z0-9_:]* [a-z]+\r?(?:\n|\Z))"
                  r"(?! HELP[ \t])(?=[^\n]*TYPE)[^\n]*"
                  r"|[^\S\n]+\S[^\n]*")                      # an indented line
-        # A wanted line in the canonical shape is parsed by the finder itself (groups: head,
-        # name, label text, value, as _STRICT's); any other line it picks is group 5.
+        # A line starting with a wanted name is parsed by the finder itself when it has the
+        # canonical shape (groups: head, name, label text, value, as _STRICT's), else it is
+        # taken whole (value None); any other line it picks is group 5. The name is matched
+        # once for both (the trie is most of the cost of a line of another family).
         self._lines = re.compile(
-            rf"\n(?:(({wanted})(?:\{{({_LABELS})\}})?){_VALUE}(?=\n|\Z)|({other}))")
+            rf"\n(?:(({wanted})(?:\{{({_LABELS})\}})?)"
+            rf"(?:{_VALUE}(?=\n|\Z)|(?![{_NAME_CHAR}])[^\n]*)|({other}))")
         self._labels: dict[str, dict[str, str]] = {}
         self._starts_wanted = re.compile(rf"(?:{wanted})(?![{_NAME_CHAR}])")
 
@@ -184,13 +186,11 @@ class SampleSelector:
         append = samples.append
         for m in self._lines.finditer(text):
             head, name, label_text, value_text, line = m.groups()
-            if head is None:  # a line outside the canonical shape of a wanted name
-                c = line[0]
-                if c == "#" or c == "{" or c.isspace():
-                    if not line_fn(line.strip(), samples, seen):
-                        return None
-                else:
-                    samples.extend(self._parse_alone(line))
+            if value_text is None:
+                if line is None:  # a wanted name outside the canonical shape
+                    samples.extend(self._parse_alone(m.group()[1:]))
+                elif not line_fn(line.strip(), samples, seen):  # "#", "{" or indented
+                    return None
                 continue
             if label_text:
                 labels = labels_of(label_text)
