@@ -39,7 +39,7 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -226,8 +226,7 @@ _PREFIXES = ("vllm:", "sglang:")
 _COUNTER, _CREATED, _GAUGE, _PROCESS_START = range(4)
 
 
-@dataclass(frozen=True)
-class _Series:
+class _Series(NamedTuple):
     """Everything parse_page derives from a sample's name and labels, not from its value:
     computed once per series (see _Names.series) instead of once per sample and poll."""
 
@@ -408,23 +407,23 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
             if series is None:
                 series = (names.cached(sample_key, name, labels) if sample_key is not None
                           else names.describe(name, labels))
-            kind, key = series.kind, series.key
+            kind, sig, model, identity, key, position, longest = series
             if kind == _PROCESS_START:
                 process_start = value
                 continue
-            if series.longest > short_enough:
+            if longest > short_enough:
                 assert max_label_value_bytes is not None
-                model, identity = _truncated(series.model, series.identity,
-                                             max_label_value_bytes, truncated)
-                key = (model, series.sig, identity)
+                model, identity = _truncated(model, identity, max_label_value_bytes,
+                                             truncated)
+                key = (model, sig, identity)
             if kind == _COUNTER:
                 if not 0 <= value <= MAX_COUNTER_VALUE or counters.get(key, value) != value:
-                    invalid_models.add(key[0])
+                    invalid_models.add(model)
                     invalid_hits += 1
                     continue
                 counters[key] = value
-                if series.position is not None:
-                    positions.setdefault(key[0], set()).add(series.position)
+                if position is not None:
+                    positions.setdefault(model, set()).add(position)
             elif kind == _CREATED:
                 if isfinite(value):
                     created[key] = value
