@@ -442,6 +442,25 @@ def test_wanted_line_shapes_in_and_outside_the_canonical_form(line):
         assert_same(text)
 
 
+@pytest.mark.parametrize("opened", [
+    'vllm:spec_decode_num_drafts_total{model_name="m" 5',
+    'vllm:spec_decode_num_drafts_total{model_name="m",',
+    "vllm:spec_decode_num_drafts_total{",
+])
+@pytest.mark.parametrize("after", [
+    'vllm:spec_decode_num_drafts_total{engine="1"} 7',      # a "}" and a value later
+    "# TYPE vllm:spec_decode_num_drafts counter\nx} 5",     # a context line in between
+    'x="1"} 5\nvllm:spec_decode_num_drafts_total{engine="2"} 8',
+    "no closing brace anywhere 1",
+])
+def test_label_set_never_closed_on_its_line(opened, after):
+    """The finder takes a label text up to the first "}", which for a "{" never closed on
+    its line is on a later line: the page goes to the full parser (which rejects such a
+    line), never a sample made of two lines or a line hidden inside one."""
+    text = f"a 1\n{opened}\n{after}\n"
+    assert outcome(text, "auto", "fast") == outcome(text, "auto", "full") == "PageParseError"
+
+
 def test_series_cache_is_bounded_and_gives_the_same_pages(monkeypatch):
     """The per-series cache (sample key -> what the series is) never holds more than its
     bound, never holds a key over LABEL_CACHE_MAX_KEY, and a page parsed from the cache, a
