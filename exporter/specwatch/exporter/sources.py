@@ -407,16 +407,15 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
             if series is None:
                 series = (names.cached(sample_key, name, labels) if sample_key is not None
                           else names.describe(name, labels))
-            kind, sig, model, identity, key, position, longest = series
-            if kind == _PROCESS_START:
+            what, sig, model, identity, key, position, longest = series
+            if what == _PROCESS_START:
                 process_start = value
                 continue
-            if longest > short_enough:
-                assert max_label_value_bytes is not None
+            if longest > short_enough and max_label_value_bytes is not None:
                 model, identity = _truncated(model, identity, max_label_value_bytes,
                                              truncated)
                 key = (model, sig, identity)
-            if kind == _COUNTER:
+            if what == _COUNTER:
                 if not 0 <= value <= MAX_COUNTER_VALUE or counters.get(key, value) != value:
                     invalid_models.add(model)
                     invalid_hits += 1
@@ -424,7 +423,7 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
                 counters[key] = value
                 if position is not None:
                     positions.setdefault(model, set()).add(position)
-            elif kind == _CREATED:
+            elif what == _CREATED:
                 if isfinite(value):
                     created[key] = value
             elif isfinite(value):
