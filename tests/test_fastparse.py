@@ -383,3 +383,124 @@ def test_generated_pages_without_buckets(lines, engine):
     except sources.PageParseError:
         pytest.fail("a page the full parser accepts failed without its buckets")
     assert canonical(lean_page) == without_buckets(whole)
+
+
+# -- the finder's trie, its canonical-line path and the per-series cache ---------------------
+
+from specwatch.exporter import fastparse  # noqa: E402
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.sets(st.text(alphabet="ab:_", min_size=1, max_size=4), min_size=1, max_size=8),
+       st.lists(st.text(alphabet="ab:_x", max_size=6), max_size=20))
+def test_trie_alternation_matches_what_the_plain_alternation_matches(names, probes):
+    """The trie is the plain alternation (longest name first) rewritten: on any text it
+    matches the same prefix, names that are prefixes of each other included."""
+    plain = re.compile("|".join(re.escape(n) for n in sorted(names, key=lambda s: (-len(s), s))))
+    trie = re.compile(fastparse._alternation(names))
+    for text in [*probes, *names, *(n + "x" for n in names)]:
+        a, b = plain.match(text), trie.match(text)
+        assert (a and a.group()) == (b and b.group()), (names, text)
+
+
+def test_help_lines_are_never_type_declarations():
+    """A HELP line that mentions TYPE, counter, quotes and a renamable name (once sent to
+    the conservative quoted-comment check) is skipped by the finder: same result, no
+    fall-back; a free comment of that kind still falls back (it may be a declaration)."""
+    help_line = '# HELP vllm:spec_decode_num_drafts "x" TYPE counter\n'
+    text = BASE.replace("\n# TYPE process_start_time_seconds",
+                        "\n" + help_line + "# TYPE process_start_time_seconds")
+    assert help_line in text
+    assert selected(text)
+    assert_same(text)
+    tab = BASE.replace("# HELP vllm:spec_decode_num_drafts_total",
+                       "# HELP\tvllm:spec_decode_num_drafts TYPE counter \"q\"")
+    assert selected(tab)
+    assert_same(tab)
+    free = BASE + '#  TYPE "vllm:spec_decode_num_drafts" counter\n'
+    assert not selected(free)
+    assert_same(free)
+
+
+@pytest.mark.parametrize("line", [
+    'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 5',       # canonical
+    'vllm:spec_decode_num_drafts_total{engine="0",model_name="m",} 5 17',   # comma, stamp
+    'vllm:spec_decode_num_drafts_total{} 5',                                # empty set
+    'vllm:spec_decode_num_drafts_total 5\r',                                # no labels, CR
+    'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"}\t+7 \t',  # tab, sign
+    'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 5 # {a="b"} 1',  # exemplar
+    'vllm:spec_decode_num_drafts_total{engine="0",model_name="a}b"} 5',     # brace in value
+    'vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} NaN',
+    'vllm:spec_decode_num_drafts_totalx{model_name="m"} 5',                 # longer name
+    'vllm:spec_decode_num_drafts_total{engine="0",engine="1"} 5',           # repeated label
+])
+def test_wanted_line_shapes_in_and_outside_the_canonical_form(line):
+    """Each shape of a wanted line, as the first line and after another line (the finder's
+    path and the first-line path): the same outcome as the full parser, value types
+    included."""
+    for text in (line + "\n", "# HELP x y\n" + line + "\n", "a 1\n" + line):
+        assert_same(text)
+
+
+@pytest.mark.parametrize("opened", [
+    'vllm:spec_decode_num_drafts_total{model_name="m" 5',
+    'vllm:spec_decode_num_drafts_total{model_name="m",',
+    "vllm:spec_decode_num_drafts_total{",
+])
+@pytest.mark.parametrize("after", [
+    'vllm:spec_decode_num_drafts_total{engine="1"} 7',      # a "}" and a value later
+    "# TYPE vllm:spec_decode_num_drafts counter\nx} 5",     # a context line in between
+    'x="1"} 5\nvllm:spec_decode_num_drafts_total{engine="2"} 8',
+    "no closing brace anywhere 1",
+])
+def test_label_set_never_closed_on_its_line(opened, after):
+    """The finder takes a label text up to the first "}", which for a "{" never closed on
+    its line is on a later line: the page goes to the full parser (which rejects such a
+    line), never a sample made of two lines or a line hidden inside one."""
+    text = f"a 1\n{opened}\n{after}\n"
+    assert outcome(text, "auto", "fast") == outcome(text, "auto", "full") == "PageParseError"
+
+
+def test_series_cache_is_bounded_and_gives_the_same_pages(monkeypatch):
+    """The per-series cache (sample key -> what the series is) never holds more than its
+    bound, never holds a key over LABEL_CACHE_MAX_KEY, and a page parsed from the cache, a
+    page parsed after the cache was cleared and the full parse are equal."""
+    monkeypatch.setattr(sources, "LABEL_CACHE_SIZE", 8)
+    names = sources._names("vllm", False)
+    names.series.clear()
+    text = many_models(BASE, 5, 3)  # 5 x 3 x 39 distinct series
+    long = BASE.replace('model_name="tiny-llama"',
+                        f'model_name="{"m" * (fastparse.LABEL_CACHE_MAX_KEY + 1)}"')
+    full = sources.parse_page(text, "vllm", "full", buckets=False)
+    for _ in range(3):
+        assert sources.parse_page(text, "vllm", "fast", buckets=False) == full
+        assert len(names.series) <= 8
+        assert sources.parse_page(long, "vllm", "fast", buckets=False) == \
+            sources.parse_page(long, "vllm", "full", buckets=False)
+        assert all(len(k) <= fastparse.LABEL_CACHE_MAX_KEY for k in names.series)
+    monkeypatch.undo()
+    names.series.clear()
+    for _ in range(2):  # the second time every series comes from the cache
+        assert sources.parse_page(text, "vllm", "fast", buckets=False) == full
+
+
+def test_cached_series_are_truncated_per_call():
+    """A series remembered while parsing without a limit is still cut (and counted) when a
+    later call sets one, and vice versa: truncation is never cached with the series."""
+    text = BASE.replace('model_name="tiny-llama"', f'model_name="{"é" * 40}"')
+    for limit in (None, 64, None, 64, 300):
+        fast = sources.parse_page(text, "vllm", "fast", limit)
+        assert fast == sources.parse_page(text, "vllm", "full", limit)
+        assert (fast.truncated_label_values == 1) == (limit == 64)
+
+
+def test_vllm_kind_wins_over_sglang_lines_on_both_paths():
+    """The kind is decided vllm: first (the fast path looks for sglang: only when no vllm:
+    line is on the page): a page with both is "vllm" on both paths, one with sglang: lines
+    only is "sglang"."""
+    both = BASE + "sglang:cache_hit_rate 0.5\n"
+    assert sources.parse_page(both, parser="fast").engine == "vllm"
+    assert_same(both)
+    only = "sglang:cache_hit_rate 0.5\nprocess_start_time_seconds 1.0\n"
+    assert sources.parse_page(only, parser="fast").engine == "sglang"
+    assert_same(only)

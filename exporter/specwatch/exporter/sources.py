@@ -39,7 +39,7 @@ import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -222,18 +222,67 @@ PROCESS_START = "process_start_time_seconds"
 _PREFIXES = ("vllm:", "sglang:")
 
 
+# What a sample is to parse_page (_Series.kind).
+_COUNTER, _CREATED, _GAUGE, _PROCESS_START = range(4)
+
+
+class _Series(NamedTuple):
+    """Everything parse_page derives from a sample's name and labels, not from its value:
+    computed once per series (see _Names.series) instead of once per sample and poll."""
+
+    kind: int
+    sig: str
+    model: str
+    identity: Identity
+    #: (model, sig, identity): the key of counters, created and gauge_series.
+    key: SeriesKey
+    #: The ``position`` label of a per-position counter, else None.
+    position: str | None
+    #: Longest label value in characters (truncation is needed only above limit / 4).
+    longest: int
+
+
 @dataclass(frozen=True)
 class _Names:
     counters: dict[str, str]
     gauges: dict[str, str]
     created: dict[str, str]
     selector: SampleSelector
-    #: label key (see fastparse.RawSample) -> (model, identity): computed once per series.
-    identities: dict[str, tuple[str, Identity, int]] = field(default_factory=dict)
+    #: sample key (see fastparse.RawSample: name and labels as written) -> what they mean.
+    #: Bounded like the selector's label cache; the same series recur on every poll.
+    series: dict[str, _Series] = field(default_factory=dict)
 
     @property
     def wanted(self) -> frozenset[str]:
         return self.selector.names
+
+    def describe(self, name: str, labels: Mapping[str, str]) -> _Series:
+        """What the wanted sample ``name{labels}`` is (one of the tables, or the start time)."""
+        model = labels.get("model_name", "")
+        identity: Identity = tuple(sorted(
+            (k, v) for k, v in labels.items() if k != "model_name"))
+        longest = max(map(len, labels.values()), default=0)
+        position = None
+        if name in self.counters:
+            kind, sig = _COUNTER, self.counters[name]
+            if sig == ACCEPTED_PER_POSITION:
+                position = labels.get("position")
+        elif name in self.created:
+            kind, sig = _CREATED, self.created[name]
+        elif name in self.gauges:
+            kind, sig = _GAUGE, self.gauges[name]
+        else:
+            kind, sig = _PROCESS_START, ""
+        return _Series(kind, sig, model, identity, (model, sig, identity), position, longest)
+
+    def cached(self, key: str, name: str, labels: Mapping[str, str]) -> _Series:
+        """describe(), remembered under the sample key (bounded: issue 17)."""
+        found = self.describe(name, labels)
+        if len(key) <= LABEL_CACHE_MAX_KEY:
+            if len(self.series) >= LABEL_CACHE_SIZE:
+                self.series.clear()
+            self.series[key] = found
+        return found
 
 
 @functools.cache
@@ -332,58 +381,53 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     if parser not in PARSERS:
         raise ValueError(f"unknown parser {parser!r}")
     names = _names(engine, buckets)
-    counter_names, gauge_names, created_names = names.counters, names.gauges, names.created
 
     counters: dict[SeriesKey, float] = {}
     created: dict[SeriesKey, float] = {}
-    gauge_series: dict[tuple[str, str, Identity], float] = {}
+    gauge_series: dict[SeriesKey, float] = {}
     positions: dict[str, set[str]] = {}
     process_start: float | None = None
     invalid_models: set[str] = set()
     invalid_hits = 0
     truncated: set[str] = set()
+    # A character is at most 4 UTF-8 bytes: values of fewer characters cannot pass the limit.
+    short_enough = (max_label_value_bytes // 4 if max_label_value_bytes is not None
+                    else math.inf)
+    isfinite = math.isfinite
     try:
         selection = names.selector.select(text) if parser == "fast" else None
         if selection is not None:
-            samples, seen_prefixes = selection.samples, selection.prefixes
+            samples, saw = selection.samples, selection.saw
         else:
             samples, seen_prefixes = _full_samples(text, names.wanted)
-        identities = names.identities
-        for name, labels, value, label_key in samples:
-            if name == PROCESS_START:
+            saw = seen_prefixes.__contains__
+        known = names.series.get
+        for name, labels, value, sample_key in samples:
+            series = known(sample_key) if sample_key is not None else None
+            if series is None:
+                series = (names.cached(sample_key, name, labels) if sample_key is not None
+                          else names.describe(name, labels))
+            what, sig, model, identity, key, position, longest = series
+            if what == _PROCESS_START:
                 process_start = value
                 continue
-            known = identities.get(label_key) if label_key is not None else None
-            if known is None:
-                model = labels.get("model_name", "")
-                identity: Identity = tuple(sorted(
-                    (k, v) for k, v in labels.items() if k != "model_name"))
-                longest = max(map(len, labels.values()), default=0)
-                if label_key is not None and len(label_key) <= LABEL_CACHE_MAX_KEY:
-                    if len(identities) >= LABEL_CACHE_SIZE:
-                        identities.clear()
-                    identities[label_key] = (model, identity, longest)
-            else:
-                model, identity, longest = known
-            # A character is at most 4 UTF-8 bytes: shorter values cannot pass the limit.
-            if max_label_value_bytes is not None and longest * 4 > max_label_value_bytes:
+            if longest > short_enough and max_label_value_bytes is not None:
                 model, identity = _truncated(model, identity, max_label_value_bytes,
                                              truncated)
-            if name in counter_names:
-                sig = counter_names[name]
                 key = (model, sig, identity)
+            if what == _COUNTER:
                 if not 0 <= value <= MAX_COUNTER_VALUE or counters.get(key, value) != value:
                     invalid_models.add(model)
                     invalid_hits += 1
                     continue
                 counters[key] = value
-                if sig == ACCEPTED_PER_POSITION and "position" in labels:
-                    positions.setdefault(model, set()).add(labels["position"])
-            elif name in created_names:
-                if math.isfinite(value):
-                    created[(model, created_names[name], identity)] = value
-            elif name in gauge_names and math.isfinite(value):
-                gauge_series[(model, gauge_names[name], identity)] = value
+                if position is not None:
+                    positions.setdefault(model, set()).add(position)
+            elif what == _CREATED:
+                if isfinite(value):
+                    created[key] = value
+            elif isfinite(value):
+                gauge_series[key] = value
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
         raise PageParseError(f"not a Prometheus text exposition: {exc}") from exc
 
@@ -415,12 +459,14 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
         if sig == SGLANG_SPEC_STEPS and value >= 1 and model not in configured_k:
             configured_k[model] = int(value)
 
-    sigs = {k[1] for k in counters} | {s for _, s in gauges}
-    if "sglang:" in seen_prefixes and "vllm:" not in seen_prefixes:
-        kind = "sglang"
-    elif "vllm:" in seen_prefixes:
+    # vllm: first: with it on the page sglang:'s presence does not matter, and an absent
+    # prefix costs a scan of the whole body on the fast path.
+    if saw("vllm:"):
+        sigs = {k[1] for k in counters} | {s for _, s in gauges}
         v0 = ({EMITTED_TOKENS, V0_ACCEPTANCE_RATE, V0_EFFICIENCY} & sigs) and DRAFTS not in sigs
         kind = "vllm-v0" if v0 else "vllm"
+    elif saw("sglang:"):
+        kind = "sglang"
     else:
         kind = "unknown"
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
