@@ -403,7 +403,7 @@ def _window(label: str, dt: float, r: list[float], plan: _Plan, configured_k: in
             d_drafts = r[plan.drafts]
             if d_drafts > 0:
                 gamma = d_tok / d_drafts
-                e = 1.0 + min(d_acc, d_tok) / d_drafts
+                e = 1.0 + (d_tok if d_tok < d_acc else d_acc) / d_drafts  # min()
                 v[DRAFT_LENGTH] = gamma
                 v[ACCEPTANCE_LENGTH] = e
                 if plan.positions:
@@ -474,8 +474,11 @@ def _window(label: str, dt: float, r: list[float], plan: _Plan, configured_k: in
             v[BIMODALITY_COEFFICIENT] = bc
     # Last line of defence (found by fuzzing): a denominator that is positive but tiny (a
     # subnormal count delta) overflows a mean to inf. A value that is not finite is absent.
-    return WindowSignals(window=label, values=_finite(v),
-                         positions={name: _finite(per) for name, per in positions.items()},
+    # (A conditional rate is finite when every rate is: a rate in [0, 1] over one in (0, 1]
+    # is clamped, and only a NaN rate stays NaN.)
+    if positions and not math.isfinite(sum(positions[POSITION_ACCEPTANCE_RATE].values())):
+        positions = {name: _finite(per) for name, per in positions.items()}
+    return WindowSignals(window=label, values=_finite(v), positions=positions,
                          span_seconds=dt, requests=requests, drafts=drafts,
                          histograms=window_histograms)
 
@@ -545,9 +548,17 @@ def _count_base_index(column: Sequence[float], n_requests: int) -> int | None:
     lo, hi = 0, len(column) - 1  # the answer is in [lo, hi) or absent
     if not newest - value(0) >= n_requests:
         return None
+    # The probes read value() inlined: ~10 a poll for every model.
+    get = column.item if isinstance(column, np.ndarray) else column.__getitem__
+    big = sys.float_info.max
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if newest - value(mid) >= n_requests:
+        v = float(get(mid))
+        if v != v:
+            v = 0.0
+        elif abs(v) == math.inf:
+            v = math.copysign(big, v)
+        if newest - v >= n_requests:
             lo = mid
         else:
             hi = mid
@@ -616,7 +627,7 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             ring.derive_cache = (signature, plan, columns)
         sd = plan.sd
         if wanted:
-            t_cur = float(times[-1])
+            t_cur = times.item(-1)
             m = m.take(columns, axis=1)  # (array methods: cheaper than their wrappers)
             m[np.isnan(m)] = 0.0  # an absent counter counts from 0
             diff = m[-1] - m[:-1]
@@ -640,7 +651,7 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             for label, i in bases:
                 if i is None:
                     continue
-                dt = t_cur - float(times[i])
+                dt = t_cur - times.item(i)
                 if not dt > 0:
                     continue
                 same = done.get(i)
