@@ -512,10 +512,11 @@ def _time_base_indices(times: Sequence[float], seconds: Sequence[float]
     if len(times) < 2:
         return [None] * len(seconds)
     # Entry times strictly increase (history folds a poll that does not advance the clock).
-    # The array's methods: numpy's function wrappers cost as much as the search.
+    # The targets in floats (the same operations as on a float64 array) and the array's
+    # method: a few windows, where numpy's per-call costs exceed the arithmetic.
     times = np.asarray(times)
-    idx = times.searchsorted(times[-1] - np.asarray(seconds, dtype=float) + 1e-9,
-                             side="right")
+    t = times.item(-1)
+    idx = times.searchsorted([t - float(s) + 1e-9 for s in seconds], side="right")
     return [max(0, i - 1) for i in idx.tolist()]
 
 
@@ -576,11 +577,10 @@ def count_window_base(entries: Sequence[HistoryEntry], n_requests: int) -> Histo
 
 @functools.lru_cache(maxsize=64)
 def _window_lengths(windows: tuple[tuple[str, float], ...]
-                    ) -> tuple[tuple[str, ...], np.ndarray]:
-    """The labels and lengths of a config's time windows (made once per config)."""
-    seconds = np.asarray([secs for _label, secs in windows], dtype=float)
-    seconds.setflags(write=False)
-    return tuple(label for label, _secs in windows), seconds
+                    ) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """The labels and lengths of a config's time windows (split once per config)."""
+    return (tuple(label for label, _secs in windows),
+            tuple(float(secs) for _label, secs in windows))
 
 
 def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSnapshot:
@@ -642,8 +642,8 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             samples = ring.sample_column()
             have = samples == samples
             kept = samples[have]
-            first = dict(zip(wanted, have.nonzero()[0].searchsorted(
-                [i + 1 for i in wanted]).tolist(), strict=True))
+            # The samples up to entry i, inclusive: where entry i's window's samples start.
+            upto = have.cumsum()
             # Windows with the same base (all of them while the history is younger than the
             # shortest; the count window's base can equal a time window's) are the same
             # signals under another label: computed once.
@@ -659,7 +659,7 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
                     windows.append(dataclasses.replace(same, window=label))
                     continue
                 done[i] = ws = _window(label, dt, per_base[i], plan, hist.configured_k,
-                                       hist.gauges, kept[first[i]:],
+                                       hist.gauges, kept[upto.item(i):],
                                        cfg.min_bimodality_samples)
                 windows.append(ws)
     samples_hist = None
