@@ -21,8 +21,9 @@ import dataclasses
 import functools
 import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -167,19 +168,24 @@ def solve_token_acceptance_probability(e: float, k: float) -> float | None:
         return 0.0
     if e >= k + 1.0:
         return 1.0
-    lo, hi = 0.0, 1.0
+    lo = 0.0
     kp1 = k + 1.0
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        # expected_acceptance_length(mid, k), inlined (the same operations): about 50
-        # steps per window per poll, where a function call costs as much as the step.
-        if (kp1 if mid >= 1.0 else (1.0 - mid ** kp1) / (1.0 - mid)) < e:
+    # Bisection of [0, 1] down to a width of 2^-50 (the first width <= 1e-15): the bounds
+    # are multiples of the width, so every midpoint is exact and never reaches 1, and the
+    # loop always takes these 50 steps. Written as lo + step (the same exact midpoints as
+    # 0.5 * (lo + hi), without hi and the convergence test) and with
+    # expected_acceptance_length(mid, k) inlined (its operations, without its α >= 1 branch,
+    # which no midpoint takes): 4 windows a poll, where the bookkeeping cost as much as E.
+    for step in _BISECTION_STEPS:
+        mid = lo + step
+        if (1.0 - mid ** kp1) / (1.0 - mid) < e:
             lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-15:  # converged (about 50 steps; 80 is the safety bound)
-            break
-    return 0.5 * (lo + hi)
+    return lo + _BISECTION_HALF_WIDTH
+
+
+#: The bisection's half-widths 2^-1 .. 2^-50, and the midpoint offset of its last bracket.
+_BISECTION_STEPS: tuple[float, ...] = tuple(2.0 ** -i for i in range(1, 51))
+_BISECTION_HALF_WIDTH = 2.0 ** -51
 
 
 @functools.lru_cache(maxsize=4096)
@@ -204,17 +210,6 @@ def window_buckets(base: Counters, cur: Counters, signal: str
     running = 0.0
     for bound, key in keys:
         running = max(running, delta(base, cur, key))
-        out.append((bound, running))
-    return tuple(out)
-
-
-def _window_buckets(deltas: Mapping[tuple[str, str | None], float], present: Present,
-                    signal: str) -> tuple[tuple[float, float], ...]:
-    out: list[tuple[float, float]] = []
-    running = 0.0
-    get = deltas.get
-    for bound, key in present.buckets.get(signal, ()):
-        running = max(running, get(key, 0.0))
         out.append((bound, running))
     return tuple(out)
 
@@ -293,45 +288,144 @@ def window_signals(label: str, dt: float, deltas: Mapping[tuple[str, str | None]
     ``deltas``: increase of each counter over the window (0 for a key missing from it);
     ``present``: the keys of the window's newest entry.
     """
+    plan = _Plan.of(present, histograms)
     get = deltas.get
-    d = lambda sig, pos=None: get((sig, pos), 0.0)  # noqa: E731
-    c = present.keys
+    row = [get(key, 0.0) for key in plan.keys]
+    row.append(0.0)
+    return _window(label, dt, row, plan, configured_k, gauges, samples,
+                   min_bimodality_samples)
+
+
+#: The counters without position or bound that a window reads, in the order of a _Plan's
+#: first indices.
+_READ: tuple[str, ...] = (
+    sources.DRAFT_TOKENS, sources.ACCEPTED_TOKENS, sources.DRAFTS, sources.VERIFY_CALLS,
+    sources.GENERATION_TOKENS, sources.REQUESTS_FINISHED, sources.E2E_LATENCY_COUNT,
+    sources.E2E_LATENCY_SUM, sources.PROMPT_LEN_COUNT, sources.PROMPT_LEN_SUM,
+    sources.PROMPT_TOKENS, sources.GENERATION_LEN_COUNT, sources.GENERATION_LEN_SUM)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a window reads, decided once per set of present keys (issue 15).
+
+    Which branches :func:`_window` takes depends only on the keys present in the window's
+    newest entry, the same for every window of a model and for as long as no key appears or
+    vanishes; so they are decided here, and a window's increases are a list (a *row*) read
+    at the indices kept here instead of a dictionary of every counter. ``keys`` are the
+    counters of the row, in order; index -1 reads the 0.0 appended to every row (a counter
+    the history has no column for never increased).
+    """
+
+    keys: tuple[tuple[str, str | None], ...]
+    sd: bool  # drafts counted: vLLM (draft tokens) or SGLang (verify calls)
+    vllm: bool  # draft and accepted tokens present: vLLM's acceptance signals
+    sglang: bool  # otherwise verify calls present: SGLang's
+    has_drafts: bool
+    has_requests: bool
+    tok: int
+    acc: int
+    drafts: int
+    verify: int
+    gen: int
+    req: int
+    lat_count: int
+    lat_sum: int
+    volume: int | None  # the window's draft volume (WindowSignals.drafts); None: 0.0
+    positions: tuple[tuple[str, int], ...]  # accepted per position, in position order
+    #: (mean name, index of the count or None, index of the sum; or, for SGLang pages
+    #: without the per-request histograms, None and the token counter's index).
+    means: tuple[tuple[str, int | None, int], ...]
+    buckets: tuple[tuple[str, tuple[tuple[float, int], ...]], ...]  # by histogram name
+
+    @classmethod
+    def of(cls, present: Present, histograms: bool,
+           available: Container[tuple[str, str | None]] | None = None) -> _Plan:
+        """The plan for ``present``; ``available``: the keys that can have increased (all
+        when None), the others read 0.0 without a place in the row."""
+        keys: dict[tuple[str, str | None], int] = {}
+
+        def at(key: tuple[str, str | None]) -> int:
+            if available is not None and key not in available:
+                return -1
+            return keys.setdefault(key, len(keys))
+
+        c = present.keys
+        i = {sig: at((sig, None)) for sig in _READ}
+        vllm = _has(c, sources.DRAFT_TOKENS) and _has(c, sources.ACCEPTED_TOKENS)
+        volume = next((i[sig] for sig in (sources.DRAFTS, sources.VERIFY_CALLS,
+                                           sources.DRAFT_TOKENS) if _has(c, sig)), None)
+        means: list[tuple[str, int | None, int]] = []
+        for mean_name, s_sum, s_count, fallback in (
+            (MEAN_PROMPT_TOKENS, sources.PROMPT_LEN_SUM, sources.PROMPT_LEN_COUNT,
+             sources.PROMPT_TOKENS),
+            (MEAN_GENERATION_TOKENS, sources.GENERATION_LEN_SUM, sources.GENERATION_LEN_COUNT,
+             sources.GENERATION_TOKENS),
+        ):
+            if _has(c, s_count):
+                means.append((mean_name, i[s_count], i[s_sum]))
+            elif sources.VERIFY_CALLS in present.signals and _has(c, fallback):
+                means.append((mean_name, None, i[fallback]))
+        positions = tuple((p, at((sources.ACCEPTED_PER_POSITION, p)))
+                          for p in present.positions)
+        buckets = tuple((name, tuple((bound, at(key)) for bound, key in
+                                     present.buckets[sig]))
+                        for name, sig in LATENCY_HISTOGRAMS.items()
+                        if histograms and sig in present.buckets)
+        return cls(
+            keys=tuple(keys), sd=_has(c, sources.DRAFT_TOKENS) or _has(c, sources.VERIFY_CALLS),
+            vllm=vllm, sglang=not vllm and _has(c, sources.VERIFY_CALLS),
+            has_drafts=_has(c, sources.DRAFTS),
+            has_requests=_has(c, sources.REQUESTS_FINISHED),
+            tok=i[sources.DRAFT_TOKENS], acc=i[sources.ACCEPTED_TOKENS],
+            drafts=i[sources.DRAFTS], verify=i[sources.VERIFY_CALLS],
+            gen=i[sources.GENERATION_TOKENS], req=i[sources.REQUESTS_FINISHED],
+            lat_count=i[sources.E2E_LATENCY_COUNT], lat_sum=i[sources.E2E_LATENCY_SUM],
+            volume=volume, positions=positions, means=tuple(means), buckets=buckets)
+
+
+def _window(label: str, dt: float, r: list[float], plan: _Plan, configured_k: int | None,
+            gauges: Mapping[str, float], samples: Sequence[float],
+            min_bimodality_samples: int) -> WindowSignals:
+    """:func:`window_signals` on a row of increases read as ``plan`` says (clamp01 inlined:
+    the same comparisons)."""
     v: dict[str, float] = {}
     positions: dict[str, dict[str, float]] = {}
 
     e: float | None = None
     gamma: float | None = None
-    if _has(c, sources.DRAFT_TOKENS) and _has(c, sources.ACCEPTED_TOKENS):
-        d_tok, d_acc = d(sources.DRAFT_TOKENS), d(sources.ACCEPTED_TOKENS)
+    if plan.vllm:
+        d_tok, d_acc = r[plan.tok], r[plan.acc]
         if d_tok > 0:
-            v[ACCEPTANCE_RATE] = clamp01(d_acc / d_tok)
-        if _has(c, sources.DRAFTS):
-            d_drafts = d(sources.DRAFTS)
+            x = d_acc / d_tok
+            v[ACCEPTANCE_RATE] = 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
+        if plan.has_drafts:
+            d_drafts = r[plan.drafts]
             if d_drafts > 0:
                 gamma = d_tok / d_drafts
-                e = 1.0 + min(d_acc, d_tok) / d_drafts
+                e = 1.0 + (d_tok if d_tok < d_acc else d_acc) / d_drafts  # min()
                 v[DRAFT_LENGTH] = gamma
                 v[ACCEPTANCE_LENGTH] = e
-                pos_keys = present.positions
-                rates = {p: clamp01(d(sources.ACCEPTED_PER_POSITION, p) / d_drafts)
-                         for p in pos_keys}
-                if rates:
-                    positions[POSITION_ACCEPTANCE_RATE] = rates
+                if plan.positions:
+                    rates: dict[str, float] = {}
                     cond: dict[str, float] = {}
                     prev = 1.0
-                    for p in pos_keys:
+                    for p, i in plan.positions:
+                        x = r[i] / d_drafts
+                        rates[p] = x = 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
                         if prev > 0:
-                            cond[p] = clamp01(rates[p] / prev)
-                        prev = rates[p]
+                            y = x / prev
+                            cond[p] = 0.0 if y < 0.0 else 1.0 if y > 1.0 else y
+                        prev = x
+                    positions[POSITION_ACCEPTANCE_RATE] = rates
                     positions[POSITION_CONDITIONAL_ACCEPTANCE_RATE] = cond
-                    if len(pos_keys) >= 2:
-                        p0, p1 = rates[pos_keys[0]], rates[pos_keys[1]]
+                    if len(plan.positions) >= 2:
+                        p0, p1 = rates[plan.positions[0][0]], rates[plan.positions[1][0]]
                         if 0.0 < p0 < 1.0:
                             v[ACCEPTANCE_HETEROGENEITY] = clamp01(
                                 (p1 - p0 * p0) / (p0 * (1.0 - p0)))
-    elif _has(c, sources.VERIFY_CALLS):
-        e = sglang_acceptance_length(d(sources.GENERATION_TOKENS),
-                                     d(sources.REQUESTS_FINISHED), d(sources.VERIFY_CALLS))
+    elif plan.sglang:
+        e = sglang_acceptance_length(r[plan.gen], r[plan.req], r[plan.verify])
         if e is not None:
             if configured_k:
                 e = min(e, configured_k + 1.0)
@@ -346,32 +440,32 @@ def window_signals(label: str, dt: float, deltas: Mapping[tuple[str, str | None]
             if alpha is not None:
                 v[TOKEN_ACCEPTANCE_PROBABILITY] = alpha
 
-    requests = d(sources.REQUESTS_FINISHED)
-    drafts = next((d(sig) for sig in (sources.DRAFTS, sources.VERIFY_CALLS,
-                                       sources.DRAFT_TOKENS) if _has(c, sig)), 0.0)
-    window_histograms = {name: hb for name, sig in LATENCY_HISTOGRAMS.items()
-                         if (hb := _window_buckets(deltas, present, sig))} if histograms else {}
-    if _has(c, sources.REQUESTS_FINISHED):
+    requests = r[plan.req]
+    drafts = 0.0 if plan.volume is None else r[plan.volume]
+    window_histograms: dict[str, tuple[tuple[float, float], ...]] = {}
+    for name, buckets in plan.buckets:
+        out: list[tuple[float, float]] = []
+        running = 0.0
+        for bound, i in buckets:
+            running = max(running, r[i])
+            out.append((bound, running))
+        window_histograms[name] = tuple(out)
+    if plan.has_requests:
         # A rate over elapsed time: 0 is a true value (an idle server), not a missing one.
         v[ARRIVAL_RATE] = requests / dt
-    n_lat = d(sources.E2E_LATENCY_COUNT)
+    n_lat = r[plan.lat_count]
     if n_lat > 0:
-        v[MEAN_LATENCY_SECONDS] = d(sources.E2E_LATENCY_SUM) / n_lat
-        if ARRIVAL_RATE in v and requests > 0:
+        v[MEAN_LATENCY_SECONDS] = r[plan.lat_sum] / n_lat
+        if plan.has_requests and requests > 0:
             v[EFFECTIVE_BATCH_SIZE] = v[ARRIVAL_RATE] * v[MEAN_LATENCY_SECONDS]
-    for mean_name, s_sum, s_count, fallback in (
-        (MEAN_PROMPT_TOKENS, sources.PROMPT_LEN_SUM, sources.PROMPT_LEN_COUNT,
-         sources.PROMPT_TOKENS),
-        (MEAN_GENERATION_TOKENS, sources.GENERATION_LEN_SUM, sources.GENERATION_LEN_COUNT,
-         sources.GENERATION_TOKENS),
-    ):
-        if _has(c, s_count):
-            n = d(s_count)
+    for mean_name, i_count, i_sum in plan.means:
+        if i_count is not None:
+            n = r[i_count]
             if n > 0:
-                v[mean_name] = d(s_sum) / n
-        elif sources.VERIFY_CALLS in present.signals and requests > 0 and _has(c, fallback):
+                v[mean_name] = r[i_sum] / n
+        elif requests > 0:
             # SGLang pages without the per-request histograms: token counter / requests.
-            v[mean_name] = d(fallback) / requests
+            v[mean_name] = r[i_sum] / requests
 
     if len(samples) >= max(4, min_bimodality_samples):
         # Bimodality that a change over time cannot explain (issue 18): bimodality.py.
@@ -380,11 +474,25 @@ def window_signals(label: str, dt: float, deltas: Mapping[tuple[str, str | None]
             v[BIMODALITY_COEFFICIENT] = bc
     # Last line of defence (found by fuzzing): a denominator that is positive but tiny (a
     # subnormal count delta) overflows a mean to inf. A value that is not finite is absent.
-    v = {name: x for name, x in v.items() if math.isfinite(x)}
-    positions = {name: {p: x for p, x in per.items() if math.isfinite(x)}
-                 for name, per in positions.items()}
-    return WindowSignals(window=label, values=v, positions=positions, span_seconds=dt,
-                         requests=requests, drafts=drafts, histograms=window_histograms)
+    # (A conditional rate is finite when every rate is: a rate in [0, 1] over one in (0, 1]
+    # is clamped, and only a NaN rate stays NaN.)
+    if positions and not math.isfinite(sum(positions[POSITION_ACCEPTANCE_RATE].values())):
+        positions = {name: _finite(per) for name, per in positions.items()}
+    return WindowSignals(window=label, values=_finite(v), positions=positions,
+                         span_seconds=dt, requests=requests, drafts=drafts,
+                         histograms=window_histograms)
+
+
+def _finite(values: dict[str, float]) -> dict[str, float]:
+    """``values`` without the entries that are not finite (the same dict when all are).
+
+    A sum of floats is finite only when every term is (inf and NaN stay in a float sum; an
+    overflowing sum of finite terms only sends it to the filter), so the usual case costs
+    one sum instead of a new dict.
+    """
+    if math.isfinite(sum(values.values())):
+        return values
+    return {name: x for name, x in values.items() if math.isfinite(x)}
 
 
 def _position_order(p: str) -> tuple[int, str]:
@@ -404,8 +512,11 @@ def _time_base_indices(times: Sequence[float], seconds: Sequence[float]
     if len(times) < 2:
         return [None] * len(seconds)
     # Entry times strictly increase (history folds a poll that does not advance the clock).
-    idx = np.searchsorted(times, times[-1] - np.asarray(seconds, dtype=float) + 1e-9,
-                          side="right")
+    # The targets in floats (the same operations as on a float64 array) and the array's
+    # method: a few windows, where numpy's per-call costs exceed the arithmetic.
+    times = np.asarray(times)
+    t = times.item(-1)
+    idx = times.searchsorted([t - float(s) + 1e-9 for s in seconds], side="right")
     return [max(0, i - 1) for i in idx.tolist()]
 
 
@@ -438,9 +549,17 @@ def _count_base_index(column: Sequence[float], n_requests: int) -> int | None:
     lo, hi = 0, len(column) - 1  # the answer is in [lo, hi) or absent
     if not newest - value(0) >= n_requests:
         return None
+    # The probes read value() inlined: ~10 a poll for every model.
+    get = column.item if isinstance(column, np.ndarray) else column.__getitem__
+    big = sys.float_info.max
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if newest - value(mid) >= n_requests:
+        v = float(get(mid))
+        if v != v:
+            v = 0.0
+        elif abs(v) == math.inf:
+            v = math.copysign(big, v)
+        if newest - v >= n_requests:
             lo = mid
         else:
             hi = mid
@@ -456,25 +575,36 @@ def count_window_base(entries: Sequence[HistoryEntry], n_requests: int) -> Histo
     return None if i is None else entries[i]
 
 
+@functools.lru_cache(maxsize=64)
+def _window_lengths(windows: tuple[tuple[str, float], ...]
+                    ) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """The labels and lengths of a config's time windows (split once per config)."""
+    return (tuple(label for label, _secs in windows),
+            tuple(float(secs) for _label, secs in windows))
+
+
 def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSnapshot:
     """Every window of one model, plus its sample histogram and configured k.
 
     Each window is the difference of two rows of the model's ring (the newest and the
-    window's base), computed for every counter at once. It runs for every model on every
-    poll, so what the windows share is done once: one search for all time-window bases, the
-    count window's base by a binary search that reads only the entries it probes, the
-    per-poll samples filtered once (each window's are a suffix of them, passed as an array),
-    and windows with the same base row computed once.
+    window's base), computed for every counter it reads at once. It runs for every model on
+    every poll, so what the windows share is done once: one search for all time-window
+    bases, the count window's base by a binary search that reads only the entries it probes,
+    one read of the base rows and the newest, the per-poll samples filtered once (each
+    window's are a suffix of them, passed as an array), and windows with the same base row
+    computed once. What the windows read (:class:`_Plan`: the columns, the branches taken)
+    depends only on the keys present in the newest row, so it is remembered on the ring with
+    that absence pattern and made again only when a key appears or vanishes.
     """
     ring = hist.entries
     windows: list[WindowSignals] = []
     n = len(ring)
-    present: Present | None = None
+    sd = False
     if n:
         times = ring.times()
+        labels, seconds = _window_lengths(cfg.windows)
         bases: list[tuple[str, int | None]] = list(zip(
-            [label for label, _secs in cfg.windows],
-            _time_base_indices(times, [secs for _label, secs in cfg.windows]), strict=True))
+            labels, _time_base_indices(times, seconds), strict=True))
         if cfg.count_window > 0:
             req = ring.column((sources.REQUESTS_FINISHED, None))
             i = None
@@ -482,39 +612,38 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
                 i = _count_base_index(req, cfg.count_window)
             bases.append((cfg.count_window_label, i))
         wanted = sorted({i for _label, i in bases if i is not None})
-        cur = ring.row(-1)
+        m = ring.rows([*wanted, n - 1])  # the bases, then the newest entry
+        absent = np.isnan(m[-1])
         keys = ring.keys
-        absent = np.isnan(cur)
-        # The present keys and the columns a window reads change only when a key appears:
-        # remembered on the ring with the absence pattern they were computed for.
+        signature = (len(keys), cfg.histograms, absent.tobytes())
         cached = ring.derive_cache
-        if (isinstance(cached, tuple) and cached[0] == (len(keys), cfg.histograms)
-                and np.array_equal(cached[1], absent)):
-            present, cols, col_keys = cached[2], cached[3], cached[4]
+        if isinstance(cached, tuple) and cached[0] == signature:
+            plan, columns = cached[1], cached[2]
         else:
             present = Present.of(k for k, a in zip(keys, absent.tolist(), strict=True)
                                  if not a)
-            # Without window histograms the bucket columns are never read.
-            use = [i for i, k in enumerate(keys)
-                   if cfg.histograms or k[0] not in sources.BUCKET_SIGNALS]
-            cols, col_keys = np.array(use, dtype=np.intp), [keys[i] for i in use]
-            ring.derive_cache = ((len(keys), cfg.histograms), absent, present, cols, col_keys)
+            plan = _Plan.of(present, cfg.histograms, frozenset(keys))
+            columns = np.array([ring.column_index(k) for k in plan.keys], dtype=np.intp)
+            ring.derive_cache = (signature, plan, columns)
+        sd = plan.sd
         if wanted:
-            t_cur = float(times[-1])
-            cur0 = np.where(absent, 0.0, cur)[cols]
-            base = ring.rows(wanted)[:, cols]
-            diff = cur0 - np.where(np.isnan(base), 0.0, base)
-            diff = np.where(diff > 0.0, diff, 0.0)  # delta(): never negative, never -0.0
-            per_base = {i: dict(zip(col_keys, row, strict=True))
-                        for i, row in zip(wanted, diff.tolist(), strict=True)}
+            t_cur = times.item(-1)
+            m = m.take(columns, axis=1)  # (array methods: cheaper than their wrappers)
+            m[np.isnan(m)] = 0.0  # an absent counter counts from 0
+            diff = m[-1] - m[:-1]
+            diff[~(diff > 0.0)] = 0.0  # delta(): never negative, never -0.0, never NaN
+            # A row per base, with the 0.0 that index -1 reads (a counter without a column).
+            rows = diff.tolist()
+            per_base = dict(zip(wanted, rows, strict=True))
+            for row in rows:
+                row.append(0.0)
             # The per-poll samples after each base, without the polls that had none (NaN):
             # filtered once for all windows (each window's are a suffix of them).
             samples = ring.sample_column()
             have = samples == samples
             kept = samples[have]
-            first = dict(zip(wanted, np.searchsorted(np.flatnonzero(have),
-                                                     np.asarray(wanted) + 1).tolist(),
-                             strict=True))
+            # The samples up to entry i, inclusive: where entry i's window's samples start.
+            upto = have.cumsum()
             # Windows with the same base (all of them while the history is younger than the
             # shortest; the count window's base can equal a time window's) are the same
             # signals under another label: computed once.
@@ -522,29 +651,24 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             for label, i in bases:
                 if i is None:
                     continue
-                dt = t_cur - float(times[i])
+                dt = t_cur - times.item(i)
                 if not dt > 0:
                     continue
                 same = done.get(i)
                 if same is not None:
                     windows.append(dataclasses.replace(same, window=label))
                     continue
-                done[i] = ws = window_signals(
-                    label, dt, per_base[i], present, hist.configured_k, hist.gauges,
-                    kept[first[i]:], cfg.min_bimodality_samples, cfg.histograms)
+                done[i] = ws = _window(label, dt, per_base[i], plan, hist.configured_k,
+                                       hist.gauges, kept[upto.item(i):],
+                                       cfg.min_bimodality_samples)
                 windows.append(ws)
     samples_hist = None
-    if hist.sample_count > 0 or (present is not None and (
-            _has(present.keys, sources.DRAFT_TOKENS)
-            or _has(present.keys, sources.VERIFY_CALLS))):
-        cumulative: list[int] = []
-        running = 0
-        for n in hist.sample_bucket_counts:
-            running += n
-            cumulative.append(running)
-        samples_hist = SampleHistogram(bounds=SAMPLE_BUCKETS, cumulative_counts=tuple(cumulative),
-                                       sum=hist.sample_sum, count=hist.sample_count)
+    if hist.sample_count > 0 or sd:
+        samples_hist = SampleHistogram(
+            bounds=SAMPLE_BUCKETS, cumulative_counts=tuple(accumulate(hist.sample_bucket_counts)),
+            sum=hist.sample_sum, count=hist.sample_count)
     return ModelSnapshot(model_name=hist.model_name, engine=engine,
                          configured_k=hist.configured_k, windows=tuple(windows),
                          samples=samples_hist, gauges=dict(hist.gauges),
-                         sd_families_present=bool(hist.signals & sources.VLLM_SD_SIGNALS))
+                         sd_families_present=not hist.signals.isdisjoint(
+                             sources.VLLM_SD_SIGNALS))
