@@ -13,6 +13,12 @@ Time windows use the newest entry at or before ``now - W`` as base (the oldest e
 the history is shorter than W, so a fresh exporter shows partial windows, like PromQL's
 ``rate()`` over a young series). The count window ``"<N>req"`` uses the newest entry at least
 N finished requests back; it is absent until the history holds N finished requests.
+
+Size: one module on purpose. The formulas (:func:`window_signals`) and the per-poll plan
+that evaluates them on a row of deltas (``_Plan``, ``_window``: the same formulas with the
+branches decided once per key set, issue 15) must change together, and the equivalence
+tests (tests/test_derive_plan.py) pin one against the other; split, a formula changed in one
+file and not the other would only be caught by those tests.
 """
 
 from __future__ import annotations
