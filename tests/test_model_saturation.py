@@ -10,7 +10,7 @@ import math
 import os
 
 import numpy as np
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq
 from specwatch.model import saturation
@@ -165,6 +165,15 @@ def test_fixed_point_converges_or_reports_saturation(lin, sat, wl, load):
 @settings(max_examples=int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "25")),
           deadline=None)
 @given(linear, saturating, workload)
+# Found in CI (2026-12-01): λ* is SD's ceiling (67.276 req/s) and no-SD's ceiling lies only
+# 0.11% above it (67.352); every probe above λ* falls in the last sliver before no-SD's
+# ceiling, where the reference scan returns NaN for no-SD too (the model: 6.008 s), so no
+# probe can show SD losing.
+@example(lin={"a_p": 0.328125, "b_p": 0.0, "a_v": 0.03515625, "b_v": 7.641695746334943e-05,
+              "a_d": 0.0027722002556772245, "b_d": 0.0},
+         sat={"c_v": 0.0001677383576375105, "knee_v": 405.0, "c_d": 0.0, "knee_d": 0.0,
+              "max_num_seqs": 0.0},
+         wl=(3, 0.9140625, 16.0, 86.0))
 def test_breakeven_matches_a_brute_force_root(lin, sat, wl):
     """λ* from the model equals the first λ where the independent solver finds L_SD = L_D,
     or SD's ceiling when SD is faster up to it and saturates before no-SD."""
@@ -200,8 +209,11 @@ def test_breakeven_matches_a_brute_force_root(lin, sat, wl):
     # above λ* for a probe two solvers resolve (falsified at 200 examples).
     assume(nosd_max > lam_star * (1 + 1e-9))
 
-    def sd_loses(step):
-        hi = diff(lam_star + min(step * lam_star, 0.5 * (nosd_max - lam_star)))
-        return (math.isnan(hi[0]) and not math.isnan(hi[1])) or hi[0] > hi[1]
-
-    assert any(sd_loses(step) for step in (1e-2, 1e-3, 1e-4))
+    probes = [diff(lam_star + min(step * lam_star, 0.5 * (nosd_max - lam_star)))
+              for step in (1e-2, 1e-3, 1e-4)]
+    # Below no-SD's ceiling but in the sliver next to it, the reference scan cannot resolve
+    # no-SD's latency (NaN: see test_fixed_point_converges_or_reports_saturation): a probe
+    # compares nothing. No probe left: nothing to check at this λ*.
+    resolved = [hi for hi in probes if not math.isnan(hi[1])]
+    assume(resolved)
+    assert any(math.isnan(hi[0]) or hi[0] > hi[1] for hi in resolved)
