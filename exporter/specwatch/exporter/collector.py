@@ -10,17 +10,16 @@ raising collector turns the whole page into a 500).
 Extension point: ``add_family_builder(fn)`` with ``fn(snapshot) -> Iterable[Metric]`` renders
 data that hooks attached to the snapshot (issue 3 predictions, issue 7 controller state).
 
-Exposition rendered once per snapshot (issue 15): with 500 targets the page holds ~56,000
-series (5 MB), and rebuilding metric objects for every scrape cost ~0.85 CPU-s a scrape.
-:meth:`SpecwatchCollector.exposition` writes the health and derived families as bytes
-directly: each target's sample lines are rendered once per :class:`TargetSnapshot` (at
-publish time when the pipeline calls :meth:`SpecwatchCollector.prerender` and a scrape is
-due before the target's next poll, else at the first scrape that sees it) and a scrape joins
-the cached pieces; the joined page (text, OpenMetrics,
-and its gzip deflate stream) is cached per :class:`Snapshot`. The bytes equal
-prometheus_client's encoding of :meth:`collect` (tests/test_exposition.py), which stays the
-interface for registry users. Builders are rendered per scrape (they may read state that
-changes between snapshots, such as receiver counters) unless registered with
+Exposition rendered once per snapshot (issue 15): with 500 targets the page holds ~56,000 series
+(5 MB), and rebuilding metric objects for every scrape cost ~0.85 CPU-s a scrape.
+:meth:`SpecwatchCollector.exposition` writes the health and derived families as bytes directly:
+each target's sample lines are rendered once per :class:`TargetSnapshot` (at publish time when
+the pipeline calls :meth:`SpecwatchCollector.prerender` and a scrape is due before the target's
+next poll, else at the first scrape that sees it) and a scrape joins the cached pieces; the
+joined page (text, OpenMetrics, and its gzip deflate stream) is cached per :class:`Snapshot`.
+The bytes equal prometheus_client's encoding of :meth:`collect` (tests/test_exposition.py),
+which stays the interface for registry users. Builders are rendered per scrape (they may read
+state that changes between snapshots, such as receiver counters) unless registered with
 ``per_snapshot=True``.
 
 Names, types, labels and HELP texts come from `specwatch.exporter.metricdefs`, the table the
@@ -184,10 +183,10 @@ class SpecwatchCollector(Collector):
                 body = self._render_page(snap, openmetrics)
                 if keep:
                     cache[key] = body
-                for name in [n for n in self._targets if n not in snap.targets]:
-                    del self._targets[name]  # a target gone from the set
-                for name in [n for n in self._published if n not in snap.targets]:
-                    del self._published[name]
+                for name in [n for n in self._targets.keys() | self._published.keys()
+                             if n not in snap.targets]:  # a target gone from the set
+                    self._targets.pop(name, None)
+                    self._published.pop(name, None)
         return body  # type: ignore[return-value]
 
     def exposition_deflate(self, snap: Snapshot | None, openmetrics: bool

@@ -543,8 +543,10 @@ def _count_base_index(column: Sequence[float], n_requests: int) -> int | None:
     if len(column) < 2:
         return None
 
+    get = column.item if isinstance(column, np.ndarray) else column.__getitem__
+
     def value(i: int) -> float:
-        v = float(column[i])
+        v = float(get(i))
         if v != v:
             return 0.0
         return v if abs(v) != math.inf else math.copysign(sys.float_info.max, v)
@@ -555,17 +557,9 @@ def _count_base_index(column: Sequence[float], n_requests: int) -> int | None:
     lo, hi = 0, len(column) - 1  # the answer is in [lo, hi) or absent
     if not newest - value(0) >= n_requests:
         return None
-    # The probes read value() inlined: ~10 a poll for every model.
-    get = column.item if isinstance(column, np.ndarray) else column.__getitem__
-    big = sys.float_info.max
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        v = float(get(mid))
-        if v != v:
-            v = 0.0
-        elif abs(v) == math.inf:
-            v = math.copysign(big, v)
-        if newest - v >= n_requests:
+        if newest - value(mid) >= n_requests:
             lo = mid
         else:
             hi = mid

@@ -190,7 +190,7 @@ class SampleSelector:
             # most of the cost of a line of another family): parsed by the finder itself in
             # the canonical shape, else taken whole (value None). The label text is taken
             # loosely here, up to the first "}" (a scan in C, a third of the cost of the
-            # strict form), and checked strictly once per distinct text (_new_labels); a
+            # strict form), and checked strictly once per distinct text (_labels_of); a
             # text with a newline (a "{" never closed) may span lines: see select().
             rf"|(({wanted})(?:\{{([^}}]*)\}})?)"
             rf"(?:{_VALUE}(?=\n|\Z)|(?![{_NAME_CHAR}])[^\n]*))")
@@ -209,7 +209,7 @@ class SampleSelector:
         if not self._line(first.strip(), samples, seen):
             return None
         line_fn = self._line
-        labels_of = self._labels.get
+        labels_of = self._labels_of
         append = samples.append
         for m in self._lines.finditer(text):
             head, name, label_text, value_text = m.groups()
@@ -223,20 +223,13 @@ class SampleSelector:
                 else:  # a wanted name outside the canonical shape
                     samples.extend(self._parse_alone(line))
                 continue
-            if label_text:
-                labels = labels_of(label_text)  # remembered texts are strict: one line
-                if labels is None and (labels := self._new_labels(label_text)) is None:
-                    if "\n" in label_text:  # a "{" never closed: the full parser decides
-                        return None
-                    samples.extend(self._parse_alone(m.group()[1:]))
-                    continue
-            else:
-                labels = _NO_LABELS
-            # _value(), inlined (this loop runs once per wanted sample).
-            if value_text.isdigit() or (value_text[0] in "+-" and value_text[1:].isdigit()):
-                append((name, labels, int(value_text), head))
-            else:
-                append((name, labels, float(value_text), head))
+            labels = labels_of(label_text)
+            if labels is None:
+                if "\n" in label_text:  # a "{" never closed: the full parser decides
+                    return None
+                samples.extend(self._parse_alone(m.group()[1:]))
+                continue
+            append((name, labels, _value(value_text), head))
         if not samples:
             return None  # nothing we read: let the full parser judge the page
         return Selection(samples, frozenset(seen), text)
@@ -276,9 +269,15 @@ class SampleSelector:
     def _parse_alone(self, line: str) -> list[RawSample]:
         return [s for s in _parse_line(line) if s[0] in self.names]
 
-    def _new_labels(self, label_text: str) -> dict[str, str] | None:
-        """The labels of a label text, remembered (bounded); None for a text outside the
-        strict form (the parser decides) or with a repeated label name (it rejects that)."""
+    def _labels_of(self, label_text: str | None) -> dict[str, str] | None:
+        """The labels of a label text (none: no labels), remembered (bounded); None for a
+        text outside the strict form (the parser decides) or with a repeated label name (it
+        rejects that). Remembered texts are strict, so a cached one is a single line."""
+        if not label_text:
+            return _NO_LABELS
+        labels = self._labels.get(label_text)
+        if labels is not None:
+            return labels
         if _LABEL_TEXT.fullmatch(label_text) is None:
             return None
         labels = dict(_PAIR.findall(label_text))
@@ -292,12 +291,9 @@ class SampleSelector:
 
     def _strict_sample(self, m: re.Match[str]) -> RawSample | None:
         head, name, label_text, value_text = m.groups()
-        if label_text:
-            labels = self._labels.get(label_text)
-            if labels is None and (labels := self._new_labels(label_text)) is None:
-                return None
-        else:
-            labels = _NO_LABELS
+        labels = self._labels_of(label_text)
+        if labels is None:
+            return None
         return name, labels, _value(value_text), head
 
 

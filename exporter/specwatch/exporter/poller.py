@@ -206,12 +206,12 @@ class Poller:
         with contextlib.suppress(RuntimeError):  # already released: a wake-up is pending
             self._wake.release()
 
-    def _submit(self, name: str) -> bool:
+    def _submit(self, name: str) -> None:
         """Queue a poll of ``name`` unless one is queued or running (never stacked); start a
-        worker when none is free and the bound allows. False when skipped."""
+        worker when none is free and the bound allows."""
         with self._lock:
             if name in self._inflight or self._stop.is_set():
-                return False
+                return
             self._inflight.add(name)
             self._spare -= 1
             start = self._spare < 0 and len(self._workers) < self._max_workers
@@ -223,7 +223,6 @@ class Poller:
         self._queue.put(name)
         if start:
             worker.start()
-        return True
 
     def _work(self) -> None:
         """A worker: polls the queued targets until stop() queues its end (None).
