@@ -155,3 +155,116 @@ def test_results_carry_the_stamp_clock(gate):
         assert q.poll_now("t0").monotonic is None
     finally:
         q.stop()
+
+
+class Recorder:
+    """A fetch that answers at once, except for the targets in ``hold`` (until released),
+    and records which thread ran each poll and when it started."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls: list[tuple[str, str, float]] = []  # (target, thread, monotonic start)
+        self.hold: set[str] = set()
+        self.release = threading.Event()
+
+    def __call__(self, session, target, monotonic=time.monotonic, guard=None) -> str:
+        with self.lock:
+            self.calls.append((target.name, threading.current_thread().name, time.monotonic()))
+        if target.name in self.hold:
+            while not self.release.wait(0.01):
+                if guard is not None and guard.fired:
+                    raise poller_mod.PollError("timeout", "stopped")
+        return "page"
+
+    def rounds(self, name: str) -> list[float]:
+        with self.lock:
+            return [t for n, _, t in self.calls if n == name]
+
+
+@pytest.fixture
+def recorder(monkeypatch) -> Recorder:
+    r = Recorder()
+    monkeypatch.setattr(poller_mod, "fetch", r)
+    return r
+
+
+def test_fast_targets_due_together_run_back_to_back_in_one_worker(recorder):
+    """Issue 15: once a target's last poll was fast, its polls due in the same tick run one
+    after the other in one worker (warm caches, one wake-up), not one thread each."""
+    p = Poller(_targets(5), 0.5, lambda r: None, spread=False)
+    p.start()
+    try:
+        _wait(lambda: all(len(recorder.rounds(f"t{i}")) >= 4 for i in range(5)))
+    finally:
+        p.stop()
+    with recorder.lock:
+        calls = list(recorder.calls)
+    later = [c for c in calls if sum(1 for d in calls[:calls.index(c)] if d[0] == c[0]) >= 1]
+    # After its first poll, every round of the five targets ran in a single thread.
+    by_round: dict[int, set[str]] = {}
+    seen: dict[str, int] = {}
+    for name, thread, _ in later:
+        seen[name] = seen.get(name, 0) + 1
+        by_round.setdefault(seen[name], set()).add(thread)
+    assert len(by_round) >= 3
+    assert all(len(threads) == 1 for threads in by_round.values()), by_round
+
+
+def test_a_target_that_turns_slow_holds_its_batch_back_at_most_about_a_tick(recorder):
+    """A batched target whose server stops answering delays the polls queued behind it only
+    until the scheduler sees the oldest waiting a tick: another worker takes them over. Its
+    own next poll is no longer batched (it was slow)."""
+    p = Poller(_targets(3), 1.0, lambda r: None, spread=False)
+    assert p.tick == pytest.approx(0.05)
+    p.start()
+    try:
+        _wait(lambda: all(len(recorder.rounds(f"t{i}")) >= 2 for i in range(3)))
+        recorder.hold.add("t0")  # from its next poll on, t0 answers only when released
+        _wait(lambda: len(recorder.rounds("t0")) >= 3)
+        held_at = recorder.rounds("t0")[2]
+        _wait(lambda: all(len(recorder.rounds(f"t{i}")) >= 3 for i in (1, 2)))
+        for name in ("t1", "t2"):
+            started = recorder.rounds(name)[2]
+            # Queued behind t0 in the same tick: taken over after about a tick, far
+            # before t0's poll ends (it is held until released).
+            assert started - held_at < 0.5, (name, started - held_at)
+        assert len(recorder.rounds("t0")) == 3  # never stacked
+        assert "t0" in p._fast  # batched until its slow poll ends
+        recorder.release.set()
+        # Its next poll (about 0.7 s later) gets a worker of its own.
+        _wait(lambda: "t0" not in p._fast, seconds=0.5)
+    finally:
+        recorder.release.set()
+        p.stop()
+
+
+def test_stop_drops_the_batched_polls_not_yet_run(recorder):
+    """stop() while a worker drains the batch: the poll running is cut short, the batched
+    polls behind it never run, and no worker is left."""
+    before = _workers()
+    results: list[PollResult] = []
+    p = Poller(_targets(4), 1.0, results.append, spread=False, max_concurrent=1)
+    p.start()
+    _wait(lambda: all(len(recorder.rounds(f"t{i}")) >= 1 for i in range(4)))
+    recorder.hold.add("t0")
+    _wait(lambda: len(recorder.rounds("t0")) >= 2)
+    p.stop(timeout=5)
+    assert all(len(recorder.rounds(f"t{i}")) == 1 for i in (1, 2, 3))
+    assert results[-1].target == "t0" and results[-1].error_reason == "timeout"
+    assert not (_workers() - before)
+
+
+def test_without_batching_every_poll_has_a_worker_of_its_own(recorder):
+    """``batch=False`` keeps the former dispatch: polls due together run concurrently."""
+    p = Poller(_targets(3), 0.5, lambda r: None, spread=False, batch=False)
+    assert p.tick == 0.0
+    recorder.hold.update({"t0", "t1", "t2"})
+    p.start()
+    try:
+        _wait(lambda: all(len(recorder.rounds(f"t{i}")) >= 1 for i in range(3)))
+        with recorder.lock:
+            gate_threads = {t for _, t, _ in recorder.calls}
+        assert len(gate_threads) == 3
+    finally:
+        recorder.release.set()
+        p.stop()
