@@ -268,3 +268,25 @@ def test_without_batching_every_poll_has_a_worker_of_its_own(recorder):
     finally:
         recorder.release.set()
         p.stop()
+
+
+def test_a_removed_target_is_forgotten_by_the_batching(recorder):
+    """State stays bounded under target churn (file_sd): a removed target leaves no trace in
+    the set of fast targets, also when its last poll ends after the removal."""
+    p = Poller(_targets(3), 0.5, lambda r: None, spread=False)
+    p.start()
+    try:
+        _wait(lambda: p._fast == {"t0", "t1", "t2"})
+        n = len(recorder.rounds("t1"))
+        recorder.hold.add("t1")
+        _wait(lambda: len(recorder.rounds("t1")) > n)
+        assert "t1" in p._inflight
+        _wait(lambda: "t2" not in p._inflight and "t2" in p._fast)
+        p.set_targets(_targets(1))  # t1 is removed while its poll is in flight, t2 idle
+        recorder.release.set()
+        _wait(lambda: "t1" not in p._inflight)
+        time.sleep(0.3)
+        assert p._fast <= {"t0"}
+    finally:
+        recorder.release.set()
+        p.stop()

@@ -7,14 +7,15 @@ Why each rule:
 * **Polls of fast targets run back to back; a slow target gets its own worker.** Every
   wake-up from idle costs a poll its cold caches: measured on the 2-core machine of
   ``bench/bench_fleet.py``, the same fetch and apply cost 2.1 ms a poll when each came after
-  a 10 ms sleep against 1.2 ms when twenty ran back to back (issue 15). So the scheduler wakes
-  at most once a *tick* (:attr:`Poller.tick`: a twentieth of the interval, at most 0.25 s;
-  a poll starts up to one tick after its slot), and the due polls of targets whose last poll
-  ended within a quarter of a tick (:attr:`Poller.fast_seconds`) go to one worker that runs
-  them one after the other. A target whose last poll took longer (or that has not been
-  polled yet) gets a worker of its own as before. A target that turns slow holds up the polls
-  queued behind it for about a tick: when the oldest has waited that long, another worker
-  takes over the batch.
+  a 10 ms sleep against 1.3 ms when twenty ran back to back (issue 15;
+  ``bench/bench_wakeups.py``). So the scheduler wakes at most once a *tick*
+  (:attr:`Poller.tick`: a twentieth of the interval, at most 0.25 s; a poll starts up to one
+  tick after its slot), and the due polls of targets whose last poll ended within a quarter
+  of a tick (:attr:`Poller.fast_seconds`) go to one worker that runs them one after the
+  other. A target whose last poll took longer (or that has not been polled yet) gets a
+  worker of its own as before. A target that turns slow holds up the polls queued behind it
+  for about a tick: when the oldest has waited that long, another worker takes over the
+  batch.
 * **Every poll has a deadline guard** (:mod:`specwatch.exporter.fetch`: the total deadline,
   the size cap, TLS, redirects, the transport); :meth:`Poller.stop` fires the guards of
   the polls in flight, so shutdown never waits for a target.
@@ -53,7 +54,6 @@ from specwatch.exporter.pipeline import PollResult
 __all__ = ["MAX_REDIRECTS", "PollError", "PollTarget", "Poller", "fetch"]
 
 log = logging.getLogger(__name__)
-
 
 
 class _Drain:
@@ -146,6 +146,7 @@ class Poller:
         with self._lock:
             for name, old in list(self.targets.items()):
                 if new.get(name) != old:  # removed or changed: retire its session
+                    self._fast.discard(name)  # (and forget how fast it was)
                     session = self._sessions.pop(name)
                     if name in self._inflight:
                         self._retired.append((name, session))
@@ -334,7 +335,7 @@ class Poller:
             fast = result is not None and result.duration_seconds < self.fast_seconds
             with self._lock:
                 self._inflight.discard(name)
-                if fast:
+                if fast and name in self.targets:  # a removed target is forgotten
                     self._fast.add(name)
                 else:
                     self._fast.discard(name)
