@@ -191,10 +191,11 @@ def recorder(monkeypatch) -> Recorder:
 def test_fast_targets_due_together_run_back_to_back_in_one_worker(recorder):
     """Issue 15: once a target's last poll was fast, its polls due in the same tick run one
     after the other in one worker (warm caches, one wake-up), not one thread each."""
-    p = Poller(_targets(5), 0.5, lambda r: None, spread=False)
+    # A 2 s interval: a poll counts as fast under 25 ms, which a loaded machine still meets.
+    p = Poller(_targets(5), 2.0, lambda r: None, spread=False)
     p.start()
     try:
-        _wait(lambda: all(len(recorder.rounds(f"t{i}")) >= 4 for i in range(5)))
+        _wait(lambda: all(len(recorder.rounds(f"t{i}")) >= 3 for i in range(5)))
     finally:
         p.stop()
     with recorder.lock:
@@ -206,7 +207,7 @@ def test_fast_targets_due_together_run_back_to_back_in_one_worker(recorder):
     for name, thread, _ in later:
         seen[name] = seen.get(name, 0) + 1
         by_round.setdefault(seen[name], set()).add(thread)
-    assert len(by_round) >= 3
+    assert len(by_round) >= 2
     assert all(len(threads) == 1 for threads in by_round.values()), by_round
 
 
@@ -214,8 +215,8 @@ def test_a_target_that_turns_slow_holds_its_batch_back_at_most_about_a_tick(reco
     """A batched target whose server stops answering delays the polls queued behind it only
     until the scheduler sees the oldest waiting a tick: another worker takes them over. Its
     own next poll is no longer batched (it was slow)."""
-    p = Poller(_targets(3), 1.0, lambda r: None, spread=False)
-    assert p.tick == pytest.approx(0.05)
+    p = Poller(_targets(3), 2.0, lambda r: None, spread=False)
+    assert p.tick == pytest.approx(0.1)
     p.start()
     try:
         _wait(lambda: all(len(recorder.rounds(f"t{i}")) >= 2 for i in range(3)))
@@ -231,8 +232,8 @@ def test_a_target_that_turns_slow_holds_its_batch_back_at_most_about_a_tick(reco
         assert len(recorder.rounds("t0")) == 3  # never stacked
         assert "t0" in p._fast  # batched until its slow poll ends
         recorder.release.set()
-        # Its next poll (about 0.7 s later) gets a worker of its own.
-        _wait(lambda: "t0" not in p._fast, seconds=0.5)
+        # Known as slow as soon as that poll ends (its next one is about 1.7 s later).
+        _wait(lambda: "t0" not in p._fast, seconds=1.0)
     finally:
         recorder.release.set()
         p.stop()
@@ -273,7 +274,7 @@ def test_without_batching_every_poll_has_a_worker_of_its_own(recorder):
 def test_a_removed_target_is_forgotten_by_the_batching(recorder):
     """State stays bounded under target churn (file_sd): a removed target leaves no trace in
     the set of fast targets, also when its last poll ends after the removal."""
-    p = Poller(_targets(3), 0.5, lambda r: None, spread=False)
+    p = Poller(_targets(3), 1.0, lambda r: None, spread=False)
     p.start()
     try:
         _wait(lambda: p._fast == {"t0", "t1", "t2"})
