@@ -308,16 +308,13 @@ class Poller:
                     self._spare += 1
 
     def _drain(self) -> None:
-        """Poll the batched targets one after the other until the batch is empty (or the
-        poller stops: the polls left are dropped)."""
+        """Poll the batched targets one after the other until the batch is empty (once the
+        poller stops, :meth:`_poll` drops the polls left, as it does a queued job's)."""
         while True:
             with self._lock:
-                if not self._batch or self._stop.is_set():
+                if not self._batch:
                     self._draining -= 1
                     self._spare += 1
-                    if self._stop.is_set():
-                        self._inflight.difference_update(n for n, _ in self._batch)
-                        self._batch.clear()
                     return
                 name = self._batch.popleft()[0]
             self._poll(name)
