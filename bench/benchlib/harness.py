@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specwatch.app.serve import ServeApp
 from specwatch.exporter import config, poller, sources
+from specwatch.exporter.pipeline import Pipeline
 
 from benchlib.pages import real_pages
 
@@ -39,13 +40,13 @@ def rss_bytes() -> int:
         return int(fh.read().split()[1]) * PAGE_SIZE
 
 
-def prefill(app: ServeApp, interval: float, seconds: float) -> int:
-    """Preload ``seconds`` of poll history per target, ending now; returns polls per target."""
+def prefill(pipeline: Pipeline, interval: float, seconds: float, now: float) -> int:
+    """Preload ``seconds`` of poll history per target, ending at ``now`` (on the clock
+    windows are measured on); returns polls per target."""
     pages = [sources.parse_page(p) for p in real_pages()]
     n = int(seconds / interval)
-    now = app.history_clock()  # the clock windows are measured on (monotonic)
-    for i, name in enumerate(app.pipeline.snapshot.targets):
-        hist = app.pipeline.target_history(name)
+    for i, name in enumerate(pipeline.snapshot.targets):
+        hist = pipeline.target_history(name)
         for k in range(n):
             hist.update(pages[(i + k) % len(pages)], now - (n - k) * interval)
     return n
@@ -66,7 +67,8 @@ def main() -> int:
     t_prefill = time.process_time()
     if args.prefill:
         retention = max(max(s for _, s in cfg.windows), 3600.0)
-        prefill_polls = prefill(app, cfg.poll_interval, retention)
+        prefill_polls = prefill(app.pipeline, cfg.poll_interval, retention,
+                                app.history_clock())
     t_prefill = time.process_time() - t_prefill
     gc.collect()
 
