@@ -165,7 +165,9 @@ def report(label: str, result: dict, scrapes: list[tuple[float, int]], slow: int
     if "user_seconds" in result:
         print(f"  CPU split: user {result['user_seconds']:.1f} s, system "
               f"{result['system_seconds']:.1f} s; context switches voluntary "
-              f"{result['context_switches'][0]:,}, involuntary {result['context_switches'][1]:,}")
+              f"{result['context_switches'][0]:,}, involuntary {result['context_switches'][1]:,}"
+              + (f"; minor page faults {result['minor_page_faults']:,}"
+                 if "minor_page_faults" in result else ""))
     if "stage_cpu_seconds" in result:
         n = max(len(result["polls"]), 1)
         st = result["stage_cpu_seconds"]

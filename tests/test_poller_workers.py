@@ -291,3 +291,36 @@ def test_a_removed_target_is_forgotten_by_the_batching(recorder):
     finally:
         recorder.release.set()
         p.stop()
+
+
+class CountingLock:
+    """The scheduler's sleep lock, counting its sleeps (one per scheduler wake-up)."""
+
+    def __init__(self, lock) -> None:
+        self.lock = lock
+        self.sleeps: list[float] = []
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.sleeps.append(time.monotonic())
+        return self.lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def test_a_lone_batched_poll_costs_one_scheduler_wake_up(recorder):
+    """Issue 15: one target polled every second is batched alone. Its drainer has nothing
+    queued behind it, so the scheduler does not wake a tick later to look at the batch: one
+    wake-up a poll, not two (each wake-up of an idle thread costs cold caches)."""
+    p = Poller(_targets(1), 1.0, lambda r: None, spread=False)
+    p._wake = CountingLock(p._wake)
+    p.start()
+    try:
+        _wait(lambda: len(recorder.rounds("t0")) >= 2)  # batched from its second poll
+        first = recorder.rounds("t0")[1]
+        _wait(lambda: len(recorder.rounds("t0")) >= 5)
+        last = recorder.rounds("t0")[4]
+    finally:
+        p.stop()
+    sleeps = [t for t in p._wake.sleeps if first <= t <= last]
+    assert len(sleeps) <= 4, [round(t - first, 3) for t in sleeps]  # one per poll: 3 or 4

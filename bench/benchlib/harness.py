@@ -144,6 +144,7 @@ def main() -> int:
         "stage_cpu_seconds": stage_cpu,
         "user_seconds": ru1.ru_utime - ru0.ru_utime, "system_seconds": ru1.ru_stime - ru0.ru_stime,
         "context_switches": [ru1.ru_nvcsw - ru0.ru_nvcsw, ru1.ru_nivcsw - ru0.ru_nivcsw],
+        "minor_page_faults": ru1.ru_minflt - ru0.ru_minflt,
         "polls": records,
     }
     Path(args.out).write_text(json.dumps(out))

@@ -14,6 +14,10 @@ the history is shorter than W, so a fresh exporter shows partial windows, like P
 ``rate()`` over a young series). The count window ``"<N>req"`` uses the newest entry at least
 N finished requests back; it is absent until the history holds N finished requests.
 
+The bimodality coefficient is computed when first read (:class:`WindowValues`, issue 15):
+only the exposition reads it, and most snapshots of a target polled more often than it is
+scraped are never rendered. It reads as if computed at once: the window keeps its samples.
+
 Size: one module on purpose. The formulas (:func:`window_signals`) and the per-poll plan
 that evaluates them on a row of deltas (``_Plan``, ``_window``: the same formulas with the
 branches decided once per key set, issue 15) must change together, and the equivalence
@@ -25,9 +29,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 import sys
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING
@@ -298,8 +303,88 @@ def window_signals(label: str, dt: float, deltas: Mapping[tuple[str, str | None]
     get = deltas.get
     row = [get(key, 0.0) for key in plan.keys]
     row.append(0.0)
-    return _window(label, dt, row, plan, configured_k, gauges, samples,
+    # A copy: the caller's samples may change before the coefficient is read.
+    return _window(label, dt, row, plan, configured_k, gauges, np.array(samples, dtype=float),
                    min_bimodality_samples)
+
+
+class WindowValues(Mapping[str, float]):
+    """A window's ``values`` whose bimodality coefficient is computed when first read.
+
+    Why (issue 15): the coefficient costs about as much as the rest of a poll's derive (a
+    segmentation of up to a few hundred samples per window, numpy calls whose overhead also
+    evicts the caches the next stages use), and only the exposition reads it. A target polled
+    every 5 s and scraped every 15 s has two snapshots out of three that nobody renders, so
+    computing it on the first read instead of on every poll does a third of the work.
+
+    The result is the one computing it at once would give: the samples are the window's own
+    (an array no one writes to once the window is made), so the snapshot stays a value; a key
+    is absent exactly when the eager computation left it out. Reading any other key never
+    computes it; iterating, ``len`` and ``in`` of the coefficient's key do. Two threads
+    reading at once may both compute it and store equal dicts. Should the computation raise
+    (a bug: the samples are finite rates), the coefficient is absent and the error logged,
+    instead of an exception in a scrape.
+    """
+
+    __slots__ = ("_samples", "_values")
+
+    def __init__(self, values: dict[str, float], samples: np.ndarray) -> None:
+        """``values``: every other finite signal; ``samples``: the window's per-poll
+        acceptance samples (at least four), never written to afterwards."""
+        self._values = values
+        self._samples: np.ndarray | None = samples
+
+    def _resolved(self) -> dict[str, float]:
+        samples = self._samples
+        if samples is None:
+            return self._values
+        values = self._values
+        try:
+            bc = bimodality.coexistence_coefficient(samples)
+        except Exception:  # pragma: no cover - a bug; keep the rest of the window
+            logging.getLogger(__name__).exception("bimodality coefficient failed")
+            bc = None
+        if bc is not None and math.isfinite(bc):
+            values = {**values, BIMODALITY_COEFFICIENT: bc}
+        self._values = values  # before the samples go: a reader that sees None sees this
+        self._samples = None
+        return values
+
+    def __getitem__(self, key: str) -> float:
+        if key == BIMODALITY_COEFFICIENT:
+            return self._resolved()[key]
+        return self._values[key]
+
+    def get(self, key: str, default: float | None = None) -> float | None:  # type: ignore[override]
+        if key == BIMODALITY_COEFFICIENT:
+            return self._resolved().get(key, default)
+        return self._values.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        if key == BIMODALITY_COEFFICIENT:
+            return key in self._resolved()
+        return key in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._resolved())
+
+    def __len__(self) -> int:
+        return len(self._resolved())
+
+    def items(self):  # type: ignore[override]  # dict's view: the exposition's loop
+        return self._resolved().items()
+
+    def keys(self):  # type: ignore[override]
+        return self._resolved().keys()
+
+    def values(self):  # type: ignore[override]
+        return self._resolved().values()
+
+    def __repr__(self) -> str:
+        return repr(self._resolved())
+
+    def __reduce__(self) -> tuple:  # pickles (and copies) as the plain dict it stands for
+        return (dict, (self._resolved(),))
 
 
 #: The counters without position or bound that a window reads, in the order of a _Plan's
@@ -473,18 +558,18 @@ def _window(label: str, dt: float, r: list[float], plan: _Plan, configured_k: in
             # SGLang pages without the per-request histograms: token counter / requests.
             v[mean_name] = r[i_sum] / requests
 
-    if len(samples) >= max(4, min_bimodality_samples):
-        # Bimodality that a change over time cannot explain (issue 18): bimodality.py.
-        bc = bimodality.coexistence_coefficient(samples)
-        if bc is not None:
-            v[BIMODALITY_COEFFICIENT] = bc
     # Last line of defence (found by fuzzing): a denominator that is positive but tiny (a
     # subnormal count delta) overflows a mean to inf. A value that is not finite is absent.
     # (A conditional rate is finite when every rate is: a rate in [0, 1] over one in (0, 1]
     # is clamped, and only a NaN rate stays NaN.)
     if positions and not math.isfinite(sum(positions[POSITION_ACCEPTANCE_RATE].values())):
         positions = {name: _finite(per) for name, per in positions.items()}
-    return WindowSignals(window=label, values=_finite(v), positions=positions,
+    values: Mapping[str, float] = _finite(v)
+    if len(samples) >= max(4, min_bimodality_samples):
+        # Bimodality that a change over time cannot explain (issue 18): bimodality.py,
+        # computed when first read (WindowValues).
+        values = WindowValues(values, samples)
+    return WindowSignals(window=label, values=values, positions=positions,
                          span_seconds=dt, requests=requests, drafts=drafts,
                          histograms=window_histograms)
 
@@ -637,12 +722,15 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             per_base = dict(zip(wanted, rows, strict=True))
             for row in rows:
                 row.append(0.0)
-            # The per-poll samples after each base, without the polls that had none (NaN):
-            # filtered once for all windows (each window's are a suffix of them).
-            samples = ring.sample_column()
+            # The per-poll samples after the oldest base, without the polls that had none
+            # (NaN): filtered once for all windows (each window's are a suffix of them), into
+            # a new array that the windows keep (WindowValues) and nothing writes to.
+            first = wanted[0] + 1
+            samples = ring.sample_column()[first:]
             have = samples == samples
             kept = samples[have]
-            # The samples up to entry i, inclusive: where entry i's window's samples start.
+            # The samples of entries first..i, inclusive, at i - first: where the window
+            # based at entry i starts (at 0 for the oldest base).
             upto = have.cumsum()
             # Windows with the same base (all of them while the history is younger than the
             # shortest; the count window's base can equal a time window's) are the same
@@ -659,7 +747,8 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
                     windows.append(dataclasses.replace(same, window=label))
                     continue
                 done[i] = ws = _window(label, dt, per_base[i], plan, hist.configured_k,
-                                       hist.gauges, kept[upto.item(i):],
+                                       hist.gauges,
+                                       kept[upto.item(i - first) if i >= first else 0:],
                                        cfg.min_bimodality_samples)
                 windows.append(ws)
     samples_hist = None

@@ -266,12 +266,17 @@ class Poller:
             if self._draining and now - oldest < self.tick:
                 return oldest + self.tick
             worker = None
-            if self._draining < self._max_workers:
+            queued = self._draining < self._max_workers
+            if queued:
                 self._draining += 1
                 worker = self._queue_job(_DRAIN)
+            # A lone poll given its own drainer has nothing queued behind it: no need to
+            # look again (a poll batched later is looked at when it is queued). One target
+            # polled every second: one scheduler wake-up a poll instead of two (issue 15).
+            alone = queued and len(self._batch) == 1
         if worker is not None:
             worker.start()
-        return now + self.tick
+        return None if alone else now + self.tick
 
     def _queue_job(self, job: str | _Drain) -> threading.Thread | None:
         """Queue a job (a target's name, or :data:`_DRAIN`); called with the lock held.
