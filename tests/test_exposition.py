@@ -15,9 +15,12 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.openmetrics import exposition as om_exposition
+from prometheus_client.utils import floatToGoString
 from specwatch.exporter import collector as collector_mod
 from specwatch.exporter import derive
 from specwatch.exporter.collector import SpecwatchCollector, gzip_join
@@ -281,3 +284,23 @@ def test_scrapes_at_unexpected_times_still_serve_fresh_lines(monkeypatch):
     publish, in_scrape, wrong = _scrape_every_15s_poll_every_5s(monkeypatch, [1.0, 13.9])
     assert wrong == 0
     assert publish + in_scrape <= 60 + 20 * 2  # never more renders than before, plus scrapes
+
+
+_EDGES = [0.0, -0.0, 5e-324, -5e-324, 1e-5, 1.5e-7, 0.1, 1.0, 999999.0, 999999.9999999999,
+          1e6, 1e6 - 2**-33, 1e6 + 2**-32, 1234567.0, 1e15, 1e16, 1e22, 1.7976931348623157e308,
+          -1e6, -1234567.0, -1e16, -1e300, float("inf"), float("-inf"), float("nan"),
+          0, 1, 7, -3, 10**7, True]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                 st.floats(min_value=1e5, max_value=1e7), st.integers(-10**9, 10**9)))
+def test_go_float_is_the_librarys_float_to_go_string(x: float) -> None:
+    """The fast path writes every value as prometheus_client's floatToGoString does."""
+    assert collector_mod.go_float(x) == floatToGoString(x)
+
+
+@pytest.mark.parametrize("x", _EDGES)
+def test_go_float_at_the_edges(x: float) -> None:
+    """Around its 1e6 limit, the exponent forms, signed zeros, ±Inf, NaN, ints and bools."""
+    assert collector_mod.go_float(x) == floatToGoString(x)
