@@ -45,6 +45,8 @@ from specwatch.exporter.snapshot import ModelSnapshot, SampleHistogram, WindowSi
 if TYPE_CHECKING:  # pragma: no cover
     from specwatch.exporter.history import HistoryEntry, ModelHistory
 
+log = logging.getLogger(__name__)
+
 #: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
 SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
 
@@ -342,7 +344,7 @@ class WindowValues(Mapping[str, float]):
         try:
             bc = bimodality.coexistence_coefficient(samples)
         except Exception:  # pragma: no cover - a bug; keep the rest of the window
-            logging.getLogger(__name__).exception("bimodality coefficient failed")
+            log.exception("bimodality coefficient failed")
             bc = None
         if bc is not None and math.isfinite(bc):
             values = {**values, BIMODALITY_COEFFICIENT: bc}

@@ -258,7 +258,7 @@ class Poller:
         """Give the batch a worker when none drains it, or one more when its oldest poll
         has waited a tick (the workers draining it wait on servers slower than their last
         poll, or cannot keep up one after the other). Returns when to look again (None:
-        the batch is empty)."""
+        the batch is empty, or its one poll was just given a drainer of its own)."""
         with self._lock:
             if not self._batch or self._stop.is_set():
                 return None
