@@ -75,6 +75,7 @@ from urllib3.util.ssl_ import create_urllib3_context
 
 from specwatch import __version__
 from specwatch.common import redact
+from specwatch.exporter import httpheaders
 
 
 @dataclass(frozen=True)
@@ -386,7 +387,10 @@ def _short(exc: BaseException, limit: int = 200) -> str:
 
 
 class _DirectHTTPConnection(http.client.HTTPConnection):
-    """A connection whose socket is registered with the poll's guard when it is made."""
+    """A connection whose socket is registered with the poll's guard when it is made; its
+    responses read plain header blocks without the email parser (:mod:`.httpheaders`)."""
+
+    response_class = httpheaders.Response
 
     def connect(self) -> None:
         super().connect()
@@ -399,6 +403,7 @@ class _DirectHTTPSConnection(http.client.HTTPSConnection):
     shutting that one down would do nothing once wrapped)."""
 
     _context: ssl.SSLContext
+    response_class = httpheaders.Response
 
     def connect(self) -> None:
         http.client.HTTPConnection.connect(self)

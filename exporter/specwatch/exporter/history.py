@@ -27,6 +27,8 @@ aggregated columns once per *layout* (the list of series keys, the same from one
 next on a steady server), so a poll is a handful of vector operations: deltas with the reset
 rules, one ``bincount`` that sums them per (model, aggregated key) in page order (the same
 additions, in the same order, as the dict walk it replaced), and one row appended per model.
+The parsed page of an idle server (the same bytes, so the same page object) is not folded
+again: its deltas are all 0, and each model's newest row is repeated.
 The dict implementation is kept in ``tests/helpers/reference_history.py`` and the results are
 checked equal on every fixture and property test.
 
@@ -190,6 +192,20 @@ class HistoryRing:
         self._t[r] = t
         self._s[r] = _NAN if sample is None else sample
         self._write(r, values)
+        if self.maxlen is not None and len(self) > self.maxlen:
+            self.drop_oldest(1)
+
+    def repeat_last_row(self, t: float) -> None:
+        """Append a row holding the newest row's counters, copied as stored (no conversion:
+        the row an unchanged page would write), with no sample."""
+        if self._n == self._cap:
+            self._make_room()
+        r = self._n
+        self._n += 1
+        self._t[r] = t
+        self._s[r] = _NAN
+        self._u[r] = self._u[r - 1]
+        self._f[r] = self._f[r - 1]
         if self.maxlen is not None and len(self) > self.maxlen:
             self.drop_oldest(1)
 
@@ -437,6 +453,11 @@ class TargetHistory:
         self._seen = np.zeros(0)  # -inf: a free slot
         self._model_slots: dict[str, set[int]] = {}
         self._layout: _Layout | None = None
+        #: The page last folded and its layout, when folding it again changes no counter
+        #: (see :meth:`update`); None otherwise.
+        self._repeat: tuple[sources.ParsedPage, _Layout] | None = None
+        self._finite = False
+        self._agg = np.zeros(0)
 
     @property
     def keep_buckets(self) -> bool:
@@ -542,7 +563,16 @@ class TargetHistory:
         """Fold one successfully parsed page taken at poll time ``t`` (monotonic seconds).
 
         Returns True when this poll detected a counter reset (and counted it).
+
+        The page object folded last time, folded again (the pipeline hands the same parsed
+        page back when a server sends identical bytes: an idle server), changes no counter:
+        every delta is 0. Then the fold is skipped and each model's newest row is repeated
+        as stored (:meth:`HistoryRing.repeat_last_row`); the windows still move on. This
+        holds only while nothing changed the raw state since that fold (any forgetting
+        drops the layout) and the page's counters are finite (``inf - inf`` is NaN), which
+        ``_repeat`` records; the results equal a full fold's (tests/test_history_repeat.py).
         """
+        src = page
         page = self._cap_models(page)
         whole_restart = (
             self._process_start is not None and page.process_start_time is not None
@@ -550,7 +580,46 @@ class TargetHistory:
         if page.process_start_time is not None:
             self._process_start = page.process_start_time
 
-        lay = self._layout_for(page)
+        repeat = self._repeat
+        fast = repeat is not None and repeat[0] is src and repeat[1] is self._layout \
+            and not whole_restart
+        if fast:
+            assert repeat is not None
+            lay = repeat[1]
+            self._seen[lay.slots] = t
+            reset_seen = False
+        else:
+            lay = self._layout_for(page)
+            reset_seen = self._fold(page, lay, t, whole_restart)
+            self._repeat = (src, lay) if self._finite else None
+        if reset_seen:
+            self.resets_total += 1
+
+        models = page.models
+        if fast:
+            for model in models:
+                hist = self.models[model]
+                hist.last_seen = t
+                ring = hist.entries
+                if not ring:
+                    ring.append_row(t, hist.cum, None)
+                elif t > ring.time(-1):
+                    # No counter moved, so the interval had no drafts and no sample.
+                    ring.repeat_last_row(t)
+                self._prune(hist, t)
+        else:
+            self._fold_models(page, lay, t)
+
+        self.present_models = models
+        self.engine = page.engine
+        self._polled_once = True
+        self._forget_stale(t)
+        return reset_seen
+
+    def _fold(self, page: sources.ParsedPage, lay: _Layout, t: float, whole_restart: bool
+              ) -> bool:
+        """Deltas of every series with the reset rules, summed per model and aggregated key
+        into ``_agg``; the raw state moves to this page. True when a series restarted."""
         n = len(lay.keys)
         values = np.fromiter(page.counters.values(), dtype=np.float64, count=n)
         created = np.full(n, _NAN)
@@ -567,20 +636,21 @@ class TargetHistory:
             restarted = known & (whole_restart | (values < prev)
                                  | (np.abs(created - prev_created) > 1e-6))
             deltas = np.where(known, np.where(restarted, values, values - prev), 0.0)
-        reset_seen = bool(restarted.any())
         self._value[slots] = values
         self._created[slots] = created
         self._seen[slots] = t
-        agg = np.bincount(lay.agg_of, weights=deltas, minlength=lay.n_agg) if n \
+        self._finite = bool(np.isfinite(values).all())
+        self._agg = np.bincount(lay.agg_of, weights=deltas, minlength=lay.n_agg) if n \
             else np.zeros(0)
-        if reset_seen:
-            self.resets_total += 1
+        return bool(restarted.any())
 
+    def _fold_models(self, page: sources.ParsedPage, lay: _Layout, t: float) -> None:
+        """Add each model's summed deltas to its cumulative counters and append its row."""
+        agg = self._agg
         gauges: dict[str, dict[str, float]] = {}
         for (m, s), v in page.gauges.items():
             gauges.setdefault(m, {})[s] = v
-        models = page.models
-        for model in models:
+        for model in page.models:
             hist = self.models.get(model)
             if hist is None:
                 hist = ModelHistory(model, HistoryRing(maxlen=self.max_entries))
@@ -603,18 +673,9 @@ class TargetHistory:
             hist.gauges = gauges.get(model, {})
             hist.signals = lay.signals.get(model, frozenset())
             hist.last_seen = t
-            sample = None
             if ring:
-                prev_t = ring.time(-1)
-                if t > prev_t:
-                    base = {k: x for k in _SAMPLE_KEYS
-                            if (x := ring.value(-1, k)) is not None}
-                    cur = {k: float(hist.cum[c]) for k in _SAMPLE_KEYS
-                           if (c := ring.column_index(k)) is not None and c < len(hist.cum)}
-                    sample = derive.interval_acceptance_rate(
-                        base, cur, self.min_drafts_per_sample,
-                        proposed_per_verify=derive.sglang_proposed_per_verify(
-                            hist.gauges, hist.configured_k))
+                if t > ring.time(-1):
+                    sample = self._sample(hist, ring)
                     if sample is not None:
                         hist.observe_sample(sample)
                     ring.append_row(t, hist.cum, sample)
@@ -626,11 +687,15 @@ class TargetHistory:
                 ring.append_row(t, hist.cum, None)
             self._prune(hist, t)
 
-        self.present_models = models
-        self.engine = page.engine
-        self._polled_once = True
-        self._forget_stale(t)
-        return reset_seen
+    def _sample(self, hist: ModelHistory, ring: HistoryRing) -> float | None:
+        """The acceptance rate of the interval from the newest row to ``hist.cum``."""
+        base = {k: x for k in _SAMPLE_KEYS if (x := ring.value(-1, k)) is not None}
+        cur = {k: float(hist.cum[c]) for k in _SAMPLE_KEYS
+               if (c := ring.column_index(k)) is not None and c < len(hist.cum)}
+        return derive.interval_acceptance_rate(
+            base, cur, self.min_drafts_per_sample,
+            proposed_per_verify=derive.sglang_proposed_per_verify(hist.gauges,
+                                                                  hist.configured_k))
 
     def _prune(self, hist: ModelHistory, now: float) -> None:
         # Keep one entry at or before now - retention: it is the base of the longest window.
