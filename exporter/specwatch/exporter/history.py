@@ -456,8 +456,6 @@ class TargetHistory:
         #: The page last folded and its layout, when folding it again changes no counter
         #: (see :meth:`update`); None otherwise.
         self._repeat: tuple[sources.ParsedPage, _Layout] | None = None
-        self._finite = False
-        self._agg = np.zeros(0)
 
     @property
     def keep_buckets(self) -> bool:
@@ -590,8 +588,8 @@ class TargetHistory:
             reset_seen = False
         else:
             lay = self._layout_for(page)
-            reset_seen = self._fold(page, lay, t, whole_restart)
-            self._repeat = (src, lay) if self._finite else None
+            reset_seen, agg, finite = self._fold(page, lay, t, whole_restart)
+            self._repeat = (src, lay) if finite else None
         if reset_seen:
             self.resets_total += 1
 
@@ -608,7 +606,7 @@ class TargetHistory:
                     ring.repeat_last_row(t)
                 self._prune(hist, t)
         else:
-            self._fold_models(page, lay, t)
+            self._fold_models(page, lay, t, agg)
 
         self.present_models = models
         self.engine = page.engine
@@ -617,9 +615,10 @@ class TargetHistory:
         return reset_seen
 
     def _fold(self, page: sources.ParsedPage, lay: _Layout, t: float, whole_restart: bool
-              ) -> bool:
-        """Deltas of every series with the reset rules, summed per model and aggregated key
-        into ``_agg``; the raw state moves to this page. True when a series restarted."""
+              ) -> tuple[bool, np.ndarray, bool]:
+        """Deltas of every series with the reset rules, summed per model and aggregated key;
+        the raw state moves to this page. Returns whether a series restarted, the sums, and
+        whether every counter is finite (then folding this page again changes nothing)."""
         n = len(lay.keys)
         values = np.fromiter(page.counters.values(), dtype=np.float64, count=n)
         created = np.full(n, _NAN)
@@ -639,14 +638,13 @@ class TargetHistory:
         self._value[slots] = values
         self._created[slots] = created
         self._seen[slots] = t
-        self._finite = bool(np.isfinite(values).all())
-        self._agg = np.bincount(lay.agg_of, weights=deltas, minlength=lay.n_agg) if n \
+        agg = np.bincount(lay.agg_of, weights=deltas, minlength=lay.n_agg) if n \
             else np.zeros(0)
-        return bool(restarted.any())
+        return bool(restarted.any()), agg, bool(np.isfinite(values).all())
 
-    def _fold_models(self, page: sources.ParsedPage, lay: _Layout, t: float) -> None:
+    def _fold_models(self, page: sources.ParsedPage, lay: _Layout, t: float,
+                     agg: np.ndarray) -> None:
         """Add each model's summed deltas to its cumulative counters and append its row."""
-        agg = self._agg
         gauges: dict[str, dict[str, float]] = {}
         for (m, s), v in page.gauges.items():
             gauges.setdefault(m, {})[s] = v
