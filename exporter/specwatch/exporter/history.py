@@ -579,22 +579,11 @@ class TargetHistory:
             self._process_start = page.process_start_time
 
         repeat = self._repeat
-        fast = repeat is not None and repeat[0] is src and repeat[1] is self._layout \
-            and not whole_restart
-        if fast:
-            assert repeat is not None
-            lay = repeat[1]
-            self._seen[lay.slots] = t
-            reset_seen = False
-        else:
-            lay = self._layout_for(page)
-            reset_seen, agg, finite = self._fold(page, lay, t, whole_restart)
-            self._repeat = (src, lay) if finite else None
-        if reset_seen:
-            self.resets_total += 1
-
         models = page.models
-        if fast:
+        if repeat is not None and repeat[0] is src and repeat[1] is self._layout \
+                and not whole_restart:
+            self._seen[repeat[1].slots] = t
+            reset_seen = False
             for model in models:
                 hist = self.models[model]
                 hist.last_seen = t
@@ -606,6 +595,11 @@ class TargetHistory:
                     ring.repeat_last_row(t)
                 self._prune(hist, t)
         else:
+            lay = self._layout_for(page)
+            reset_seen, agg, finite = self._fold(page, lay, t, whole_restart)
+            self._repeat = (src, lay) if finite else None
+            if reset_seen:
+                self.resets_total += 1
             self._fold_models(page, lay, t, agg)
 
         self.present_models = models
