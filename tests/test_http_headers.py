@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import http.client
 import io
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from helpers.scriptserver import ScriptServer, response
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from specwatch.exporter import fetch, httpheaders
@@ -109,39 +108,23 @@ def test_begin_is_the_library_code_reading_headers_with_the_fast_parser():
         assert conn.response_class is httpheaders.Response
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self):
-        body = b"vllm:num_requests_running 1\n"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_a_poll_reads_its_headers_with_the_fast_parser(monkeypatch):
     """A direct-transport poll parses its response headers with httpheaders.parse_headers
     and gets the body, twice on one keep-alive connection."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    page = b"vllm:num_requests_running 1\n"
     seen = []
     real = httpheaders.plain_message
     monkeypatch.setattr(httpheaders, "plain_message",
                         lambda lines, cls=http.client.HTTPMessage: seen.append(lines)
                         or real(lines, cls))
-    try:
-        target = fetch.PollTarget(name="t", url=f"http://127.0.0.1:{server.server_port}/m")
+    with ScriptServer({"/metrics": response(page)}) as srv:
+        target = fetch.PollTarget(name="t", url=srv.url())
         session = fetch.DirectSession(target.url)
-        for _ in range(2):
-            assert fetch.fetch(session, target) == "vllm:num_requests_running 1\n"
-        session.close()
-    finally:
-        server.shutdown()
-        server.server_close()
+        try:
+            for _ in range(2):
+                assert fetch.fetch(session, target) == page.decode()
+        finally:
+            session.close()
+    assert srv.connections == 1
     assert len(seen) == 2
     assert any(line.lower().startswith(b"content-length:") for line in seen[0])
