@@ -249,7 +249,7 @@ def _scrape_every_15s_poll_every_5s(monkeypatch, scrape_offsets: list[float]):
     for cycle in range(10):
         base = 15.0 * cycle
         for k in range(3):
-            events += [(base + 5 * k, "poll", "a"), (base + 5 * k + 2, "poll", "b")]
+            events += [(base + 5 * k, "poll", "a"), (base + 5 * k + 2, "poll", 't"b\\')]
         events += [(base + off, "scrape", "") for off in scrape_offsets]
     wrong = 0
     for i, (t, kind, name) in enumerate(sorted(events)):
@@ -272,9 +272,12 @@ def test_a_snapshot_replaced_before_the_next_scrape_is_not_rendered_ahead(monkey
     and every scrape serves exactly what a fresh render gives."""
     publish, in_scrape, wrong = _scrape_every_15s_poll_every_5s(monkeypatch, [12.5])
     assert wrong == 0
-    # 60 polls; the first scrapes teach the period (every poll rendered until then).
-    assert publish <= 60 / 2, publish
-    assert in_scrape <= 2 + 2  # the first scrape renders both targets; then none is stale
+    # 60 polls. Nothing is rendered before the first scrape (12.5 s), every poll until the
+    # third teaches the period (42.5 s): 6 of each target. Then, per scrape, target a's
+    # last poll (2.5 s before it), and target b's last two: its last poll comes only 0.5 s
+    # before the scrape, within the margin for jitter, so its predecessor is rendered too.
+    assert publish == 2 * 6 + 7 * 3, publish
+    assert in_scrape == 4  # the first scrape renders all four targets; then none is stale
 
 
 def test_scrapes_at_unexpected_times_still_serve_fresh_lines(monkeypatch):
@@ -304,3 +307,18 @@ def test_go_float_is_the_librarys_float_to_go_string(x: float) -> None:
 def test_go_float_at_the_edges(x: float) -> None:
     """Around its 1e6 limit, the exponent forms, signed zeros, ±Inf, NaN, ints and bools."""
     assert collector_mod.go_float(x) == floatToGoString(x)
+
+
+def test_a_poll_a_second_before_the_scrape_replaces_its_predecessor_unrendered(monkeypatch):
+    """Polled every 5 s and scraped every 15 s, one second after one of the target's polls:
+    the snapshot that poll replaces is not rendered ahead (the margin for jitter is 0.25 s
+    plus 2% of the period, not a second), so once the period is known each target is
+    rendered once per scrape, and every scrape still serves exactly a fresh render."""
+    publish, in_scrape, wrong = _scrape_every_15s_poll_every_5s(monkeypatch, [11.0])
+    assert wrong == 0
+    # Nothing before the first scrape (at 11 s); from it to the third (at 41 s), when the
+    # period is known, every poll: 6 of each target; then each of the 7 scrapes left
+    # reads one snapshot of each (a tenth of the period plus 0.2 s, the former margin,
+    # also rendered the poll of target a four seconds before each scrape: 33 renders).
+    assert publish == 2 * (6 + 7), publish
+    assert in_scrape == 4  # only the first scrape renders, all four targets

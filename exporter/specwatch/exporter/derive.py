@@ -14,12 +14,14 @@ the history is shorter than W, so a fresh exporter shows partial windows, like P
 ``rate()`` over a young series). The count window ``"<N>req"`` uses the newest entry at least
 N finished requests back; it is absent until the history holds N finished requests.
 
-The bimodality coefficient is computed when first read (:class:`WindowValues`, issue 15):
-only the exposition reads it, and most snapshots of a target polled more often than it is
-scraped are never rendered. It reads as if computed at once: the window keeps its samples.
+A window's signals are computed when first read (:mod:`specwatch.exporter.lazywindow`,
+issue 15): :func:`derive_model` finds each window's base and differences the rows at poll
+time, and the formulas (``_signals``) run when the exposition, a hook or the controller
+first reads the window; most snapshots of a target polled more often than it is scraped
+are never read. They read as if computed at once: each window keeps what it computes from.
 
 Size: one module on purpose. The formulas (:func:`window_signals`) and the per-poll plan
-that evaluates them on a row of deltas (``_Plan``, ``_window``: the same formulas with the
+that evaluates them on a row of deltas (``_Plan``, ``_signals``: the same formulas with the
 branches decided once per key set, issue 15) must change together, and the equivalence
 tests (tests/test_derive_plan.py) pin one against the other; split, a formula changed in one
 file and not the other would only be caught by those tests.
@@ -29,23 +31,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import math
 import sys
-from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from specwatch.exporter import bimodality, sources
+from specwatch.exporter import lazywindow, sources
 from specwatch.exporter.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
 
 if TYPE_CHECKING:  # pragma: no cover
     from specwatch.exporter.history import HistoryEntry, ModelHistory
-
-log = logging.getLogger(__name__)
 
 #: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
 SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
@@ -65,7 +64,7 @@ EFFECTIVE_BATCH_SIZE = "sd_effective_batch_size"
 MEAN_PROMPT_TOKENS = "sd_mean_prompt_tokens"
 MEAN_GENERATION_TOKENS = "sd_mean_generation_tokens"
 MEAN_LATENCY_SECONDS = "sd_mean_latency_seconds"
-BIMODALITY_COEFFICIENT = "sd_acceptance_bimodality_coefficient"
+BIMODALITY_COEFFICIENT = lazywindow.BIMODALITY_COEFFICIENT  # (computed on its own first read)
 
 #: Sarle's threshold: a coefficient above 5/9 (uniform distribution) suggests two modes.
 BIMODALITY_THRESHOLD = 5.0 / 9.0
@@ -305,88 +304,15 @@ def window_signals(label: str, dt: float, deltas: Mapping[tuple[str, str | None]
     get = deltas.get
     row = [get(key, 0.0) for key in plan.keys]
     row.append(0.0)
-    # A copy: the caller's samples may change before the coefficient is read.
-    return _window(label, dt, row, plan, configured_k, gauges, np.array(samples, dtype=float),
-                   min_bimodality_samples)
-
-
-class WindowValues(Mapping[str, float]):
-    """A window's ``values`` whose bimodality coefficient is computed when first read.
-
-    Why (issue 15): the coefficient costs about as much as the rest of a poll's derive (a
-    segmentation of up to a few hundred samples per window, numpy calls whose overhead also
-    evicts the caches the next stages use), and only the exposition reads it. A target polled
-    every 5 s and scraped every 15 s has two snapshots out of three that nobody renders, so
-    computing it on the first read instead of on every poll does a third of the work.
-
-    The result is the one computing it at once would give: the samples are the window's own
-    (an array no one writes to once the window is made), so the snapshot stays a value; a key
-    is absent exactly when the eager computation left it out. Reading any other key never
-    computes it; iterating, ``len`` and ``in`` of the coefficient's key do. Two threads
-    reading at once may both compute it and store equal dicts. Should the computation raise
-    (a bug: the samples are finite rates), the coefficient is absent and the error logged,
-    instead of an exception in a scrape.
-    """
-
-    __slots__ = ("_samples", "_values")
-
-    def __init__(self, values: dict[str, float], samples: np.ndarray) -> None:
-        """``values``: every other finite signal; ``samples``: the window's per-poll
-        acceptance samples (at least four), never written to afterwards."""
-        self._values = values
-        self._samples: np.ndarray | None = samples
-
-    def _resolved(self) -> dict[str, float]:
-        samples = self._samples
-        if samples is None:
-            return self._values
-        values = self._values
-        try:
-            bc = bimodality.coexistence_coefficient(samples)
-        except Exception:  # pragma: no cover - a bug; keep the rest of the window
-            log.exception("bimodality coefficient failed")
-            bc = None
-        if bc is not None and math.isfinite(bc):
-            values = {**values, BIMODALITY_COEFFICIENT: bc}
-        self._values = values  # before the samples go: a reader that sees None sees this
-        self._samples = None
-        return values
-
-    def __getitem__(self, key: str) -> float:
-        if key == BIMODALITY_COEFFICIENT:
-            return self._resolved()[key]
-        return self._values[key]
-
-    def get(self, key: str, default: float | None = None) -> float | None:  # type: ignore[override]
-        if key == BIMODALITY_COEFFICIENT:
-            return self._resolved().get(key, default)
-        return self._values.get(key, default)
-
-    def __contains__(self, key: object) -> bool:
-        if key == BIMODALITY_COEFFICIENT:
-            return key in self._resolved()
-        return key in self._values
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._resolved())
-
-    def __len__(self) -> int:
-        return len(self._resolved())
-
-    def items(self):  # type: ignore[override]  # dict's view: the exposition's loop
-        return self._resolved().items()
-
-    def keys(self):  # type: ignore[override]
-        return self._resolved().keys()
-
-    def values(self):  # type: ignore[override]
-        return self._resolved().values()
-
-    def __repr__(self) -> str:
-        return repr(self._resolved())
-
-    def __reduce__(self) -> tuple:  # pickles (and copies) as the plain dict it stands for
-        return (dict, (self._resolved(),))
+    # Copies: the caller's gauges and samples may change before the window is read.
+    source = _OneRow(dt, row, plan, configured_k, dict(gauges), np.array(samples, dtype=float),
+                     min_bimodality_samples)
+    values, positions, histograms = lazywindow.window_mappings(
+        source, 0, positions=bool(plan.positions), histograms=bool(plan.buckets))
+    return WindowSignals(window=label, values=values, positions=positions, span_seconds=dt,
+                         requests=row[plan.req],
+                         drafts=0.0 if plan.volume is None else row[plan.volume],
+                         histograms=histograms)
 
 
 #: The counters without position or bound that a window reads, in the order of a _Plan's
@@ -402,7 +328,7 @@ _READ: tuple[str, ...] = (
 class _Plan:
     """What a window reads, decided once per set of present keys (issue 15).
 
-    Which branches :func:`_window` takes depends only on the keys present in the window's
+    Which branches :func:`_signals` takes depends only on the keys present in the window's
     newest entry, the same for every window of a model and for as long as no key appears or
     vanishes; so they are decided here, and a window's increases are a list (a *row*) read
     at the indices kept here instead of a dictionary of every counter. ``keys`` are the
@@ -477,11 +403,65 @@ class _Plan:
             volume=volume, positions=positions, means=tuple(means), buckets=buckets)
 
 
-def _window(label: str, dt: float, r: list[float], plan: _Plan, configured_k: int | None,
-            gauges: Mapping[str, float], samples: Sequence[float],
-            min_bimodality_samples: int) -> WindowSignals:
-    """:func:`window_signals` on a row of increases read as ``plan`` says (clamp01 inlined:
-    the same comparisons)."""
+class _Rows:
+    """What the windows of one model at one poll are computed from, when first read
+    (:mod:`specwatch.exporter.lazywindow`): a row of counter increases per base (``diff``,
+    without the 0.0 that index -1 reads), the plan, a copy of the model's gauges and the
+    per-poll samples after the oldest base. A window's key is its row, span and first
+    sample. Nothing writes to any of it."""
+
+    __slots__ = ("configured_k", "diff", "gauges", "min_bimodality_samples", "plan",
+                 "samples")
+
+    def __init__(self, diff: np.ndarray, plan: _Plan, configured_k: int | None,
+                 gauges: Mapping[str, float], samples: np.ndarray,
+                 min_bimodality_samples: int) -> None:
+        self.diff = diff
+        self.plan = plan
+        self.configured_k = configured_k
+        self.gauges = gauges
+        self.samples = samples
+        self.min_bimodality_samples = min_bimodality_samples
+
+    def window(self, label: str, j: int, dt: float, first_sample: int) -> WindowSignals:
+        """The window on row ``j``: the span, requests and drafts now, the other signals
+        when first read."""
+        plan, diff = self.plan, self.diff
+        values, positions, histograms = lazywindow.window_mappings(
+            self, (j, dt, first_sample), positions=bool(plan.positions),
+            histograms=bool(plan.buckets))
+        return WindowSignals(window=label, values=values, positions=positions,
+                             span_seconds=dt,
+                             requests=diff.item(j, plan.req) if plan.req >= 0 else 0.0,
+                             drafts=0.0 if plan.volume is None or plan.volume < 0
+                             else diff.item(j, plan.volume),
+                             histograms=histograms)
+
+    def signals(self, key: tuple[int, float, int]) -> lazywindow.Signals:
+        j, dt, first = key
+        r = self.diff[j].tolist()
+        r.append(0.0)  # what index -1 reads: a counter without a column never increased
+        return _signals(dt, r, self.plan, self.configured_k, self.gauges, self.samples[first:],
+                        self.min_bimodality_samples)
+
+
+class _OneRow:
+    """:func:`window_signals`' source: one window from a row given as a list."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, *args: object) -> None:
+        self.args = args
+
+    def signals(self, key: object) -> lazywindow.Signals:
+        return _signals(*self.args)
+
+
+def _signals(dt: float, r: list[float], plan: _Plan, configured_k: int | None,
+             gauges: Mapping[str, float], samples: np.ndarray, min_bimodality_samples: int
+             ) -> lazywindow.Signals:
+    """The formulas of :func:`window_signals` on a row of increases read as ``plan`` says
+    (clamp01 inlined: the same comparisons)."""
     v: dict[str, float] = {}
     positions: dict[str, dict[str, float]] = {}
 
@@ -534,7 +514,6 @@ def _window(label: str, dt: float, r: list[float], plan: _Plan, configured_k: in
                 v[TOKEN_ACCEPTANCE_PROBABILITY] = alpha
 
     requests = r[plan.req]
-    drafts = 0.0 if plan.volume is None else r[plan.volume]
     window_histograms: dict[str, tuple[tuple[float, float], ...]] = {}
     for name, buckets in plan.buckets:
         out: list[tuple[float, float]] = []
@@ -566,14 +545,11 @@ def _window(label: str, dt: float, r: list[float], plan: _Plan, configured_k: in
     # is clamped, and only a NaN rate stays NaN.)
     if positions and not math.isfinite(sum(positions[POSITION_ACCEPTANCE_RATE].values())):
         positions = {name: _finite(per) for name, per in positions.items()}
-    values: Mapping[str, float] = _finite(v)
-    if len(samples) >= max(4, min_bimodality_samples):
-        # Bimodality that a change over time cannot explain (issue 18): bimodality.py,
-        # computed when first read (WindowValues).
-        values = WindowValues(values, samples)
-    return WindowSignals(window=label, values=values, positions=positions,
-                         span_seconds=dt, requests=requests, drafts=drafts,
-                         histograms=window_histograms)
+    # Bimodality that a change over time cannot explain (issue 18): bimodality.py, computed
+    # when first read (lazywindow.WindowValues).
+    return lazywindow.Signals(
+        _finite(v), positions, window_histograms,
+        samples if len(samples) >= max(4, min_bimodality_samples) else None)
 
 
 def _finite(values: dict[str, float]) -> dict[str, float]:
@@ -679,12 +655,15 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
     bases, the count window's base by a binary search that reads only the entries it probes,
     one read of the base rows and the newest, the per-poll samples filtered once (each
     window's are a suffix of them, passed as an array), and windows with the same base row
-    computed once. What the windows read (:class:`_Plan`: the columns, the branches taken)
-    depends only on the keys present in the newest row, so it is remembered on the ring with
-    that absence pattern and made again only when a key appears or vanishes.
+    computed once. The formulas of each window run when it is first read (:class:`_Rows`):
+    a snapshot nobody reads costs only the rows' difference. What the windows read
+    (:class:`_Plan`: the columns, the branches taken) depends only on the keys present in
+    the newest row, so it is remembered on the ring with that absence pattern and made
+    again only when a key appears or vanishes.
     """
     ring = hist.entries
     windows: list[WindowSignals] = []
+    gauges = dict(hist.gauges)  # the snapshot's own: the windows read them later
     n = len(ring)
     sd = False
     if n:
@@ -719,21 +698,18 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             m[np.isnan(m)] = 0.0  # an absent counter counts from 0
             diff = m[-1] - m[:-1]
             diff[~(diff > 0.0)] = 0.0  # delta(): never negative, never -0.0, never NaN
-            # A row per base, with the 0.0 that index -1 reads (a counter without a column).
-            rows = diff.tolist()
-            per_base = dict(zip(wanted, rows, strict=True))
-            for row in rows:
-                row.append(0.0)
             # The per-poll samples after the oldest base, without the polls that had none
             # (NaN): filtered once for all windows (each window's are a suffix of them), into
-            # a new array that the windows keep (WindowValues) and nothing writes to.
+            # a new array that the windows keep and nothing writes to.
             first = wanted[0] + 1
             samples = ring.sample_column()[first:]
             have = samples == samples
-            kept = samples[have]
             # The samples of entries first..i, inclusive, at i - first: where the window
             # based at entry i starts (at 0 for the oldest base).
             upto = have.cumsum()
+            rows = _Rows(diff, plan, hist.configured_k, gauges, samples[have],
+                         cfg.min_bimodality_samples)
+            row_of = {i: j for j, i in enumerate(wanted)}
             # Windows with the same base (all of them while the history is younger than the
             # shortest; the count window's base can equal a time window's) are the same
             # signals under another label: computed once.
@@ -748,10 +724,8 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
                 if same is not None:
                     windows.append(dataclasses.replace(same, window=label))
                     continue
-                done[i] = ws = _window(label, dt, per_base[i], plan, hist.configured_k,
-                                       hist.gauges,
-                                       kept[upto.item(i - first) if i >= first else 0:],
-                                       cfg.min_bimodality_samples)
+                done[i] = ws = rows.window(label, row_of[i], dt,
+                                           upto.item(i - first) if i >= first else 0)
                 windows.append(ws)
     samples_hist = None
     if hist.sample_count > 0 or sd:
@@ -760,6 +734,6 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             sum=hist.sample_sum, count=hist.sample_count)
     return ModelSnapshot(model_name=hist.model_name, engine=engine,
                          configured_k=hist.configured_k, windows=tuple(windows),
-                         samples=samples_hist, gauges=dict(hist.gauges),
+                         samples=samples_hist, gauges=gauges,
                          sd_families_present=not hist.signals.isdisjoint(
                              sources.VLLM_SD_SIGNALS))
