@@ -403,6 +403,7 @@ class _Plan:
             volume=volume, positions=positions, means=tuple(means), buckets=buckets)
 
 
+@dataclass(slots=True, eq=False)
 class _Rows:
     """What the windows of one model at one poll are computed from, when first read
     (:mod:`specwatch.exporter.lazywindow`): a row of counter increases per base (``diff``,
@@ -410,18 +411,12 @@ class _Rows:
     per-poll samples after the oldest base. A window's key is its row, span and first
     sample. Nothing writes to any of it."""
 
-    __slots__ = ("configured_k", "diff", "gauges", "min_bimodality_samples", "plan",
-                 "samples")
-
-    def __init__(self, diff: np.ndarray, plan: _Plan, configured_k: int | None,
-                 gauges: Mapping[str, float], samples: np.ndarray,
-                 min_bimodality_samples: int) -> None:
-        self.diff = diff
-        self.plan = plan
-        self.configured_k = configured_k
-        self.gauges = gauges
-        self.samples = samples
-        self.min_bimodality_samples = min_bimodality_samples
+    diff: np.ndarray
+    plan: _Plan
+    configured_k: int | None
+    gauges: Mapping[str, float]
+    samples: np.ndarray
+    min_bimodality_samples: int
 
     def window(self, label: str, j: int, dt: float, first_sample: int) -> WindowSignals:
         """The window on row ``j``: the span, requests and drafts now, the other signals
