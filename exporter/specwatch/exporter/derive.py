@@ -307,12 +307,18 @@ def window_signals(label: str, dt: float, deltas: Mapping[tuple[str, str | None]
     # Copies: the caller's gauges and samples may change before the window is read.
     source = _OneRow(dt, row, plan, configured_k, dict(gauges), np.array(samples, dtype=float),
                      min_bimodality_samples)
+    return _lazy_window(label, source, 0, plan, dt, requests=row[plan.req],
+                        drafts=0.0 if plan.volume is None else row[plan.volume])
+
+
+def _lazy_window(label: str, source: lazywindow.Source, key: object, plan: _Plan, dt: float,
+                 requests: float, drafts: float) -> WindowSignals:
+    """A window whose span, requests and drafts are known now and whose other signals come
+    from window ``key`` of ``source`` on first read."""
     values, positions, histograms = lazywindow.window_mappings(
-        source, 0, positions=bool(plan.positions), histograms=bool(plan.buckets))
+        source, key, positions=bool(plan.positions), histograms=bool(plan.buckets))
     return WindowSignals(window=label, values=values, positions=positions, span_seconds=dt,
-                         requests=row[plan.req],
-                         drafts=0.0 if plan.volume is None else row[plan.volume],
-                         histograms=histograms)
+                         requests=requests, drafts=drafts, histograms=histograms)
 
 
 #: The counters without position or bound that a window reads, in the order of a _Plan's
@@ -422,15 +428,11 @@ class _Rows:
         """The window on row ``j``: the span, requests and drafts now, the other signals
         when first read."""
         plan, diff = self.plan, self.diff
-        values, positions, histograms = lazywindow.window_mappings(
-            self, (j, dt, first_sample), positions=bool(plan.positions),
-            histograms=bool(plan.buckets))
-        return WindowSignals(window=label, values=values, positions=positions,
-                             span_seconds=dt,
-                             requests=diff.item(j, plan.req) if plan.req >= 0 else 0.0,
-                             drafts=0.0 if plan.volume is None or plan.volume < 0
-                             else diff.item(j, plan.volume),
-                             histograms=histograms)
+        return _lazy_window(
+            label, self, (j, dt, first_sample), plan, dt,
+            requests=diff.item(j, plan.req) if plan.req >= 0 else 0.0,
+            drafts=0.0 if plan.volume is None or plan.volume < 0
+            else diff.item(j, plan.volume))
 
     def signals(self, key: tuple[int, float, int]) -> lazywindow.Signals:
         j, dt, first = key
