@@ -456,6 +456,8 @@ class TargetHistory:
         #: The page last folded and its layout, when folding it again changes no counter
         #: (see :meth:`update`); None otherwise.
         self._repeat: tuple[sources.ParsedPage, _Layout] | None = None
+        #: Was every live slot and model seen by the poll being folded? (:meth:`update`)
+        self._all_seen_now = False
 
     @property
     def keep_buckets(self) -> bool:
@@ -582,7 +584,8 @@ class TargetHistory:
         models = page.models
         if repeat is not None and repeat[0] is src and repeat[1] is self._layout \
                 and not whole_restart:
-            self._seen[repeat[1].slots] = t
+            lay = repeat[1]
+            self._seen[lay.slots] = t
             reset_seen = False
             for model in models:
                 hist = self.models[model]
@@ -605,6 +608,9 @@ class TargetHistory:
         self.present_models = models
         self.engine = page.engine
         self._polled_once = True
+        # Every raw state slot and every model was seen at t: none can be stale (the usual
+        # poll: the same series as last time), so the search for stale ones is skipped.
+        self._all_seen_now = len(self._slot) == len(lay.slots) and len(self.models) == len(models)
         self._forget_stale(t)
         return reset_seen
 
@@ -692,12 +698,23 @@ class TargetHistory:
     def _prune(self, hist: ModelHistory, now: float) -> None:
         # Keep one entry at or before now - retention: it is the base of the longest window.
         ring = hist.entries
-        k = int(np.searchsorted(ring.times(), now - self.retention_seconds, side="right"))
-        drop = min(k, len(ring)) - 1
+        cutoff = now - self.retention_seconds
+        n = len(ring)
+        # Entries whose time is at most the cutoff: usually none (a young history) or two
+        # (a full one, one poll later), read from the first three times instead of a search.
+        if n < 2 or ring.time(1) > cutoff:
+            return
+        if n == 2 or ring.time(2) > cutoff:
+            k = 2
+        else:
+            k = int(np.searchsorted(ring.times(), cutoff, side="right"))
+        drop = min(k, n) - 1
         if drop > 0:
             ring.drop_oldest(drop)
 
     def _forget_stale(self, now: float) -> None:
+        if self._all_seen_now:
+            return
         horizon = now - self.retention_seconds
         seen = self._seen[:len(self._slot_keys)]
         stale = np.flatnonzero((seen < horizon) & (seen != -math.inf))
@@ -733,6 +750,8 @@ class TargetHistory:
             page = page.only_models(keep)
             models = keep
         limit = self.max_models + (self.max_vanished_models or 0)
+        if len(self.models) + len(models) <= limit:  # the union cannot be larger
+            return page
         extra = len(self.models.keys() | models) - limit
         if extra > 0:
             vanished = sorted((h.last_seen, m) for m, h in self.models.items()
