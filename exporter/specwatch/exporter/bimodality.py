@@ -150,7 +150,7 @@ def _split(cs: np.ndarray, cs2: np.ndarray, max_changes: int) -> list[int]:
     if n < 2 or max_changes < 1:
         return []
     k = _counts(n)
-    dist = {0: _dist(cs, cs2, 0, k[n:]), n: _dist(cs, cs2, n, k[:n + 1])}
+    dist = dict(zip((0, n), _ends(cs, cs2, n), strict=True))
     bounds = [0, n]
     for round_ in range(max_changes):
         best_gain, best_c = 1e-15, -1
@@ -170,6 +170,29 @@ def _split(cs: np.ndarray, cs2: np.ndarray, max_changes: int) -> list[int]:
         if round_ + 1 < max_changes:  # another round reads its distances
             dist[best_c] = _dist(cs, cs2, best_c, k[n - best_c:2 * n + 1 - best_c])
     return bounds[1:-1]
+
+
+@functools.lru_cache(maxsize=32)
+def _end_counts(n: int) -> np.ndarray:
+    """|c − b| (1 at b) for the bounds b = 0 and b = n, as two rows: ``_counts(n)[n:]`` and
+    ``_counts(n)[:n + 1]``; read-only, shared like :func:`_counts`."""
+    k = _counts(n)
+    rows = np.stack((k[n:], k[:n + 1]))
+    rows.flags.writeable = False
+    return rows
+
+
+def _ends(cs: np.ndarray, cs2: np.ndarray, n: int) -> np.ndarray:
+    """:func:`_dist` for the bounds 0 and n, the first two every segmentation reads, as two
+    rows made by the same operations on each element (nine numpy calls instead of
+    fourteen: windows are short, so the calls cost more than the arithmetic)."""
+    s = cs - cs[::n, None]  # cs[::n]: cs[0] and cs[n] (cs is n + 1 long), a view
+    np.multiply(s, s, out=s)
+    np.divide(s, _end_counts(n), out=s)
+    q = cs2 - cs2[::n, None]
+    np.abs(q, out=q)
+    np.subtract(q, s, out=q)
+    return np.maximum(q, 0.0, out=q)
 
 
 def _dist(cs: np.ndarray, cs2: np.ndarray, b: int, counts: np.ndarray) -> np.ndarray:
