@@ -44,22 +44,9 @@ class FullSearches(history.TargetHistory):
             ring.drop_oldest(drop)
 
     def _cap_models(self, page: sources.ParsedPage) -> sources.ParsedPage:
-        if self.max_models is None:
-            return page
-        models = page.models
-        if len(models) > self.max_models:
-            ordered = sorted(models, key=lambda m: (m not in self.models, m))
-            keep = frozenset(ordered[:self.max_models])
-            self.dropped["max_models"] += len(models) - len(keep)
-            page = page.only_models(keep)
-            models = keep
-        extra = len(self.models.keys() | models) - (
-            self.max_models + (self.max_vanished_models or 0))
-        if extra > 0:
-            vanished = sorted((h.last_seen, m) for m, h in self.models.items()
-                              if m not in models)
-            for _seen, name in vanished[:extra]:
-                self.forget(name, "vanished_limit")
+        page = super()._cap_models(page)
+        if self.max_models is not None:
+            self._forget_vanished(page.models)  # the union counted every time
         return page
 
 

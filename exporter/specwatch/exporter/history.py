@@ -749,13 +749,19 @@ class TargetHistory:
             self.dropped["max_models"] += len(models) - len(keep)
             page = page.only_models(keep)
             models = keep
-        limit = self.max_models + (self.max_vanished_models or 0)
-        if len(self.models) + len(models) <= limit:  # the union cannot be larger
-            return page
-        extra = len(self.models.keys() | models) - limit
+        # Live plus remembered models can pass the cap only when both counts together do.
+        if len(self.models) + len(models) > self._model_limit():
+            self._forget_vanished(models)
+        return page
+
+    def _model_limit(self) -> int:
+        return (self.max_models or 0) + (self.max_vanished_models or 0)
+
+    def _forget_vanished(self, models: frozenset[str]) -> None:
+        """Forget the oldest remembered models beyond the cap on live plus remembered ones."""
+        extra = len(self.models.keys() | models) - self._model_limit()
         if extra > 0:
             vanished = sorted((h.last_seen, m) for m, h in self.models.items()
                               if m not in models)
             for _seen, name in vanished[:extra]:
                 self.forget(name, "vanished_limit")
-        return page
