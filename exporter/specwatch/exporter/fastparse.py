@@ -229,11 +229,7 @@ class SampleSelector:
                     return None
                 samples.extend(self._parse_alone(m.group()[1:]))
                 continue
-            # _value inlined (a call per wanted line): int for an integer literal.
-            if value_text.isdigit() or (value_text[0] in "+-" and value_text[1:].isdigit()):
-                append((name, labels, int(value_text), head))
-            else:
-                append((name, labels, float(value_text), head))
+            append((name, labels, _value(value_text), head))
         if not samples:
             return None  # nothing we read: let the full parser judge the page
         return Selection(samples, frozenset(seen), text)
