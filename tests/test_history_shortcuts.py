@@ -32,9 +32,8 @@ RETENTION = 60.0
 class FullSearches(history.TargetHistory):
     """The history with every shortcut off: what each poll computed before them."""
 
-    def _forget_stale(self, now: float) -> None:
-        self._all_seen_now = False
-        super()._forget_stale(now)
+    def _forget_stale(self, now: float, all_seen: bool = False) -> None:
+        super()._forget_stale(now, all_seen=False)
 
     def _prune(self, hist: history.ModelHistory, now: float) -> None:
         ring = hist.entries

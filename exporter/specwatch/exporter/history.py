@@ -456,8 +456,6 @@ class TargetHistory:
         #: The page last folded and its layout, when folding it again changes no counter
         #: (see :meth:`update`); None otherwise.
         self._repeat: tuple[sources.ParsedPage, _Layout] | None = None
-        #: Was every live slot and model seen by the poll being folded? (:meth:`update`)
-        self._all_seen_now = False
 
     @property
     def keep_buckets(self) -> bool:
@@ -610,8 +608,8 @@ class TargetHistory:
         self._polled_once = True
         # Every raw state slot and every model was seen at t: none can be stale (the usual
         # poll: the same series as last time), so the search for stale ones is skipped.
-        self._all_seen_now = len(self._slot) == len(lay.slots) and len(self.models) == len(models)
-        self._forget_stale(t)
+        self._forget_stale(t, all_seen=len(self._slot) == len(lay.slots)
+                           and len(self.models) == len(models))
         return reset_seen
 
     def _fold(self, page: sources.ParsedPage, lay: _Layout, t: float, whole_restart: bool
@@ -712,8 +710,10 @@ class TargetHistory:
         if drop > 0:
             ring.drop_oldest(drop)
 
-    def _forget_stale(self, now: float) -> None:
-        if self._all_seen_now:
+    def _forget_stale(self, now: float, all_seen: bool = False) -> None:
+        """Forget the series and models unseen for the retention; ``all_seen``: this poll
+        saw every live series slot and model, so there are none."""
+        if all_seen:
             return
         horizon = now - self.retention_seconds
         seen = self._seen[:len(self._slot_keys)]
