@@ -49,3 +49,24 @@ def test_serve_app_applies_the_bound(monkeypatch):
     cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     serve.ServeApp(cfg)
     assert called == [True]
+
+
+def test_serve_paces_the_garbage_collector_while_it_runs_and_restores_it():
+    """``ServeApp.start`` raises only the young generation's threshold (what a poll
+    publishes lives one interval and is freed by reference counting: issue 15); ``stop``
+    gives the process its former thresholds back."""
+    import gc
+
+    from specwatch.app import serve
+    from specwatch.exporter import config
+
+    before = gc.get_threshold()
+    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    app = serve.ServeApp(cfg)
+    try:
+        app.start(poll=False)
+        assert gc.get_threshold() == (memory.GC_YOUNG_THRESHOLD, *before[1:])
+    finally:
+        app.stop()
+    assert gc.get_threshold() == before
+    assert before[0] < memory.GC_YOUNG_THRESHOLD

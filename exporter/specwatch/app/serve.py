@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import html
 import logging
 import signal
@@ -77,6 +78,7 @@ class ServeApp:
         self.clock = clock
         # One worker thread per target: bound glibc's per-thread arenas (common/memory.py).
         memory.bound_malloc_arenas()
+        self._gc_thresholds: tuple[int, ...] | None = None  # set while started
         dcfg = derive.DeriveConfig(windows=cfg.windows, count_window=cfg.count_window,
                                    min_drafts_per_sample=cfg.min_drafts_per_sample,
                                    min_bimodality_samples=cfg.min_bimodality_samples)
@@ -187,8 +189,14 @@ class ServeApp:
         return Response(200, page.encode(), "text/html; charset=utf-8")
 
     def start(self, poll: bool = True) -> None:
-        """Bind the HTTP server, then start polling (``poll=False``: tests drive polls)."""
+        """Bind the HTTP server, then start polling (``poll=False``: tests drive polls).
+
+        While it runs, the garbage collector's young passes are paced for a poller
+        (:func:`specwatch.common.memory.pace_garbage_collector`); :meth:`stop` restores the
+        former thresholds."""
         self.web.start()
+        if self._gc_thresholds is None:
+            self._gc_thresholds = memory.pace_garbage_collector()
         if self.controller is not None:
             self.controller.start()
         if poll:
@@ -210,6 +218,9 @@ class ServeApp:
         self.poller.stop(timeout=10)
         if self.controller is not None:
             self.controller.stop()
+        if self._gc_thresholds is not None:
+            gc.set_threshold(*self._gc_thresholds)
+            self._gc_thresholds = None
 
     def reload(self) -> bool:
         """Re-read the web config (SIGHUP). False, with the old config kept, on error."""

@@ -14,11 +14,13 @@ the history is shorter than W, so a fresh exporter shows partial windows, like P
 ``rate()`` over a young series). The count window ``"<N>req"`` uses the newest entry at least
 N finished requests back; it is absent until the history holds N finished requests.
 
-A window's signals are computed when first read (:mod:`specwatch.exporter.lazywindow`,
-issue 15): :func:`derive_model` finds each window's base and differences the rows at poll
-time, and the formulas (``_signals``) run when the exposition, a hook or the controller
-first reads the window; most snapshots of a target polled more often than it is scraped
-are never read. They read as if computed at once: each window keeps what it computes from.
+Nothing is derived before a reader asks (:mod:`specwatch.exporter.lazywindow`, issue 15):
+the pipeline publishes :func:`derive_models`, which freezes each model's history and runs
+:func:`derive_model` on the first read of the snapshot's models; that finds each window's
+base and differences the rows, and the formulas (``_signals``) run when the exposition, a
+hook or the controller first reads the window. Most snapshots of a target polled more often
+than it is scraped are never read. They read as if computed at once: each keeps what it
+computes from.
 
 Size: one module on purpose. The formulas (:func:`window_signals`) and the per-poll plan
 that evaluates them on a row of deltas (``_Plan``, ``_signals``: the same formulas with the
@@ -641,6 +643,26 @@ def _window_lengths(windows: tuple[tuple[str, float], ...]
     """The labels and lengths of a config's time windows (split once per config)."""
     return (tuple(label for label, _secs in windows),
             tuple(float(secs) for _label, secs in windows))
+
+
+def derive_models(hists: Iterable[ModelHistory], cfg: DeriveConfig, engine: str
+                  ) -> Mapping[str, ModelSnapshot]:
+    """:func:`derive_model` of each model, by model name in the order given, computed on
+    the first read of the mapping (:class:`specwatch.exporter.lazywindow.Deferred`).
+
+    Why (issue 15): most snapshots of a target polled more often than it is scraped are
+    never read, and finding the windows' bases and differencing their rows was most of what
+    deriving still cost a poll. Each model is frozen now (:meth:`ModelHistory.frozen`: its
+    ring shared, not copied), so the result is what deriving at once would have given,
+    however many polls come before the first read (``tests/test_derive_models.py``).
+    """
+    frozen = [h.frozen() for h in hists]
+    return lazywindow.Deferred(functools.partial(_derive_all, frozen, cfg, engine))
+
+
+def _derive_all(hists: list[ModelHistory], cfg: DeriveConfig, engine: str
+                ) -> dict[str, ModelSnapshot]:
+    return {h.model_name: derive_model(h, cfg, engine) for h in hists}
 
 
 def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSnapshot:

@@ -148,6 +148,7 @@ class HistoryRing:
         if i != -1:
             raise IndexError("only the newest entry can be replaced")
         r = self._row(-1)
+        self._own_storage()
         self._t[r] = entry.t
         self._s[r] = _NAN if entry.sample is None else entry.sample
         self._write(r, self._vector(entry.counters))
@@ -182,6 +183,25 @@ class HistoryRing:
         """The column of ``key``, None when the ring has none."""
         return self._cols.get(key)
 
+    def frozen(self) -> HistoryRing:
+        """The live entries as they are now, read-only, for reading later (issue 15: a
+        snapshot's models are derived when first read, after more polls may have changed
+        this ring). It shares this ring's storage instead of copying it: the ring never
+        writes to a row once another row follows it, and a compaction or a change of the
+        newest row writes into new arrays (:meth:`_own_storage`), so the rows a view reads
+        keep their values. A view keeps its arrays alive until it is let go."""
+        view = _FrozenRing.__new__(_FrozenRing)
+        view._origin = self
+        view.maxlen = None
+        view._cap = self._cap
+        view._t, view._s, view._u, view._f = self._t, self._s, self._u, self._f
+        view._cols = dict(self._cols)
+        view.keys = list(self.keys)
+        view._where = list(self._where)
+        view._uc, view._fc = self._uc, self._fc
+        view._start, view._n = self._start, self._n
+        return view
+
     def append_row(self, t: float, values: np.ndarray, sample: float | None) -> None:
         """Append one row; ``values`` has one value per column (NaN: absent), and may be
         shorter than the column count (the missing columns are absent)."""
@@ -210,8 +230,11 @@ class HistoryRing:
             self.drop_oldest(1)
 
     def replace_last_row(self, values: np.ndarray) -> None:
-        """Overwrite the counters of the newest row (time and sample kept)."""
-        self._write(self._row(-1), values)
+        """Overwrite the counters of the newest row (time and sample kept): in new arrays,
+        as a view taken before may read that row (:meth:`frozen`)."""
+        r = self._row(-1)
+        self._own_storage()
+        self._write(r, values)
 
     def drop_oldest(self, n: int) -> None:
         """Forget the ``n`` oldest rows (their space is reused when the ring fills)."""
@@ -287,10 +310,11 @@ class HistoryRing:
         live = self._n - self._start
         if self._start >= max(8, live // 32):
             # Drop the popped rows (amortized: one copy of the live rows per ``_start``
-            # pops, at most 32 row copies a pop).
+            # pops, at most 32 row copies a pop), into new arrays: a view taken before
+            # (:meth:`frozen`) still reads the old ones.
             s = self._start
-            for a in (self._t, self._s, self._u, self._f):
-                a[:live] = a[s:self._n]
+            self._t, self._s, self._u, self._f = (
+                _moved(a, s, self._n) for a in (self._t, self._s, self._u, self._f))
             self._start, self._n = 0, live
             return
         # Small steps: a full ring of a long-running exporter holds its retention plus
@@ -301,6 +325,11 @@ class HistoryRing:
         self._u = _grow(self._u, cap)
         self._f = _grow(self._f, cap)
         self._cap = cap
+
+    def _own_storage(self) -> None:
+        """New arrays with the same rows, before a row is written in place."""
+        self._t, self._s, self._u, self._f = (
+            a.copy() for a in (self._t, self._s, self._u, self._f))
 
     def _read(self, r: int) -> np.ndarray:
         out = np.empty(len(self.keys))
@@ -349,6 +378,36 @@ def _grow(a: np.ndarray, rows: int) -> np.ndarray:
     return out
 
 
+def _moved(a: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """A new array of ``a``'s shape whose first rows are ``a[start:stop]``."""
+    out = np.empty_like(a)
+    out[:stop - start] = a[start:stop]
+    return out
+
+
+class _FrozenRing(HistoryRing):
+    """A read-only view of a ring's live entries at one poll (:meth:`HistoryRing.frozen`).
+
+    Reads work as on the ring; every change raises. ``derive_cache`` is the ring's own
+    (what derive plans from a key set holds for every row that has those keys)."""
+
+    __slots__ = ("_origin",)
+
+    @property  # type: ignore[override]
+    def derive_cache(self) -> object:
+        return self._origin.derive_cache
+
+    @derive_cache.setter
+    def derive_cache(self, value: object) -> None:
+        self._origin.derive_cache = value
+
+    def _read_only(self, *_args: object) -> None:
+        raise TypeError("a frozen history ring cannot change")
+
+    append_row = repeat_last_row = replace_last_row = _read_only  # type: ignore[assignment]
+    drop_oldest = column_of = __setitem__ = _read_only  # type: ignore[assignment]
+
+
 @dataclass
 class ModelHistory:
     """The ring of one model on one target, plus lifetime state the ring cannot hold."""
@@ -375,6 +434,16 @@ class ModelHistory:
     def cumulative(self) -> dict[AggKey, float]:
         """Every counter seen so far and its reset-corrected cumulative value."""
         return dict(zip(self.entries.keys, self.cum.tolist(), strict=False))
+
+    def frozen(self) -> ModelHistory:
+        """This model as it is now, for a snapshot derived when first read (what
+        :func:`specwatch.exporter.derive.derive_model` reads): the ring read-only and
+        shared (:meth:`HistoryRing.frozen`), what changes in place copied (the sample
+        buckets, ``cum``); ``gauges`` and ``signals`` are replaced by a poll, never changed."""
+        return ModelHistory(self.model_name, self.entries.frozen(),
+                            list(self.sample_bucket_counts), self.sample_sum,
+                            self.sample_count, self.configured_k, self.gauges,
+                            self.last_seen, self.signals, self.cum.copy())
 
     def observe_sample(self, value: float) -> None:
         """Add one interval acceptance rate to the lifetime histogram."""

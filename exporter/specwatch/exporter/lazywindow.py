@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -208,6 +208,38 @@ class LazyMapping(_Lazy):
 
     def _resolved(self) -> dict[str, Any]:
         return self._values.part(self._index)
+
+
+class Deferred(_Lazy):
+    """A mapping that ``compute()`` gives on its first read: a target's models
+    (:func:`specwatch.exporter.derive.derive_models`). ``compute`` must read only what it
+    owns (a frozen copy of the history), so the result is the same whenever it runs; it is
+    let go of once it has run. A computation that raises (a bug) reads as an empty mapping
+    (no series: "no data means no series") and is logged, instead of an exception in a
+    scrape or a hook. Two threads reading at once may both compute; each gets an equal
+    result."""
+
+    __slots__ = ("_compute", "_done")
+
+    def __init__(self, compute: Callable[[], dict[str, Any]]) -> None:
+        self._compute: Callable[[], dict[str, Any]] | None = compute
+        self._done: dict[str, Any] | None = None
+
+    def _resolved(self) -> dict[str, Any]:
+        done = self._done
+        if done is not None:
+            return done
+        compute = self._compute
+        if compute is None:  # another thread stored the result between the two reads
+            return self._done  # type: ignore[return-value]
+        try:
+            done = compute()
+        except Exception:  # a bug; never an exception in a scrape
+            log.exception("deriving the models of a target failed")
+            done = {}
+        self._done = done  # first: a reader that finds no compute finds this
+        self._compute = None
+        return done
 
 
 def window_mappings(source: Source, key: Any, positions: bool, histograms: bool

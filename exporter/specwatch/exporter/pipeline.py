@@ -31,12 +31,15 @@ stamps every poll with ``time.monotonic`` (or the clock injected into it: tests,
 simulated time), so a wall-clock jump cannot stretch or shrink a window; timestamps shown to
 people (``timestamp``, ``last_success_timestamp``) stay the results' wall times.
 
-Failure containment: whatever a page does to parsing or deriving (including a bug that
-raises something unexpected), the target is reported down with reason ``parse`` and the
-other targets and the HTTP endpoint are untouched. A target's ``max_series`` cap drops whole
-models (:mod:`specwatch.exporter.limits`) and counts the dropped series. A failing target logs a
-warning when it goes down or its reason changes, and an info line when it recovers, not one
-line per poll (a dead target polled every 5 s must not flood the log).
+Failure containment: whatever a page does to parsing or folding into the history (including
+a bug that raises something unexpected), the target is reported down with reason ``parse``
+and the other targets and the HTTP endpoint are untouched. A target's models are derived
+when its snapshot's ``models`` is first read (:func:`specwatch.exporter.derive.derive_models`;
+most snapshots are never read); a bug there reads as no models, and is logged. A target's
+``max_series`` cap drops whole models (:mod:`specwatch.exporter.limits`) and counts the
+dropped series. A failing target logs a warning when it goes down or its reason changes,
+and an info line when it recovers, not one line per poll (a dead target polled every 5 s
+must not flood the log).
 """
 
 from __future__ import annotations
@@ -331,11 +334,12 @@ class Pipeline:
         if state.last_reason is not None:
             log.info("poll of %s succeeded again", state.name)
             state.last_reason = None
-        models = {}
-        for name in sorted(hist.present_models):
-            mh = hist.models.get(name)
-            if mh is not None and mh.entries:
-                models[name] = derive.derive_model(mh, self.derive_config, page.engine)
+        # Derived when first read (a render, a hook): most polls of a target scraped less
+        # often than it is polled are never read (issue 15).
+        models = derive.derive_models(
+            [mh for name in sorted(hist.present_models)
+             if (mh := hist.models.get(name)) is not None and mh.entries],
+            self.derive_config, page.engine)
         return TargetSnapshot(
             name=state.name, up=True, timestamp=result.finished,
             poll_duration_seconds=result.duration_seconds, errors_total=dict(state.errors),
