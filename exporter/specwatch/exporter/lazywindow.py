@@ -54,6 +54,16 @@ class Signals(NamedTuple):
 _EMPTY = Signals({}, {}, {}, None)
 
 
+def _or_logged(compute: Callable[[], Any], fallback: Any, what: str) -> Any:
+    """``compute()``, or ``fallback`` with the error logged: a bug in a computation run on a
+    first read must never raise in a scrape or a hook."""
+    try:
+        return compute()
+    except Exception:
+        log.exception("%s failed", what)
+        return fallback
+
+
 class Source(Protocol):
     """What the windows of one model at one poll are computed from."""
 
@@ -143,11 +153,8 @@ class WindowValues(_Lazy):
         source = self._source
         if source is None:  # another thread stored the result between the two reads
             return self._values  # type: ignore[return-value]
-        try:
-            out = source.signals(self._key)
-        except Exception:  # pragma: no cover - a bug; never an exception in a scrape
-            log.exception("deriving a window's signals failed")
-            out = _EMPTY
+        out = _or_logged(lambda: source.signals(self._key), _EMPTY,
+                         "deriving a window's signals")
         self._positions, self._histograms, self._samples = out[1:]
         self._values = out.values  # last: a reader that sees it sees the others
         self._source = None
@@ -232,11 +239,7 @@ class Deferred(_Lazy):
         compute = self._compute
         if compute is None:  # another thread stored the result between the two reads
             return self._done  # type: ignore[return-value]
-        try:
-            done = compute()
-        except Exception:  # a bug; never an exception in a scrape
-            log.exception("deriving the models of a target failed")
-            done = {}
+        done = _or_logged(compute, {}, "deriving the models of a target")
         self._done = done  # first: a reader that finds no compute finds this
         self._compute = None
         return done
