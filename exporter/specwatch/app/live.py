@@ -134,6 +134,10 @@ class TargetModelState:
     window: str | None = None
 
 
+#: The state of every target without a parameters file (immutable: one for all).
+_UNCONFIGURED = TargetModelState(configured=False)
+
+
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
@@ -293,7 +297,7 @@ class LiveModel:
         """Pipeline target hook: attach predictions to every model of a configured target."""
         params = self.params.get(target.name)
         if params is None:
-            return replace(target, model=TargetModelState(configured=False))
+            return target.replaced(model=_UNCONFIGURED)
         label = self.windows[target.name]
         state = TargetModelState(configured=True, system=params.system, window=label)
         models = {}

@@ -132,11 +132,28 @@ class TargetSnapshot:
     model: Any = None
     extensions: Mapping[str, Any] = field(default_factory=dict)
 
+    def replaced(self, **changes: Any) -> TargetSnapshot:
+        """A copy with ``changes`` (by field name): what :func:`dataclasses.replace` gives,
+        without running ``__init__`` again, which sets every field through the frozen
+        class's guard (no field is computed or checked there). A target hook runs on every
+        poll of every target (issue 15: 1.4 µs against 6)."""
+        unknown = changes.keys() - _TARGET_FIELDS
+        if unknown:
+            raise TypeError(f"TargetSnapshot has no field {sorted(unknown)[0]!r}")
+        new = object.__new__(TargetSnapshot)
+        fields = new.__dict__
+        fields.update(self.__dict__)
+        fields.update(changes)
+        return new
+
     def with_model(self, model_name: str, **changes: Any) -> TargetSnapshot:
         """A copy with one model's fields replaced (for hooks): the original is unchanged."""
         models = dict(self.models)
         models[model_name] = dataclasses.replace(models[model_name], **changes)
         return dataclasses.replace(self, models=models)
+
+
+_TARGET_FIELDS = frozenset(f.name for f in dataclasses.fields(TargetSnapshot))
 
 
 @dataclass(frozen=True)
