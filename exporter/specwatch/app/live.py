@@ -318,7 +318,7 @@ class LiveModel:
                 log.debug("model prediction for %s/%s not valid: %s", target.name, name,
                           live.reason)
             models[name] = replace(m, predictions=live)
-        return replace(target, model=state, models=models)
+        return target.replaced(model=state, models=models)
 
     def families(self, snap: Snapshot) -> Iterator[Metric]:
         """Collector family builder for the model series."""

@@ -150,7 +150,7 @@ class TargetSnapshot:
         """A copy with one model's fields replaced (for hooks): the original is unchanged."""
         models = dict(self.models)
         models[model_name] = dataclasses.replace(models[model_name], **changes)
-        return dataclasses.replace(self, models=models)
+        return self.replaced(models=models)
 
 
 _TARGET_FIELDS = frozenset(f.name for f in dataclasses.fields(TargetSnapshot))
