@@ -287,6 +287,13 @@ comment_lines = st.one_of(
               st.sampled_from(["doc", "with \\n escape", 'a "quote"', "counter TYPE"])),
     st.sampled_from(["", "#", "# free comment", '# TYPE "vllm:prompt_tokens" counter',
                      "  # TYPE vllm:request_success counter"]),
+    # Declarations the finder leaves in C or must not (a type is the rest of the line):
+    # blanks after the type, other separators, a name ending _total in every spelling.
+    st.builds(lambda n, form: form.format(n), names, st.sampled_from([
+        "# TYPE {} counter \t", "#\tTYPE {} counter", "# TYPE {}\x0b counter",
+        "# TYPE  {}  counter\x0c", "# TYPE {}\tcounter", '# TYPE "{}" counter',
+        "# TYPE {} counter # note", "# TYPE {}_total counter", "# TYPE {}\t_total counter",
+        "# TYPE {} x_total counter", "#  HELP {} counter", "# TYPE {} Counter"])),
 )
 
 
@@ -420,6 +427,39 @@ def test_help_lines_are_never_type_declarations():
     free = BASE + '#  TYPE "vllm:spec_decode_num_drafts" counter\n'
     assert not selected(free)
     assert_same(free)
+
+
+@pytest.mark.parametrize("declaration", [
+    "# TYPE vllm:spec_decode_num_drafts counter \t",   # blanks after the type
+    "# TYPE vllm:spec_decode_num_drafts counter\r",
+    "#\tTYPE vllm:spec_decode_num_drafts counter",      # a tab between the tokens
+    "# TYPE vllm:spec_decode_num_drafts\x0b counter",   # separators the parser splits on
+    "# TYPE  vllm:spec_decode_num_drafts \x0ccounter",
+    '# TYPE "vllm:spec_decode_num_drafts" counter',     # a quoted name
+])
+def test_every_counter_declaration_that_renames_falls_back(declaration):
+    """A comment the parser reads as ``# TYPE x counter`` for a wanted ``x_total`` renames
+    its samples, whatever blanks and separators it is written with: the finder must hand
+    each to the full parser (it leaves in C only comments that cannot end in a counter
+    type), which gives the renamed samples."""
+    text = BASE + declaration + "\nvllm:spec_decode_num_drafts{model_name=\"m\"} 3\n"
+    assert not selected(text)
+    full = assert_same(text)
+    assert full != "PageParseError"
+
+
+@pytest.mark.parametrize("declaration", [
+    "# TYPE vllm:iteration_tokens_total counter",        # how prometheus_client writes one
+    "# TYPE vllm:spec_decode_num_drafts_total counter",  # a wanted family, renamed itself
+    "# TYPE vllm:spec_decode_num_drafts gauge",
+    "# HELP vllm:spec_decode_num_drafts counter",
+])
+def test_declarations_that_cannot_rename_stay_on_the_fast_path(declaration):
+    """Comments that cannot declare a renaming counter (the common ``*_total counter``
+    line included) are skipped by the finder: no fall-back, the same result."""
+    text = BASE + declaration + "\n"
+    assert selected(text)
+    assert_same(text)
 
 
 @pytest.mark.parametrize("line", [

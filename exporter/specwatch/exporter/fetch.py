@@ -434,6 +434,8 @@ class DirectSession:
     def __init__(self, url: str, default_verify: bool | str = True) -> None:
         self.url = _prepared_url(url)
         self.home = _origin(self.url)
+        #: The request target of ``url`` (path and query), split once: every poll sends it.
+        self.path = _request_target(self.url)
         #: The verify setting of a target that did not set one (True or the env's bundle).
         self.default_verify = default_verify
         self._conn: http.client.HTTPConnection | None = None
@@ -572,8 +574,7 @@ class DirectSession:
         a reused connection the server dropped is replaced, and a request it closes
         without an answer is sent once more on a new connection. Returns the socket too:
         http.client lets go of it at once when the response ends the connection."""
-        parts = urlsplit(url)
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        path = self.path if url is self.url else _request_target(url)
         home = origin == self.home
         conn = self._conn if home else extra.get(origin)
         for attempt in (0, 1):
@@ -620,6 +621,12 @@ def _discard(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse) -
             pass
     resp.close()
     conn.close()
+
+
+def _request_target(url: str) -> str:
+    """What the request line names: the URL's path ("/" when empty) and its query."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
 def _prepared_url(url: str) -> str:
