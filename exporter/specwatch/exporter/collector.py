@@ -29,6 +29,7 @@ metrics reference is generated from.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import math
@@ -146,19 +147,23 @@ class SpecwatchCollector(Collector):
         last interval), be published again before the next scrape? Scrapes are expected
         every shortest gap between the last four pages rendered (two Prometheus replicas at
         different offsets shorten it: more renders, never fewer than needed), with a margin
-        for jitter of 0.25 s plus 2% of that period; unknown before three scrapes.
+        for jitter of 0.1 s plus 1% of that period; unknown before three scrapes.
 
         The margin only moves CPU: a target skipped here whose next poll comes after the
-        scrape after all is rendered by that scrape. Each extra second of margin renders
-        one poll in ``period`` more (at 5 s polls and 15 s scrapes, a tenth of the period
-        plus 0.2 s rendered 45% of the polls, 0.25 s plus 2% 37%, against the 33% a scrape
-        reads), while a poll's start is late by a few tens of milliseconds (at most 0.25 s
-        with 500 targets, ``bench/bench_fleet.py``)."""
+        scrape after all is rendered by that scrape, so the margin is wasted renders bought
+        to keep scrapes short. Each extra second of it renders one poll in ``period`` more
+        (at 5 s polls and 15 s scrapes, a tenth of the period plus 0.2 s rendered 45% of the
+        polls, 0.25 s plus 2% 37%, 0.1 s plus 1% 35%, against the 33% a scrape reads). What
+        it covers is how much later than its last interval predicts a poll is published:
+        the scheduler starts a poll up to a tick after its slot, the same tick for every
+        interval, so the interval from one poll to the next varies by a few tens of
+        milliseconds (start lateness at most 0.25 s with 500 targets, ``bench/bench_fleet.py``;
+        with this margin no scrape of a 30 s sample there had to render a target itself)."""
         times = list(self._scrapes)
         if len(times) < 3:
             return False
         period = min(b - a for a, b in itertools.pairwise(times))
-        return now + gap + 0.02 * period + 0.25 < times[-1] + period
+        return now + gap + 0.01 * period + 0.1 < times[-1] + period
 
     def _target_lines(self, target: TargetSnapshot) -> Mapping[str, bytes]:
         cached = self._targets.get(target.name)
@@ -468,25 +473,43 @@ def render_target(t: TargetSnapshot) -> dict[str, bytes]:
                 out.setdefault(CONFIGURED, []).append(
                     f"{CONFIGURED}{{{ml},{tl}}} {fg(float(model.configured_k))}\n")
             for w in model.windows:
+                # The label set after the name, the same for every value of the window:
+                # written once per window, not once per line.
                 wl = f'window="{_esc(w.window)}"'
+                labels = f"{{{ml},{tl},{wl}}} "
                 for name, value in w.values.items():
                     if name in _WINDOW_NAMES:
-                        out.setdefault(name, []).append(f"{name}{{{ml},{tl},{wl}}} {fg(value)}\n")
+                        line = f"{name}{labels}{fg(value)}\n"
+                        lines = out.get(name)
+                        if lines is None:
+                            out[name] = [line]
+                        else:
+                            lines.append(line)
                 for name, per_pos in w.positions.items():
                     if name in _POSITION_NAMES:
                         lines = out.setdefault(name, [])
+                        head, tail = f'{name}{{{ml},position="', f'",{tl},{wl}}} '
                         for pos, value in per_pos.items():
-                            lines.append(f'{name}{{{ml},position="{_esc(pos)}",{tl},{wl}}} '
-                                         f"{fg(value)}\n")
+                            lines.append(f"{head}{_esc(pos)}{tail}{fg(value)}\n")
             h = model.samples
             if h is not None:
                 lines = out.setdefault(SAMPLES, [])
-                buckets = [(_fmt_bound(b), float(n)) for b, n in
-                           zip(h.bounds, h.cumulative_counts, strict=False)]
-                buckets.append(("+Inf", float(h.count)))
-                for le, n in buckets:
-                    lines.append(f'{SAMPLES}_bucket{{le="{le}",{ml},{tl}}} {fg(n)}\n')
-                if float(buckets[0][0]) >= 0 and h.sum is not None:
-                    lines.append(f"{SAMPLES}_count{{{ml},{tl}}} {fg(buckets[-1][1])}\n")
+                heads, inf_head = _bucket_heads(tuple(h.bounds))
+                rest = f"{ml},{tl}}} "
+                pairs = list(zip(heads, h.cumulative_counts, strict=False))
+                for head, n in pairs:
+                    lines.append(f"{head}{rest}{fg(float(n))}\n")
+                lines.append(f"{inf_head}{rest}{fg(float(h.count))}\n")
+                # The first bucket's bound (+Inf when there is none) as written, read back.
+                if (float(h.bounds[0]) >= 0 if pairs else True) and h.sum is not None:
+                    lines.append(f"{SAMPLES}_count{{{ml},{tl}}} {fg(float(h.count))}\n")
                     lines.append(f"{SAMPLES}_sum{{{ml},{tl}}} {fg(h.sum)}\n")
     return {name: "".join(lines).encode() for name, lines in out.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _bucket_heads(bounds: tuple[float, ...]) -> tuple[tuple[str, ...], str]:
+    """``sd_acceptance_rate_samples_bucket{le="<bound>",`` for each bound, and for +Inf: the
+    same few bound sets on every render (one per configuration), formatted once."""
+    return (tuple(f'{SAMPLES}_bucket{{le="{_fmt_bound(b)}",' for b in bounds),
+            f'{SAMPLES}_bucket{{le="+Inf",')
