@@ -500,7 +500,8 @@ def render_target(t: TargetSnapshot) -> dict[str, bytes]:
                 for head, n in pairs:
                     lines.append(f"{head}{rest}{fg(float(n))}\n")
                 lines.append(f"{inf_head}{rest}{fg(float(h.count))}\n")
-                # The first bucket's bound (+Inf when there is none) as written, read back.
+                # The first bucket's bound (+Inf without one) is not negative (as written and
+                # read back: repr gives back the same float).
                 if (float(h.bounds[0]) >= 0 if pairs else True) and h.sum is not None:
                     lines.append(f"{SAMPLES}_count{{{ml},{tl}}} {fg(float(h.count))}\n")
                     lines.append(f"{SAMPLES}_sum{{{ml},{tl}}} {fg(h.sum)}\n")
