@@ -23,9 +23,6 @@ KEYS = [(sources.DRAFTS, None), (sources.DRAFT_TOKENS, None), (sources.ACCEPTED_
         (sources.ACCEPTED_PER_POSITION, "1"), (sources.E2E_LATENCY_SUM, None),
         (sources.E2E_LATENCY_COUNT, None)]
 
-#: A key no entry has (the ring has no column for it).
-ABSENT_KEY = (sources.GENERATION_TOKENS, None)
-
 ops = st.lists(st.one_of(
     st.tuples(st.just("append"), st.sets(st.sampled_from(KEYS), min_size=1),
               st.one_of(st.none(), st.floats(0, 1))),
@@ -45,9 +42,6 @@ def same(ring: HistoryRing, ref: deque) -> None:
         for key in KEYS:
             assert [ring.value(i, key) for i in range(len(ref))] == \
                 [e.counters.get(key) for e in ref]
-        for i in range(len(ref)):  # a row read once: the same as one read per key
-            assert ring.values(i, [*KEYS, ABSENT_KEY]) == \
-                [*(ring.value(i, key) for key in KEYS), None]
         for i in range(len(ref)):
             assert ring.samples_after(i) == [e.sample for e in list(ref)[i + 1:]
                                              if e.sample is not None]
@@ -131,22 +125,3 @@ def test_long_run_with_evictions_and_compaction():
         ref.append(e)
         same(ring, ref)
     assert ring._start < 32  # the popped rows were compacted away
-
-
-def test_values_reads_a_row_as_value_does_in_both_matrices():
-    """``values`` (the newest row's counters for the interval sample, read at once) gives
-    what ``value`` gives key by key: whole counts from the uint32 matrix, fractional and
-    huge ones from the float64 matrix (a column widened after its first rows), absent
-    counters and keys without a column as None, the same float type."""
-    ring = HistoryRing()
-    lat, drafts, big = (sources.E2E_LATENCY_SUM, None), KEYS[0], (sources.DRAFT_TOKENS, None)
-    ring.append(HistoryEntry(5.0, {drafts: 3.0, big: 7.0}, None))
-    ring.append(HistoryEntry(10.0, {drafts: 4.0, lat: 1.5, big: 2.0**40}, 0.5))
-    ring.append(HistoryEntry(15.0, {lat: 2.25, big: 2.0**40 + 3}, None))
-    keys = [drafts, lat, big, ABSENT_KEY]
-    for i in range(len(ring)):
-        got = ring.values(i, keys)
-        assert got == [ring.value(i, k) for k in keys]
-        assert [type(x) for x in got] == [type(ring.value(i, k)) for k in keys]
-    assert ring.values(-1, keys) == [None, 2.25, 2.0**40 + 3, None]
-    assert ring.values(0, keys) == [3.0, None, 7.0, None]

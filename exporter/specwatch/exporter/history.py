@@ -292,33 +292,6 @@ class HistoryRing:
         y = float(self._f[r, j])
         return None if y != y else y
 
-    def values(self, i: int, keys: Iterable[AggKey]) -> list[float | None]:
-        """:meth:`value` of each key at entry ``i``: the same floats, the row read once.
-
-        Why (issue 15): every poll reads six counters of the newest row for its interval
-        sample, and a numpy scalar read per counter cost more than the rest of the sample."""
-        r = self._row(i)
-        u: list[int] | None = None
-        f: list[float] | None = None
-        out: list[float | None] = []
-        for key in keys:
-            c = self._cols.get(key)
-            if c is None:
-                out.append(None)
-                continue
-            in_u, j = self._where[c]
-            if in_u:
-                if u is None:
-                    u = self._u[r].tolist()
-                x = u[j]
-                out.append(None if x == _ABSENT else float(x))
-            else:
-                if f is None:
-                    f = self._f[r].tolist()
-                y = f[j]
-                out.append(None if y != y else y)
-        return out
-
     def samples_after(self, i: int) -> list[float]:
         """The interval samples of the entries after entry ``i`` (those that have one)."""
         s = self._s[self._start + i + 1:self._n]
@@ -781,11 +754,9 @@ class TargetHistory:
 
     def _sample(self, hist: ModelHistory, ring: HistoryRing) -> float | None:
         """The acceptance rate of the interval from the newest row to ``hist.cum``."""
-        base = {k: x for k, x in zip(_SAMPLE_KEYS, ring.values(-1, _SAMPLE_KEYS), strict=True)
-                if x is not None}
-        cum = hist.cum.tolist()  # (one read: the same floats as float(hist.cum[c]))
-        cur = {k: cum[c] for k in _SAMPLE_KEYS
-               if (c := ring.column_index(k)) is not None and c < len(cum)}
+        base = {k: x for k in _SAMPLE_KEYS if (x := ring.value(-1, k)) is not None}
+        cur = {k: float(hist.cum[c]) for k in _SAMPLE_KEYS
+               if (c := ring.column_index(k)) is not None and c < len(hist.cum)}
         return derive.interval_acceptance_rate(
             base, cur, self.min_drafts_per_sample,
             proposed_per_verify=derive.sglang_proposed_per_verify(hist.gauges,
