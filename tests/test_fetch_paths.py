@@ -259,23 +259,6 @@ def test_both_transports_send_the_same_request() -> None:
     assert (b"accept-encoding", b"identity") in headers
 
 
-@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
-def test_direct_transport_keeps_one_connection(tls: bool, pki: PKI) -> None:
-    """Five polls of a keep-alive server, plain and TLS: one connection (one handshake)."""
-    ctx = _server_tls(pki) if tls else None
-    with ScriptServer({"/metrics": response(PAGE)}, ssl_context=ctx) as srv:
-        url = srv.url()
-        session = new_session(url, "direct")
-        target = PollTarget("t", url, verify=str(pki.ca))
-        try:
-            for _ in range(5):
-                assert fetch(session, target) == PAGE.decode()
-        finally:
-            session.close()
-    assert srv.connections == 1
-    assert len(srv.heads) == 5
-
-
 @pytest.mark.usefixtures("fetch_path")
 @pytest.mark.parametrize("announced", [True, False], ids=["connection_close", "silent_close"])
 def test_a_connection_the_server_closed_is_replaced(announced: bool) -> None:

@@ -254,8 +254,8 @@ def _serve(pki: PKI, tls: bool, routes: dict[str, Reply | Callable[[int], Reply]
 def test_polls_on_a_keep_alive_connection_reuse_the_bytes(
         tls: bool, pki: PKI, no_live_request: list[str]) -> None:
     """Six polls on one keep-alive connection (plain and TLS: ``sendall`` on an SSLSocket):
-    every poll gets the page, the bytes are built at the first poll only, and every request
-    the server reads is the library's."""
+    every poll gets the page over the one connection (one handshake), the bytes are built
+    at the first poll only, and every request the server reads is the library's."""
     with _serve(pki, tls, {"/metrics": response(PAGE)}) as srv:
         url = srv.url()
         session = new_session(url, "direct")
