@@ -288,12 +288,16 @@ comment_lines = st.one_of(
     st.sampled_from(["", "#", "# free comment", '# TYPE "vllm:prompt_tokens" counter',
                      "  # TYPE vllm:request_success counter"]),
     # Declarations the finder leaves in C or must not (a type is the rest of the line):
-    # blanks after the type, other separators, a name ending _total in every spelling.
+    # blanks after the type, other separators, a name ending _total. Only spellings the
+    # full parser accepts: a page with one it rejects is outside the equivalence domain
+    # and compares nothing, and the four such spellings this list had (the types
+    # "counter # note", "_total counter" after a tab, "x_total counter", "Counter") made
+    # generated pages valid too rarely (test_generated_pages_are_mostly_valid failed for
+    # 7 seeds of 40, 1 of 40 without them).
     st.builds(lambda n, form: form.format(n), names, st.sampled_from([
         "# TYPE {} counter \t", "#\tTYPE {} counter", "# TYPE {}\x0b counter",
         "# TYPE  {}  counter\x0c", "# TYPE {}\tcounter", '# TYPE "{}" counter',
-        "# TYPE {} counter # note", "# TYPE {}_total counter", "# TYPE {}\t_total counter",
-        "# TYPE {} x_total counter", "#  HELP {} counter", "# TYPE {} Counter"])),
+        "# TYPE {}_total counter", "#  HELP {} counter"])),
 )
 
 
@@ -317,7 +321,9 @@ def test_generated_pages_are_mostly_valid():
     hold samples specwatch reads (otherwise the test above would compare nothing)."""
     valid = 0
 
-    @settings(max_examples=60, deadline=None, database=None)
+    # The same examples on every run (derandomize): a property of the generator, checked
+    # once, not a draw that fails one run in forty.
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True)
     @given(st.lists(st.one_of(sample_lines(), sample_lines(), comment_lines), min_size=1,
                     max_size=40))
     def count(lines):
