@@ -17,7 +17,6 @@ import contextlib
 import gzip
 import http.server
 import socket
-import ssl
 import threading
 import time
 import zlib
@@ -48,15 +47,6 @@ def pki(tmp_path_factory) -> PKI:
     return make_pki(tmp_path_factory.mktemp("pki-fetch"))
 
 
-def _server_tls(pki: PKI, client_cert: bool = False) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(str(pki.server.cert), str(pki.server.key))
-    if client_cert:
-        ctx.verify_mode = ssl.CERT_REQUIRED
-        ctx.load_verify_locations(str(pki.ca))
-    return ctx
-
-
 @dataclass(frozen=True)
 class Case:
     """``serve(pki)`` yields the URL to poll; ``target`` holds extra PollTarget fields
@@ -73,7 +63,7 @@ def scripted(routes: dict[str, Reply], tls: bool = False, client_cert: bool = Fa
              host: str = "127.0.0.1") -> Callable[[PKI], contextlib.AbstractContextManager[str]]:
     @contextlib.contextmanager
     def serve(pki: PKI) -> Iterator[str]:
-        ctx = _server_tls(pki, client_cert) if tls else None
+        ctx = pki.server_context(client_cert) if tls else None
         with ScriptServer(routes, host=host, ssl_context=ctx) as srv:
             yield srv.url()
     return serve
@@ -371,7 +361,7 @@ def test_the_environment_ca_bundle_serves_verify_true(pki: PKI, monkeypatch) -> 
     """verify True means REQUESTS_CA_BUNDLE (then CURL_CA_BUNDLE) when set, as requests
     does, on both transports."""
     monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
-    with ScriptServer({"/metrics": response(PAGE)}, ssl_context=_server_tls(pki)) as srv:
+    with ScriptServer({"/metrics": response(PAGE)}, ssl_context=pki.server_context()) as srv:
         monkeypatch.setenv("CURL_CA_BUNDLE", str(pki.ca))
         poller = Poller([PollTarget("t", srv.url())], 60, lambda r: None)
         try:
@@ -455,10 +445,10 @@ def test_the_client_certificate_is_never_presented_to_another_origin(transport: 
     (that origin, which asks for one, refuses the handshake), while a redirect to the
     target's own origin keeps it."""
     cert = (str(pki.client.cert), str(pki.client.key))
-    tls = _server_tls(pki, client_cert=True)
+    tls = pki.server_context(client_cert=True)
     with ScriptServer({"/page": response(PAGE)}, ssl_context=tls) as other, ScriptServer(
             {"/metrics": response(b"", 302, {"Location": other.url("/page")})},
-            ssl_context=_server_tls(pki)) as srv:
+            ssl_context=pki.server_context()) as srv:
         away = outcome(srv.url(), transport, verify=str(pki.ca), cert=cert,
                        follow_redirects="any", timeout_seconds=5.0)
     assert away[0] == "tls", away

@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import http.client
 import io
-import ssl
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -107,12 +106,6 @@ def no_live_request(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
     return make_pki(tmp_path_factory.mktemp("pki-raw"))
-
-
-def _server_tls(pki: PKI) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(str(pki.server.cert), str(pki.server.key))
-    return ctx
 
 
 _BASIC = base64.b64encode(f"scraper:{testsecrets.TARGET_BASIC_PASSWORD}".encode()).decode()
@@ -247,7 +240,7 @@ def test_the_request_is_rebuilt_when_the_target_changes(no_live_request: list[st
 
 def _serve(pki: PKI, tls: bool, routes: dict[str, Reply | Callable[[int], Reply]]
            ) -> ScriptServer:
-    return ScriptServer(routes, ssl_context=_server_tls(pki) if tls else None)
+    return ScriptServer(routes, ssl_context=pki.server_context() if tls else None)
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ssl
 import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,11 +52,7 @@ def https_target(pki: PKI, expect_auth: str | None, require_client_cert: bool = 
             self.end_headers()
             self.wfile.write(body)
 
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(str(pki.server.cert), str(pki.server.key))
-    if require_client_cert:
-        ctx.verify_mode = ssl.CERT_REQUIRED
-        ctx.load_verify_locations(str(pki.ca))
+    ctx = pki.server_context(require_client_cert)
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     srv.socket = ctx.wrap_socket(srv.socket, server_side=True)

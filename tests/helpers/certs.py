@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,16 @@ class PKI:
     client: Pair  # SAN DNS:prometheus.test; signed by ca
     other_client: Pair  # SAN DNS:prometheus.test; signed by an unrelated CA
     other_ca: Path
+
+    def server_context(self, client_cert: bool = False) -> ssl.SSLContext:
+        """A TLS server context with the server certificate; ``client_cert``: clients must
+        present a certificate signed by ``ca`` (mutual TLS)."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(self.server.cert), str(self.server.key))
+        if client_cert:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(str(self.ca))
+        return ctx
 
 
 def _name(cn: str) -> x509.Name:
