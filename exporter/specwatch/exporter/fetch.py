@@ -37,7 +37,7 @@ Why each rule:
 * **The request is built once.** The direct transport's GET is the same bytes poll after
   poll (request line, Host, the merged headers): ``http.client``'s ``request()`` spends
   about 18 µs of CPU building and validating them (of about 240 µs a fetch), so they are
-  built once per (connection class, host, port, path, header dict) by the library's own
+  built once per target (and header dict) by the library's own
   ``request()`` against a capturing socket (:func:`_request_bytes`), then sent as they
   are, and the response is read the way ``getresponse()`` reads it (:func:`_response`).
 * **Reconnects**: a keep-alive connection the server has closed (seen readable before the
@@ -450,9 +450,10 @@ class DirectSession:
         self._headers_for: PollTarget | None = None
         self._own_headers: dict[str, str] = {}
         self._base_headers = dict(_BASE_HEADERS, Connection="keep-alive")
-        #: The usual poll's request bytes: ((connection class, host, port, path), the
-        #: header dict they were built from (held, so compared by identity), bytes).
-        self._raw: tuple[tuple[type, str, int, str], dict[str, str], bytes] | None = None
+        #: The usual poll's request bytes: (the header dict they were built from, held so
+        #: compared by identity, the bytes). The rest they depend on is the session's own
+        #: (its home origin's connection class, host and port, and ``path``).
+        self._raw: tuple[dict[str, str], bytes] | None = None
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -478,18 +479,16 @@ class DirectSession:
     def _request_for(self, conn: http.client.HTTPConnection, path: str,
                      headers: dict[str, str], usual: bool) -> bytes:
         """The request bytes for ``conn``: the usual poll's (``usual``: the target's own
-        URL on its home connection) are built once and reused while what they depend on
-        stays the same (the connection's class, host and port as http.client writes them
-        into Host, the path, the header dict: a changed target gets a new dict); a
-        redirect hop's are built for that hop."""
+        URL on its home connection, whose class, host and port, and the path, are fixed
+        for the session) are built once and reused while the header dict is the same (a
+        changed target gets a new dict); a redirect hop's are built for that hop."""
         if not usual:
             return _request_bytes(conn, path, headers)
-        key = (type(conn), conn.host, conn.port, path)
         cached = self._raw
-        if cached is not None and cached[1] is headers and cached[0] == key:
-            return cached[2]
+        if cached is not None and cached[0] is headers:
+            return cached[1]
         raw = _request_bytes(conn, path, headers)  # raises before caching when invalid
-        self._raw = (key, headers, raw)
+        self._raw = (headers, raw)
         return raw
 
     def _context(self, verify: bool | str, cert: tuple[str, str] | None) -> ssl.SSLContext:
