@@ -182,9 +182,11 @@ def report(label: str, result: dict, scrapes: list[tuple[float, int]], slow: int
     if "stage_cpu_seconds" in result:
         n = max(len(result["polls"]), 1)
         st = result["stage_cpu_seconds"]
-        rest = result["cpu_seconds"] - st["fetch"] - st["apply"]
+        render = st.get("render", 0.0)
+        rest = result["cpu_seconds"] - st["fetch"] - st["apply"] - render
         print(f"  CPU per poll by stage (polling thread's clock): fetch {st['fetch'] / n * 1e3:.2f}"
-              f" ms, result handling {st['apply'] / n * 1e3:.2f} ms, rest of the process "
+              f" ms, result handling {st['apply'] / n * 1e3:.2f} ms, pre-rendering after the "
+              f"runs of polls {render / n * 1e3:.2f} ms, rest of the process "
               f"{rest / n * 1e3:.2f} ms")
     if "gc_runs" in result:
         print(f"  garbage collector: {result['gc_runs']} passes per generation, "

@@ -29,6 +29,8 @@ from specwatch.exporter.pipeline import Pipeline, PollResult
 PAGES = sorted((Path(__file__).parent / "fixtures" / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
                key=lambda p: int(p.stem.split("_")[1]))
 ODD = 'we"ird\\model\nname é'
+#: The render before any test wraps it.
+RENDER_TARGET = collector_mod.render_target
 
 
 def pipeline_with_data() -> Pipeline:
@@ -227,23 +229,28 @@ class Clock:
         return self.t
 
 
-def _scrape_every_15s_poll_every_5s(monkeypatch, scrape_offsets: list[float]):
+def _scrape_every_15s_poll_every_5s(monkeypatch, scrape_offsets: list[float],
+                                    run: int | None = None):
     """Two targets polled every 5 s (offsets 0 and 2 s), scraped at the given offsets of
-    each 15 s cycle, for ten cycles; returns (renders at publish, renders during scrapes,
-    scrapes whose bytes differed from a fresh render)."""
+    each 15 s cycle, for ten cycles; returns (renders ahead of the scrapes, renders during
+    scrapes, scrapes whose bytes differed from a fresh render). ``run``: None renders at
+    publish (``prerender``); a number queues the renders (``prerender_later``) and renders
+    them after every ``run`` polls (``render_queued``, as the poller's worker does after its
+    run of polls)."""
     p = pipeline_with_data()
     clock = Clock(0.0)
     col = SpecwatchCollector(lambda: p.snapshot, clock=clock)
     counts = {"publish": 0, "scrape": 0}
     where = ["publish"]
-    real = collector_mod.render_target
+    real = RENDER_TARGET  # (not a counting wrapper of an earlier call)
 
     def counting(t):
         counts[where[0]] += 1
         return real(t)
 
     monkeypatch.setattr(collector_mod, "render_target", counting)
-    p.add_publish_listener(col.prerender)
+    p.add_publish_listener(col.prerender if run is None else col.prerender_later)
+    polls = 0
     texts = [path.read_text() for path in PAGES]
     events = []
     for cycle in range(10):
@@ -257,6 +264,9 @@ def _scrape_every_15s_poll_every_5s(monkeypatch, scrape_offsets: list[float]):
         if kind == "poll":
             where[0] = "publish"
             p.apply(PollResult(name, clock.t, clock.t, 0.01, body=texts[i % len(texts)]))
+            polls += 1
+            if run is not None and polls % run == 0:
+                col.render_queued()
         else:
             where[0] = "scrape"
             body = col.exposition(p.snapshot, False)
@@ -290,6 +300,131 @@ def test_scrapes_at_unexpected_times_still_serve_fresh_lines(monkeypatch):
     publish, in_scrape, wrong = _scrape_every_15s_poll_every_5s(monkeypatch, [1.0, 13.9])
     assert wrong == 0
     assert publish + in_scrape <= 60 + 20 * 2  # never more renders than before, plus scrapes
+
+
+@pytest.mark.parametrize("offsets", [[12.5], [12.2], [11.0], [1.0, 13.9]])
+def test_renders_after_each_poll_are_the_renders_at_publish(monkeypatch, offsets):
+    """``prerender_later`` with the queue rendered after every poll renders exactly what
+    ``prerender`` renders at publish, and every scrape serves a fresh render."""
+    at_publish = _scrape_every_15s_poll_every_5s(monkeypatch, offsets)
+    after_each = _scrape_every_15s_poll_every_5s(monkeypatch, offsets, run=1)
+    assert after_each == at_publish
+    assert after_each[2] == 0
+
+
+@pytest.mark.parametrize("offsets", [[12.5], [12.2], [11.0], [1.0, 13.9]])
+@pytest.mark.parametrize("run", [2, 3, 7])
+def test_renders_after_a_run_of_polls_serve_the_same_bytes_and_never_render_more(
+        monkeypatch, offsets, run):
+    """Renders left until after a run of polls (issue 15: ``specwatch serve`` renders after
+    each run of its poller's worker): a scrape that comes in between renders what it finds
+    stale itself, so every scrape still serves exactly a fresh render, and there are never
+    more renders in all than at publish (a snapshot replaced in the queue is never
+    rendered)."""
+    ahead, in_scrape, wrong = _scrape_every_15s_poll_every_5s(monkeypatch, offsets, run=run)
+    at_publish = _scrape_every_15s_poll_every_5s(monkeypatch, offsets)
+    assert wrong == 0
+    assert ahead + in_scrape <= at_publish[0] + at_publish[1]
+
+
+def _scraped_three_times(p: Pipeline, clock: Clock) -> SpecwatchCollector:
+    """A collector scraped at 0, 15 and 30 s (it knows the 15 s period), publishing later."""
+    col = SpecwatchCollector(lambda: p.snapshot, clock=clock)
+    p.add_publish_listener(col.prerender_later)
+    for t in (0.0, 15.0, 30.0):
+        clock.t = t
+        p.apply(PollResult("down", 900.0 + t, 900.0 + t, 3.0, error_reason="timeout"))
+        col.exposition(p.snapshot, False)
+    return col
+
+
+def test_only_the_newest_queued_snapshot_of_a_target_is_rendered(monkeypatch):
+    """Two polls of one target before the queue is rendered (at 31 and 44 s, the scrape due
+    at 45 s): one render, of the newest snapshot; nothing is rendered before
+    ``render_queued``."""
+    p = pipeline_with_data()
+    clock = Clock(0.0)
+    col = _scraped_three_times(p, clock)
+    rendered: list[object] = []
+    real = collector_mod.render_target
+    monkeypatch.setattr(collector_mod, "render_target",
+                        lambda t: rendered.append(t) or real(t))
+    texts = [path.read_text() for path in PAGES[-2:]]
+    for t, text in zip((31.0, 44.0), texts, strict=True):  # both read by the scrape at 45 s
+        clock.t = t
+        p.apply(PollResult("a", 2000.0 + t, 2000.0 + t, 0.01, body=text))
+    assert rendered == []
+    col.render_queued()
+    assert rendered == [p.snapshot.targets["a"]]
+    col.render_queued()  # the queue is empty now
+    assert len(rendered) == 1
+    assert col.exposition(p.snapshot, False) == reference(col, False)
+    assert len(rendered) == 1  # the scrape found it rendered
+
+
+def test_a_queued_snapshot_replaced_before_the_next_scrape_is_dropped(monkeypatch):
+    """A target queued at 31 s and polled again at 36 s, before the scrape due at 45 s: the
+    newer snapshot is not rendered ahead (its next poll, at 41 s, comes first), and the
+    older one leaves the queue unrendered."""
+    p = pipeline_with_data()
+    clock = Clock(0.0)
+    col = _scraped_three_times(p, clock)
+    rendered: list[object] = []
+    real = collector_mod.render_target
+    monkeypatch.setattr(collector_mod, "render_target",
+                        lambda t: rendered.append(t) or real(t))
+    texts = [path.read_text() for path in PAGES[-2:]]
+    for t, text in zip((31.0, 36.0), texts, strict=True):
+        clock.t = t
+        p.apply(PollResult("a", 2000.0 + t, 2000.0 + t, 0.01, body=text))
+    col.render_queued()
+    assert rendered == []
+    assert col._queued == {}
+
+
+def test_a_failing_queued_render_is_logged_and_the_rest_are_rendered(monkeypatch, caplog):
+    """``render_queued`` never raises: a target whose render fails is logged, and the other
+    queued targets are rendered."""
+    p = pipeline_with_data()
+    clock = Clock(0.0)
+    col = _scraped_three_times(p, clock)
+    real = collector_mod.render_target
+
+    def failing(t):
+        if t.name == "a":
+            raise RuntimeError("render bug")
+        return real(t)
+
+    monkeypatch.setattr(collector_mod, "render_target", failing)
+    texts = [path.read_text() for path in PAGES[-2:]]
+    clock.t = 31.0
+    p.apply(PollResult("a", 2031.0, 2031.0, 0.01, body=texts[0]))
+    p.apply(PollResult('t"b\\', 2031.0, 2031.0, 0.01, body=texts[1]))
+    col.render_queued()
+    assert "rendering the series of target a failed" in caplog.text
+    assert col._targets['t"b\\'][0] is p.snapshot.targets['t"b\\']
+    assert col._queued == {}
+
+
+def test_serve_renders_published_targets_after_the_pollers_run(monkeypatch):
+    """``specwatch serve`` leaves a published target's render to the end of the poller
+    worker's run of polls (its ``after_run``), not to the publish."""
+    from specwatch.app.serve import ServeApp
+    from specwatch.exporter import config
+    from specwatch.web.server import Request
+
+    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    app = ServeApp(cfg)
+    rendered: list[object] = []
+    real = collector_mod.render_target
+    monkeypatch.setattr(collector_mod, "render_target",
+                        lambda t: rendered.append(t) or real(t))
+    app.metrics_handler(Request("GET", "/metrics", {}, {}))  # scraped: renders ahead now
+    rendered.clear()
+    app.pipeline.apply(PollResult("a", 1000.0, 1000.0, 0.01, body=PAGES[-1].read_text()))
+    assert rendered == []
+    app.poller.after_run()
+    assert rendered == [app.pipeline.snapshot.targets["a"]]
 
 
 _EDGES = [0.0, -0.0, 5e-324, -5e-324, 1e-5, 1.5e-7, 0.1, 1.0, 999999.0, 999999.9999999999,

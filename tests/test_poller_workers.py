@@ -324,3 +324,107 @@ def test_a_lone_batched_poll_costs_one_scheduler_wake_up(recorder):
         p.stop()
     sleeps = [t for t in p._wake.sleeps if first <= t <= last]
     assert len(sleeps) <= 4, [round(t - first, 3) for t in sleeps]  # one per poll: 3 or 4
+
+
+def test_after_run_follows_a_run_of_batched_polls_not_each_poll(recorder):
+    """Issue 15: ``after_run`` (the exporter's renders) is called by the worker once it has
+    run the batched polls of a tick one after the other, after their results, not between
+    two of them: the five targets' rounds give about one call per round, each after the
+    polls that worker ran since its previous call."""
+    events: list[tuple[str, str]] = []  # (what, thread); list.append is atomic
+
+    def on_result(r: PollResult) -> None:
+        events.append((r.target, threading.current_thread().name))
+
+    def after_run() -> None:
+        events.append(("after", threading.current_thread().name))
+
+    p = Poller(_targets(5), 2.0, on_result, spread=False, after_run=after_run)
+    p.start()
+    try:
+        _wait(lambda: all(len(recorder.rounds(f"t{i}")) >= 4 for i in range(5)))
+    finally:
+        p.stop()
+    polls = [e for e in events if e[0] != "after"]
+    afters = [e for e in events if e[0] == "after"]
+    # Every call comes after at least one poll of its thread since that thread's last call.
+    ran: dict[str, int] = {}
+    for what, thread in events:
+        if what == "after":
+            assert ran.get(thread, 0) >= 1, events
+            ran[thread] = 0
+        else:
+            ran[thread] = ran.get(thread, 0) + 1
+    # The first round gives each target a worker (and a call) of its own; then the batched
+    # rounds: one call per round, a few more if a loaded machine splits a round.
+    batched_polls = len(polls) - 5
+    assert len(afters) - 5 <= batched_polls / 2, events
+
+
+def test_after_run_follows_a_targets_own_poll(recorder):
+    """Without batching, every poll is a run of its own: each result is followed by one
+    call of ``after_run`` in the same thread."""
+    events: list[tuple[str, str]] = []
+
+    def on_result(r: PollResult) -> None:
+        events.append(("poll", threading.current_thread().name))
+
+    def after_run() -> None:
+        events.append(("after", threading.current_thread().name))
+
+    p = Poller(_targets(1), 0.05, on_result, spread=False, batch=False, after_run=after_run)
+    p.start()
+    try:
+        _wait(lambda: sum(1 for e in events if e[0] == "after") >= 4)
+    finally:
+        p.stop()
+    whats = [what for what, _ in events]
+    n = len(whats) - len(whats) % 2
+    assert whats[:n] == ["poll", "after"] * (n // 2), whats
+    assert all(events[i][1] == events[i + 1][1] for i in range(0, n, 2))
+
+
+def test_an_after_run_that_raises_is_logged_and_polling_goes_on(recorder, caplog):
+    """A failing ``after_run`` is logged; the worker keeps polling."""
+    results: list[PollResult] = []
+    calls: list[int] = []
+
+    def after_run() -> None:
+        calls.append(1)
+        raise RuntimeError("render bug")
+
+    p = Poller(_targets(1), 0.05, results.append, after_run=after_run)
+    p.start()
+    try:
+        _wait(lambda: len(results) >= 4 and len(calls) >= 3)
+    finally:
+        p.stop()
+    assert "the work after a run of polls failed" in caplog.text
+
+
+def test_a_long_drain_calls_after_run_every_longest_run_polls(recorder):
+    """A batch refilled as fast as it drains never lets its worker wait: ``after_run`` is
+    then called after every ``longest_run`` polls, so the work left for it (renders) never
+    waits for the end of the drain."""
+    events: list[tuple[str, str]] = []
+
+    def on_result(r: PollResult) -> None:
+        events.append((r.target, threading.current_thread().name))
+
+    def after_run() -> None:
+        events.append(("after", threading.current_thread().name))
+
+    p = Poller(_targets(5), 2.0, on_result, spread=False, after_run=after_run)
+    p.longest_run = 2
+    p.start()
+    try:
+        _wait(lambda: all(len(recorder.rounds(f"t{i}")) >= 3 for i in range(5)))
+    finally:
+        p.stop()
+    ran: dict[str, int] = {}
+    for what, thread in events:
+        if what == "after":
+            ran[thread] = 0
+        else:
+            ran[thread] = ran.get(thread, 0) + 1
+            assert ran[thread] <= 2, events

@@ -76,10 +76,11 @@ def main() -> int:
 
     records: list[tuple[str, float, float, str | None]] = []
     deliver = app.poller.on_result
-    # Where a poll's CPU goes, on the polling thread's own clock: the fetch, and the result
-    # handling (parse, history, derive, hooks, publish, pre-rendering); the rest of the
-    # process's CPU is scheduling, threads, scrapes and the garbage collector.
-    stage_cpu = {"fetch": 0.0, "apply": 0.0}
+    # Where a poll's CPU goes, on the polling thread's own clock: the fetch, the result
+    # handling (parse, history, derive, hooks, publish), and the pre-rendering a worker does
+    # after its run of polls; the rest of the process's CPU is scheduling, threads, scrapes
+    # and the garbage collector.
+    stage_cpu = {"fetch": 0.0, "apply": 0.0, "render": 0.0}
     real_fetch = poller.fetch
 
     def timed_fetch(*a, **kw):
@@ -98,6 +99,15 @@ def main() -> int:
         records.append((result.target, result.started, result.finished, result.error_reason))
 
     app.poller.on_result = on_result
+    after_run = getattr(app.poller, "after_run", None)  # (None: code before it existed)
+
+    def timed_after_run() -> None:
+        t0 = time.thread_time()
+        if after_run is not None:
+            after_run()
+        stage_cpu["render"] += time.thread_time() - t0
+
+    app.poller.after_run = timed_after_run
     rss_samples: list[int] = []
     thread_samples: list[int] = []
     stop = threading.Event()
@@ -130,7 +140,7 @@ def main() -> int:
         # Steady state: the start-up round (a worker per target) is over, and the collector
         # has seen the scrapes it needs to render only what a scrape will read.
         time.sleep(args.warmup)
-        stage_cpu.update(fetch=0.0, apply=0.0)
+        stage_cpu.update(fetch=0.0, apply=0.0, render=0.0)
         records.clear()  # (list.clear and appends are atomic: no poll is lost or half-kept)
     gc.callbacks.append(on_gc)
     ru0 = resource.getrusage(resource.RUSAGE_SELF)

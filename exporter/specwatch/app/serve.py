@@ -99,12 +99,14 @@ class ServeApp:
         # Windows on a monotonic clock (a wall-clock jump must not bend them); an injected
         # clock (tests, the demo's simulated time) drives both.
         self.history_clock = time.monotonic if clock is time.time else clock
+        self.collector = SpecwatchCollector(lambda: self.pipeline.snapshot)
+        # Each published target's lines are rendered after the worker's run of polls, all
+        # together (collector.prerender_later).
+        self.pipeline.add_publish_listener(self.collector.prerender_later)
         self.poller = Poller([_poll_target(t) for t in targets], cfg.poll_interval,
                              self.on_poll_result, clock=clock, stamp=self.history_clock,
                              max_concurrent=cfg.max_concurrent_polls,
-                             spread=cfg.poll_spread)
-        self.collector = SpecwatchCollector(lambda: self.pipeline.snapshot)
-        self.pipeline.add_publish_listener(self.collector.prerender)
+                             spread=cfg.poll_spread, after_run=self.collector.render_queued)
         # ``registry``: everything, through collect() (for registry users). ``_per_scrape``:
         # what /metrics renders on each scrape after the collector's cached bytes.
         self.registry = CollectorRegistry(auto_describe=False)

@@ -15,7 +15,8 @@ Why each rule:
   other. A target whose last poll took longer (or that has not been polled yet) gets a
   worker of its own as before. A target that turns slow holds up the polls queued behind it
   for about a tick: when the oldest has waited that long, another worker takes over the
-  batch.
+  batch. Work that can wait for the end of the batch (the exporter's renders) is left to
+  ``after_run`` and done together after it, for the same reason (see the class docstring).
 * **Every poll has a deadline guard** (:mod:`specwatch.exporter.fetch`: the total deadline,
   the size cap, TLS, redirects, the transport); :meth:`Poller.stop` fires the guards of
   the polls in flight, so shutdown never waits for a target.
@@ -94,15 +95,27 @@ class Poller:
     **Changing targets.** :meth:`set_targets` replaces the target set while running (file_sd
     discovery): new targets are polled at once, removed ones stop (a poll in flight finishes
     and its result is dropped by the pipeline), changed ones get a fresh session.
+
+    **After a run of polls.** ``after_run`` (optional) is called by a worker once it has run
+    its polls in a row and before it waits for more: when it finds the batch empty after
+    draining it (and after every :attr:`longest_run` polls of a drain that does not end, so
+    the work never waits long), and after a target's own poll. Work that may wait until the
+    polls of a batch are done runs there together (the exporter renders its exposition lines
+    then): the same reason polls run back to back, each kind of work warm in the caches after
+    the one before (issue 15). It must not block; an exception is logged.
     """
 
     def __init__(self, targets: Sequence[PollTarget], interval: float,
                  on_result: Callable[[PollResult], object],
                  clock: Callable[[], float] = time.time,
                  max_concurrent: int | None = None, spread: bool = True,
-                 stamp: Callable[[], float] | None = None, batch: bool = True) -> None:
+                 stamp: Callable[[], float] | None = None, batch: bool = True,
+                 after_run: Callable[[], object] | None = None) -> None:
         self.targets: dict[str, PollTarget] = {}
         self.stamp = stamp
+        self.after_run = after_run
+        #: The most polls a worker drains in a row before it calls ``after_run``.
+        self.longest_run = 50
         self.interval = float(interval)
         self.on_result = on_result
         self.clock = clock
@@ -304,25 +317,41 @@ class Poller:
             if job is None:
                 return
             if isinstance(job, _Drain):
-                self._drain()
-                continue
-            try:
-                self._poll(job)
-            finally:
-                with self._lock:
-                    self._spare += 1
+                if not self._drain():
+                    continue  # another worker had drained the batch: no run of polls
+            else:
+                try:
+                    self._poll(job)
+                finally:
+                    with self._lock:
+                        self._spare += 1
+            self._after_run()
 
-    def _drain(self) -> None:
+    def _after_run(self) -> None:
+        """Call ``after_run`` (see the class docstring); never raises."""
+        hook = self.after_run
+        if hook is not None:
+            try:
+                hook()
+            except Exception:
+                log.exception("the work after a run of polls failed")
+
+    def _drain(self) -> int:
         """Poll the batched targets one after the other until the batch is empty (once the
-        poller stops, :meth:`_poll` drops the polls left, as it does a queued job's)."""
+        poller stops, :meth:`_poll` drops the polls left, as it does a queued job's).
+        Returns how many it took from the batch."""
+        ran = 0
         while True:
             with self._lock:
                 if not self._batch:
                     self._draining -= 1
                     self._spare += 1
-                    return
+                    return ran
                 name = self._batch.popleft()[0]
             self._poll(name)
+            ran += 1
+            if ran % self.longest_run == 0:  # a batch refilled faster than it drains
+                self._after_run()
 
     def _poll(self, name: str) -> None:
         """One scheduled poll; then the target is free for its next slot, and its next poll
