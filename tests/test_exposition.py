@@ -338,21 +338,30 @@ def _scraped_three_times(p: Pipeline, clock: Clock) -> SpecwatchCollector:
     return col
 
 
-def test_only_the_newest_queued_snapshot_of_a_target_is_rendered(monkeypatch):
-    """Two polls of one target before the queue is rendered (at 31 and 44 s, the scrape due
-    at 45 s): one render, of the newest snapshot; nothing is rendered before
-    ``render_queued``."""
+def _two_polls_of_a(monkeypatch, times: tuple[float, float]
+                    ) -> tuple[Pipeline, SpecwatchCollector, list[object]]:
+    """Target "a" polled at ``times`` after :func:`_scraped_three_times` (scrape due at
+    45 s), publishing through ``prerender_later``; returns the pipeline, the collector and
+    the list of the targets rendered since (none yet: nothing renders before
+    ``render_queued``)."""
     p = pipeline_with_data()
     clock = Clock(0.0)
     col = _scraped_three_times(p, clock)
     rendered: list[object] = []
-    real = collector_mod.render_target
     monkeypatch.setattr(collector_mod, "render_target",
-                        lambda t: rendered.append(t) or real(t))
+                        lambda t: rendered.append(t) or RENDER_TARGET(t))
     texts = [path.read_text() for path in PAGES[-2:]]
-    for t, text in zip((31.0, 44.0), texts, strict=True):  # both read by the scrape at 45 s
+    for t, text in zip(times, texts, strict=True):
         clock.t = t
         p.apply(PollResult("a", 2000.0 + t, 2000.0 + t, 0.01, body=text))
+    return p, col, rendered
+
+
+def test_only_the_newest_queued_snapshot_of_a_target_is_rendered(monkeypatch):
+    """Two polls of one target before the queue is rendered (at 31 and 44 s, both read by
+    the scrape due at 45 s): one render, of the newest snapshot; nothing is rendered
+    before ``render_queued``."""
+    p, col, rendered = _two_polls_of_a(monkeypatch, (31.0, 44.0))
     assert rendered == []
     col.render_queued()
     assert rendered == [p.snapshot.targets["a"]]
@@ -366,17 +375,7 @@ def test_a_queued_snapshot_replaced_before_the_next_scrape_is_dropped(monkeypatc
     """A target queued at 31 s and polled again at 36 s, before the scrape due at 45 s: the
     newer snapshot is not rendered ahead (its next poll, at 41 s, comes first), and the
     older one leaves the queue unrendered."""
-    p = pipeline_with_data()
-    clock = Clock(0.0)
-    col = _scraped_three_times(p, clock)
-    rendered: list[object] = []
-    real = collector_mod.render_target
-    monkeypatch.setattr(collector_mod, "render_target",
-                        lambda t: rendered.append(t) or real(t))
-    texts = [path.read_text() for path in PAGES[-2:]]
-    for t, text in zip((31.0, 36.0), texts, strict=True):
-        clock.t = t
-        p.apply(PollResult("a", 2000.0 + t, 2000.0 + t, 0.01, body=text))
+    _p, col, rendered = _two_polls_of_a(monkeypatch, (31.0, 36.0))
     col.render_queued()
     assert rendered == []
     assert col._queued == {}
