@@ -168,10 +168,7 @@ class SpecwatchCollector(Collector):
                 return
             queued, self._queued = self._queued, {}
         for target in queued.values():
-            try:
-                self._target_lines(target)
-            except Exception:
-                log.exception("rendering the series of target %s failed", target.name)
+            self._lines_or_logged(target)
 
     def _render_ahead(self, target: TargetSnapshot) -> bool:
         """Should ``target``, published now, be rendered before a scrape asks for it (see
@@ -213,6 +210,15 @@ class SpecwatchCollector(Collector):
         lines = render_target(target)
         self._targets[target.name] = (target, lines)
         return lines
+
+    def _lines_or_logged(self, target: TargetSnapshot) -> Mapping[str, bytes] | None:
+        """:meth:`_target_lines`, or None with the error logged: one target whose render
+        fails must not take the others (or the scrape) with it."""
+        try:
+            return self._target_lines(target)
+        except Exception:
+            log.exception("rendering the series of target %s failed", target.name)
+            return None
 
     def exposition(self, snap: Snapshot | None, openmetrics: bool) -> bytes:
         """The health, derived and per-snapshot builder families of ``snap`` as exposition
@@ -269,10 +275,9 @@ class SpecwatchCollector(Collector):
                        .encode())
             per_target = []
             for t in snap.targets.values():
-                try:
-                    per_target.append(self._target_lines(t))
-                except Exception:
-                    log.exception("rendering the series of target %s failed", t.name)
+                lines = self._lines_or_logged(t)
+                if lines is not None:
+                    per_target.append(lines)
             for name, always in _FAMILY_ORDER:
                 chunks = [c for lines in per_target if (c := lines.get(name))]
                 if chunks or always:
