@@ -405,6 +405,25 @@ def test_a_failing_queued_render_is_logged_and_the_rest_are_rendered(monkeypatch
     assert col._queued == {}
 
 
+def test_a_target_whose_render_fails_is_left_out_of_the_scrape_and_logged(monkeypatch,
+                                                                          caplog):
+    """A scrape whose render of one target fails serves the others' lines (and the health
+    and build families), logs the failure, and does not raise."""
+    p = pipeline_with_data()
+    col = SpecwatchCollector(lambda: p.snapshot)
+
+    def failing(t):
+        if t.name == "a":
+            raise RuntimeError("render bug")
+        return RENDER_TARGET(t)
+
+    monkeypatch.setattr(collector_mod, "render_target", failing)
+    body = col.exposition(p.snapshot, False)
+    assert "rendering the series of target a failed" in caplog.text
+    assert b'target="a"' not in body
+    assert b'target="down"' in body and b"specwatch_build_info{" in body
+
+
 def test_serve_renders_published_targets_after_the_pollers_run(monkeypatch):
     """``specwatch serve`` leaves a published target's render to the end of the poller
     worker's run of polls (its ``after_run``), not to the publish."""
