@@ -38,13 +38,16 @@ class FakeSocket:
 
     def __init__(self, reply: bytes = b"") -> None:
         self.sent: list[bytes] = []
-        self.reply = reply
+        self.reply = io.BytesIO(reply)
 
     def sendall(self, data: bytes) -> None:
         self.sent.append(bytes(data))
 
-    def makefile(self, mode: str) -> io.BytesIO:
-        return io.BytesIO(self.reply)
+    def recv(self, n: int) -> bytes:
+        return self.reply.read(n)
+
+    def makefile(self, mode: str, buffering: int | None = None) -> io.BytesIO:
+        return io.BytesIO(self.reply.read())  # what recv has not read yet
 
     def settimeout(self, seconds: float | None) -> None:
         pass

@@ -27,7 +27,9 @@ from typing import BinaryIO
 #: One plain header line: a name of the characters the email parser accepts in a name (no
 #: space, no colon), a colon, the value's leading blanks, the value (printable ASCII, tab,
 #: Latin-1 letters; never a character that could start a new line), CRLF or LF.
-_PLAIN = re.compile(rb"([!-9;-~]+):[ \t]*([\t -~\xa0-\xff]*)\r?\n")
+HEADER_NAME = rb"[!-9;-~]+"
+HEADER_VALUE = rb"[\t -~\xa0-\xff]*"
+PLAIN = re.compile(rb"(" + HEADER_NAME + rb"):[ \t]*(" + HEADER_VALUE + rb")\r?\n")
 
 
 def plain_message(lines: list[bytes], cls: type[http.client.HTTPMessage] = http.client.HTTPMessage
@@ -37,7 +39,7 @@ def plain_message(lines: list[bytes], cls: type[http.client.HTTPMessage] = http.
     if not lines or lines[-1] not in (b"\r\n", b"\n"):
         return None
     headers = []
-    match = _PLAIN.fullmatch
+    match = PLAIN.fullmatch
     for line in lines[:-1]:
         m = match(line)
         if m is None:
