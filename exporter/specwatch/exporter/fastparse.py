@@ -250,6 +250,13 @@ class SampleSelector:
             return None  # nothing we read: let the full parser judge the page
         return Selection(samples, frozenset(seen), text)
 
+    def lines(self, text: str) -> list[tuple[str, str, str, str]]:
+        """What the finder matches in ``text`` (the first line aside), as (head, name,
+        label text, value text) with ``""`` for a part it did not match: a line the
+        finder took whole (a comment, a braced or indented line) has no head, a wanted
+        line outside the canonical shape no value (see :meth:`select` for their meaning)."""
+        return self._lines.findall(text)
+
     def _line(self, line: str, samples: list[RawSample], seen: set[str]) -> bool:
         """A stripped line outside the common shape; False means "full parse needed"."""
         if not line:

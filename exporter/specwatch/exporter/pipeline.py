@@ -96,6 +96,9 @@ class _TargetState:
     #: again (an idle server's page does not change); the windows still advance.
     last_body: tuple[int, int] | None = None
     last_page: sources.ParsedPage | None = None
+    #: What the parse learnt from the last page (a steady server's next page is parsed
+    #: from it: :class:`specwatch.exporter.sources.PagePlan`).
+    page_plan: sources.PagePlan = field(default_factory=sources.PagePlan)
     logged_drops: set[str] = field(default_factory=set)  # drop reasons already logged
 
 
@@ -265,7 +268,8 @@ class Pipeline:
                     state.last_body = state.last_page = None
                     page = sources.parse_page(body, state.engine, self.parser,
                                               self.max_label_value_bytes,
-                                              buckets=state.history.keep_buckets)
+                                              buckets=state.history.keep_buckets,
+                                              plan=state.page_plan)
                     state.last_body, state.last_page = fingerprint, page
             except sources.PageParseError as exc:
                 reason, message = "parse", str(exc)

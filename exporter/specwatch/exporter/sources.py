@@ -37,7 +37,7 @@ import dataclasses
 import functools
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -48,6 +48,7 @@ from specwatch.exporter.fastparse import (
     LABEL_CACHE_SIZE,
     RawSample,
     SampleSelector,
+    _value,
 )
 
 EngineKind = Literal["vllm", "sglang", "auto"]
@@ -352,7 +353,8 @@ def _truncated(model: str, identity: Identity, limit: int, seen: set[str]
 
 
 def parse_page(text: str, engine: str = "auto", parser: str = "fast",
-               max_label_value_bytes: int | None = None, buckets: bool = True) -> ParsedPage:
+               max_label_value_bytes: int | None = None, buckets: bool = True,
+               plan: PagePlan | None = None) -> ParsedPage:
     """Parse a `/metrics` body into canonical signals.
 
     ``engine`` restricts the names considered ("vllm", "sglang") or accepts both ("auto";
@@ -374,6 +376,9 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     out: when nothing reads them (no controller, no A/B pair) they are most of the sample
     lines a vLLM page has (65 of 104 on the recorded 0.32 page), so they are neither parsed
     nor checked; the page is otherwise the same as with them, minus those series.
+    ``plan``: a :class:`PagePlan` kept per target across its pages (fast parser only): a
+    page whose wanted lines are those of the page before, in the same order, only their
+    values changed, is parsed from it; the result is the same.
     Raises :class:`PageParseError` when prometheus_client's parser rejects the text.
     """
     if engine not in ENGINE_KINDS:
@@ -381,6 +386,13 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     if parser not in PARSERS:
         raise ValueError(f"unknown parser {parser!r}")
     names = _names(engine, buckets)
+    plan_key = (engine, buckets, max_label_value_bytes)
+    if plan is not None and parser == "fast":
+        if plan.key == plan_key:
+            steady = plan.parse(text, names)
+            if steady is not None:
+                return steady
+        plan.key = None  # rebuilt below when this page allows it
 
     counters: dict[SeriesKey, float] = {}
     created: dict[SeriesKey, float] = {}
@@ -394,20 +406,29 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     short_enough = (max_label_value_bytes // 4 if max_label_value_bytes is not None
                     else math.inf)
     isfinite = math.isfinite
+    # What the plan needs of this page: each sample's kind and key (None: no plan).
+    rows: list[tuple[int, SeriesKey]] | None = [] if plan is not None else None
     try:
         selection = names.selector.select(text) if parser == "fast" else None
         if selection is not None:
             samples, saw = selection.samples, selection.saw
+            if selection.seen:
+                rows = None
         else:
             samples, seen_prefixes = _full_samples(text, names.wanted)
             saw = seen_prefixes.__contains__
+            rows = None
         known = names.series.get
         for name, labels, value, sample_key in samples:
             series = known(sample_key) if sample_key is not None else None
             if series is None:
+                if sample_key is None:
+                    rows = None
                 series = (names.cached(sample_key, name, labels) if sample_key is not None
                           else names.describe(name, labels))
             what, sig, model, identity, key, position, longest = series
+            if rows is not None:
+                rows.append((what, key))
             if what == _PROCESS_START:
                 process_start = value
                 continue
@@ -415,6 +436,8 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
                 model, identity = _truncated(model, identity, max_label_value_bytes,
                                              truncated)
                 key = (model, sig, identity)
+                if rows is not None:
+                    rows[-1] = (what, key)
             if what == _COUNTER:
                 if not 0 <= value <= MAX_COUNTER_VALUE or counters.get(key, value) != value:
                     invalid_models.add(model)
@@ -431,6 +454,18 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
         raise PageParseError(f"not a Prometheus text exposition: {exc}") from exc
 
+    if rows is not None and plan is not None and not invalid_models:
+        plan.learn(plan_key, text, [s[3] for s in samples], rows, positions, len(truncated))
+    return _page(counters, created, gauge_series, positions, process_start, invalid_models,
+                 invalid_hits, len(truncated), saw)
+
+
+def _page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
+          gauge_series: dict[SeriesKey, float], positions: Mapping[str, set[str]],
+          process_start: float | None, invalid_models: set[str], invalid_hits: int,
+          truncated: int, saw: Callable[[str], bool]) -> ParsedPage:
+    """The page from its per-series values: invalid models left out, gauges aggregated per
+    model, the configured k, the engine kind (``saw``: is a prefix on a sample line?)."""
     invalid_series = 0
     if invalid_models:
         before = len(counters) + len(created) + len(gauge_series)
@@ -472,7 +507,104 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
                       configured_k=configured_k, process_start_time=process_start,
                       invalid_series=invalid_series, invalid_models=tuple(sorted(invalid_models)),
-                      truncated_label_values=len(truncated))
+                      truncated_label_values=truncated)
+
+
+class PagePlan:
+    """What :func:`parse_page` learned from a target's last page: a steady server's next
+    page has the same wanted lines in the same order, only their values change.
+
+    Why (issue 15): the selective parse spends about a third of its CPU on Python work per
+    wanted line (the finder's groups, the label set, what the sample is, its checks), the
+    same every poll for the same lines. With a plan, :meth:`parse` runs the finder and
+    compares the lines' heads (name and label set as written) with the plan's at C speed;
+    when they are the same, the values go straight to the keys the plan holds.
+
+    Same result as without a plan, always: a plan is learnt only from a page whose first
+    line is a comment and whose every wanted line has the canonical shape (no line read
+    by the full parser, none examined alone), with no invalid model and no counter series
+    twice; and it is used only for a page with the same first line and exactly the same
+    heads, in order, every one with a canonical value. Then the finder gives the same
+    samples except for their values (the heads fix names and labels, so what each sample
+    is and every label-value cut), and the values get the same rules: a counter outside
+    [0, ``MAX_COUNTER_VALUE``] (or NaN) sends the page to the full path, which judges the
+    model; created and gauge values are kept only when finite. ``tests/test_page_plan.py``
+    compares the two paths on recorded pages and on generated changes.
+
+    One per target (not shared between threads: a target's polls are serialized).
+    """
+
+    __slots__ = ("counter_idx", "counter_keys", "first", "heads", "hits", "key", "others",
+                 "positions", "truncated")
+
+    def __init__(self) -> None:
+        self.key: tuple[str, bool, int | None] | None = None
+        self.first = ""
+        self.heads: list[str | None] = []
+        self.counter_idx: list[int] = []
+        self.counter_keys: list[SeriesKey] = []
+        self.others: list[tuple[int, int, SeriesKey]] = []
+        self.positions: dict[str, set[str]] = {}
+        self.truncated = 0
+        #: Pages parsed from the plan (for tests and benchmarks).
+        self.hits = 0
+
+    def learn(self, key: tuple[str, bool, int | None], text: str, heads: list[str | None],
+              rows: list[tuple[int, SeriesKey]], positions: dict[str, set[str]],
+              truncated: int) -> None:
+        """Remember this page when it allows a plan (see the class docstring)."""
+        end = text.find("\n")
+        first = text[:end]
+        if end < 0 or not first.strip().startswith("#") or not heads:
+            return
+        counter_idx = [i for i, (what, _) in enumerate(rows) if what == _COUNTER]
+        counter_keys = [rows[i][1] for i in counter_idx]
+        if len(set(counter_keys)) != len(counter_keys):
+            return
+        self.first, self.heads, self.positions, self.truncated = first, heads, positions, \
+            truncated
+        self.counter_idx, self.counter_keys = counter_idx, counter_keys
+        self.others = [(i, what, k) for i, (what, k) in enumerate(rows) if what != _COUNTER]
+        self.key = key
+
+    def parse(self, text: str, names: _Names) -> ParsedPage | None:
+        """The page, when its wanted lines are the plan's; None otherwise."""
+        end = text.find("\n")
+        if end < 0 or text[:end] != self.first:
+            return None
+        found = names.selector.lines(text)
+        if len(found) != len(self.heads) or [f[0] for f in found] != self.heads:
+            return None
+        texts = [f[3] for f in found]
+        if "" in texts:  # a wanted line outside the canonical shape
+            return None
+        # fastparse._value, the parser's int-or-float, inlined (a call a line costs more).
+        values = [int(v) if v.isdigit() else _value(v) if v[0] in "+-" else float(v)
+                  for v in texts]
+        counts = [values[i] for i in self.counter_idx]
+        for v in counts:
+            if not 0 <= v <= MAX_COUNTER_VALUE:
+                return None
+        created: dict[SeriesKey, float] = {}
+        gauge_series: dict[SeriesKey, float] = {}
+        process_start = None
+        isfinite = math.isfinite
+        for i, what, k in self.others:
+            v = values[i]
+            if what == _PROCESS_START:
+                process_start = v
+            elif what == _CREATED:
+                if isfinite(v):
+                    created[k] = v
+            elif isfinite(v):
+                gauge_series[k] = v
+        self.hits += 1
+
+        def saw(prefix: str) -> bool:  # Selection.saw with no line examined alone
+            return text.startswith(prefix) or f"\n{prefix}" in text
+
+        return _page(dict(zip(self.counter_keys, counts, strict=True)), created, gauge_series,
+                     self.positions, process_start, set(), 0, self.truncated, saw)
 
 
 def source_metric_names(engine: str = "auto") -> frozenset[str]:
