@@ -9,7 +9,8 @@ the machine may be shared), best of ``--repeat`` runs, one after the other in th
 - specwatch, requests transport (``fetch`` on ``new_session(url, "requests")``: the path of
   a target behind a proxy): deadline guard, size cap, redirect rules;
 - specwatch, direct transport (``new_session(url, "direct")``, the default for a target
-  reached directly): the same rules on one ``http.client`` connection;
+  reached directly): the same rules on one ``http.client`` connection, whose usual answer
+  is read from the socket directly (``exporter/httpfast.py``);
 - for reference, the floor: a bare ``http.client`` GET and ``read()``, no rules at all.
 
 Each side is checked to return a whole page before timing. Ratios are baseline CPU

@@ -179,3 +179,14 @@ def test_odd_values_on_a_steady_page(family: str, value: str) -> None:
     odd = list(lines)
     odd[i] = odd[i].rsplit(" ", 1)[0] + " " + value
     check_sequence([REAL[30], "\n".join(odd), REAL[30]])
+
+
+def test_a_plan_keeps_bounded_text(monkeypatch) -> None:
+    """Heads holding more text than PLAN_MAX_HEAD_BYTES are not kept: the next page is
+    parsed alone, with the same result (issue 17: a target cannot make the plan hold its
+    page)."""
+    monkeypatch.setattr(sources, "PLAN_MAX_HEAD_BYTES", 2000)
+    plan = check_sequence([REAL[30], REAL[31]])
+    assert plan.hits == 0 and plan.heads == []
+    monkeypatch.setattr(sources, "PLAN_MAX_HEAD_BYTES", 1 << 20)
+    assert check_sequence([REAL[30], REAL[31]]).hits == 1
