@@ -22,10 +22,11 @@ import socket
 from typing import Any
 
 import pytest
+from helpers.directpoll import poll_direct
 from helpers.scriptserver import Reply, ScriptServer, chunked, response
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from specwatch.exporter import fetch, httpfast, httpheaders
+from specwatch.exporter import httpfast, httpheaders
 
 #: A real vLLM (uvicorn) head; ``{n}`` is the body's length.
 UVICORN = (b"HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 17:00:00 GMT\r\nserver: uvicorn\r\n"
@@ -267,13 +268,7 @@ def test_a_poll_reads_the_usual_answer_without_the_library(monkeypatch) -> None:
                                           ("/extra", 0, 2)):
             begun.clear()
             before = srv.connections
-            target = fetch.PollTarget(name="t", url=srv.url(path))
-            session = fetch.DirectSession(target.url)
-            try:
-                for _ in range(2):
-                    assert fetch.fetch(session, target) == page.decode()
-            finally:
-                session.close()
+            assert poll_direct(srv.url(path)) == [page.decode()] * 2
             assert len(begun) == begins, path
             # bytes past the body: the next poll opens a new connection
             assert srv.connections - before == connections, path

@@ -15,6 +15,7 @@ import http.client
 import io
 
 import pytest
+from helpers.directpoll import poll_direct
 from helpers.scriptserver import ScriptServer, chunked, response
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -121,13 +122,7 @@ def test_a_poll_reads_its_headers_with_the_fast_parser(monkeypatch):
                         or real(lines, cls))
     with ScriptServer({"/metrics": response(chunked(page),
                                             headers={"Transfer-Encoding": "chunked"})}) as srv:
-        target = fetch.PollTarget(name="t", url=srv.url())
-        session = fetch.DirectSession(target.url)
-        try:
-            for _ in range(2):
-                assert fetch.fetch(session, target) == page.decode()
-        finally:
-            session.close()
+        assert poll_direct(srv.url()) == [page.decode()] * 2
     assert srv.connections == 1
     assert len(seen) == 2
     assert any(line.lower().startswith(b"transfer-encoding:") for line in seen[0])

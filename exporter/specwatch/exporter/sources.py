@@ -29,6 +29,10 @@ Pitfalls handled here (reference: vllm-metrics.md §7): samples are matched on t
 name (prometheus_client returns counters under the base family name), ``*_created`` samples
 are kept apart (they mark resets, they are not values), and ``vllm:iteration_tokens_total``
 is a histogram whose samples never match a counter name here.
+
+Size: one module because :class:`PagePlan` must give exactly what :func:`parse_page` gives
+(the same rules for every value, the same keys, the same page assembled by ``_page``), and
+that equivalence is only checkable with both read side by side.
 """
 
 from __future__ import annotations
