@@ -272,3 +272,21 @@ def test_a_poll_reads_the_usual_answer_without_the_library(monkeypatch) -> None:
             assert len(begun) == begins, path
             # bytes past the body: the next poll opens a new connection
             assert srv.connections - before == connections, path
+
+
+def test_a_head_trickled_a_byte_at_a_time() -> None:
+    """Every byte in a piece of its own (a server trickling its answer): the same outcome as
+    the library's, on the fast path for the usual head and through the library for one
+    with a bare LF, too many lines (ended or not) or another status line, whichever way
+    the stream ends (a stall shows a wait the library would not make)."""
+    usual = UVICORN.replace(b"{n}", b"5") + b"hello"
+    bare_lf = b"HTTP/1.1 200 OK\r\nContent-Length: 5\n\r\n\r\nhello"
+    many = b"HTTP/1.1 200 OK\r\n" + b"".join(b"H%d: v\r\n" % i for i in range(120))
+    bad_status = b"HELLO THERE\r\nContent-Length: 5\r\n"
+    for wire_bytes, expect_fast in ((usual, True), (bare_lf, False), (many, False),
+                                    (many + b"\r\n", False), (bad_status, False)):
+        pieces = [wire_bytes[i:i + 1] for i in range(len(wire_bytes))]
+        for end in ("eof", "stall"):
+            ours, was_fast = fast(list(pieces), end)
+            assert ours == library(list(pieces), end)
+            assert was_fast is expect_fast

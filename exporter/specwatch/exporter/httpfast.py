@@ -175,15 +175,18 @@ def read_head(sock: socket.socket) -> tuple[tuple[dict[str, list[str]], int] | N
     head) when it is the usual one; (None, every byte read) when the library must decide.
 
     Raises what the socket raises (a timeout, a reset), and, when the server closed the
-    connection before the first byte, ``RemoteDisconnected`` with the library's message."""
+    connection before the first byte, ``RemoteDisconnected`` with the library's message.
+    A head that comes in pieces is checked piece by piece (each byte once), so a server
+    trickling it a byte at a time costs time linear in its length, as with the library."""
     data = sock.recv(RECV_SIZE)
     if not data:
         raise http.client.RemoteDisconnected("Remote end closed connection without response")
     end = data.find(b"\r\n\r\n")
     if end < 0:
         buf = bytearray(data)
+        scan = _Scan()
         while True:
-            if not _may_continue(buf):
+            if not scan.may_continue(buf):
                 return None, bytes(buf)
             more = sock.recv(RECV_SIZE)
             if not more:
@@ -203,15 +206,31 @@ def read_head(sock: socket.socket) -> tuple[tuple[dict[str, list[str]], int] | N
     return parsed, data[end + 4:]
 
 
-def _may_continue(buf: bytearray) -> bool:
-    """Could ``buf`` (no blank line yet) still start the usual head, within the limits?
-    When not, the library reads it (and decides) at once, without waiting for more."""
-    if len(buf) >= HEAD_LIMIT or _BARE_LF.search(buf) is not None:
-        return False
-    first = buf.find(b"\r\n")
-    if first >= 0 and _STATUS.fullmatch(buf, 0, first + 2) is None:
-        return False
-    return buf.count(b"\n") < _MAX_LINES
+class _Scan:
+    """What the bytes of an unfinished head (no blank line yet) showed so far."""
+
+    def __init__(self) -> None:
+        self.done = 0  # bytes checked
+        self.lines = 0  # line ends among them
+        self.status = False  # the first line is complete and the usual status line
+
+    def may_continue(self, buf: bytearray) -> bool:
+        """Could ``buf`` still start the usual head, within the limits? When not, the
+        library reads it (and decides) at once, without waiting for more."""
+        if len(buf) >= HEAD_LIMIT:
+            return False
+        back = max(self.done - 1, 0)  # a CR at the end of the last piece
+        if _BARE_LF.search(buf, back) is not None:
+            return False
+        if not self.status:
+            first = buf.find(b"\r\n", back)
+            if first >= 0:
+                if _STATUS.fullmatch(buf, 0, first + 2) is None:
+                    return False
+                self.status = True
+        self.lines += buf.count(b"\n", self.done)
+        self.done = len(buf)
+        return self.lines < _MAX_LINES
 
 
 def _headers(block: bytes) -> tuple[dict[str, list[str]], int] | None:
