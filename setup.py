@@ -29,6 +29,8 @@ BUNDLE: tuple[tuple[str, str], ...] = (
     ("runbook.md", "."),
     ("alerts/*.libsonnet", "alerts"),
     ("alerts/*.yaml", "alerts"),
+    # promtool unit tests of the rules (`specwatch mixin test` runs them).
+    ("alerts/tests/*.yaml", "alerts/tests"),
     ("dashboards/*.libsonnet", "dashboards"),
     ("dashboards/lib/*.libsonnet", "dashboards/lib"),
     ("dashboards/*.json", "dashboards"),
