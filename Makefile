@@ -16,7 +16,7 @@ help:
 	@echo "make lint             ruff, jsonnetfmt, import-linter layering contracts, mkdocs --strict"
 	@echo "make generate         render the mixin (dashboards/, alerts/) and the reference pages (docs/)"
 	@echo "make docs             build the docs site into site/ (MkDocs, strict)"
-	@echo "make docs-images      redraw the pictures of the README and docs (docs/img/)"
+	@echo "make docs-images      redraw the pictures (docs/img/) and the README caption's numbers"
 	@echo "make check-generated  fail when generated files are out of date"
 	@echo "make bench            benchmarks (ratios against a baseline in the same run)"
 	@echo "make dist             sdist and wheel (the whole bundle) in dist/, checked by twine"
@@ -94,7 +94,9 @@ check-generated: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# Pictures are redrawn on purpose (their bytes depend on the matplotlib version), not checked.
+# Pictures are redrawn on purpose (their bytes depend on the matplotlib version); the README's
+# caption is written with its picture, from the same sweep, and its numbers are checked
+# (check-generated, tests/test_docs_generated.py) against the shipped parameters.
 docs-images: $(STAMP)
 	$(BIN)/python scripts/generate_docs.py --images
 

@@ -102,3 +102,38 @@ def test_readme_is_a_front_page_whose_links_resolve() -> None:
     assert any(t.endswith(".png") for t in local), "the README has no picture"
     for target in local:
         assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def test_readme_picture_and_caption_numbers_are_todays() -> None:
+    """Every number of the README's picture caption, and the numbers stored in the picture
+    when it was drawn, are what `specwatch sweep` says today on the shipped parameters (the
+    PNG bytes depend on matplotlib and are not compared)."""
+    gen = _generator()
+    numbers = gen.caption_numbers(gen.sweep_result())
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert gen.PICTURE_BEGIN in readme and gen.PICTURE_END in readme, (
+        "README.md: the generated picture block is missing")
+    block = readme.split(gen.PICTURE_BEGIN, 1)[1].split(gen.PICTURE_END, 1)[0]
+    fresh = gen.picture_block(numbers)
+    assert _NUMBER.findall(block) == _NUMBER.findall(fresh), (
+        "README.md's picture caption is stale: run `make docs-images` and commit the result")
+    assert block.strip() == fresh.strip()
+    assert gen.png_numbers() == numbers, (
+        f"{gen.SWEEP_IMAGE.name} was drawn from other numbers: run `make docs-images`")
+
+
+def test_readme_caption_states_the_sweeps_break_even_and_sd_off_rates() -> None:
+    """The caption's numbers are the sweep's, not a rounding that hides a change."""
+    gen = _generator()
+    out = gen.sweep_result()
+    numbers = gen.caption_numbers(out)
+    pays = [c["breakeven_arrival_rate"] for c in out["curves"]
+            if c["breakeven_kind"] == "pays_below"]
+    assert numbers["breakeven_low"][0] == pytest.approx(min(pays), abs=0.01)
+    assert numbers["breakeven_high"][0] == pytest.approx(max(pays), abs=0.01)
+    assert numbers["sd_off_from"] == out["sd_off_above_arrival_rate"]
+    block = gen.picture_block(numbers)
+    assert f"{numbers['sd_off_from']:.1f} req/s on" in block

@@ -268,9 +268,10 @@ def write_plot(out: dict[str, Any], path: str) -> None:
             label="λ* past the validity ceiling")
     acc = (f"α = {out['alpha']:.3g}" if out["alpha"] is not None
            else "per-position acceptance profile")
-    ax.set_title(f"{out['system']}: predicted speedup vs arrival rate "
-                 f"({acc}, p = {out['prompt_tokens']:g}, g = {out['generation_tokens']:g})",
-                 fontsize=10)
+    # Two lines: a long system name and the inputs do not fit the figure's width in one.
+    ax.set_title(f"{out['system']}: predicted speedup vs arrival rate\n"
+                 f"{acc}, prompt {out['prompt_tokens']:g} tokens, "
+                 f"generation {out['generation_tokens']:g} tokens", fontsize=10)
     ax.set_ylabel("speedup L_noSD / L_SD")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right", ncol=2)
