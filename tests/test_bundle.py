@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -177,6 +178,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # No deprecation notice from the build backend (the license as a TOML table gave one).
+    assert "deprecated" not in (result.stdout + result.stderr).lower(), result.stderr[-3000:]
     assert len(list(out.glob("specwatch-*.tar.gz"))) == 1
     wheels = list(out.glob("specwatch-*.whl"))
     assert len(wheels) == 1, wheels
@@ -273,3 +276,35 @@ def test_bundle_dir_not_found_names_where_it_looked(tmp_path: Path, monkeypatch)
     assert bundle.example_params() == {}
     rc = cli.main(["mixin", "render", "--out", str(tmp_path / "o")])
     assert rc == 2
+
+
+def test_wheel_and_sdist_carry_the_license_and_the_package_metadata(wheel: Path) -> None:
+    """The Apache-2.0 text in both, an SPDX license expression, the project's URLs, and a
+    description whose links and picture work away from the repository."""
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        (lic,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert zf.read(lic).decode() == license_text
+        (meta_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = zf.read(meta_name).decode()
+    headers, _, description = meta.partition("\n\n")
+    assert "License-Expression: Apache-2.0" in headers.splitlines()
+    urls = [h for h in headers.splitlines() if h.startswith("Project-URL: ")]
+    assert {u.split(": ", 1)[1].split(",")[0] for u in urls} >= {"Homepage", "Documentation",
+                                                                 "Source", "Issues"}
+    targets = re.findall(r"\]\(([^)\s]+)", description)
+    assert len(targets) >= 10 and "docs/img/sweep-qwen3-32b-h100-eagle3.png" in description
+    relative = [t for t in targets if not t.startswith(("https://", "http://", "#"))]
+    assert not relative, relative
+    assert any(t.startswith("https://raw.githubusercontent.com/") and t.endswith(".png")
+               for t in targets)
+    import tarfile
+
+    (sdist,) = wheel.parent.glob("specwatch-*.tar.gz")
+    with tarfile.open(sdist) as tf:
+        member = next(m for m in tf.getmembers() if m.name.endswith("/LICENSE"))
+        assert tf.extractfile(member).read().decode() == license_text  # type: ignore[union-attr]
+        assert any(m.name.endswith("/alerts/tests/sd-acceptance-rate-low.yaml")
+                   for m in tf.getmembers())
