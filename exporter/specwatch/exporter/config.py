@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from specwatch.common import redact
+from specwatch.common import redact, tlsfiles
 from specwatch.common.errors import ConfigError
 from specwatch.common.schema import (
     _DURATION,
@@ -354,9 +354,8 @@ def _build_tls(tls: Mapping[str, Any], path: str, where: str
         try:
             ssl.create_default_context().load_cert_chain(tls["cert_file"], tls["key_file"])
         except ssl.SSLError as exc:
-            raise ConfigError(f"{where}: {tpath}.cert_file: cannot load the client "
-                              f"certificate and key (not PEM, encrypted key, or the key does "
-                              f"not match: {exc.reason})") from exc
+            raise ConfigError(f"{where}: {tpath}: cannot load the client certificate and "
+                              f"key: {tlsfiles.chain_error(exc, tls['cert_file'])}") from exc
         except OSError as exc:
             raise ConfigError(f"{where}: {tpath}.cert_file: cannot read: {exc.strerror}") \
                 from exc
@@ -406,8 +405,55 @@ def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout:
 
 
 def load_file(path: str) -> Mapping[str, Any]:
-    """Read and validate a YAML config file; return the validated mapping."""
-    return validate(read_yaml(path), Key(dict, children=TOP_SCHEMA), "", path)
+    """Read and validate a YAML config file; return the validated mapping, its relative
+    file paths made relative to the file's folder (`resolve_paths`)."""
+    raw = validate(read_yaml(path), Key(dict, children=TOP_SCHEMA), "", path)
+    return resolve_paths(raw, path)
+
+
+def resolve_paths(raw: Mapping[str, Any], config_file: str) -> Mapping[str, Any]:
+    """Every file a config names, relative to the config file's folder (as Prometheus does),
+    so that the exporter reads the same files from whatever folder it is started in:
+    targets' auth secrets, TLS files and parameters files, the controller's header and token
+    files, the web config and file_sd files. A ``params`` value that names no file there but
+    is the name of a shipped example (``qwen3-32b-h100-eagle3``) is that example, as
+    ``specwatch predict --params`` takes it."""
+    from specwatch.common.bundle import example_params
+
+    def rel(value: str) -> str:
+        return _relative_to(config_file, value)
+
+    examples = None
+    out = dict(raw)
+    targets = []
+    for t in raw.get("targets", []):
+        t = dict(t)
+        for block, keys in (("auth", ("token_file", "password_file")),
+                            ("tls", ("ca_file", "cert_file", "key_file"))):
+            if block in t:
+                t[block] = {k: rel(v) if k in keys else v for k, v in t[block].items()}
+        if "params" in t:
+            value = t["params"]
+            resolved = rel(value)
+            if not os.path.exists(resolved) and os.sep not in value \
+                    and not value.endswith((".yaml", ".yml")):
+                examples = example_params() if examples is None else examples
+                if value in examples:
+                    resolved = str(examples[value])
+            t["params"] = resolved
+        webhook = (t.get("controller") or {}).get("webhook")
+        if webhook and "headers_from_file" in webhook:
+            t["controller"] = {**t["controller"], "webhook": {
+                **webhook, "headers_from_file": {
+                    h: rel(f) for h, f in webhook["headers_from_file"].items()}}}
+        targets.append(t)
+    if "targets" in raw:
+        out["targets"] = targets
+    am = (raw.get("controller") or {}).get("alertmanager")
+    if am and "token_file" in am:
+        out["controller"] = {**raw["controller"],
+                             "alertmanager": {**am, "token_file": rel(am["token_file"])}}
+    return out
 
 
 def parse_target_flag(flag: str) -> dict[str, Any]:
