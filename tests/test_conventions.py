@@ -166,3 +166,17 @@ def test_sweep_plot_title_fits_the_figure(tmp_path: Path, monkeypatch) -> None:
     renderer = fig.canvas.get_renderer()
     box = fig.axes[0].title.get_window_extent(renderer)
     assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y1 <= fig.bbox.y1, (box, fig.bbox)
+
+
+def test_make_demo_needs_only_the_runtime_install() -> None:
+    """`make demo` installs specwatch without the dev extra, Debian packages or npm (those are
+    for `make test`), and runs `specwatch demo` from that install."""
+    import subprocess
+
+    dry = subprocess.run(["make", "-n", "-B", "demo"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    commands = dry.stdout
+    assert "pip install -q ." in commands and "specwatch demo" in commands, commands
+    for dev_only in ("system-deps", "apt", "npm", "dev]", "analysis,dev", "-e ."):
+        assert dev_only not in commands, (dev_only, commands)
