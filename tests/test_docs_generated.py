@@ -7,6 +7,7 @@ with the same anchors.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -27,7 +28,7 @@ def _generator():
     return module
 
 
-@pytest.mark.parametrize("page", ["docs/metrics.md", "docs/cli.md"])
+@pytest.mark.parametrize("page", ["docs/metrics.md", "docs/cli.md", "docs/deployment.md"])
 def test_reference_page_is_current(page: str) -> None:
     gen = _generator()
     expected = gen.pages()[ROOT / page]
@@ -137,3 +138,20 @@ def test_readme_caption_states_the_sweeps_break_even_and_sd_off_rates() -> None:
     assert numbers["sd_off_from"] == out["sd_off_above_arrival_rate"]
     block = gen.picture_block(numbers)
     assert f"{numbers['sd_off_from']:.1f} req/s on" in block
+
+
+def test_performance_page_is_a_reference_and_the_run_log_an_archive() -> None:
+    """docs/performance.md gives the current figures and how to reproduce them; the
+    session-by-session log lives in docs/performance-archive.md, which the site lists."""
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    assert len(page.splitlines()) < 400, "performance.md grew back into a run log"
+    for heading in ("## Current figures", "## How to reproduce"):
+        assert f"\n{heading}\n" in page, heading
+    figures = page.split("## Current figures", 1)[1].split("\n## ", 1)[0]
+    benches = set(re.findall(r"`bench/(\w+\.py)", figures))
+    assert len(benches) >= 4 and all((ROOT / "bench" / b).is_file() for b in benches), benches
+    assert "Status on" not in page  # the dated run paragraphs are archived
+    archive = (ROOT / "docs" / "performance-archive.md").read_text(encoding="utf-8")
+    assert "Status on 2026-12-02, fifth session" in archive
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    assert "performance-archive.md" in json.dumps(nav)
