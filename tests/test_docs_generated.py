@@ -155,3 +155,17 @@ def test_performance_page_is_a_reference_and_the_run_log_an_archive() -> None:
     assert "Status on 2026-12-02, fifth session" in archive
     nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
     assert "performance-archive.md" in json.dumps(nav)
+
+
+def test_site_css_keeps_names_whole_in_tables_and_wraps_code_blocks() -> None:
+    """The site's stylesheet (checked by a headless-browser screenshot when it was written):
+    inline code in tables is not broken inside a metric name, and code blocks wrap instead of
+    hiding their ends behind a scrollbar."""
+    conf = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert "css/extra.css" in conf.get("extra_css", [])
+    css = re.sub(r"/\*.*?\*/", "", (ROOT / "docs" / "css" / "extra.css").read_text(), flags=re.S)
+    rules = dict(re.findall(r"([^{}]+)\{([^}]*)\}", css))
+    table_code = rules[".md-typeset table:not([class]) code "]
+    assert "word-break: normal" in table_code and "white-space: nowrap" in table_code
+    assert "white-space: pre-wrap" in rules[".md-typeset pre > code "]
+    assert "toc.integrate" in conf["theme"]["features"]
