@@ -164,8 +164,8 @@ def test_site_css_keeps_names_whole_in_tables_and_wraps_code_blocks() -> None:
     conf = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
     assert "css/extra.css" in conf.get("extra_css", [])
     css = re.sub(r"/\*.*?\*/", "", (ROOT / "docs" / "css" / "extra.css").read_text(), flags=re.S)
-    rules = dict(re.findall(r"([^{}]+)\{([^}]*)\}", css))
-    table_code = rules[".md-typeset table:not([class]) code "]
+    rules = {k.strip(): v for k, v in re.findall(r"([^{}]+)\{([^}]*)\}", css)}
+    table_code = rules[".md-typeset table:not([class]) code"]
     assert "word-break: normal" in table_code and "white-space: nowrap" in table_code
-    assert "white-space: pre-wrap" in rules[".md-typeset pre > code "]
+    assert "white-space: pre-wrap" in rules[".md-typeset pre > code"]
     assert "toc.integrate" in conf["theme"]["features"]
