@@ -40,6 +40,7 @@ from specwatch.common.schema import (
     read_yaml,
     validate,
 )
+from specwatch.exporter import configpaths
 from specwatch.exporter.discovery import DEFAULT_REFRESH_INTERVAL, FileSDConfig, shard_of
 from specwatch.exporter.pairs import PairConfig, PairSettings
 from specwatch.exporter.sources import ENGINE_KINDS, PARSERS
@@ -406,54 +407,9 @@ def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout:
 
 def load_file(path: str) -> Mapping[str, Any]:
     """Read and validate a YAML config file; return the validated mapping, its relative
-    file paths made relative to the file's folder (`resolve_paths`)."""
+    file paths made relative to the file's folder (`configpaths.resolve_paths`)."""
     raw = validate(read_yaml(path), Key(dict, children=TOP_SCHEMA), "", path)
-    return resolve_paths(raw, path)
-
-
-def resolve_paths(raw: Mapping[str, Any], config_file: str) -> Mapping[str, Any]:
-    """Every file a config names, relative to the config file's folder (as Prometheus does),
-    so that the exporter reads the same files from whatever folder it is started in:
-    targets' auth secrets, TLS files and parameters files, the controller's header and token
-    files, the web config and file_sd files. A ``params`` value that names no file there but
-    is the name of a shipped example (``qwen3-32b-h100-eagle3``) is that example, as
-    ``specwatch predict --params`` takes it."""
-    from specwatch.common.bundle import example_params
-
-    def rel(value: str) -> str:
-        return _relative_to(config_file, value)
-
-    examples = None
-    out = dict(raw)
-    targets = []
-    for t in raw.get("targets", []):
-        t = dict(t)
-        for block, keys in (("auth", ("token_file", "password_file")),
-                            ("tls", ("ca_file", "cert_file", "key_file"))):
-            if block in t:
-                t[block] = {k: rel(v) if k in keys else v for k, v in t[block].items()}
-        if "params" in t:
-            value = t["params"]
-            resolved = rel(value)
-            if not os.path.exists(resolved) and os.sep not in value \
-                    and not value.endswith((".yaml", ".yml")):
-                examples = example_params() if examples is None else examples
-                if value in examples:
-                    resolved = str(examples[value])
-            t["params"] = resolved
-        webhook = (t.get("controller") or {}).get("webhook")
-        if webhook and "headers_from_file" in webhook:
-            t["controller"] = {**t["controller"], "webhook": {
-                **webhook, "headers_from_file": {
-                    h: rel(f) for h, f in webhook["headers_from_file"].items()}}}
-        targets.append(t)
-    if "targets" in raw:
-        out["targets"] = targets
-    am = (raw.get("controller") or {}).get("alertmanager")
-    if am and "token_file" in am:
-        out["controller"] = {**raw["controller"],
-                             "alertmanager": {**am, "token_file": rel(am["token_file"])}}
-    return out
+    return configpaths.resolve_paths(raw, path)
 
 
 def parse_target_flag(flag: str) -> dict[str, Any]:
