@@ -202,6 +202,8 @@ def build_params(
             " Fitting)"
     if fit.calibrated_range is not None:
         doc["calibrated_range"] = fit.calibrated_range.to_mapping()
+    if fit.uncertainty is not None:
+        doc["uncertainty"] = fit.uncertainty.to_mapping()
     doc["provenance"] = {
         "method": f"specwatch calibrate {__version__}: {method}",
         "fitted_at": now.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
