@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from specwatch import model
 from specwatch.calibrate.inputs import Point
-from specwatch.model.params import CalibratedRange
+from specwatch.model import validity
+from specwatch.model.params import CalibratedRange, Params
 from specwatch.model.uncertainty import Band, Uncertainty
 
-__all__ = ["BAND_EDGES", "MIN_BAND_RUNS", "calibrated_range", "residual_spread",
-           "run_utilization"]
+__all__ = ["BAND_EDGES", "MIN_BAND_RUNS", "WRONG", "calibrated_range", "residual_spread",
+           "run_utilization", "summarise", "user_path"]
 
 #: Upper edges of the utilisation bands of the residual spread; the last band is open.
 #: The residuals grow towards the ceiling (0.9 and past it are the closed-loop queues).
@@ -110,3 +112,94 @@ def residual_spread(coef: model.Coefficients, points: Sequence[Point],
         floor = sigma
         out.append(Band(utilization_below=top, sigma=round(sigma, 5), runs=len(res)))
     return Uncertainty(bands=tuple(out))
+
+
+# --------------------------------------------------------------------------- the user's path
+
+#: A valid prediction off by more than this is a confident wrong answer (the acceptance
+#: targets' threshold); the summary lists every one.
+WRONG = 0.15
+
+
+def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarray
+              ) -> dict[str, Any]:
+    """Every run predicted as `specwatch predict` predicts it, judged by the same rules.
+
+    From the run's measured arrival rate, k, E, p and g through the fixed point B = λ·L(B)
+    and `model.validity.assess` (the parameters `params` as calibration writes them), against
+    the run's measured latency; beside it the batch-path error L(B)/L − 1 at the measured
+    batch in flight (what the fit minimises). A declined run (any validity reason) counts as
+    declined, never as an error. Returns {"summary": ..., "runs": [...]}."""
+    lam, k, e, p, g = _arrays(points)
+    measured = np.array([q.latency_s for q in points], dtype=float)
+    judged = validity.assess(params, lam, k, e, p, g)
+    lat = judged.prediction.sd.latency
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = lat / measured - 1.0
+        batch_err = batch_predicted / measured - 1.0
+    iv = judged.intervals
+    runs: list[dict[str, Any]] = []
+    for i, q in enumerate(points):
+        lo = hi = None
+        if iv is not None and np.isfinite(lat[i]):
+            lo = float(iv.latency_sd[0][i])
+            hi = float(iv.latency_sd[1][i])
+        runs.append({
+            "source": q.source, "dataset": q.dataset, "concurrency": q.concurrency,
+            "k": float(q.draft_length), "arrival_rate": float(lam[i]),
+            "measured_s": float(measured[i]),
+            "predicted_s": float(lat[i]) if np.isfinite(lat[i]) else None,
+            "error": float(err[i]) if np.isfinite(err[i]) else None,
+            "batch_path_error": float(batch_err[i]) if np.isfinite(batch_err[i]) else None,
+            "valid": bool(judged.valid.ravel()[i]),
+            "reasons": judged.names(i),
+            "interval": [lo, hi if hi is None or math.isfinite(hi) else None]
+            if lo is not None else None,
+            "interval_halfwidth": (float(iv.halfwidth[i]) if iv is not None
+                                   and np.isfinite(iv.halfwidth[i]) else None),
+        })
+    return {"summary": summarise(runs), "runs": runs}
+
+
+def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The headline figures of a user-path check (`user_path`), over the runs given."""
+    valid = [r for r in runs if r["valid"]]
+    errs = np.array([abs(r["error"]) for r in valid], dtype=float)
+    batch = np.array([abs(r["batch_path_error"]) for r in runs
+                      if r["batch_path_error"] is not None], dtype=float)
+    declined: dict[str, int] = {}
+    for r in runs:
+        if not r["valid"]:
+            first = r["reasons"][0] if r["reasons"] else "unknown"
+            declined[first] = declined.get(first, 0) + 1
+    covered = [r["interval"] is not None and r["interval"][0] <= r["measured_s"]
+               and (r["interval"][1] is None or r["measured_s"] <= r["interval"][1])
+               for r in valid]
+    halves = [r["interval_halfwidth"] for r in valid if r["interval_halfwidth"] is not None]
+    wrong = [r for r in valid if abs(r["error"]) > WRONG]
+    low = [r for r in runs if r["concurrency"] is not None and r["concurrency"] <= 32]
+    return {
+        "runs": len(runs),
+        "valid": len(valid),
+        "valid_share": len(valid) / len(runs) if runs else None,
+        "declined": dict(sorted(declined.items())),
+        "mape_valid": float(errs.mean()) if errs.size else None,
+        "max_error_valid": float(errs.max()) if errs.size else None,
+        "valid_off_by_more_than_15pct": [
+            {"source": r["source"], "concurrency": r["concurrency"], "k": r["k"],
+             "error": r["error"]} for r in wrong],
+        "valid_at_concurrency_le_32": sum(r["valid"] for r in low),
+        "runs_at_concurrency_le_32": len(low),
+        "interval_coverage": float(np.mean(covered)) if covered else None,
+        "median_interval_halfwidth": float(np.median(halves)) if halves else None,
+        "batch_path_mape": float(batch.mean()) if batch.size else None,
+    }
+
+
+def params_of(fit: Any, max_utilization: float) -> Params:
+    """The parameters a fit's file holds, for the numbers its predictions give (the what-if
+    commands read the same fields: coefficients, validity ceiling, range, spread)."""
+    assert fit.coefficients is not None
+    return Params(system=fit.system, coefficients=fit.coefficients,
+                  max_utilization=max_utilization, calibrated_range=fit.calibrated_range,
+                  uncertainty=fit.uncertainty)

@@ -142,6 +142,8 @@ class SystemFit:
     saturation: dict[str, Any] | None = None
     #: The residual spread of L(B) per utilisation band (intervals; every coefficient mode).
     uncertainty: Uncertainty | None = None
+    #: Every run predicted through `specwatch predict`'s path (`evidence.user_path`).
+    user_path: dict[str, Any] | None = None
 
     @property
     def n_points(self) -> int:
@@ -479,8 +481,10 @@ def _fit_six(
     fit.configurations = _configurations(used, options)
     fit.calibrated_range = evidence.calibrated_range(coef_obj, used)
     lam, k, e, p, g = _arrays(used)
-    fit.uncertainty = evidence.residual_spread(
-        coef_obj, used, model.batch_latency(coef_obj, lam * measured, k, e, p, g))
+    batch = model.batch_latency(coef_obj, lam * measured, k, e, p, g)
+    fit.uncertainty = evidence.residual_spread(coef_obj, used, batch)
+    fit.user_path = evidence.user_path(
+        evidence.params_of(fit, options.max_utilization), used, batch)
     return fit
 
 

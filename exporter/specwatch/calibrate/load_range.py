@@ -108,6 +108,8 @@ def fit_system_saturation(
     fit.acceptance_profile = linear._profile(used)
     fit.calibrated_range = evidence.calibrated_range(coef, used)
     fit.uncertainty = evidence.residual_spread(coef, used, predicted)
+    fit.user_path = evidence.user_path(evidence.params_of(fit, options.max_utilization),
+                                       used, predicted)
     fit.saturation = _report(fit, found)
     return fit
 

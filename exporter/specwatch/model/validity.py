@@ -39,15 +39,15 @@ from specwatch.model.uncertainty import Intervals, intervals
 
 __all__ = [
     "ABOVE_CEILING",
+    "BEYOND_CALIBRATED_LOAD",
+    "EXTRAPOLATED_K",
     "NO_CALIBRATED_RANGE",
+    "QUEUEING",
+    "SATURATED",
     "SENSITIVE",
     "UNCERTAIN",
     "Assessment",
     "assess",
-    "BEYOND_CALIBRATED_LOAD",
-    "EXTRAPOLATED_K",
-    "QUEUEING",
-    "SATURATED",
     "model_reason_name",
     "range_reasons",
 ]
