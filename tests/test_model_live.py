@@ -386,7 +386,9 @@ UNCERTAIN = PARAMS + """\
 uncertainty:
   level: 0.9
   max_relative_halfwidth: 0.15
-  bands: [{utilization_below: 0.5, sigma: 0.02, runs: 50}, {utilization_below: .inf, sigma: 0.05, runs: 10}]
+  bands:
+    - {utilization_below: 0.5, sigma: 0.02, runs: 50}
+    - {utilization_below: .inf, sigma: 0.05, runs: 10}
 """
 
 
