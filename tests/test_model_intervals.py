@@ -1,4 +1,4 @@
-"""90% intervals (issue 34): the fit's residual spread of L(B), per utilisation band, carried
+"""90% intervals: the fit's residual spread of L(B), per utilisation band, carried
 through the fixed point, on every path a number is shown (predict, sweep, advise; the live
 series are in tests/test_model_live.py, the acceptance figures in test_model_user_path.py)."""
 

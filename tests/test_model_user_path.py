@@ -1,4 +1,4 @@
-"""The model judged on the user's path (issue 34): every run of the public Qwen3-32B / H100
+"""The model judged on the user's path: every run of the public Qwen3-32B / H100
 sweep predicted by `specwatch predict --json` from its measured arrival rate (req_tp), k,
 acceptance length and mean prompt/output tokens, with the parameters `make calibrate-examples`
 writes, against its measured mean latency (e2e_latency_s_est).
