@@ -81,8 +81,8 @@ PAIR_SERIES = frozenset({"sd_measured_speedup", "sd_measured_arrival_rate",
 #: written by hand, so it has none: the live run skips (and lists) them; the replay above
 #: uses a calibrated file and must have them.
 INTERVAL_SERIES = frozenset({"sd_predicted_speedup_lower", "sd_predicted_speedup_upper",
-                             "sd_predicted_latency_seconds_lower",
-                             "sd_predicted_latency_seconds_upper",
+                             "sd_predicted_latency_lower_seconds",
+                             "sd_predicted_latency_upper_seconds",
                              "sd_model_speedup_curve_lower", "sd_model_speedup_curve_upper"})
 
 

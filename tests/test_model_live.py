@@ -408,11 +408,11 @@ def test_intervals_are_lower_and_upper_gauges_beside_the_point(tmp_path):
 
     sd_lo, sd_hi = at(1 - d, 3, 1.875), at(1 + d, 3, 1.875)
     d_lo, d_hi = at(1 - d, 0, 1.0), at(1 + d, 0, 1.0)
-    assert one(series, "sd_predicted_latency_seconds_lower", mode="sd", **key) == \
+    assert one(series, "sd_predicted_latency_lower_seconds", mode="sd", **key) == \
         pytest.approx(sd_lo, rel=1e-9)
-    assert one(series, "sd_predicted_latency_seconds_upper", mode="sd", **key) == \
+    assert one(series, "sd_predicted_latency_upper_seconds", mode="sd", **key) == \
         pytest.approx(sd_hi, rel=1e-9)
-    assert one(series, "sd_predicted_latency_seconds_upper", mode="nosd", **key) == \
+    assert one(series, "sd_predicted_latency_upper_seconds", mode="nosd", **key) == \
         pytest.approx(d_hi, rel=1e-9)
     lo = one(series, "sd_predicted_speedup_lower", **key)
     hi = one(series, "sd_predicted_speedup_upper", **key)

@@ -7,7 +7,8 @@ per-position acceptance. It attaches a :class:`LivePrediction` to each model's s
 and a family builder renders it:
 
     sd_predicted_speedup, sd_predicted_latency_seconds{mode="sd"|"nosd"} (each with its
-    90% interval as `_lower` / `_upper` gauges, same labels, only beside a valid point),
+    90% interval as gauges of the same labels, only beside a valid point:
+    sd_predicted_speedup_lower/_upper, sd_predicted_latency_lower/upper_seconds),
     sd_breakeven_arrival_rate, sd_optimal_draft_length, sd_model_utilization,
     sd_model_valid{reason}, sd_model_latency_error_ratio, sd_model_provenance_mismatch,
     specwatch_model_configured{target}
@@ -98,8 +99,8 @@ MODEL_SPEEDUP_CURVE_LOWER = "sd_model_speedup_curve_lower"
 MODEL_SPEEDUP_CURVE_UPPER = "sd_model_speedup_curve_upper"
 PREDICTED_SPEEDUP_LOWER = "sd_predicted_speedup_lower"
 PREDICTED_SPEEDUP_UPPER = "sd_predicted_speedup_upper"
-PREDICTED_LATENCY_LOWER = "sd_predicted_latency_seconds_lower"
-PREDICTED_LATENCY_UPPER = "sd_predicted_latency_seconds_upper"
+PREDICTED_LATENCY_LOWER = "sd_predicted_latency_lower_seconds"
+PREDICTED_LATENCY_UPPER = "sd_predicted_latency_upper_seconds"
 
 #: Arrival rates per model on the speedup curve: a fixed count bounds the series (two per
 #: point) whatever the traffic, and 24 draw a smooth line on a dashboard panel.

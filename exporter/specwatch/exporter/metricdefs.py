@@ -268,12 +268,13 @@ METRICS: tuple[MetricDef, ...] = (
         help="Upper bound of the 90% interval of sd_predicted_speedup; present with it.",
         doc="upper end of the 90% interval of `sd_predicted_speedup` (see the lower one)"),
     MetricDef(
-        "sd_predicted_latency_seconds_lower", "gauge",
+        "sd_predicted_latency_lower_seconds", "gauge",
         ("target", "model_name", "window", "mode"),
         help="Lower bound of the 90% interval of sd_predicted_latency_seconds; present with it.",
-        doc="lower end of the 90% interval of `sd_predicted_latency_seconds` (per `mode`)"),
+        doc="lower end of the 90% interval of `sd_predicted_latency_seconds` (per `mode`); "
+            "the bound goes before the unit suffix, which Prometheus naming keeps last"),
     MetricDef(
-        "sd_predicted_latency_seconds_upper", "gauge",
+        "sd_predicted_latency_upper_seconds", "gauge",
         ("target", "model_name", "window", "mode"),
         help="Upper bound of the 90% interval of sd_predicted_latency_seconds; present with it.",
         doc="upper end of the 90% interval of `sd_predicted_latency_seconds` (per `mode`); "
