@@ -147,3 +147,24 @@ def test_sigma_is_the_band_of_the_utilisation():
                                   [0.01, 0.01, 0.03, 0.03, 0.06, 0.06])
     assert math.isnan(float(unc.sigma(math.nan)))
     assert unc.z == pytest.approx(1.6448536, rel=1e-6)
+
+
+def test_a_file_without_range_or_spread_says_so_on_every_path(capsys, tmp_path):
+    """An old file (no calibrated_range, no uncertainty) predicts as before on every
+    command; each says `no_calibrated_range` and gives no interval."""
+    old = tmp_path / "old.yaml"
+    old.write_text("system: old\ncoefficients: {a_p: 0.1, b_p: 0.01, a_v: 0.02, b_v: 0.001, "
+                   "a_d: 0.002, b_d: 0.0005}\n")
+    lengths = ["--prompt-tokens", "100", "--generation-tokens", "100", "--json"]
+    rc, out = run(capsys, "sweep", "--params", old, "--arrival-rates", "0.5:2:4",
+                  "--draft-lengths", "1,3", "--alpha", "0.5", *lengths)
+    assert rc == 0
+    for c in out["curves"]:
+        assert all(r == ["no_calibrated_range"] for r in c["validity_reasons"])
+        assert all(x is None for x in c["speedup_lower"]) and c["breakeven_interval"] is None
+        assert all(c["valid"])
+    rc, out = run(capsys, "advise", "--params", old, "--arrival-rate-p50", "0.5",
+                  "--arrival-rate-p95", "1", "--arrival-rate-p99", "1.5", "--alpha", "0.5",
+                  *lengths)
+    assert rc == 0 and out["validity_reasons"] == ["no_calibrated_range"]
+    assert out["breakeven_interval"] is None

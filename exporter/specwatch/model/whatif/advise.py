@@ -315,7 +315,7 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
         "validity_reasons": sorted({
             r for q, lam in rates.items()
             for r in validity.range_reasons(params.calibrated_range, lam, None, static_k)
-        }),
+        }) or ([validity.NO_CALIBRATED_RANGE] if params.calibrated_range is None else []),
     }
     if static_k:
         out["load_weighted_speedup"] = float(
