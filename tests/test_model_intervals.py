@@ -168,3 +168,22 @@ def test_a_file_without_range_or_spread_says_so_on_every_path(capsys, tmp_path):
                   *lengths)
     assert rc == 0 and out["validity_reasons"] == ["no_calibrated_range"]
     assert out["breakeven_interval"] is None
+
+
+def test_a_measured_ceiling_is_saturated_whatever_the_fit_says(capsys):
+    """The 4B drafter's k = 1 curve on InstructCoder stops rising at c = 64 (8.57 req/s; c =
+    128 holds twice the requests for 3.5% more throughput): calibrate records that ceiling,
+    and a prediction at or past it for the same k and workload is `saturated`, while the same
+    load on a workload of other lengths, or another k, is judged by the fit alone."""
+    cal = load_params(LARGE).calibrated_range
+    (ceiling,) = [c for c in cal.measured_ceilings if c.k == 1]
+    assert ceiling.arrival_rate == pytest.approx(8.57, abs=0.01)
+    lengths = ["--prompt-tokens", f"{ceiling.prompt_tokens}", "--generation-tokens",
+               f"{ceiling.generation_tokens}", "--json"]
+    rc, out = run(capsys, "predict", "--params", LARGE, "--arrival-rate", "8.7",
+                  "--draft-length", "1", "--acceptance-length", "1.6", *lengths)
+    assert rc == 2 and out["validity_reasons"][0] == "saturated"
+    assert "measured" in out["reason"]
+    rc, out = run(capsys, "predict", "--params", LARGE, "--arrival-rate", "8.0",
+                  "--draft-length", "1", "--acceptance-length", "1.6", *lengths)
+    assert "saturated" not in out["validity_reasons"]

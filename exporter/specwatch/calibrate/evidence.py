@@ -9,6 +9,8 @@ because every prediction is judged by them (`model.validity.assess`):
   `beyond_calibrated_load`: a fit that never saw its knee or its capacity cannot vouch for a
   load near them; the bound is every system's runs (another k, or no SD, at those tokens per
   step and in-flight counts is evidence for the same step cost), not the k's own alone;
+- the measured ceilings: where a measured curve stopped rising (more requests in flight,
+  no more throughput), the arrival rate from which λ no longer determines the latency;
 - the residual spread: the relative RMS residual of L(B) at the runs, per band of
   utilisation (`model.uncertainty`), merged upward until a band has `MIN_BAND_RUNS` runs and
   made non-decreasing in the utilisation (a band above cannot claim a tighter fit than the
@@ -17,6 +19,7 @@ because every prediction is judged by them (`model.validity.assess`):
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -26,7 +29,7 @@ import numpy as np
 from specwatch import model
 from specwatch.calibrate.inputs import Point
 from specwatch.model import validity
-from specwatch.model.params import CalibratedRange, Params
+from specwatch.model.params import CalibratedRange, MeasuredCeiling, Params
 from specwatch.model.uncertainty import Band, Uncertainty
 
 __all__ = ["BAND_EDGES", "MIN_BAND_RUNS", "WRONG", "calibrated_range", "residual_spread",
@@ -57,6 +60,42 @@ def run_utilization(coef: model.Coefficients, points: Sequence[Point]) -> np.nda
         return lam / model.throughput_ceiling(coef, k, e, p, g)
 
 
+#: A curve is at its measured ceiling where the next load level holds this many times the
+#: requests in flight ...
+PLATEAU_IN_FLIGHT = 1.5
+#: ... for less than this much more throughput (the calibrated range's margin).
+PLATEAU_THROUGHPUT = 1.10
+
+
+def measured_ceilings(points: Sequence[Point]) -> tuple[MeasuredCeiling, ...]:
+    """Where each measured curve (one k on one workload, runs ordered by concurrency) stops
+    rising: the first run whose next load level holds PLATEAU_IN_FLIGHT times the requests in
+    flight for less than PLATEAU_THROUGHPUT times its throughput. Past that arrival rate the
+    server is at its ceiling and latency is not a function of λ (a closed loop fills its
+    queue), so a prediction there is `saturated`, whatever the fitted ceiling says."""
+    curves: dict[tuple[str, int], list[Point]] = {}
+    for q in points:
+        if q.concurrency is not None:
+            # One workload: the run's dataset, else its mean lengths to 10 tokens.
+            w = q.dataset or f"{round(q.prompt_tokens or 0.0, -1)}:" \
+                f"{round(q.generation_tokens or 0.0, -1)}"
+            curves.setdefault((w, round(q.draft_length)), []).append(q)
+    out = []
+    for (_, k), runs in sorted(curves.items()):
+        runs.sort(key=lambda q: q.concurrency or 0.0)
+        for a, b in itertools.pairwise(runs):
+            if b.in_flight >= PLATEAU_IN_FLIGHT * a.in_flight \
+                    and b.arrival_rate < PLATEAU_THROUGHPUT * a.arrival_rate:
+                out.append(MeasuredCeiling(
+                    k=k, prompt_tokens=round(float(np.mean([q.prompt_tokens or 0.0
+                                                            for q in runs])), 2),
+                    generation_tokens=round(float(np.mean([q.generation_tokens or 0.0
+                                                           for q in runs])), 2),
+                    arrival_rate=round(min(a.arrival_rate, b.arrival_rate), 4)))
+                break
+    return tuple(out)
+
+
 def calibrated_range(coef: model.Coefficients, points: Sequence[Point]) -> CalibratedRange:
     """The load the runs cover (module docstring)."""
     lam, k, _, _, _ = _arrays(points)
@@ -74,6 +113,7 @@ def calibrated_range(coef: model.Coefficients, points: Sequence[Point]) -> Calib
                                             for q in points)), 1),
         max_arrival_rate_by_k=by_k,
         max_utilization_seen=round(float(util.max()), 4) if util.size else None,
+        measured_ceilings=measured_ceilings(points),
     )
 
 

@@ -27,6 +27,8 @@ Schema (README "Parameters file"):
       max_tokens_per_step: 1500 # highest B·(k+1) measured (the knee's unit)
       max_arrival_rate_by_k: {0: 16.1, 1: 15.9}   # req/s, highest measured per k (0 = no SD)
       max_utilization_seen: 0.97 # highest λ/λ_max of a run (the fit's own utilisation)
+      measured_ceilings:        # where a measured curve stopped rising (k, lengths, req/s)
+        - {k: 1, prompt_tokens: 147, generation_tokens: 200, arrival_rate: 15.1}
     uncertainty:                               # optional: the fit's residual spread (intervals)
       method: residual_spread
       level: 0.9                # the intervals' coverage
@@ -83,6 +85,7 @@ from specwatch.model.uncertainty import (
 __all__ = [
     "DEFAULT_LOAD_MARGIN",
     "CalibratedRange",
+    "MeasuredCeiling",
     "MoEParams",
     "Params",
     "Uncertainty",
@@ -129,6 +132,24 @@ class MoEParams:
 
 
 @dataclass(frozen=True)
+class MeasuredCeiling:
+    """Where one measured curve (draft length k, 0 = no SD, on one workload of mean prompt
+    and generation tokens) stopped rising: from `arrival_rate` on, more requests in flight
+    brought no more throughput (the server was at its ceiling), so no λ there has one
+    latency."""
+
+    k: int
+    prompt_tokens: float
+    generation_tokens: float
+    arrival_rate: float
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {"k": int(self.k), "prompt_tokens": float(self.prompt_tokens),
+                "generation_tokens": float(self.generation_tokens),
+                "arrival_rate": float(self.arrival_rate)}
+
+
+@dataclass(frozen=True)
 class CalibratedRange:
     """The load and draft lengths calibration saw: predictions beyond it are extrapolation.
 
@@ -149,6 +170,8 @@ class CalibratedRange:
     #: past it the fit never saw how close to its ceiling the system really was (None: not
     #: recorded).
     max_utilization_seen: float | None = None
+    #: Measured throughput ceilings of the calibration curves (empty: none seen).
+    measured_ceilings: tuple[MeasuredCeiling, ...] = ()
 
     def to_mapping(self) -> dict[str, Any]:
         """The YAML/JSON form (also what `--json` prints as `calibrated_range`)."""
@@ -164,6 +187,8 @@ class CalibratedRange:
                if self.max_arrival_rate_by_k else {}),
             **({"max_utilization_seen": float(self.max_utilization_seen)}
                if self.max_utilization_seen is not None else {}),
+            **({"measured_ceilings": [c.to_mapping() for c in self.measured_ceilings]}
+               if self.measured_ceilings else {}),
         }
 
 
@@ -347,7 +372,8 @@ def _count(ctx: _Ctx, path: tuple[str | int, ...], value: Any, unit: str) -> flo
 def _calibrated_range(ctx: _Ctx, value: Any) -> CalibratedRange:
     path: tuple[str | int, ...] = ("calibrated_range",)
     names = ("max_arrival_rate", "max_in_flight", "draft_lengths", "margin",
-             "max_tokens_per_step", "max_arrival_rate_by_k", "max_utilization_seen")
+             "max_tokens_per_step", "max_arrival_rate_by_k", "max_utilization_seen",
+             "measured_ceilings")
     m = _mapping(ctx, path, value, names, names[:3])
     rate = _count(ctx, (*path, "max_arrival_rate"), m["max_arrival_rate"], "req/s")
     in_flight = _count(ctx, (*path, "max_in_flight"), m["max_in_flight"], "requests")
@@ -379,10 +405,27 @@ def _calibrated_range(ctx: _Ctx, value: Any) -> CalibratedRange:
     if m.get("max_utilization_seen") is not None:
         seen = _count(ctx, (*path, "max_utilization_seen"), m["max_utilization_seen"],
                       "a utilisation λ/λ_max")
+    ceilings: list[MeasuredCeiling] = []
+    if m.get("measured_ceilings") is not None:
+        cp = (*path, "measured_ceilings")
+        raw_c = m["measured_ceilings"]
+        if not isinstance(raw_c, list):
+            raise ctx.fail(cp, f"expected a list of ceilings, got {raw_c!r}")
+        names_c = ("k", "prompt_tokens", "generation_tokens", "arrival_rate")
+        for i, item in enumerate(raw_c):
+            cm = _mapping(ctx, (*cp, i), item, names_c, names_c)
+            ceilings.append(MeasuredCeiling(
+                k=_integer(ctx, (*cp, i, "k"), cm["k"], 0, 64),
+                prompt_tokens=_count(ctx, (*cp, i, "prompt_tokens"), cm["prompt_tokens"],
+                                     "tokens"),
+                generation_tokens=_count(ctx, (*cp, i, "generation_tokens"),
+                                         cm["generation_tokens"], "tokens"),
+                arrival_rate=_count(ctx, (*cp, i, "arrival_rate"), cm["arrival_rate"],
+                                    "req/s")))
     return CalibratedRange(max_arrival_rate=rate, max_in_flight=in_flight,
                            draft_lengths=tuple(sorted(set(ks))), margin=margin,
                            max_tokens_per_step=tokens, max_arrival_rate_by_k=by_k,
-                           max_utilization_seen=seen)
+                           max_utilization_seen=seen, measured_ceilings=tuple(ceilings))
 
 
 def _uncertainty(ctx: _Ctx, value: Any) -> Uncertainty:

@@ -141,6 +141,10 @@ class Assessment:
         return self.reasons[i]
 
 
+def _near(x: np.ndarray, centre: float, tolerance: float = 0.10) -> np.ndarray:
+    return np.abs(x - centre) <= tolerance * max(abs(centre), 1e-12)
+
+
 def assess(
     params: Params,
     arrival_rate: ArrayLike,
@@ -153,7 +157,8 @@ def assess(
 ) -> Assessment:
     """Predict both systems at λ and judge the prediction by every rule: the model's own
     codes (saturated, above the utilisation ceiling, ...), the calibrated range
-    (`beyond_calibrated_load`, `extrapolated_k`; `no_calibrated_range` when the file has
+    (`beyond_calibrated_load`, `extrapolated_k`; `saturated` at or past a measured ceiling
+    of the same k and workload; `no_calibrated_range` when the file has
     none: nothing could be checked, the prediction keeps the model's verdict) and the
     interval (`sensitive` when the latency interval of either system is wider than
     ±`max_halfwidth`, default the file's `max_relative_halfwidth`).
@@ -181,6 +186,7 @@ def assess(
     cal = params.calibrated_range
     beyond = np.zeros(lam.shape, dtype=bool)
     new_k = np.zeros(lam.shape, dtype=bool)
+    at_ceiling = np.zeros(lam.shape, dtype=bool)
     if cal is not None:
         f = 1.0 + cal.margin
         with np.errstate(invalid="ignore"):
@@ -193,14 +199,22 @@ def assess(
                 beyond |= (pred.sd.utilization > top) | (pred.nosd.utilization > top)
         measured = np.array(cal.draft_lengths, dtype=float)
         new_k = (kk != 0) & ~np.any(np.abs(kk[..., None] - measured) < 1e-9, axis=-1)
-    flat = [x.ravel() for x in (pred.sd.reason, pred.nosd.reason, beyond, new_k, sensitive)]
+        for c in cal.measured_ceilings:
+            # The same curve: this k, lengths within the workload tolerance (10%).
+            same = (np.abs(kk - c.k) < 1e-9) & _near(pp, c.prompt_tokens) \
+                & _near(gg, c.generation_tokens)
+            at_ceiling |= same & (lam >= c.arrival_rate)
+    flat = [x.ravel() for x in (pred.sd.reason, pred.nosd.reason, beyond, new_k, sensitive,
+                                at_ceiling)]
     reasons: list[list[str]] = []
-    for sd_code, d_code, b, n, s in zip(*flat, strict=True):
+    for sd_code, d_code, b, n, s, c in zip(*flat, strict=True):
         names: list[str] = []
         for code in (sd_code, d_code):
             name = model_reason_name(int(code))
             if name and name not in names:
                 names.append(name)
+        if c and SATURATED not in names:
+            names.insert(0, SATURATED)
         if b:
             names.append(BEYOND_CALIBRATED_LOAD)
         if n:

@@ -162,7 +162,14 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     else:
         out["optimal_draft_length"] = None
         out["optimal_speedup"] = None
-    if model_ok and range_bad:
+    if validity.SATURATED in reasons and int(pred.reason) != Reason.SATURATED:
+        out["reason"] = (
+            f"--arrival-rate: at or past the throughput ceiling measured for k = {k:g} on "
+            "a workload of these lengths (more requests in flight brought no more "
+            "throughput there): the latency is not a function of the arrival rate, the "
+            "queue sets it (saturated)"
+        )
+    elif model_ok and range_bad:
         cal = params.calibrated_range
         assert cal is not None
         out["reason"] = (
