@@ -187,3 +187,29 @@ def test_terminal_report_groups_exclusions(capsys):
     assert "leave-one-k-out MAPE" in stdout and "zero-load speedup" in stdout
     line = next(x for x in stdout.splitlines() if "concurrency > --max-concurrency 64" in x)
     assert "│ 21 │" in line
+
+
+def test_capacity_flags_are_recorded_and_used(tmp_path, capsys):
+    """The CSV path has no server pages: --kv-cache-tokens(-sd) and --max-num-seqs state the
+    servers' capacity; the file records it (server_capacity) and its capacity terms are
+    those values, not fitted ones (model.md, "Server capacity")."""
+    out = tmp_path / "eagle.yaml"
+    code, _, err = _run(capsys, SWEEP, "--system", "eagle3", "--kv-cache-tokens", "120000",
+                        "--kv-cache-tokens-sd", "90000", "--max-num-seqs", "256",
+                        "--out", out)
+    assert code == 0, err
+    doc = yaml.safe_load(out.read_text())
+    assert doc["server_capacity"] == {"kv_cache_tokens": 120000.0,
+                                      "kv_cache_tokens_sd": 90000.0, "max_num_seqs": 256.0}
+    assert doc["capacity"] == doc["server_capacity"]
+    assert "servers stated" in doc["provenance"]["method"]
+    coef = load_params(out).coefficients
+    assert (coef.kv_cache_tokens, coef.kv_cache_tokens_sd, coef.max_num_seqs) == (
+        120000.0, 90000.0, 256.0)
+
+
+def test_capacity_flag_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", str(SWEEP), "--kv-cache-tokens", "-5"])
+    assert exc.value.code == 2
+    assert "--kv-cache-tokens" in capsys.readouterr().err

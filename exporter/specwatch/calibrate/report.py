@@ -23,13 +23,14 @@ import numpy as np
 
 from specwatch import __version__, model
 from specwatch.calibrate.fit import COEFFICIENTS, SystemFit, k_key, workload_labels
+from specwatch.calibrate.saturation import stated_capacity
 from specwatch.model.params import Params, params_from_mapping
 
 #: Coefficients in the order the model reference lists them (params file order).
 PARAMS_ORDER = ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d")
 SATURATION_ORDER = ("c_v", "knee_v", "c_d", "knee_d")
 #: Fitted capacities (tokens; model.md "Capacity"); written only when the data show them.
-CAPACITY_ORDER = ("kv_cache_tokens", "kv_cache_tokens_sd")
+CAPACITY_ORDER = ("kv_cache_tokens", "kv_cache_tokens_sd", "max_num_seqs")
 
 #: Default tolerance of `--compare`: largest relative change of a predicted latency.
 DEFAULT_DRIFT_TOLERANCE = 0.10
@@ -200,6 +201,10 @@ def build_params(
     else:
         method = "non-negative least squares of the six-coefficient linear form (model.md," \
             " Fitting)"
+    stated = stated_capacity(fit.points)
+    if stated:  # what the servers said: the capacity terms take it (model.md)
+        doc["server_capacity"] = stated.to_mapping()
+        method += ", capacity as the servers stated it (model.md, Server capacity)"
     if fit.calibrated_range is not None:
         doc["calibrated_range"] = fit.calibrated_range.to_mapping()
     doc["provenance"] = {
