@@ -15,6 +15,9 @@ outputs (`validity_reasons`) and the exporter's `sd_model_valid{reason}` series 
 - ``extrapolated_k``: a draft length (other than 0) calibration never measured;
 - ``queueing``: live only: the server queues requests (waiting requests, KV cache full,
   preemptions), so the open-loop model does not describe what is measured;
+- ``capacity_mismatch``: live only: the server states another capacity (KV cache,
+  max_num_seqs) than the one the parameters file was calibrated with (`server_capacity`),
+  so it is another configuration than the one the coefficients describe;
 - ``invalid_input`` and ``not_converged`` for the rest of the model's codes.
 """
 
@@ -28,6 +31,7 @@ from specwatch.model.params import CalibratedRange
 __all__ = [
     "ABOVE_CEILING",
     "BEYOND_CALIBRATED_LOAD",
+    "CAPACITY_MISMATCH",
     "EXTRAPOLATED_K",
     "QUEUEING",
     "SATURATED",
@@ -40,6 +44,7 @@ ABOVE_CEILING = "above_utilization_ceiling"
 BEYOND_CALIBRATED_LOAD = "beyond_calibrated_load"
 EXTRAPOLATED_K = "extrapolated_k"
 QUEUEING = "queueing"
+CAPACITY_MISMATCH = "capacity_mismatch"
 
 _MODEL_NAMES = {
     Reason.OK: "",
