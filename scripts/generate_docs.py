@@ -42,8 +42,8 @@ REGENERATE = "python scripts/generate_docs.py (make generate)"
 SWEEP_IMAGE = REPO / "docs" / "img" / "sweep-qwen3-32b-h100-eagle3.png"
 SWEEP_PARAMS = REPO / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
 SWEEP_ARGS = ["sweep", "--params", str(SWEEP_PARAMS),
-              "--prompt-tokens", "512", "--generation-tokens", "256", "--draft-lengths", "1-6",
-              "--arrival-rates", "0:36:73"]
+              "--prompt-tokens", "144", "--generation-tokens", "200", "--draft-lengths", "1-6",
+              "--arrival-rates", "0:18:73"]
 
 
 def _cell(text: str) -> str:

@@ -12,6 +12,9 @@ FIX = Path(__file__).parent / "fixtures"
 SWEEP = FIX / "sd-validation" / "tomasruizt_qwen3-32b_1xH100_vllm-bench.csv"
 BENCH = FIX / "vllm-bench"
 EXAMPLES = Path(__file__).parent.parent / "examples" / "params"
+#: KV caches the sweep's servers stated in their logs (fixtures/sd-validation/README.md).
+NOSD_KV_TOKENS = 69232.0
+SD_KV_TOKENS = {"eagle3": 47264.0, "qwen3-1.7b": 32528.0, "qwen3-4b": 18560.0}
 
 
 def _run(capsys, *argv):
@@ -164,11 +167,16 @@ def test_committed_example_params_are_real_fits_of_the_public_sweep(drafter, tmp
     (`make calibrate-examples`) produces: same coefficients, profile and figures."""
     committed = load_params(EXAMPLES / f"qwen3-32b-h100-{drafter}.yaml")
     fresh = tmp_path / "fresh.yaml"
-    code, _, err = _run(capsys, SWEEP, "--system", committed.system, "--out", fresh)
+    code, _, err = _run(capsys, SWEEP, "--system", committed.system, "--out", fresh,
+                        "--kv-cache-tokens", NOSD_KV_TOKENS,
+                        "--kv-cache-tokens-sd", SD_KV_TOKENS[drafter])
     assert code == 0, err
     again = load_params(fresh)
     assert committed.coefficients.saturates and committed.calibrated_range is not None
     assert again.calibrated_range == committed.calibrated_range
+    # The KV caches are the servers' own (stated in their logs), not fitted.
+    assert committed.server_capacity.to_mapping() == {
+        "kv_cache_tokens": NOSD_KV_TOKENS, "kv_cache_tokens_sd": SD_KV_TOKENS[drafter]}
     for name in ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d", "c_v", "knee_v", "c_d", "knee_d",
                  "kv_cache_tokens", "kv_cache_tokens_sd"):
         assert getattr(again.coefficients, name) == pytest.approx(

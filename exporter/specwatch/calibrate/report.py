@@ -197,6 +197,8 @@ def build_params(
                   " range, knees by grid search (model.md, Saturation regime)")
         if capacity:
             doc["capacity"] = capacity
+        stated = stated_capacity(fit.points)
+        if any(stated is None or getattr(stated, n) is None for n in capacity):
             method += ", KV-cache capacity by grid search (model.md, Fitted capacity)"
     else:
         method = "non-negative least squares of the six-coefficient linear form (model.md," \
