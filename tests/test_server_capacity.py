@@ -24,10 +24,12 @@ from pathlib import Path
 import pytest
 from helpers.pageserver import Page, PageSequenceServer
 from helpers.scrape import fetch_text, parse_exposition, select
+from specwatch.app.live import capacity_mismatch
 from specwatch.app.serve import ServeApp
 from specwatch.exporter import config, sources
 from specwatch.exporter.collector import server_families
 from specwatch.exporter.snapshot import Snapshot, TargetSnapshot
+from specwatch.model.params import params_from_mapping
 
 FIX = Path(__file__).parent / "fixtures"
 REAL = sorted((FIX / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
@@ -217,3 +219,18 @@ def test_values_one_side_does_not_state_are_not_compared(tmp_path: Path, params:
     s = run(tmp_path, params)
     assert not select(s, "sd_model_provenance_mismatch")
     assert one(s, "sd_model_valid", target="a") == 1.0
+
+
+def test_the_cache_of_the_servers_kind_is_compared() -> None:
+    """A server running SD is compared with kv_cache_tokens_sd, one without with
+    kv_cache_tokens (the recorded page's 524288 tokens either way), each within 5%."""
+    server = sources.parse_page(PAGE).server
+    doc = {"system": "s", "coefficients": {n: 0.01 for n in
+                                           ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d")},
+           "server_capacity": {"kv_cache_tokens": 530000, "kv_cache_tokens_sd": 400000}}
+    params = params_from_mapping(doc)
+    assert capacity_mismatch(params, server, sd=True) == ("kv_cache_tokens_sd",)
+    assert capacity_mismatch(params, server, sd=False) == ()  # 1.1% off: the same
+    doc["server_capacity"] = {"kv_cache_tokens": 600000}
+    assert capacity_mismatch(params_from_mapping(doc), server, sd=False) == ("kv_cache_tokens",)
+    assert capacity_mismatch(params_from_mapping(doc), None, sd=False) == ()

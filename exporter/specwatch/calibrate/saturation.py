@@ -272,7 +272,7 @@ def stated_capacity(points: Sequence[Point]) -> ServerCapacity | None:
 def _stated_fit(tokens: float, rms: float, rms_without: float, b: np.ndarray,
                 hold: np.ndarray, seqs: float) -> CapacityFit:
     past = int(np.sum(b > np.minimum(tokens / hold, seqs)))
-    why = (f"stated by the server (vllm:cache_config_info): {past} runs past it; without"
+    why = (f"stated by the server: {past} runs past it; without"
            f" it the relative RMS is {rms_without:.2%} against {rms:.2%}")
     return CapacityFit(tokens, True, why, None, rms, rms_without, past,
                        float(np.mean(hold)) if hold.size else None)
