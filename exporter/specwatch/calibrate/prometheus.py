@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -272,7 +273,19 @@ def pull(
     with requests.Session() as session, _Progress(progress, total) as advance:
         for name, expr in jobs:
             for start, end in chunks:
-                for result in _query_range(session, q, expr, start, end):
+                try:
+                    results = _query_range(session, q, expr, start, end)
+                except PrometheusError as exc:
+                    if name != "cache_config":
+                        raise
+                    # The stated capacity is optional: without it the capacity is fitted
+                    # (e.g. one instance serving several model names cannot be joined).
+                    print(f"specwatch calibrate: note: the servers' stated KV cache could not"
+                          f" be read, so it is fitted: {exc}", file=sys.stderr)
+                    engines.clear()
+                    advance()
+                    break
+                for result in results:
                     labels = result.get("metric") or {}
                     model_name = labels.get("model_name", "")
                     for ts, value in result.get("values") or []:
