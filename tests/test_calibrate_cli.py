@@ -202,10 +202,14 @@ def test_capacity_flags_are_recorded_and_used(tmp_path, capsys):
     servers' capacity; the file records it (server_capacity) and its capacity terms are
     those values, not fitted ones (model.md, "Server capacity")."""
     out = tmp_path / "eagle.yaml"
-    code, _, err = _run(capsys, SWEEP, "--system", "eagle3", "--kv-cache-tokens", "120000",
-                        "--kv-cache-tokens-sd", "90000", "--max-num-seqs", "256",
-                        "--out", out)
+    code, stdout, err = _run(capsys, SWEEP, "--system", "eagle3", "--kv-cache-tokens",
+                             "120000", "--kv-cache-tokens-sd", "90000", "--max-num-seqs", "256",
+                             "--out", out, "--json")
     assert code == 0, err
+    (s,) = json.loads(stdout)["systems"].values()
+    assert s["server_capacity"] == {"kv_cache_tokens": 120000.0,
+                                    "kv_cache_tokens_sd": 90000.0, "max_num_seqs": 256.0}
+    assert s["saturation"]["capacity_sd"]["reason"].startswith("stated by the server")
     doc = yaml.safe_load(out.read_text())
     assert doc["server_capacity"] == {"kv_cache_tokens": 120000.0,
                                       "kv_cache_tokens_sd": 90000.0, "max_num_seqs": 256.0}

@@ -122,6 +122,9 @@ def system_json(fit: SystemFit) -> dict[str, Any]:
             fit.calibrated_range.to_mapping() if fit.calibrated_range is not None else None
         ),
         "saturation": _json_safe(fit.saturation),
+        # What the runs' servers stated about their capacity (facts the fit took), or None.
+        "server_capacity": (stated.to_mapping()
+                            if (stated := stated_capacity(fit.points)) else None),
     }
     if coef is not None and fit.mode == "saturation":
         out["coefficients"].update(
