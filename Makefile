@@ -134,9 +134,13 @@ clean:
 	rm -rf $(VENV) $(DEMO_VENV) build dist site *.egg-info exporter/*.egg-info .pytest_cache $(SCHEMA_DIR)/node_modules
 
 # Fitted parameters for the public Qwen3-32B sweep (one file per drafter; README "Calibration").
+# The KV caches are what each server stated in its log ("GPU KV cache size: N tokens"; the
+# no-SD server 69232, one per drafter after the ':'): tests/fixtures/sd-validation/README.md.
 .PHONY: calibrate-examples
 calibrate-examples: setup
-	for d in eagle3:Qwen3-32B+Qwen3-32B-speculator.eagle3 qwen3-1.7b:Qwen3-32B+Qwen3-1.7B qwen3-4b:Qwen3-32B+Qwen3-4B; do \
+	for d in eagle3:47264:Qwen3-32B+Qwen3-32B-speculator.eagle3 qwen3-1.7b:32528:Qwen3-32B+Qwen3-1.7B qwen3-4b:18560:Qwen3-32B+Qwen3-4B; do \
+	  name=$${d%%:*}; rest=$${d#*:}; \
 	  $(BIN)/specwatch calibrate tests/fixtures/sd-validation/tomasruizt_qwen3-32b_1xH100_vllm-bench.csv \
-	    --system "$${d#*:}" --out "examples/params/qwen3-32b-h100-$${d%%:*}.yaml" || exit $$?; \
+	    --system "$${rest#*:}" --kv-cache-tokens 69232 --kv-cache-tokens-sd "$${rest%%:*}" \
+	    --out "examples/params/qwen3-32b-h100-$$name.yaml" || exit $$?; \
 	done

@@ -67,8 +67,8 @@ def sweep_args() -> list[str]:
 
     doc = yaml.safe_load(SWEEP_PARAMS.read_text(encoding="utf-8"))
     top = math.ceil(1.25 * float(doc["calibrated_range"]["max_arrival_rate"]))
-    return ["sweep", "--params", SWEEP_NAME, "--prompt-tokens", "512",
-            "--generation-tokens", "256", "--draft-lengths", "1-6",
+    return ["sweep", "--params", SWEEP_NAME, "--prompt-tokens", "144",
+            "--generation-tokens", "200", "--draft-lengths", "1-6",
             "--arrival-rates", f"0:{top}:{4 * top + 1}"]
 
 
@@ -124,7 +124,8 @@ def picture_block(numbers: dict) -> str:
     text = (
         f"*`{command} --plot sweep.png` on the shipped example parameters (Qwen3-32B +"
         " EAGLE-3, one H100, fitted to a public benchmark sweep up to"
-        f" {_rate(n['fit_max_arrival_rate'])} req/s): idle, SD makes requests"
+        f" {_rate(n['fit_max_arrival_rate'])} req/s, with the KV caches its servers stated):"
+        " idle, SD makes requests"
         f" {n['idle_speedup']:.2f}x faster (k = {n['idle_best_k']}); the best draft length"
         f" falls with load (k = {ks} from {froms} req/s); the break-even arrival rates run from"
         f" {_rate(n['breakeven_low'][0])} req/s (k = {n['breakeven_low'][1]}) to"

@@ -70,9 +70,14 @@ def default_phases(minutes: float = 12.0) -> list[Phase]:
 
 
 def openmetrics_history(
-    phases: list[Phase], end: float, coef: Coefficients = TRUE, seed: int = 7, noise: float = 0.02
+    phases: list[Phase], end: float, coef: Coefficients = TRUE, seed: int = 7, noise: float = 0.02,
+    kv_cache_tokens: dict[int, int] | None = None,
 ) -> tuple[str, float]:
-    """OpenMetrics text of the whole history ending at `end`; returns (text, start time)."""
+    """OpenMetrics text of the whole history ending at `end`; returns (text, start time).
+
+    `kv_cache_tokens` (draft length -> tokens): the server states its KV cache in
+    vllm:cache_config_info as vLLM 0.32 does (no model_name label; blocks of 16 tokens), on
+    two engines holding half each."""
     rng = random.Random(seed)
     total = sum(ph.seconds for ph in phases) + SCRAPE_S * 2 * len(phases)
     t = math.floor((end - total) / SCRAPE_S) * SCRAPE_S
@@ -118,6 +123,12 @@ def openmetrics_history(
             e_now = e if ph.k == 0 else min(ph.k + 1.0, e * (1.0 + rng.uniform(-0.01, 0.01)))
 
             count = add("count", n)
+            if kv_cache_tokens is not None:  # two data-parallel engines, half each
+                half = kv_cache_tokens[ph.k] // 2
+                for engine in ("0", "1"):
+                    emit("vllm:cache_config_info", "gauge", "vllm:cache_config_info",
+                         f'block_size="16",cache_dtype="auto",engine="{engine}",'
+                         f'kv_cache_size_tokens="{half}",num_gpu_blocks="{half // 16}"', 1.0, t)
             histograms = {
                 "vllm:e2e_request_latency_seconds": add("lat", n * lat),
                 "vllm:request_prompt_tokens": add("prompt", n * ph.prompt_tokens),

@@ -4,16 +4,20 @@ Protects: a capacity planted in model-made closed-loop data is recovered and rep
 identifiable; data without one get none (the fit stays the roofline form, no coefficient
 invented); a capacity that only one load level lies past is not identifiable (one level
 cannot show latency linear in B at constant throughput); the TTFT floor λ·(L − TTFT) keeps the
-capacity at or above the requests the runs show running.
+capacity at or above the requests the runs show running. A capacity the servers stated
+(KV cache, max_num_seqs) is taken as a fact, not fitted; runs stating different values
+state none; runs stating nothing fit as before.
 """
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 from specwatch import model
 from specwatch.calibrate.inputs import Point
-from specwatch.calibrate.saturation import fit_saturation, predicted_latency
+from specwatch.calibrate.saturation import fit_saturation, predicted_latency, stated_capacity
+from specwatch.model.params import ServerCapacity
 
 #: The planted model: a 4B-drafter-like system (seconds; knees in tokens per step).
 TRUE = dict(a_p=0.2, b_p=0.02, a_v=0.033, b_v=2e-5, a_d=0.006, b_d=3e-5,
@@ -102,3 +106,65 @@ def test_without_ttft_the_capacity_comes_from_latencies_alone():
     assert fit.capacity_sd.identifiable
     assert fit.coefficients.kv_cache_tokens_sd == pytest.approx(30000.0, rel=0.05)
     assert math.isfinite(fit.rms)
+
+
+# -- capacity the servers stated (model.md, "Server capacity") --------------------------------
+
+
+def _stating(pts: list[Point], sd: float | None = None, nosd: float | None = None,
+             seqs: float | None = None) -> list[Point]:
+    """The runs with the capacity their servers stated (cache_config_info, --max-num-seqs)."""
+    return [dataclasses.replace(p, kv_cache_tokens=sd if p.sd else nosd, max_num_seqs=seqs)
+            for p in pts]
+
+
+def test_a_stated_sd_capacity_is_taken_as_a_fact():
+    """The SD servers stated their KV cache: the fit takes that value exactly (no grid, no
+    identifiability test) and prices the runs past it as the planted model does."""
+    planted = model.Coefficients(**TRUE, kv_cache_tokens_sd=30000.0)
+    pts = _stating(_points(planted), sd=30000.0)
+    fit = fit_saturation(pts)
+    assert fit.coefficients.kv_cache_tokens_sd == 30000.0
+    assert fit.capacity_sd.reason.startswith("stated by the server")
+    assert fit.capacity_sd.identifiable and fit.capacity_sd.runs_past >= 3
+    measured = np.array([p.latency_s for p in pts])
+    assert np.max(np.abs(predicted_latency(fit.coefficients, pts) / measured - 1)) < 0.03
+
+
+def test_a_stated_capacity_wins_over_what_the_latencies_suggest():
+    """Facts, not fits: one level past the capacity cannot show it (the fit alone sets
+    none, test above), but a server that states it gets it; and a stated value is used as
+    stated, not moved to the grid."""
+    planted = model.Coefficients(**TRUE, kv_cache_tokens_sd=60000.0)
+    pts = _stating(_points(planted), sd=60000.0, nosd=250000.0)
+    fit = fit_saturation(pts)
+    assert fit.coefficients.kv_cache_tokens_sd == 60000.0
+    assert fit.coefficients.kv_cache_tokens == 250000.0
+    assert fit.capacity_nosd.reason.startswith("stated by the server")
+    measured = np.array([p.latency_s for p in pts])
+    assert np.max(np.abs(predicted_latency(fit.coefficients, pts) / measured - 1)) < 0.03
+
+
+def test_a_stated_max_num_seqs_caps_every_run():
+    """--max-num-seqs 48 planted (no KV limit) and stated: the fit keeps it as the capacity
+    of both systems and prices the waiting runs past it."""
+    planted = model.Coefficients(**TRUE, max_num_seqs=48.0)
+    pts = _stating(_points(planted), seqs=48.0)
+    fit = fit_saturation(pts)
+    assert fit.coefficients.max_num_seqs == 48.0
+    measured = np.array([p.latency_s for p in pts])
+    assert np.max(np.abs(predicted_latency(fit.coefficients, pts) / measured - 1)) < 0.03
+
+
+def test_runs_stating_different_capacities_state_none():
+    """Two SD capacities among the runs: not one server configuration, so nothing is taken
+    as stated (the fit searches as before); runs stating nothing contradict nobody."""
+    pts = _points(model.Coefficients(**TRUE))
+    mixed = [dataclasses.replace(p, kv_cache_tokens=30000.0 if p.concurrency < 64 else 40000.0)
+             if p.sd else p for p in pts]
+    assert stated_capacity(mixed) is None
+    some = [dataclasses.replace(p, kv_cache_tokens=30000.0) if p.sd and p.concurrency < 8
+            else p for p in pts]
+    assert stated_capacity(some) == ServerCapacity(kv_cache_tokens_sd=30000.0)
+    assert stated_capacity(pts) is None
+

@@ -12,6 +12,9 @@ FIX = Path(__file__).parent / "fixtures"
 SWEEP = FIX / "sd-validation" / "tomasruizt_qwen3-32b_1xH100_vllm-bench.csv"
 BENCH = FIX / "vllm-bench"
 EXAMPLES = Path(__file__).parent.parent / "examples" / "params"
+#: KV caches the sweep's servers stated in their logs (fixtures/sd-validation/README.md).
+NOSD_KV_TOKENS = 69232.0
+SD_KV_TOKENS = {"eagle3": 47264.0, "qwen3-1.7b": 32528.0, "qwen3-4b": 18560.0}
 
 
 def _run(capsys, *argv):
@@ -164,11 +167,17 @@ def test_committed_example_params_are_real_fits_of_the_public_sweep(drafter, tmp
     (`make calibrate-examples`) produces: same coefficients, profile and figures."""
     committed = load_params(EXAMPLES / f"qwen3-32b-h100-{drafter}.yaml")
     fresh = tmp_path / "fresh.yaml"
-    code, _, err = _run(capsys, SWEEP, "--system", committed.system, "--out", fresh)
+    code, _, err = _run(capsys, SWEEP, "--system", committed.system, "--out", fresh,
+                        "--kv-cache-tokens", NOSD_KV_TOKENS,
+                        "--kv-cache-tokens-sd", SD_KV_TOKENS[drafter])
     assert code == 0, err
     again = load_params(fresh)
     assert committed.coefficients.saturates and committed.calibrated_range is not None
     assert again.calibrated_range == committed.calibrated_range
+    assert again.uncertainty == committed.uncertainty
+    # The KV caches are the servers' own (stated in their logs), not fitted.
+    assert committed.server_capacity.to_mapping() == {
+        "kv_cache_tokens": NOSD_KV_TOKENS, "kv_cache_tokens_sd": SD_KV_TOKENS[drafter]}
     for name in ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d", "c_v", "knee_v", "c_d", "knee_d",
                  "kv_cache_tokens", "kv_cache_tokens_sd"):
         assert getattr(again.coefficients, name) == pytest.approx(
@@ -187,3 +196,33 @@ def test_terminal_report_groups_exclusions(capsys):
     assert "leave-one-k-out MAPE" in stdout and "zero-load speedup" in stdout
     line = next(x for x in stdout.splitlines() if "concurrency > --max-concurrency 64" in x)
     assert "│ 21 │" in line
+
+
+def test_capacity_flags_are_recorded_and_used(tmp_path, capsys):
+    """The CSV path has no server pages: --kv-cache-tokens(-sd) and --max-num-seqs state the
+    servers' capacity; the file records it (server_capacity) and its capacity terms are
+    those values, not fitted ones (model.md, "Server capacity")."""
+    out = tmp_path / "eagle.yaml"
+    code, stdout, err = _run(capsys, SWEEP, "--system", "eagle3", "--kv-cache-tokens",
+                             "120000", "--kv-cache-tokens-sd", "90000", "--max-num-seqs", "256",
+                             "--out", out, "--json")
+    assert code == 0, err
+    (s,) = json.loads(stdout)["systems"].values()
+    assert s["server_capacity"] == {"kv_cache_tokens": 120000.0,
+                                    "kv_cache_tokens_sd": 90000.0, "max_num_seqs": 256.0}
+    assert s["saturation"]["capacity_sd"]["reason"].startswith("stated by the server")
+    doc = yaml.safe_load(out.read_text())
+    assert doc["server_capacity"] == {"kv_cache_tokens": 120000.0,
+                                      "kv_cache_tokens_sd": 90000.0, "max_num_seqs": 256.0}
+    assert doc["capacity"] == doc["server_capacity"]
+    assert "servers stated" in doc["provenance"]["method"]
+    coef = load_params(out).coefficients
+    assert (coef.kv_cache_tokens, coef.kv_cache_tokens_sd, coef.max_num_seqs) == (
+        120000.0, 90000.0, 256.0)
+
+
+def test_capacity_flag_must_be_positive(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", str(SWEEP), "--kv-cache-tokens", "-5"])
+    assert exc.value.code == 2
+    assert "--kv-cache-tokens" in capsys.readouterr().err

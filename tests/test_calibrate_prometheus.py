@@ -23,6 +23,7 @@ from specwatch.calibrate.prometheus import (
 )
 from specwatch.cli import main
 from specwatch.common.errors import ConfigError, SpecwatchError
+from specwatch.model.params import load_params
 
 
 @pytest.fixture(scope="module")
@@ -30,10 +31,14 @@ def history(tmp_path_factory):
     """(url, start, end) of a running Prometheus holding 3.7 h of simulated vLLM history."""
     work = tmp_path_factory.mktemp("prom")
     end = time.time() - 600
-    text, start = openmetrics_history(default_phases(), end)
+    text, start = openmetrics_history(default_phases(), end, kv_cache_tokens=KV_TOKENS)
     backfill(text, work / "tsdb")
     with prometheus_server(work / "tsdb", work) as url:
         yield url, start, end
+
+
+#: The KV cache each server states (draft length -> tokens): the drafter takes memory.
+KV_TOKENS = {0: 262144, 2: 196608, 4: 196608}
 
 
 def _query(history, **kw):
@@ -68,6 +73,8 @@ def test_steady_windows_recover_each_phase(history):
                 [ALPHA ** (i + 1) for i in range(phase.k)], rel=1e-6
             )
         assert point.system == MODEL and point.source.startswith(f"prometheus {MODEL} ")
+        # What the server stated in vllm:cache_config_info while the window ran.
+        assert point.kv_cache_tokens == KV_TOKENS[phase.k]
 
 
 def test_fit_from_prometheus_recovers_known_coefficients(history):
@@ -120,6 +127,12 @@ def test_cli_prometheus_writes_params(history, tmp_path, capsys):
     doc = yaml.safe_load(out.read_text())
     assert doc["system"] == MODEL
     assert any(d.startswith(f"prometheus {url}") for d in doc["provenance"]["data"])
+    # The servers' stated capacity is recorded and is the model's capacity (facts, not
+    # fits), whatever the fit's form (these runs are fitted by the linear one).
+    assert doc["server_capacity"] == {"kv_cache_tokens": 262144.0,
+                                      "kv_cache_tokens_sd": 196608.0}
+    coef = load_params(out).coefficients
+    assert (coef.kv_cache_tokens, coef.kv_cache_tokens_sd) == (262144.0, 196608.0)
 
 
 def test_selector_matching_nothing_is_an_input_error(history):
@@ -187,3 +200,22 @@ def test_bad_selector_and_range_are_refused_before_any_request():
             min_window="5m",
             timeout=1,
         )
+
+
+def test_unreadable_stated_capacity_is_fitted_not_fatal(history, monkeypatch, capsys):
+    """Prometheus refusing the capacity query (one instance serving several model names
+    cannot be joined by instance) costs the stated capacity only: the windows are the same,
+    they state none, and a note says so."""
+    from specwatch.calibrate import prometheus as prom
+
+    real = prom._query_range
+
+    def refuse_capacity(session, q, expr, start, end):
+        if prom.CACHE_CONFIG in expr:
+            raise prom.PrometheusError("Prometheus refused it: many-to-many matching")
+        return real(session, q, expr, start, end)
+
+    monkeypatch.setattr(prom, "_query_range", refuse_capacity)
+    points = read_prometheus(_query(history), progress=False)
+    assert len(points) == 18 and all(p.kv_cache_tokens is None for p in points)
+    assert "stated KV cache could not be read" in capsys.readouterr().err

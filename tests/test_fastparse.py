@@ -42,6 +42,7 @@ def canonical(page: sources.ParsedPage) -> dict[str, object]:
         "process_start_time": v(page.process_start_time),
         "counters_order": list(page.counters),
         "invalid": (page.invalid_series, page.invalid_models),
+        "server": page.server,
     }
 
 

@@ -44,7 +44,7 @@ def content(page: sources.ParsedPage) -> dict[str, object]:
             "configured_k": items(page.configured_k),
             "process_start": (type(page.process_start_time), repr(page.process_start_time)),
             "invalid": (page.invalid_series, page.invalid_models),
-            "truncated": page.truncated_label_values}
+            "truncated": page.truncated_label_values, "server": page.server}
 
 
 def alone(text: str, engine: str, buckets: bool, limit: int | None) -> object:

@@ -171,3 +171,43 @@ def test_readme_schema_example_is_a_valid_file(tmp_path):
     params = load_params(write(tmp_path, block))
     assert params.moe is not None and params.moe.experts == 128
     assert params.provenance["r2"] == 0.991
+
+
+def test_server_capacity_is_recorded_and_is_the_models_capacity(tmp_path):
+    """`server_capacity` (what the servers stated) loads, round-trips, and sets the model's
+    capacity terms where `capacity` does not; `capacity` keeps the last word."""
+    path = write(tmp_path, GOOD + "server_capacity:\n  kv_cache_tokens: 524288\n"
+                 "  kv_cache_tokens_sd: 400000\n  max_num_seqs: 256\n")
+    params = load_params(path)
+    assert params.server_capacity is not None
+    assert params.server_capacity.to_mapping() == {
+        "kv_cache_tokens": 524288.0, "kv_cache_tokens_sd": 400000.0, "max_num_seqs": 256.0}
+    c = params.coefficients
+    assert (c.kv_cache_tokens, c.kv_cache_tokens_sd, c.max_num_seqs) == (
+        524288.0, 400000.0, 256.0)
+    dump_params(params, tmp_path / "again.yaml")
+    assert load_params(tmp_path / "again.yaml") == params
+    both = load_params(write(tmp_path, GOOD + "capacity:\n  kv_cache_tokens_sd: 30000\n"
+                             "server_capacity:\n  kv_cache_tokens_sd: 400000\n", "b.yaml"))
+    assert both.coefficients.kv_cache_tokens_sd == 30000.0
+    assert both.server_capacity.kv_cache_tokens_sd == 400000.0
+
+
+def test_files_without_server_capacity_have_none(tmp_path):
+    params = load_params(write(tmp_path, GOOD))
+    assert params.server_capacity is None
+    assert "server_capacity" not in params.to_mapping()
+    old = load_params(ROOT / "tests" / "fixtures" / "params" / "qwen3-32b-h100-eagle3-linear.yaml")
+    assert old.server_capacity is None and not old.coefficients.saturates
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("server_capacity:\n  kv_cache_tokens: 0\n", "server_capacity.kv_cache_tokens: expected"),
+    ("server_capacity:\n  max_num_seqs: -1\n", "server_capacity.max_num_seqs: expected"),
+    ("server_capacity:\n  kv_tokens: 5\n", "server_capacity.kv_tokens: unknown key"),
+    ("server_capacity: 5\n", "server_capacity: expected a mapping"),
+])
+def test_bad_server_capacity_names_the_field(tmp_path, text, fragment):
+    with pytest.raises(ConfigError) as exc:
+        load_params(write(tmp_path, GOOD + text))
+    assert fragment in str(exc.value) and "params.yaml:" in str(exc.value)

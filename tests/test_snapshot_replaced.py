@@ -25,7 +25,7 @@ NEW = {
     "label_values_truncated_total": 5, "last_success_timestamp": 1.5,
     "last_error": "parse: x", "engine": "sglang",
     "models": {"m": ModelSnapshot("m", "vllm", 3, ())}, "model": object(),
-    "extensions": {"k": 1},
+    "extensions": {"k": 1}, "server": object(),
 }
 
 

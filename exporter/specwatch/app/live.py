@@ -45,6 +45,15 @@ among the configurations that are valid at the live load (0 = SD off), so both s
 meaningful when the running configuration is saturated. Break-even +Inf means "pays at
 every load below saturation", 0 "never pays"; an undefined break-even is absent.
 
+Server capacity: a parameters file that records what its servers stated about their capacity
+(`server_capacity`: the KV cache with and without SD, max_num_seqs) describes that
+configuration. A live server that states another one (its page's `vllm:cache_config_info`,
+more than CAPACITY_TOLERANCE off the calibrated KV cache of its kind, SD or not; or a
+`targets[].max_num_seqs` other than the calibrated one) is another system: its predictions
+are `sd_model_valid` 0 with reason `capacity_mismatch` (no speedup, latencies, break-even,
+best k or curve: each rests on the capacity terms), `sd_model_provenance_mismatch{field}`
+names the value, and it is logged once. A value either side does not state is not compared.
+
 The parameters files are loaded once at start-up: a bad file stops `specwatch serve` with
 exit 2 and the file, line and field, instead of a silently unconfigured target.
 """
@@ -101,6 +110,12 @@ PREDICTED_SPEEDUP_LOWER = "sd_predicted_speedup_lower"
 PREDICTED_SPEEDUP_UPPER = "sd_predicted_speedup_upper"
 PREDICTED_LATENCY_LOWER = "sd_predicted_latency_lower_seconds"
 PREDICTED_LATENCY_UPPER = "sd_predicted_latency_upper_seconds"
+
+#: Relative difference between the KV cache a live server states and the calibrated one past
+#: which they are two configurations: vLLM sizes its cache from a memory profile at start-up,
+#: which moves it by a percent or two between restarts of one configuration; a different GPU,
+#: memory share, parallelism or drafter moves it by far more.
+CAPACITY_TOLERANCE = 0.05
 
 #: Arrival rates per model on the speedup curve: a fixed count bounds the series (two per
 #: point) whatever the traffic, and 24 draw a smooth line on a dashboard panel.
@@ -299,6 +314,40 @@ def _intervals(judged: validity.Assessment) -> dict[str, tuple[float, float] | N
     return {"speedup_interval": pair(*iv.speedup),
             "latency_sd_interval": pair(*iv.latency_sd),
             "latency_nosd_interval": pair(*iv.latency_nosd)}
+def capacity_mismatch(params: Params, server: sources.ServerCapacity | None, sd: bool,
+                      max_num_seqs: int | None = None) -> tuple[str, ...]:
+    """The `server_capacity` fields of the parameters file the live server contradicts.
+
+    The KV cache is compared with the calibrated value of the same kind (`kv_cache_tokens_sd`
+    for a server running SD, else `kv_cache_tokens`) within CAPACITY_TOLERANCE; max_num_seqs
+    (from the target's configuration: no page states it) exactly. A value not stated on
+    either side is not compared: nothing is reported for it.
+    """
+    stated = params.server_capacity
+    if not stated:
+        return ()
+    out = []
+    name = "kv_cache_tokens_sd" if sd else "kv_cache_tokens"
+    want = getattr(stated, name)
+    have = server.kv_cache_tokens if server is not None else None
+    if want and have and abs(have / want - 1.0) > CAPACITY_TOLERANCE:
+        out.append(name)
+    if stated.max_num_seqs and max_num_seqs is not None \
+            and float(max_num_seqs) != stated.max_num_seqs:
+        out.append("max_num_seqs")
+    return tuple(out)
+
+
+def with_capacity_mismatch(live: LivePrediction, fields: tuple[str, ...]) -> LivePrediction:
+    """`live` for a server of another capacity: not valid (reason capacity_mismatch), and
+    nothing that rests on the capacity terms is shown; the fields join the mismatches."""
+    return replace(
+        live, valid=False, reason_name=validity.CAPACITY_MISMATCH,
+        reason="the server states another capacity than the calibrated one ("
+               + ", ".join(fields) + "): re-calibrate",
+        speedup=None, latency_sd=None, latency_nosd=None, breakeven_rate=None,
+        optimal_draft_length=None, curve=(),
+        provenance_mismatch=(*live.provenance_mismatch, *fields))
 
 
 def provenance_mismatch(params: Params, model: ModelSnapshot) -> tuple[str, ...]:
@@ -320,9 +369,12 @@ def provenance_mismatch(params: Params, model: ModelSnapshot) -> tuple[str, ...]
 class LiveModel:
     """The hook and the family builder, holding each target's loaded parameters."""
 
-    def __init__(self, params: Mapping[str, Params], windows: Mapping[str, str]) -> None:
+    def __init__(self, params: Mapping[str, Params], windows: Mapping[str, str],
+                 max_num_seqs: Mapping[str, int] | None = None) -> None:
         self.params = dict(params)
         self.windows = dict(windows)
+        #: targets[].max_num_seqs (the scheduler limit no page states), by target.
+        self.max_num_seqs = dict(max_num_seqs or {})
         # (target, model, field) already logged: one warning per mismatch, bounded by the
         # configured targets and the models they serve.
         self._warned: set[tuple[str, str, str]] = set()
@@ -341,18 +393,36 @@ class LiveModel:
             except Exception:  # one model's numbers must not take the target's down
                 log.exception("latency model failed for %s/%s", target.name, name)
                 live = LivePrediction(label, False, "internal error (see log)")
+            cap = capacity_mismatch(params, target.server,
+                                    m.sd_families_present or bool(m.configured_k),
+                                    self.max_num_seqs.get(target.name))
+            if cap:
+                live = with_capacity_mismatch(live, cap)
             for fld in live.provenance_mismatch:
                 if (target.name, name, fld) not in self._warned:
                     self._warned.add((target.name, name, fld))
-                    log.warning(
-                        "parameters file %s: provenance %s %r does not match target %s model "
-                        "%r: its predictions describe another system (re-calibrate)",
-                        params.source, fld, params.provenance.get(fld), target.name, name)
+                    self._warn(params, target, name, fld)
             if not live.valid:
                 log.debug("model prediction for %s/%s not valid: %s", target.name, name,
                           live.reason)
             models[name] = replace(m, predictions=live)
         return target.replaced(model=state, models=models)
+
+    def _warn(self, params: Params, target: TargetSnapshot, model: str, fld: str) -> None:
+        if fld == "model":
+            log.warning(
+                "parameters file %s: provenance %s %r does not match target %s model "
+                "%r: its predictions describe another system (re-calibrate)",
+                params.source, fld, params.provenance.get(fld), target.name, model)
+            return
+        server = target.server
+        have = (self.max_num_seqs.get(target.name) if fld == "max_num_seqs"
+                else server.kv_cache_tokens if server is not None else None)
+        log.warning(
+            "parameters file %s: server_capacity %s %s does not match target %s (model %r), "
+            "which states %s: its predictions describe another configuration (re-calibrate)",
+            params.source, fld, getattr(params.server_capacity, fld, None), target.name,
+            model, have)
 
     def families(self, snap: Snapshot) -> Iterator[Metric]:
         """Collector family builder for the model series."""
@@ -430,10 +500,13 @@ def from_config(cfg: ServeConfig) -> LiveModel:
     default = cfg.raw.get("global", {}).get("model_window", DEFAULT_MODEL_WINDOW)
     params: dict[str, Params] = {}
     windows: dict[str, str] = {}
+    seqs: dict[str, int] = {}
     for i, t in enumerate(cfg.targets):
         path = t.raw.get("params")
         label = t.raw.get("model_window", default)
         windows[t.name] = label
+        if "max_num_seqs" in t.raw:
+            seqs[t.name] = t.raw["max_num_seqs"]
         if path is None:
             continue
         if label not in labels:
@@ -447,7 +520,7 @@ def from_config(cfg: ServeConfig) -> LiveModel:
             params[t.name] = load_params(path)
         except ConfigError as exc:
             raise ConfigError(f"targets[{i}].params: {exc}") from None
-    return LiveModel(params, windows)
+    return LiveModel(params, windows, seqs)
 
 
 def install(app: object) -> LiveModel:

@@ -31,7 +31,7 @@ from specwatch.common import memory, redact
 from specwatch.common.schema import parse_duration
 from specwatch.control import controller
 from specwatch.exporter import config, derive, metricdefs, pairs, sources
-from specwatch.exporter.collector import SpecwatchCollector, gzip_join
+from specwatch.exporter.collector import SpecwatchCollector, gzip_join, server_families
 from specwatch.exporter.discovery import TargetSource
 from specwatch.exporter.pipeline import DEFAULT_MAX_MODELS, Pipeline, PollResult
 from specwatch.exporter.poller import Poller, PollTarget
@@ -132,6 +132,9 @@ class ServeApp:
             # built without them.
             self.pipeline.derive_config = dataclasses.replace(dcfg, histograms=False)
         self.collector.add_family_builder(self.exporter_families)
+        seqs = {t.name: t.raw["max_num_seqs"] for t in cfg.targets if "max_num_seqs" in t.raw}
+        self.collector.add_family_builder(
+            lambda snap: server_families(snap, seqs), per_snapshot=True)
 
     def on_poll_result(self, result: PollResult) -> None:
         """A finished poll (the poller's callback): stamped with the history clock (the

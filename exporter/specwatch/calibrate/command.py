@@ -16,6 +16,7 @@ The modules behind it: calibrate_inputs (readers), calibrate_prometheus (history
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -135,6 +136,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="bench JSON FILE ran without SD; repeatable",
     )
+    cap = parser.add_argument_group(
+        "server capacity",
+        "what the servers of the runs stated (facts the fit takes instead of fitting them;"
+        " model.md, Server capacity); a run that states its own (Prometheus history) keeps it")
+    cap.add_argument("--kv-cache-tokens", type=_positive, metavar="N",
+                     help="KV-cache tokens of the server without SD (vLLM's"
+                     " kv_cache_size_tokens, or num_gpu_blocks x block_size)")
+    cap.add_argument("--kv-cache-tokens-sd", type=_positive, metavar="N",
+                     help="KV-cache tokens of the server running SD (drafter loaded)")
+    cap.add_argument("--max-num-seqs", type=_positive, metavar="N",
+                     help="vLLM --max-num-seqs the runs were served with")
     prom = parser.add_argument_group("Prometheus history")
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (HTTP API)")
     prom.add_argument(
@@ -312,11 +324,23 @@ def _gather(args: argparse.Namespace) -> list[Point]:
             points.extend(read_switch_points(query))
     elif args.start or args.selector:
         raise ConfigError("--start/--end/--selector need --prometheus URL")
+    points = [_stated(p, args) for p in points]
     if not points:
         raise ConfigError(
             "no input: give benchmark files (vllm bench serve JSON, CSV) or --prometheus URL"
         )
     return points
+
+
+def _stated(point: Point, args: argparse.Namespace) -> Point:
+    """The point with the capacity the flags state, where it states none itself."""
+    kv = args.kv_cache_tokens_sd if point.sd else args.kv_cache_tokens
+    changes: dict[str, float] = {}
+    if point.kv_cache_tokens is None and kv is not None:
+        changes["kv_cache_tokens"] = kv
+    if point.max_num_seqs is None and args.max_num_seqs is not None:
+        changes["max_num_seqs"] = args.max_num_seqs
+    return dataclasses.replace(point, **changes) if changes else point
 
 
 def _select_systems(args: argparse.Namespace, points: list[Point]) -> dict[str, list[Point]]:

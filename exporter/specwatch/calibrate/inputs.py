@@ -86,6 +86,10 @@ class Point:
     ttft_s: float | None = None
     per_position: tuple[float, ...] | None = None
     notes: tuple[str, ...] = field(default=())
+    #: What the server of this run said about its capacity (facts, not fitted): its KV
+    #: cache in tokens (vllm:cache_config_info) and --max-num-seqs; None when not stated.
+    kv_cache_tokens: float | None = None
+    max_num_seqs: float | None = None
 
     @property
     def sd(self) -> bool:

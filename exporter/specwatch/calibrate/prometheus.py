@@ -16,6 +16,11 @@ Series used (vllm-metrics.md §1, §2.3), summed by model_name:
 - SD: vllm:spec_decode_num_drafts_total, …_num_draft_tokens_total, …_num_accepted_tokens_total
   (k = draft tokens per draft, E = 1 + accepted per draft) and …_accepted_tokens_per_pos_total
   (per-position acceptance). No drafts in a step means SD was off.
+- Server capacity: vllm:cache_config_info (no model_name label: joined to the model through
+  its `instance`), whose labels state each engine's KV cache (kv_cache_size_tokens, else
+  num_gpu_blocks × block_size); summed over engines and instances, recorded with each
+  window (`Point.kv_cache_tokens`), and a change of it ends a window (another server
+  configuration).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import datetime as _dt
 import math
 import re
 import socket
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -58,6 +64,10 @@ SERIES: dict[str, str] = {
     "accepted": "vllm:spec_decode_num_accepted_tokens_total",
 }
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+CACHE_CONFIG = "vllm:cache_config_info"
+#: The labels of CACHE_CONFIG that state a KV-cache size, and what identifies one engine.
+_CACHE_LABELS = ("kv_cache_size_tokens", "num_gpu_blocks", "block_size")
+_MATCHER_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=|!=|=~|!~)\s*("(?:[^"\\]|\\.)*")')
 
 _DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -166,6 +176,17 @@ class PrometheusQuery:
             f"[{_promql_duration(self.step)}]))"
         )
 
+    def cache_config_expr(self) -> str:
+        """PromQL for the servers' stated KV cache per model: cache_config_info has no
+        model_name, so it takes the model of the series `requests` reads on its instance
+        (a vLLM instance serves one model); the selector's model_name matchers apply there."""
+        sel = f"{{{self.selector}}}" if self.selector else ""
+        other = ",".join(f"{n}{op}{v}" for n, op, v in _MATCHER_RE.findall(self.selector)
+                         if n != "model_name")
+        by = ", ".join(("model_name", "instance", "engine", *_CACHE_LABELS))
+        return (f"max by ({by}) ({CACHE_CONFIG}{{{other}}} * on (instance) group_left"
+                f" (model_name) group by (instance, model_name) ({SERIES['requests']}{sel}))")
+
     def chunks(self) -> list[tuple[float, float]]:
         """Sub-ranges short enough for Prometheus's points-per-series limit."""
         span = self.step * MAX_POINTS_PER_QUERY
@@ -252,21 +273,56 @@ def _query_range(
     return list(data.get("result") or [])
 
 
+def _label_number(labels: dict[str, str], name: str) -> float | None:
+    try:
+        v = float(labels.get(name, ""))
+    except ValueError:
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
+def _engine_tokens(labels: dict[str, str]) -> float:
+    """One engine's stated KV cache in tokens (NaN: not stated)."""
+    tokens = _label_number(labels, "kv_cache_size_tokens")
+    blocks, size = _label_number(labels, "num_gpu_blocks"), _label_number(labels, "block_size")
+    if tokens is None and blocks is not None and size is not None:
+        tokens = blocks * size
+    return math.nan if tokens is None else tokens
+
+
 def pull(
     q: PrometheusQuery, progress: bool = True
 ) -> tuple[dict[str, dict[str, dict[float, float]]], dict[str, dict[str, dict[float, float]]]]:
     """All series as model_name -> name -> {timestamp: rate}; and per-position rates as
-    model_name -> position -> {timestamp: rate}. Shows a rich progress bar on stderr."""
+    model_name -> position -> {timestamp: rate}. Shows a rich progress bar on stderr.
+    The servers' stated KV cache is the series "kv_cache_tokens" ({timestamp: tokens}, NaN
+    where an engine does not state it or one engine states two values)."""
     series: dict[str, dict[str, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     positions: dict[str, dict[str, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
+    # model -> timestamp -> (instance, engine) -> tokens
+    engines: dict[str, dict[float, dict[tuple[str, str], float]]] = defaultdict(
+        lambda: defaultdict(dict))
     jobs: list[tuple[str, str]] = [(name, q.expr(metric)) for name, metric in SERIES.items()]
     jobs.append(("per_position", q.per_position_expr()))
+    jobs.append(("cache_config", q.cache_config_expr()))
     chunks = q.chunks()
     total = len(jobs) * len(chunks)
     with requests.Session() as session, _Progress(progress, total) as advance:
         for name, expr in jobs:
             for start, end in chunks:
-                for result in _query_range(session, q, expr, start, end):
+                try:
+                    results = _query_range(session, q, expr, start, end)
+                except PrometheusError as exc:
+                    if name != "cache_config":
+                        raise
+                    # The stated capacity is optional: without it the capacity is fitted
+                    # (e.g. one instance serving several model names cannot be joined).
+                    print(f"specwatch calibrate: note: the servers' stated KV cache could not"
+                          f" be read, so it is fitted: {exc}", file=sys.stderr)
+                    engines.clear()
+                    advance()
+                    break
+                for result in results:
                     labels = result.get("metric") or {}
                     model_name = labels.get("model_name", "")
                     for ts, value in result.get("values") or []:
@@ -275,9 +331,19 @@ def pull(
                             continue
                         if name == "per_position":
                             positions[model_name][labels.get("position", "")][float(ts)] = v
+                        elif name == "cache_config":
+                            at = engines[model_name][float(ts)]
+                            one = (labels.get("instance", ""), labels.get("engine", ""))
+                            tokens = _engine_tokens(labels)
+                            if one in at and at[one] != tokens:
+                                tokens = math.nan  # two configurations at once: unknown
+                            at[one] = tokens
                         else:
                             series[model_name][name][float(ts)] = v
                 advance()
+    for model_name, by_time in engines.items():
+        for ts, per_engine in by_time.items():
+            series[model_name]["kv_cache_tokens"][ts] = float(sum(per_engine.values()))
     return series, positions
 
 
@@ -334,6 +400,8 @@ class _Step:
     draft_tokens: float
     accepted: float
     positions: dict[str, float]
+    #: The servers' stated KV cache in tokens at this step (None: not stated).
+    kv_cache_tokens: float | None = None
 
     @property
     def k(self) -> float:
@@ -360,6 +428,7 @@ def _steps(
 
         if v("requests") <= 0 or v("latency_sum") <= 0:
             continue
+        kv = model_series.get("kv_cache_tokens", {}).get(t)
         out.append(
             _Step(
                 t=t,
@@ -375,6 +444,7 @@ def _steps(
                 draft_tokens=v("draft_tokens"),
                 accepted=v("accepted"),
                 positions={pos: s.get(t, 0.0) for pos, s in model_positions.items() if t in s},
+                kv_cache_tokens=kv if kv is not None and math.isfinite(kv) else None,
             )
         )
     return out
@@ -385,6 +455,8 @@ def _same_config(window: list[_Step], step: _Step, step_s: float) -> bool:
     if step.t - window[-1].t > 1.5 * step_s:  # a gap: no data, or no traffic
         return False
     if (first.drafts > 0) != (step.drafts > 0):
+        return False
+    if first.kv_cache_tokens != step.kv_cache_tokens:  # another server configuration
         return False
     if first.drafts > 0 and abs(step.k - first.k) > DRAFT_LENGTH_TOLERANCE * max(first.k, 1.0):
         return False
@@ -443,6 +515,7 @@ def _window_point(model_name: str, q: PrometheusQuery, run: list[_Step]) -> Poin
             generation_tokens=total("gen_sum") / g_count if g_count > 0 else None,
             ttft_s=total("ttft_sum") / t_count if t_count > 0 else None,
             per_position=profile,
+            kv_cache_tokens=run[0].kv_cache_tokens,
         )
     )
 

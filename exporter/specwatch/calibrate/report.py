@@ -23,13 +23,14 @@ import numpy as np
 
 from specwatch import __version__, model
 from specwatch.calibrate.fit import COEFFICIENTS, SystemFit, k_key, workload_labels
+from specwatch.calibrate.saturation import stated_capacity
 from specwatch.model.params import Params, params_from_mapping
 
 #: Coefficients in the order the model reference lists them (params file order).
 PARAMS_ORDER = ("a_p", "b_p", "a_v", "b_v", "a_d", "b_d")
 SATURATION_ORDER = ("c_v", "knee_v", "c_d", "knee_d")
 #: Fitted capacities (tokens; model.md "Capacity"); written only when the data show them.
-CAPACITY_ORDER = ("kv_cache_tokens", "kv_cache_tokens_sd")
+CAPACITY_ORDER = ("kv_cache_tokens", "kv_cache_tokens_sd", "max_num_seqs")
 
 #: Default tolerance of `--compare`: largest relative change of a predicted latency.
 DEFAULT_DRIFT_TOLERANCE = 0.10
@@ -125,6 +126,9 @@ def system_json(fit: SystemFit) -> dict[str, Any]:
                         if fit.uncertainty is not None else None),
         # Every run predicted as `specwatch predict` does (λ -> fixed point -> validity).
         "user_path": _json_safe(fit.user_path),
+        # What the runs' servers stated about their capacity (facts the fit took), or None.
+        "server_capacity": (stated.to_mapping()
+                            if (stated := stated_capacity(fit.points)) else None),
     }
     if coef is not None and fit.mode == "saturation":
         out["coefficients"].update(
@@ -200,10 +204,16 @@ def build_params(
                   " range, knees by grid search (model.md, Saturation regime)")
         if capacity:
             doc["capacity"] = capacity
+        stated = stated_capacity(fit.points)
+        if any(stated is None or getattr(stated, n) is None for n in capacity):
             method += ", KV-cache capacity by grid search (model.md, Fitted capacity)"
     else:
         method = "non-negative least squares of the six-coefficient linear form (model.md," \
             " Fitting)"
+    stated = stated_capacity(fit.points)
+    if stated:  # what the servers said: the capacity terms take it (model.md)
+        doc["server_capacity"] = stated.to_mapping()
+        method += ", capacity as the servers stated it (model.md, Server capacity)"
     if fit.calibrated_range is not None:
         doc["calibrated_range"] = fit.calibrated_range.to_mapping()
     if fit.uncertainty is not None:

@@ -22,6 +22,12 @@ capacity is set only when the data show it: at least `MIN_RUNS_PAST_CAPACITY` ru
 and the best fit without it has a relative RMS more than `KNEE_TOLERANCE` worse; otherwise it
 is reported as not identifiable and left unset (no limit), so the form is the roofline one.
 
+What the servers stated about their capacity (`Point.kv_cache_tokens`, from vLLM's
+`vllm:cache_config_info` or the calibrate flags, and `Point.max_num_seqs`) is a fact, not a
+fit: a stated KV cache is the capacity of its system (SD or no SD) without a search or an
+identifiability test, and a stated max_num_seqs caps every run's running requests
+(`stated_capacity`; model.md, "Server capacity").
+
 Points are excluded only when truly unusable (no generation length, no acceptance length for
 an SD run, a non-positive latency or throughput); high-concurrency points with exploding TTFT
 are what this fit exists to use.
@@ -41,6 +47,7 @@ from scipy.optimize import nnls
 
 from specwatch import model
 from specwatch.calibrate.inputs import Point
+from specwatch.model.params import ServerCapacity
 
 __all__ = [
     "CAPACITY_GRID",
@@ -52,6 +59,7 @@ __all__ = [
     "fit_saturation",
     "measured_breakeven",
     "predicted_latency",
+    "stated_capacity",
 ]
 
 #: Column order of the design matrix (and the names the report uses).
@@ -173,8 +181,8 @@ def _solve(arrays: tuple[np.ndarray, ...], knee_v: float, knee_d: float,
 
 
 def _coefficients(sol: np.ndarray, knee_v: float, knee_d: float,
-                  kv_sd: float | None = None, kv_nosd: float | None = None
-                  ) -> model.Coefficients:
+                  kv_sd: float | None = None, kv_nosd: float | None = None,
+                  seqs: float | None = None) -> model.Coefficients:
     v = dict(zip(SATURATION_COEFFICIENTS, (float(x) for x in sol), strict=True))
     return model.Coefficients(
         a_p=v["a_p"], b_p=v["b_p"], a_v=v["a_v"], b_v=v["b_v"], a_d=v["a_d"], b_d=v["b_d"],
@@ -184,6 +192,7 @@ def _coefficients(sol: np.ndarray, knee_v: float, knee_d: float,
         knee_d=knee_d if math.isfinite(knee_d) and v["c_d"] > 0 else 0.0,
         kv_cache_tokens=kv_nosd or 0.0,
         kv_cache_tokens_sd=kv_sd or 0.0,
+        max_num_seqs=seqs or 0.0,
     )
 
 
@@ -233,10 +242,40 @@ def _floor(running: np.ndarray, hold: np.ndarray) -> float:
     return float(held.max()) if held.size else 0.0
 
 
-def _per_point(mask: np.ndarray, hold: np.ndarray, tokens: float) -> np.ndarray:
-    """Capacity in requests of each run of `mask` (inf elsewhere and for no limit)."""
+def _per_point(mask: np.ndarray, hold: np.ndarray, tokens: float,
+               seqs: float = math.inf) -> np.ndarray:
+    """Capacity in requests of each run of `mask` (inf elsewhere and for no limit), at most
+    `seqs` everywhere (a stated max_num_seqs)."""
     with np.errstate(divide="ignore"):
-        return np.where(mask, tokens / hold, math.inf)
+        return np.minimum(np.where(mask, tokens / hold, math.inf), seqs)
+
+
+def stated_capacity(points: Sequence[Point]) -> ServerCapacity | None:
+    """What the runs' servers stated about their capacity (None: nothing stated).
+
+    The SD runs' KV cache is `kv_cache_tokens_sd`, the no-SD runs' `kv_cache_tokens`.
+    Runs that state different values were not served by one configuration, so that value
+    is left unstated (and fitted as before) rather than one of them picked; runs that state
+    nothing do not contradict the ones that do.
+    """
+    def one(values: Sequence[float | None]) -> float | None:
+        got = {float(v) for v in values if v}
+        return got.pop() if len(got) == 1 else None
+
+    found = ServerCapacity(
+        kv_cache_tokens=one([p.kv_cache_tokens for p in points if not p.sd]),
+        kv_cache_tokens_sd=one([p.kv_cache_tokens for p in points if p.sd]),
+        max_num_seqs=one([p.max_num_seqs for p in points]))
+    return found if found else None
+
+
+def _stated_fit(tokens: float, rms: float, rms_without: float, b: np.ndarray,
+                hold: np.ndarray, seqs: float) -> CapacityFit:
+    past = int(np.sum(b > np.minimum(tokens / hold, seqs)))
+    why = (f"stated by the server: {past} runs past it; without"
+           f" it the relative RMS is {rms_without:.2%} against {rms:.2%}")
+    return CapacityFit(tokens, True, why, None, rms, rms_without, past,
+                       float(np.mean(hold)) if hold.size else None)
 
 
 def fit_saturation(points: Sequence[Point]) -> SaturationFit:
@@ -258,14 +297,17 @@ def fit_saturation(points: Sequence[Point]) -> SaturationFit:
     running = running_lower_bound(points)
     floor_sd, floor_nosd = _floor(running[sd], hold[sd]), _floor(running[~sd], hold[~sd])
     levels = _load_levels(points)
+    stated = stated_capacity(points) or ServerCapacity()
+    seqs = stated.max_num_seqs or math.inf
+    known_sd = stated.kv_cache_tokens_sd if has_sd else None
     caps_sd = (_capacity_candidates(b[sd], hold[sd], levels[sd], len(points), floor_sd)
-               if has_sd else [])
+               if has_sd and known_sd is None else [])
     # (knee_v, knee_d, SD capacity) -> relative RMS; math.inf = no capacity.
     grid: dict[tuple[float, float, float], tuple[np.ndarray, float]] = {}  # (sol, rms)
     for kv in KNEES_V:
         for kd in knees_d:
-            for cap in (math.inf, *caps_sd):
-                grid[(kv, kd, cap)] = _solve(arrays, kv, kd, _per_point(sd, hold, cap))
+            for cap in (math.inf, *caps_sd, *([known_sd] if known_sd else [])):
+                grid[(kv, kd, cap)] = _solve(arrays, kv, kd, _per_point(sd, hold, cap, seqs))
 
     def best_of(keys: Sequence[tuple[float, float, float]]
                 ) -> tuple[float, tuple[float, float, float]]:
@@ -282,31 +324,42 @@ def fit_saturation(points: Sequence[Point]) -> SaturationFit:
     by_cap: dict[float, float] = {}  # the best RMS over the knees at each SD capacity
     for key, (_, r) in grid.items():
         by_cap[key[2]] = min(r, by_cap.get(key[2], math.inf))
-    cap_sd_fit, (kv, kd, cap_sd) = _decide_capacity(
-        rms_all, key_all, rms_none, key_none, by_cap, caps_sd, hold[sd], b[sd])
+    if known_sd:  # a fact: the best knees at it, no decision
+        rms_known, (kv, kd, cap_sd) = best_of([key for key in grid if key[2] == known_sd])
+        cap_sd_fit = _stated_fit(known_sd, rms_known, rms_none, b[sd], hold[sd], seqs)
+    else:
+        cap_sd_fit, (kv, kd, cap_sd) = _decide_capacity(
+            rms_all, key_all, rms_none, key_none, by_cap, caps_sd, hold[sd], b[sd])
     sol, rms = grid[(kv, kd, cap_sd)]
     # Knee ranges at the chosen capacity: the knee pairs within the tolerance of the best.
     per_knee = {(kv_, kd_): r for (kv_, kd_, c), (_, r) in grid.items() if c == cap_sd}
-    if math.isfinite(cap_sd):
+    if math.isfinite(cap_sd) and not known_sd:
         cap_sd, sol, rms, fine = _refine(arrays, kv, kd, sd, b, hold, levels, cap_sd,
-                                         math.inf, True, floor_sd)
+                                         math.inf, True, floor_sd, seqs)
         cap_sd_fit = _with_value(cap_sd_fit, cap_sd, rms, b[sd], hold[sd], by_cap, fine,
                                  floor_sd)
     # The no-SD capacity at the chosen knees and SD capacity.
     nosd = ~sd
-    caps_nosd = _capacity_candidates(b[nosd], hold[nosd], levels[nosd], len(points),
-                                     floor_nosd)
+    known_nosd = stated.kv_cache_tokens
+    caps_nosd = ([] if known_nosd else
+                 _capacity_candidates(b[nosd], hold[nosd], levels[nosd], len(points),
+                                      floor_nosd))
     prof_nosd = {math.inf: rms}
-    for cap in caps_nosd:
-        _, prof_nosd[cap] = _solve(
-            arrays, kv, kd, np.minimum(_per_point(sd, hold, cap_sd),
-                                       _per_point(nosd, hold, cap)))
-    best_nosd = min(prof_nosd, key=lambda c: (prof_nosd[c], -c))
-    cap_nosd_fit, cap_nosd = _decide_nosd(prof_nosd, best_nosd, caps_nosd, b[nosd],
-                                          hold[nosd])
-    if math.isfinite(cap_nosd):
+    for cap in (*caps_nosd, *([known_nosd] if known_nosd else [])):
+        sol_c, prof_nosd[cap] = _solve(
+            arrays, kv, kd, np.minimum(_per_point(sd, hold, cap_sd, seqs),
+                                       _per_point(nosd, hold, cap, seqs)))
+    if known_nosd:
+        cap_nosd, rms_without = known_nosd, rms
+        sol, rms = sol_c, prof_nosd[known_nosd]
+        cap_nosd_fit = _stated_fit(known_nosd, rms, rms_without, b[nosd], hold[nosd], seqs)
+    else:
+        best_nosd = min(prof_nosd, key=lambda c: (prof_nosd[c], -c))
+        cap_nosd_fit, cap_nosd = _decide_nosd(prof_nosd, best_nosd, caps_nosd, b[nosd],
+                                              hold[nosd])
+    if math.isfinite(cap_nosd) and not known_nosd:
         cap_nosd, sol, rms, fine = _refine(arrays, kv, kd, sd, b, hold, levels, cap_sd,
-                                           cap_nosd, False, floor_nosd)
+                                           cap_nosd, False, floor_nosd, seqs)
         cap_nosd_fit = _with_value(cap_nosd_fit, cap_nosd, rms, b[nosd], hold[nosd],
                                    prof_nosd, fine, floor_nosd)
     best_knee_rms = min(per_knee.values())
@@ -315,7 +368,8 @@ def fit_saturation(points: Sequence[Point]) -> SaturationFit:
     cap_nosd_fit = dataclasses.replace(cap_nosd_fit, floor_tokens=floor_nosd)
     return SaturationFit(
         coefficients=_coefficients(sol, kv, kd, cap_sd if math.isfinite(cap_sd) else None,
-                                   cap_nosd if math.isfinite(cap_nosd) else None),
+                                   cap_nosd if math.isfinite(cap_nosd) else None,
+                                   seqs if math.isfinite(seqs) else None),
         rms=rms,
         knee_range_v=(min(x[0] for x in good), max(x[0] for x in good)),
         knee_range_d=(min(x[1] for x in good), max(x[1] for x in good)),
@@ -383,7 +437,7 @@ def _decide_nosd(profile: dict[float, float], best: float, caps: Sequence[float]
 
 def _refine(arrays: tuple[np.ndarray, ...], kv: float, kd: float, sd: np.ndarray,
             b: np.ndarray, hold: np.ndarray, levels: np.ndarray, cap_sd: float,
-            cap_nosd: float, refine_sd: bool, floor: float
+            cap_nosd: float, refine_sd: bool, floor: float, seqs: float = math.inf
             ) -> tuple[float, np.ndarray, float, dict[float, float]]:
     """The capacity on a 2^(1/16) grid around the chosen grid value, knees fixed."""
     mask = sd if refine_sd else ~sd
@@ -395,8 +449,8 @@ def _refine(arrays: tuple[np.ndarray, ...], kv: float, kd: float, sd: np.ndarray
         if not _admissible(cap, b[mask], hold[mask], levels[mask], len(b), floor):
             continue
         s_cap, n_cap = (cap, cap_nosd) if refine_sd else (cap_sd, cap)
-        sol, rms = _solve(arrays, kv, kd, np.minimum(_per_point(sd, hold, s_cap),
-                                                     _per_point(~sd, hold, n_cap)))
+        sol, rms = _solve(arrays, kv, kd, np.minimum(_per_point(sd, hold, s_cap, seqs),
+                                                     _per_point(~sd, hold, n_cap, seqs)))
         profile[cap] = rms
         if best is None or rms < best[1] * (1 - 1e-9):
             best = (cap, rms, sol)

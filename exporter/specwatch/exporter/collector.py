@@ -393,6 +393,28 @@ def health_families(snap: Snapshot) -> Iterator[Metric]:
     yield from fams.values()
 
 
+def server_families(snap: Snapshot, max_num_seqs: Mapping[str, int] | None = None
+                    ) -> Iterator[Metric]:
+    """What each target that is up says about its capacity (its page's cache_config_info),
+    and the max_num_seqs its configuration states; a value nobody stated has no series."""
+    tokens = metricdefs.gauge(SERVER_KV_CACHE_TOKENS)
+    blocks = metricdefs.gauge(SERVER_KV_CACHE_BLOCKS)
+    seqs = metricdefs.gauge(SERVER_MAX_NUM_SEQS)
+    for name, t in snap.targets.items():
+        if max_num_seqs and name in max_num_seqs:
+            seqs.add_metric([name], float(max_num_seqs[name]))
+        server = t.server if t.up else None
+        if server is None:
+            continue
+        if server.kv_cache_tokens is not None:
+            tokens.add_metric([name], server.kv_cache_tokens)
+        if server.num_gpu_blocks is not None:
+            blocks.add_metric([name], server.num_gpu_blocks)
+    for fam in (tokens, blocks, seqs):
+        if fam.samples:
+            yield fam
+
+
 def derived_families(snap: Snapshot, keep_empty: bool = False) -> Iterator[Metric]:
     """The sd_* series of every target that is up (a down target exposes none); families
     without samples are left out unless ``keep_empty``."""
@@ -435,6 +457,10 @@ def _fmt_bound(b: float) -> str:
 _WINDOW_NAMES = frozenset(WINDOW_GAUGES)
 _POSITION_NAMES = frozenset(POSITION_GAUGES)
 CONFIGURED = "sd_draft_length_configured"
+#: What the server states about its capacity (server_families).
+SERVER_KV_CACHE_TOKENS = "sd_server_kv_cache_tokens"
+SERVER_KV_CACHE_BLOCKS = "sd_server_kv_cache_blocks"
+SERVER_MAX_NUM_SEQS = "sd_server_max_num_seqs"
 SAMPLES = "sd_acceptance_rate_samples"
 #: Family order of the page after specwatch_build_info, and whether a family with no sample
 #: is still written (health families are; derived ones only when they have data).

@@ -161,6 +161,8 @@ TARGET_SCHEMA: dict[str, Key] = {
     "auth": Key(dict, children=AUTH_SCHEMA, doc="bearer token or basic auth"),
     "params": Key(str, doc="latency-model parameters file (YAML) for the sd_predicted_* series"),
     "model_window": Key(str, doc="window whose signals feed the model (default global's, 5m)"),
+    "max_num_seqs": Key(int, check=_positive_int(1),
+                        doc="vLLM --max-num-seqs of the server (no page states it)"),
     "tls": Key(dict, children=TARGET_TLS_SCHEMA, doc="CA, client certificate"),
     "max_series": Key(int, check=_positive_int(1), doc="source series kept per poll"),
     "max_models": Key(int, check=_positive_int(1),

@@ -75,6 +75,26 @@ METRICS: tuple[MetricDef, ...] = (
              "speculative_num_steps).",
         doc="configured k: number of `position` series (SGLang: `speculative_num_steps`)"),
     MetricDef(
+        "sd_server_kv_cache_tokens", "gauge", ("target",),
+        help="KV-cache capacity in tokens the server states (vLLM cache_config_info: "
+             "kv_cache_size_tokens, else num_gpu_blocks x block_size; summed over engines).",
+        doc="KV-cache capacity in tokens the server states on its page (vLLM "
+            "`vllm:cache_config_info`: `kv_cache_size_tokens`, else `num_gpu_blocks` × "
+            "`block_size`), summed over its engines; absent when an engine does not state "
+            "it. Compared with the parameters file's `server_capacity` (model.md, *Server "
+            "capacity*)"),
+    MetricDef(
+        "sd_server_kv_cache_blocks", "gauge", ("target",),
+        help="KV-cache blocks the server states (vLLM cache_config_info num_gpu_blocks, "
+             "summed over engines).",
+        doc="KV-cache blocks the server states (`num_gpu_blocks`), summed over its engines"),
+    MetricDef(
+        "sd_server_max_num_seqs", "gauge", ("target",),
+        help="Most requests the server runs at once, as the target's configuration states "
+             "it (targets[].max_num_seqs: vLLM does not expose it).",
+        doc="`targets[].max_num_seqs` of the configuration (vLLM's `--max-num-seqs`, which "
+            "no vLLM page states); absent when not configured"),
+    MetricDef(
         "sd_token_acceptance_probability", "gauge", ("target", "model_name", "window"),
         help="Per-token acceptance probability alpha of the i.i.d. model, "
              "solved from the acceptance length and draft length (not the "
@@ -314,7 +334,8 @@ METRICS: tuple[MetricDef, ...] = (
             "`reason` = `saturated`, `above_utilization_ceiling`, `beyond_calibrated_load`, "
             "`extrapolated_k`, `sensitive` (90% latency interval wider than the file's limit), "
             "`queueing` (waiting requests in the latest poll), "
-            "`missing_input` or `invalid_input`"),
+            "`capacity_mismatch` (the server states another capacity than the file's "
+            "`server_capacity`), `missing_input` or `invalid_input`"),
     MetricDef(
         "sd_model_latency_error_ratio", "gauge", ("target", "model_name", "window"),
         help="Predicted mean latency at the observed load over the measured mean latency of "
@@ -324,10 +345,15 @@ METRICS: tuple[MetricDef, ...] = (
             "the window, minus 1 (signed); present when both exist; alert `SDModelDrift`"),
     MetricDef(
         "sd_model_provenance_mismatch", "gauge", ("target", "model_name", "window", "field"),
-        help="1 when a provenance field of the parameters file (field=model) contradicts "
-             "what the target exposes.",
-        doc="1 when the parameters file's `provenance.<field>` (today: `model`) contradicts "
-            "the target's `model_name`; also logged once"),
+        help="1 when a provenance field of the parameters file (field=model) or its "
+             "server_capacity (field=kv_cache_tokens, kv_cache_tokens_sd, max_num_seqs) "
+             "contradicts what the target states.",
+        doc="1 when the parameters file's `provenance.<field>` (`model`) contradicts the "
+            "target's `model_name`, or its `server_capacity.<field>` (`kv_cache_tokens` for "
+            "a server without SD, `kv_cache_tokens_sd` with SD, `max_num_seqs`) what the "
+            "server states (`sd_server_kv_cache_tokens` off by more than 5%, "
+            "`sd_server_max_num_seqs` different); a capacity mismatch also makes "
+            "`sd_model_valid` 0 with reason `capacity_mismatch`; also logged once"),
     MetricDef(
         "specwatch_model_configured", "gauge", ("target",),
         help="1 when the target's configuration names a latency-model parameters file, else 0.",

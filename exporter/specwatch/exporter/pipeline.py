@@ -352,4 +352,5 @@ class Pipeline:
                                   "invalid": state.series_invalid},
             models_dropped_total=dict(hist.dropped),
             label_values_truncated_total=state.labels_truncated,
-            last_success_timestamp=result.finished, engine=page.engine, models=models)
+            last_success_timestamp=result.finished, engine=page.engine, models=models,
+            server=page.server)

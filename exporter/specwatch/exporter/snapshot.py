@@ -130,6 +130,10 @@ class TargetSnapshot:
     models: Mapping[str, ModelSnapshot] = field(default_factory=dict)
     #: Issue 3: per-target model state (e.g. whether a parameters file is configured).
     model: Any = None
+    #: What the server's last page says about its capacity (a
+    #: :class:`specwatch.exporter.sources.ServerCapacity`); None when it says nothing or
+    #: the target is down.
+    server: Any = None
     extensions: Mapping[str, Any] = field(default_factory=dict)
 
     def replaced(self, **changes: Any) -> TargetSnapshot:

@@ -98,6 +98,13 @@ SGLANG_SPEC_DRAFT_TOKENS = "sglang_spec_num_draft_tokens"
 V0_ACCEPTANCE_RATE = "v0_draft_acceptance_rate"
 V0_EFFICIENCY = "v0_efficiency"
 
+# ---- server facts (info series: the values are in the labels) --------------------------------
+#: ``vllm:cache_config_info``: the engine's CacheConfig as labels, value 1, no ``model_name``.
+CACHE_CONFIG = "cache_config"
+#: The labels of it read here (the rest are settings specwatch does not use): each engine's
+#: KV-cache size in tokens (vLLM >= 0.32 writes it; before, blocks x block size gives it).
+CACHE_CONFIG_LABELS = ("engine", "kv_cache_size_tokens", "num_gpu_blocks", "block_size")
+
 _VLLM_COUNTERS: dict[str, str] = {
     "vllm:spec_decode_num_drafts_total": DRAFTS,
     "vllm:spec_decode_num_draft_tokens_total": DRAFT_TOKENS,
@@ -125,6 +132,7 @@ _VLLM_GAUGES: dict[str, str] = {
     "vllm:spec_decode_draft_acceptance_rate": V0_ACCEPTANCE_RATE,
     "vllm:spec_decode_efficiency": V0_EFFICIENCY,
 }
+_VLLM_INFOS: dict[str, str] = {"vllm:cache_config_info": CACHE_CONFIG}
 _SGLANG_COUNTERS: dict[str, str] = {
     "sglang:spec_verify_calls_total": VERIFY_CALLS,
     "sglang:generation_tokens_total": GENERATION_TOKENS,
@@ -173,6 +181,65 @@ Identity = tuple[tuple[str, str], ...]
 SeriesKey = tuple[str, str, Identity]
 
 
+@dataclass(frozen=True)
+class ServerCapacity:
+    """What a vLLM server says about its own capacity (``vllm:cache_config_info``).
+
+    Summed over the page's engines (each data-parallel engine has its own KV cache, and
+    the requests a server runs at once are spread over them). A value one engine does not
+    state is None for the server: a sum missing a term would understate the capacity.
+    """
+
+    #: KV-cache tokens: ``kv_cache_size_tokens``, else ``num_gpu_blocks`` x ``block_size``.
+    kv_cache_tokens: float | None
+    #: KV-cache blocks (``num_gpu_blocks``).
+    num_gpu_blocks: float | None
+    #: Tokens per block (``block_size``), the largest over the engines.
+    block_size: float | None
+    engines: int
+
+
+def _label_number(labels: Mapping[str, str], name: str) -> float | None:
+    """A positive finite number written in a label ("None" before the engine profiled)."""
+    try:
+        v = float(labels.get(name, ""))
+    except ValueError:
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
+def server_capacity(infos: Mapping[SeriesKey, float]) -> ServerCapacity | None:
+    """The server's capacity from its ``vllm:cache_config_info`` series (None: none on the
+    page). Two series of one engine that disagree make every value unknown."""
+    engines: dict[str, tuple[float | None, float | None, float | None]] = {}
+    conflict = False
+    for (_, sig, identity) in infos:
+        if sig != CACHE_CONFIG:
+            continue
+        labels = dict(identity)
+        blocks = _label_number(labels, "num_gpu_blocks")
+        size = _label_number(labels, "block_size")
+        tokens = _label_number(labels, "kv_cache_size_tokens")
+        if tokens is None and blocks is not None and size is not None:
+            tokens = blocks * size
+        found = (tokens, blocks, size)
+        engine = labels.get("engine", "")
+        conflict = conflict or engines.setdefault(engine, found) != found
+    if not engines:
+        return None
+    if conflict:
+        return ServerCapacity(None, None, None, len(engines))
+
+    def total(i: int) -> float | None:
+        vals = [e[i] for e in engines.values()]
+        return None if any(v is None for v in vals) else float(sum(vals))  # type: ignore[misc]
+
+    sizes = [e[2] for e in engines.values()]
+    return ServerCapacity(kv_cache_tokens=total(0), num_gpu_blocks=total(1),
+                          block_size=None if None in sizes else max(sizes),  # type: ignore[type-var]
+                          engines=len(engines))
+
+
 class PageParseError(ValueError):
     """The body is not a Prometheus text page (the poller counts reason="parse")."""
 
@@ -198,6 +265,8 @@ class ParsedPage:
     invalid_models: tuple[str, ...] = ()
     #: Distinct label values cut to the length limit on this page (issue 17).
     truncated_label_values: int = 0
+    #: What the server says about its capacity (vLLM's cache_config_info); None: not said.
+    server: ServerCapacity | None = None
 
     @functools.cached_property
     def models(self) -> frozenset[str]:
@@ -228,7 +297,7 @@ _PREFIXES = ("vllm:", "sglang:")
 
 
 # What a sample is to parse_page (_Series.kind).
-_COUNTER, _CREATED, _GAUGE, _PROCESS_START = range(4)
+_COUNTER, _CREATED, _GAUGE, _PROCESS_START, _INFO = range(5)
 
 
 class _Series(NamedTuple):
@@ -252,6 +321,7 @@ class _Names:
     counters: dict[str, str]
     gauges: dict[str, str]
     created: dict[str, str]
+    infos: dict[str, str]
     selector: SampleSelector
     #: sample key (see fastparse.RawSample: name and labels as written) -> what they mean.
     #: Bounded like the selector's label cache; the same series recur on every poll.
@@ -263,8 +333,13 @@ class _Names:
 
     def describe(self, name: str, labels: Mapping[str, str]) -> _Series:
         """What the wanted sample ``name{labels}`` is (one of the tables, or the start time)."""
+        if name in self.infos:  # server-wide: only the labels read, no model
+            identity: Identity = tuple(sorted(
+                (k, labels[k]) for k in CACHE_CONFIG_LABELS if k in labels))
+            sig = self.infos[name]
+            return _Series(_INFO, sig, "", identity, ("", sig, identity), None, 0)
         model = labels.get("model_name", "")
-        identity: Identity = tuple(sorted(
+        identity = tuple(sorted(
             (k, v) for k, v in labels.items() if k != "model_name"))
         longest = max(map(len, labels.values()), default=0)
         position = None
@@ -301,8 +376,9 @@ def _names(engine: str, buckets: bool = True) -> _Names:
         counter_names = {n: s for n, s in counter_names.items() if s not in BUCKET_SIGNALS}
     created_names = {n: s for n, s in _COUNTER_TO_CREATED.items()
                      if n.replace("_created", "_total") in counter_names}
-    wanted = {*counter_names, *gauge_names, *created_names, PROCESS_START}
-    return _Names(counter_names, gauge_names, created_names,
+    info_names = dict(_VLLM_INFOS) if engine in ("vllm", "auto") else {}
+    wanted = {*counter_names, *gauge_names, *created_names, *info_names, PROCESS_START}
+    return _Names(counter_names, gauge_names, created_names, info_names,
                   SampleSelector(wanted, prefixes=_PREFIXES))
 
 
@@ -401,6 +477,7 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     counters: dict[SeriesKey, float] = {}
     created: dict[SeriesKey, float] = {}
     gauge_series: dict[SeriesKey, float] = {}
+    infos: dict[SeriesKey, float] = {}
     positions: dict[str, set[str]] = {}
     process_start: float | None = None
     invalid_models: set[str] = set()
@@ -436,6 +513,10 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
             if what == _PROCESS_START:
                 process_start = value
                 continue
+            if what == _INFO:
+                if isfinite(value):
+                    infos[key] = value
+                continue
             if longest > short_enough and max_label_value_bytes is not None:
                 model, identity = _truncated(model, identity, max_label_value_bytes,
                                              truncated)
@@ -462,13 +543,14 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
         heads = [s[3] for s in samples if s[3] is not None]  # all of them: rows is not None
         plan.learn(plan_key, text, heads, rows, positions, len(truncated))
     return _page(counters, created, gauge_series, positions, process_start, invalid_models,
-                 invalid_hits, len(truncated), saw)
+                 invalid_hits, len(truncated), saw, infos)
 
 
 def _page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
           gauge_series: dict[SeriesKey, float], positions: Mapping[str, set[str]],
           process_start: float | None, invalid_models: set[str], invalid_hits: int,
-          truncated: int, saw: Callable[[str], bool]) -> ParsedPage:
+          truncated: int, saw: Callable[[str], bool],
+          infos: Mapping[SeriesKey, float]) -> ParsedPage:
     """The page from its per-series values: invalid models left out, gauges aggregated per
     model, the configured k, the engine kind (``saw``: is a prefix on a sample line?)."""
     invalid_series = 0
@@ -512,7 +594,7 @@ def _page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
                       configured_k=configured_k, process_start_time=process_start,
                       invalid_series=invalid_series, invalid_models=tuple(sorted(invalid_models)),
-                      truncated_label_values=truncated)
+                      truncated_label_values=truncated, server=server_capacity(infos))
 
 
 #: Most text a target's plan keeps in its heads (name and labels of each wanted line, as
@@ -600,12 +682,16 @@ class PagePlan:
                 return None
         created: dict[SeriesKey, float] = {}
         gauge_series: dict[SeriesKey, float] = {}
+        infos: dict[SeriesKey, float] = {}
         process_start = None
         isfinite = math.isfinite
         for i, what, k in self.others:
             v = values[i]
             if what == _PROCESS_START:
                 process_start = v
+            elif what == _INFO:
+                if isfinite(v):
+                    infos[k] = v
             elif what == _CREATED:
                 if isfinite(v):
                     created[k] = v
@@ -617,7 +703,7 @@ class PagePlan:
             return text.startswith(prefix) or f"\n{prefix}" in text
 
         return _page(dict(zip(self.counter_keys, counts, strict=True)), created, gauge_series,
-                     self.positions, process_start, set(), 0, self.truncated, saw)
+                     self.positions, process_start, set(), 0, self.truncated, saw, infos)
 
 
 def source_metric_names(engine: str = "auto") -> frozenset[str]:
@@ -626,4 +712,6 @@ def source_metric_names(engine: str = "auto") -> frozenset[str]:
     for c, g in _tables_for(engine):
         names.update(c)
         names.update(g)
+    if engine in ("vllm", "auto"):
+        names.update(_VLLM_INFOS)
     return frozenset(names)

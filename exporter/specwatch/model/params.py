@@ -19,6 +19,10 @@ Schema (README "Parameters file"):
       max_num_seqs: 256          # requests running at once
       kv_cache_tokens: 80000     # KV-cache tokens (a request holds p + g at its end)
       kv_cache_tokens_sd: 23000  # the same with the drafter loaded (0: kv_cache_tokens)
+    server_capacity:                           # optional, what the servers stated (facts)
+      kv_cache_tokens: 524288    # vLLM cache_config_info of the server without SD
+      kv_cache_tokens_sd: 400000 # the same of the server running SD (drafter loaded)
+      max_num_seqs: 256          # --max-num-seqs the runs were served with
     calibrated_range:                          # optional, what calibration saw (validity)
       max_arrival_rate: 16.1    # req/s, highest measured throughput
       max_in_flight: 249        # requests, highest measured B = λ·L
@@ -84,10 +88,12 @@ from specwatch.model.uncertainty import (
 
 __all__ = [
     "DEFAULT_LOAD_MARGIN",
+    "SERVER_CAPACITY_NAMES",
     "CalibratedRange",
     "MeasuredCeiling",
     "MoEParams",
     "Params",
+    "ServerCapacity",
     "Uncertainty",
     "dump_params",
     "load_params",
@@ -112,9 +118,12 @@ _TOP_KEYS = (
     "capacity",
     "calibrated_range",
     "uncertainty",
+    "server_capacity",
 )
 _SATURATION_NAMES = ("c_v", "knee_v", "c_d", "knee_d")
 _CAPACITY_NAMES = ("max_num_seqs", "kv_cache_tokens", "kv_cache_tokens_sd")
+#: Keys of `server_capacity`: the capacity terms (same names) as the servers stated them.
+SERVER_CAPACITY_NAMES = ("kv_cache_tokens", "kv_cache_tokens_sd", "max_num_seqs")
 #: Default relative margin above the highest calibrated load before a prediction is marked
 #: beyond_calibrated_load: 10% is about the spread of repeated benchmark runs.
 DEFAULT_LOAD_MARGIN = 0.1
@@ -193,6 +202,29 @@ class CalibratedRange:
 
 
 @dataclass(frozen=True)
+class ServerCapacity:
+    """What the calibrated servers said about their own capacity: facts, not fits.
+
+    `kv_cache_tokens` is the KV cache of the server without SD, `kv_cache_tokens_sd` of the
+    one running SD (the drafter's weights and cache take memory), both as vLLM states them
+    (`vllm:cache_config_info`); `max_num_seqs` the scheduler's limit. None: not stated. The
+    model's `capacity` terms take these values (model.md, "Server capacity"), and a live
+    server stating another capacity is flagged (`capacity_mismatch`).
+    """
+
+    kv_cache_tokens: float | None = None
+    kv_cache_tokens_sd: float | None = None
+    max_num_seqs: float | None = None
+
+    def to_mapping(self) -> dict[str, float]:
+        return {n: float(v) for n in SERVER_CAPACITY_NAMES
+                if (v := getattr(self, n)) is not None}
+
+    def __bool__(self) -> bool:
+        return bool(self.to_mapping())
+
+
+@dataclass(frozen=True)
 class Params:
     """A validated parameters file. `model()` gives what the model functions take."""
 
@@ -206,6 +238,7 @@ class Params:
     source: str = field(default="<params>", compare=False)
     calibrated_range: CalibratedRange | None = None
     uncertainty: Uncertainty | None = None
+    server_capacity: ServerCapacity | None = None
 
     def model(self) -> Coefficients | MoECoefficients:
         """Dense coefficients, or the MoE split when the file has a `moe` block."""
@@ -246,6 +279,8 @@ class Params:
             out["calibrated_range"] = self.calibrated_range.to_mapping()
         if self.uncertainty is not None:
             out["uncertainty"] = self.uncertainty.to_mapping()
+        if self.server_capacity:
+            out["server_capacity"] = self.server_capacity.to_mapping()
         if self.provenance:
             out["provenance"] = _plain(dict(self.provenance))
         return out
@@ -561,6 +596,23 @@ def _build(ctx: _Ctx, doc: Any) -> Params:
             if n in cm:
                 extra[n] = _count(ctx, ("capacity", n), cm[n],
                                   "requests" if n == "max_num_seqs" else "tokens")
+    stated = None
+    if top.get("server_capacity") is not None:
+        sc = _mapping(ctx, ("server_capacity",), top["server_capacity"], SERVER_CAPACITY_NAMES)
+        values: dict[str, float] = {}
+        for n in SERVER_CAPACITY_NAMES:
+            if sc.get(n) is not None:
+                unit = "requests" if n == "max_num_seqs" else "tokens"
+                v = _count(ctx, ("server_capacity", n), sc[n], f"{unit}, > 0")
+                if v <= 0:
+                    raise ctx.fail(("server_capacity", n), f"expected {unit} > 0, got {v:g}")
+                values[n] = v
+        stated = ServerCapacity(**values)
+        # A stated capacity is the model's capacity term unless `capacity` sets it (an MoE
+        # model has no capacity terms: the record is kept, the model unchanged).
+        if top.get("moe") is None:
+            for n, v in values.items():
+                extra.setdefault(n, v)
     coefficients = Coefficients(**coef, b_v_context=b_v_context, **extra)
     if coefficients.a_p == 0 and coefficients.a_v == 0:
         raise ctx.fail(
@@ -624,6 +676,7 @@ def _build(ctx: _Ctx, doc: Any) -> Params:
         source=ctx.source,
         calibrated_range=calibrated,
         uncertainty=uncertainty,
+        server_capacity=stated,
     )
 
 

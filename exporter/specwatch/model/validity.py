@@ -23,6 +23,9 @@ outputs (`validity_reasons`) and the exporter's `sd_model_valid{reason}` series 
   hysteresis band is not taken;
 - ``queueing``: live only: the server queues requests (waiting requests, KV cache full,
   preemptions), so the open-loop model does not describe what is measured;
+- ``capacity_mismatch``: live only: the server states another capacity (KV cache,
+  max_num_seqs) than the one the parameters file was calibrated with (`server_capacity`),
+  so it is another configuration than the one the coefficients describe;
 - ``invalid_input`` and ``not_converged`` for the rest of the model's codes.
 """
 
@@ -40,6 +43,7 @@ from specwatch.model.uncertainty import Intervals, intervals
 __all__ = [
     "ABOVE_CEILING",
     "BEYOND_CALIBRATED_LOAD",
+    "CAPACITY_MISMATCH",
     "EXTRAPOLATED_K",
     "NO_CALIBRATED_RANGE",
     "QUEUEING",
@@ -60,6 +64,7 @@ QUEUEING = "queueing"
 SENSITIVE = "sensitive"
 NO_CALIBRATED_RANGE = "no_calibrated_range"
 UNCERTAIN = "uncertain"
+CAPACITY_MISMATCH = "capacity_mismatch"
 
 _MODEL_NAMES = {
     Reason.OK: "",
