@@ -19,7 +19,7 @@ import time
 import pytest
 import yaml
 from helpers.scrape import scrape
-from specwatch.app import demo
+from specwatch.app import demo, demo_time
 
 
 def demo_args(*argv: str) -> argparse.Namespace:
@@ -42,7 +42,7 @@ def test_alert_for_durations_are_divided_by_the_speed() -> None:
     assert rules["SDAcceptanceRateLow"]["keep_firing_for"] == "12s"
     assert rules["SDAcceptanceBimodal"]["for"] == "180s"
     assert rules["SpecwatchTargetDown"]["for"] == "30s"
-    assert demo.scaled_alert_durations({"alerts": {"A": {"for": "10m"}}}, 7.0) == {
+    assert demo_time.scaled_alert_durations({"alerts": {"A": {"for": "10m"}}}, 7.0) == {
         "alerts": {"A": {"for": "85714ms"}}}
 
 
@@ -76,7 +76,7 @@ def test_range_windows_of_the_rules_are_divided_by_the_speed() -> None:
     """The recording rules' 5m window (and every other range of the rendered rules) counts
     wall seconds in Prometheus: at --speed 20 it is 15 s, five scenario minutes, while the
     recorded names keep their `rate5m`."""
-    assert demo.scaled_ranges("rate(x[5m]) / last_over_time(y[2m:30s])", 20.0) \
+    assert demo_time.scaled_ranges("rate(x[5m]) / last_over_time(y[2m:30s])", 20.0) \
         == "rate(x[15s]) / last_over_time(y[6s:1500ms])"
     d = demo.Demo(demo_args("--speed", "20"))
     try:
@@ -145,7 +145,7 @@ def test_exporter_timestamps_are_served_on_the_wall_clock() -> None:
         seen.append(dict(req.headers))
         return Response(200, page)
 
-    handler = demo.wall_timestamps(inner, lambda t: 1000.0 + (t - 1000.0) / 10.0)
+    handler = demo_time.wall_timestamps(inner, lambda t: 1000.0 + (t - 1000.0) / 10.0)
     resp = handler(Request("GET", "/metrics", {}, {"accept-encoding": "gzip"}))
     assert "accept-encoding" not in seen[0]
     assert resp.body.splitlines()[1:] == [

@@ -31,9 +31,9 @@ in the scenario's own units:
   (``/metrics?timebase=wall``, cumulative samples divided by X), so ``rate()`` over vLLM's
   counters reads the scenario's per-second rates, as the exporter does; the demo renders
   the mixin's rules with every duration Prometheus counts on the wall clock (``for``,
-  ``keep_firing_for``, range windows) divided by X: at ``--speed 20`` SDAcceptanceRateLow
-  waits 30 wall seconds, 10 scenario minutes, and the recording rules' 5m is 5 scenario
-  minutes.
+  ``keep_firing_for``, range windows) divided by X (:mod:`specwatch.app.demo_time`): at
+  ``--speed 20`` SDAcceptanceRateLow waits 30 wall seconds, 10 scenario minutes, and the
+  recording rules' 5m is 5 scenario minutes.
 
 Grafana's ``$__rate_interval`` is a wall-time window too: with the demo's 1 s scrape
 interval it spans a few wall seconds, about a scenario minute or two at the default speed.
@@ -46,7 +46,6 @@ import contextlib
 import ctypes
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -56,17 +55,18 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from specwatch.app.demo_time import scaled_alert_durations, scaled_rules, wall_timestamps
 from specwatch.common.bundle import ALERTS_DIR, bundle_dir
 from specwatch.common.errors import ConfigError, SpecwatchError
 from specwatch.sim.scenario import Scenario, load_scenario
-from specwatch.web.server import Handler, Request, Response, parse_listen
+from specwatch.web.server import parse_listen
 
 log = logging.getLogger("specwatch.app.demo")
 
@@ -76,9 +76,6 @@ PROMETHEUS_READY_TIMEOUT = 30.0
 MIN_WALL_POLL_INTERVAL = 0.25
 #: Default --speed: the packaged demo's story (75 scenario minutes) in under 4 wall minutes.
 DEFAULT_SPEED = 20.0
-#: A sample of a timestamp series (``*_timestamp_seconds``) in a text or OpenMetrics page.
-_TIMESTAMP_SAMPLE = re.compile(
-    rb"^([a-zA-Z_:][a-zA-Z0-9_:]*_timestamp_seconds(?:\{.*\})?) (\S+)", re.MULTILINE)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -180,59 +177,6 @@ def scaled_params_file(scenario: Scenario, index: int, speed: float, folder: Pat
     return out
 
 
-def _scaled_duration(text: str, speed: float) -> str:
-    """A Prometheus duration divided by ``speed``, in whole milliseconds, at least 1 ms
-    (``for: 0s`` would mean "fire at once", a different rule)."""
-    from specwatch.common.schema import parse_duration
-
-    ms = max(1, round(parse_duration(text) * 1000.0 / speed))
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
-
-
-#: A range selector's or subquery's duration(s) in PromQL: ``[5m]``, ``[30m:1m]``.
-_RANGE = re.compile(r"\[(\d+(?:\.\d+)?(?:ms|[smhdwy])(?:\d+(?:ms|[smhdwy]))*)"
-                    r"(?::(\d+(?:ms|[smhdwy])(?:\d+(?:ms|[smhdwy]))*)?)?\]")
-
-
-def scaled_ranges(expr: str, speed: float) -> str:
-    """``expr`` with every range window (and subquery resolution) divided by ``speed``."""
-    def scale(m: re.Match[str]) -> str:
-        out = "[" + _scaled_duration(m.group(1), speed)
-        if m.group(0).find(":") >= 0:
-            out += ":" + (_scaled_duration(m.group(2), speed) if m.group(2) else "")
-        return out + "]"
-
-    return _RANGE.sub(scale, expr)
-
-
-def scaled_rules(rules: dict[str, Any], speed: float) -> dict[str, Any]:
-    """Rendered rule groups with every range window of their expressions divided by
-    ``speed`` (recorded names, which carry the window, are kept)."""
-    out = {**rules, "groups": []}
-    for group in rules.get("groups", []):
-        new_rules = [{**r, "expr": scaled_ranges(r["expr"], speed)} if "expr" in r else r
-                     for r in group.get("rules", [])]
-        out["groups"].append({**group, "rules": new_rules})
-    return out
-
-
-def scaled_alert_durations(mixin_config: dict[str, Any], speed: float) -> dict[str, Any]:
-    """Mixin overrides dividing every alert's ``for`` and ``keepFiringFor`` by ``speed``.
-
-    Prometheus durations accept whole milliseconds; a duration that would round to 0 stays
-    1 ms (``for: 0s`` would mean "fire at once", a different rule)."""
-    def scaled(text: str) -> str:
-        return _scaled_duration(text, speed)
-
-    alerts: dict[str, Any] = {}
-    for name, alert in mixin_config.get("alerts", {}).items():
-        patch = {key: scaled(alert[key]) for key in ("for", "keepFiringFor")
-                 if isinstance(alert.get(key), str) and alert[key]}
-        if patch:
-            alerts[name] = patch
-    return {"alerts": alerts}
-
-
 def _fixed_port(listen: str) -> str:
     """``HOST:PORT`` with port 0 replaced by a free port now, so that Prometheus can be told
     the address before the server binds it."""
@@ -247,25 +191,6 @@ def _scrape_address(listen: str) -> str:
     host, port = parse_listen(listen)
     host = "127.0.0.1" if host in ("0.0.0.0", "") else host
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def wall_timestamps(handler: Handler, to_wall: Callable[[float], float]) -> Handler:
-    """The exporter's /metrics with every ``*_timestamp_seconds`` sample mapped from the
-    simulated clock to the wall clock (``to_wall``), for Prometheus, which computes ages
-    against its wall clock. Served uncompressed (the rewrite needs the text)."""
-
-    def handle(req: Request) -> Response:
-        headers = {k: v for k, v in req.headers.items() if k != "accept-encoding"}
-        resp = handler(replace(req, headers=headers))
-        if resp.status != 200:
-            return resp
-
-        def mapped(m: re.Match[bytes]) -> bytes:
-            return m.group(1) + b" " + repr(to_wall(float(m.group(2)))).encode()
-
-        return replace(resp, body=_TIMESTAMP_SAMPLE.sub(mapped, resp.body))
-
-    return handle
 
 
 try:  # resolved in the parent: the child after fork() should do as little as possible
