@@ -190,6 +190,10 @@
       // Target/model pairs the speedup XY chart draws at once: Grafana's xychart needs one
       // series config per frame (byIndex), and the chart has one frame per pair.
       xyChartMaxFrames: 8,
+      // Latency quantiles from vLLM's histograms: a quantile whose bucket is wider than
+      // this fraction of its interpolated value (the first bucket always is) is shown as
+      // the bucket's upper bound ("≤"), not as the interpolated value.
+      quantileResolution: 0.5,
     },
 
     // Dashboard file name -> uid (stable across releases so links and bookmarks keep

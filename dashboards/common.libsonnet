@@ -85,6 +85,15 @@ local ds = '${datasource}';
         ['specwatch_target_up{%s}' % root.filters.job, 'target'],
         includeAll='any',
       ),
+      // The SD dashboards' targets: those running SD (a draft length configured), so that
+      // a baseline without SD (an A/B pair's other side) adds no empty row or stray line.
+      // All is the list of their names, not '.+', which would match the others too.
+      sdTarget: queryVar(
+        'target',
+        'Target',
+        'Inference server polled by specwatch that runs speculative decoding (the `target` name in its configuration).',
+        ['sd_draft_length_configured{%s}' % root.filters.job, 'target'],
+      ),
       modelName: queryVar(
         'model_name',
         'Model',

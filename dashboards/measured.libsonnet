@@ -55,12 +55,22 @@ local xy = g.panel.xyChart;
                   point('J', 'switch measured speedup', 'purple'),
                 ]),
 
+      // Which statistics of the measured speedup the panel shows: the mean by default
+      // (one line per pair and bin), P50 / P99 on demand.
+      statistic::
+        g.dashboard.variable.custom.new('statistic', ['mean', 'p50', 'p99'])
+        + g.dashboard.variable.custom.generalOptions.withLabel('Measured statistic')
+        + g.dashboard.variable.custom.generalOptions.withDescription(
+          'Statistic of the measured speedup (A/B pairs) shown: the mean end-to-end latency ratio, or its P50 / P99.'
+        )
+        + { multi: true },
+
       measuredSpeedup::
         m.timeSeries(
           'Measured speedup (A/B pairs)',
-          'Baseline latency / SD latency measured by each A/B pair (`pairs:` in the exporter config) in each arrival-rate bin, over the finished requests of both sides (mean, P50, P99 of end-to-end latency). Below 1 (dashed line) SD is measured slower; at the current load that fires SDMeasuredSlowdown after %s. A bin without enough requests on both sides has no line.' % c.alerts.SDMeasuredSlowdown['for'],
+          'Baseline latency / SD latency measured by each A/B pair (`pairs:` in the exporter config) in each arrival-rate bin, over the finished requests of both sides: by default the ratio of the mean end-to-end latencies (the statistic SDMeasuredSlowdown reads); the "Measured statistic" variable adds P50 or P99. Below 1 (dashed line) SD is measured slower; at the current load that fires SDMeasuredSlowdown after %s. A bin without enough requests on both sides has no line.' % c.alerts.SDMeasuredSlowdown['for'],
           'none',
-          [t('sd_measured_speedup{%s}' % pairFilter, '{{pair}} · {{model_name}} · {{arrival_rate_bin}} req/s · {{statistic}}')],
+          [t('sd_measured_speedup{%s, statistic=~"$statistic"}' % pairFilter, '{{pair}} · {{model_name}} · {{arrival_rate_bin}} req/s ({{statistic}})')],
         )
         + m.thresholdLines([['red', null], ['green', c.alerts.SDMeasuredSlowdown.threshold]]),
 

@@ -25,11 +25,70 @@ local row = g.panel.row;
       kvCacheUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
       timePerOutputToken: ['vllm:request_time_per_output_token_seconds', 'vllm:time_per_output_token_seconds'],
     };
-    local quantileOf(q, names) =
-      'histogram_quantile(%g, sum by (le, model_name) (%s))' % [
-        q,
-        std.join(' or ', ['rate(%s_bucket{%s}[$__rate_interval])' % [h, f.vllm] for h in names]),
-      ];
+    // Latency quantiles from vLLM histograms that claim no more resolution than the
+    // buckets have. histogram_quantile interpolates linearly inside the bucket the quantile
+    // falls in: inside vLLM's first queue-time bucket (0-0.3 s) it draws 150 ms for
+    // requests that never wait, and when every request lands in one bucket P50 and P99
+    // are its middle and its top whatever the real values. So where the bucket holding a
+    // quantile is wider than `resolution` x the interpolated value (the first bucket, from
+    // 0, always is), the panel shows that bucket's upper bound instead, as "≤" (dashed),
+    // and always the exact mean (sum / count) beside it.
+    //
+    // The bucket is found in PromQL: `step` is 1 for every cumulative bucket holding at
+    // least the quantile's share of the requests, 0 below; histogram_quantile(1, step) is
+    // the upper bound U of the first such bucket and histogram_quantile(0.5, step) the
+    // middle of that bucket, so its width is 2 (U - middle).
+    local resolution = c.grafana.quantileResolution;
+    local buckets(names) =
+      'sum by (le, model_name) (%s)' % std.join(' or ', ['rate(%s_bucket{%s}[$__rate_interval])' % [h, f.vllm] for h in names]);
+    local requests(names) =
+      'sum by (model_name) (%s)' % std.join(' or ', ['rate(%s_count{%s}[$__rate_interval])' % [h, f.vllm] for h in names]);
+    local quantileParts(q, names) = {
+      local step = '(%s >= bool on (model_name) group_left () (%g * %s))' % [buckets(names), q, requests(names)],
+      value: 'histogram_quantile(%g, %s)' % [q, buckets(names)],
+      upper: 'histogram_quantile(1, %s)' % step,
+      width: '2 * (histogram_quantile(1, %(s)s) - histogram_quantile(0.5, %(s)s))' % { s: step },
+    };
+    // The interpolated quantile where its bucket resolves it, else its bucket's upper bound
+    // with the label bound=" ≤ bucket bound" (a series of its own, named by the legend).
+    local honestQuantile(q, names) =
+      local p = quantileParts(q, names) { r: resolution };
+      |||
+        %(value)s
+        and on (model_name)
+        (%(width)s <= %(r)g * %(value)s)
+        or
+        label_replace(
+          %(upper)s
+          and on (model_name)
+          (%(width)s > %(r)g * %(value)s),
+          "bound", " ≤ bucket bound", "", ""
+        )
+      ||| % p;
+    local meanOf(names) =
+      |||
+        sum by (model_name) (%(sum)s)
+        /
+        (sum by (model_name) (%(count)s) > 0)
+      ||| % {
+        sum: std.join(' or ', ['rate(%s_sum{%s}[$__rate_interval])' % [h, f.vllm] for h in names]),
+        count: std.join(' or ', ['rate(%s_count{%s}[$__rate_interval])' % [h, f.vllm] for h in names]),
+      };
+    // The targets of a latency panel: P50 and P99 (each as a value or as its bucket's
+    // bound) and the mean. `what` qualifies the legend (e.g. per step).
+    local latencyTargets(names, what='') =
+      local sfx = if what == '' then '' else ' (%s)' % what;
+      [
+        t(honestQuantile(q[1], names), '{{model_name}} %s{{bound}}%s' % [q[0], sfx])
+        for q in [['p50', 0.5], ['p99', 0.99]]
+      ] + [t(meanOf(names), '{{model_name}} mean%s' % sfx)];
+    local resolutionNote = ' Quantiles are interpolated inside histogram buckets: where the bucket holding one is wider than %g x its value (always in the first bucket) the panel shows the bucket\'s upper bound instead, dashed and marked "≤" (an upper bound, not a measurement), and the mean (sum / count) is always exact.' % resolution;
+    // Dashed lines for the bucket bounds.
+    local boundsDashed =
+      ts.standardOptions.withOverridesMixin([
+        ts.standardOptions.override.byRegexp.new('.*≤ bucket bound.*')
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [6, 4] }),
+      ]);
     // One SD signal per target and model, now: a stat panel.
     local stat = g.panel.stat;
     local nowStat(title, description, unit, targets) =
@@ -51,10 +110,6 @@ local row = g.panel.row;
         /
         (sum by (model_name) (rate(%(den)s{%(f)s}[$__rate_interval])) > 0)
       ||| % { num: num, den: den, f: f.vllm };
-    local quantile(q, histogram) =
-      'histogram_quantile(%g, sum by (le, model_name) (rate(%s_bucket{%s}[$__rate_interval])))'
-      % [q, histogram, f.vllm];
-
     local acceptanceRate =
       m.timeSeries(
         'Acceptance rate',
@@ -380,36 +435,27 @@ local row = g.panel.row;
     local e2e =
       m.timeSeries(
         'End-to-end latency P50 / P99',
-        "Request latency from arrival to the last token, from vLLM's vllm:e2e_request_latency_seconds histogram (finished requests), per model.",
+        "Request latency from arrival to the last token, from vLLM's vllm:e2e_request_latency_seconds histogram (finished requests), per model." + resolutionNote,
         's',
-        [
-          t(quantile(0.5, 'vllm:e2e_request_latency_seconds'), '{{model_name}} p50'),
-          t(quantile(0.99, 'vllm:e2e_request_latency_seconds'), '{{model_name}} p99'),
-        ],
-      );
+        latencyTargets(['vllm:e2e_request_latency_seconds']),
+      ) + boundsDashed;
 
     local ttft =
       m.timeSeries(
         'Time to first token P50 / P99',
-        'Time from arrival to the first token (queueing plus prefill), from vllm:time_to_first_token_seconds, per model. SD does not speed up prefill; a longer queue under SD shows here.',
+        'Time from arrival to the first token (queueing plus prefill), from vllm:time_to_first_token_seconds, per model. SD does not speed up prefill; a longer queue under SD shows here.' + resolutionNote,
         's',
-        [
-          t(quantile(0.5, 'vllm:time_to_first_token_seconds'), '{{model_name}} p50'),
-          t(quantile(0.99, 'vllm:time_to_first_token_seconds'), '{{model_name}} p99'),
-        ],
-      );
+        latencyTargets(['vllm:time_to_first_token_seconds']),
+      ) + boundsDashed;
 
     local itl =
       m.timeSeries(
         'Inter-token latency P50 / P99',
-        'Gap between successive outputs of a decoding request, from vllm:inter_token_latency_seconds. With SD one output carries 1 to k+1 tokens, so this is the time per verification step, not per token; the mean time per output token (per token, from vllm:request_time_per_output_token_seconds) is shown alongside.',
+        'Gap between successive outputs of a decoding request, from vllm:inter_token_latency_seconds. With SD one output carries 1 to k+1 tokens, so this is the time per verification step, not per token; the mean time per output token (per token, from vllm:request_time_per_output_token_seconds) is shown alongside.' + resolutionNote,
         's',
-        [
-          t(quantile(0.5, 'vllm:inter_token_latency_seconds'), '{{model_name}} p50 (per step)'),
-          t(quantile(0.99, 'vllm:inter_token_latency_seconds'), '{{model_name}} p99 (per step)'),
-          t(vllmRatio('vllm:request_time_per_output_token_seconds_sum', 'vllm:request_time_per_output_token_seconds_count'), '{{model_name}} mean per token'),
-        ],
-      );
+        latencyTargets(['vllm:inter_token_latency_seconds'], 'per step')
+        + [t(vllmRatio('vllm:request_time_per_output_token_seconds_sum', 'vllm:request_time_per_output_token_seconds_count'), '{{model_name}} mean per token')],
+      ) + boundsDashed;
 
     local load =
       m.timeSeries(
@@ -424,17 +470,17 @@ local row = g.panel.row;
 
     local st = g.panel.stateTimeline;
     local controllerState =
-      st.new('Controller state')
-      + st.panelOptions.withDescription('State of the specwatch controller per target and model: enabled (SD on), disabled (SD switched off), pending (a switch was requested and the server has not come back with the new configuration). Empty when the controller is not enabled for a target.')
+      st.new('Controller state and why')
+      + st.panelOptions.withDescription('State of the specwatch controller per target and model: enabled (SD on), disabled (SD switched off), pending (a switch was requested and the server has not come back with the new configuration), one row per reason it gives for that state next to the latency model (in brackets): agrees (state and recommended k follow the model), acceptance_guard (the acceptance rate, measured or expected at a larger k, is below min_acceptance_rate: SD off or a smaller k although the model predicts a speedup), alert (an Alertmanager alert holds SD off), hysteresis (SD off, predicted speedup between the switch-off and switch-on thresholds), stabilization (a switch condition has not held long enough yet), min_interval (the last switch is too recent), no_prediction, no_data (the poll cannot be used), pending. Empty when the controller is not enabled for a target.')
       + st.panelOptions.withGridPos(8, 12)
       + st.queryOptions.withTargets([
         t(|||
-          max by (target, model_name) (
+          max by (target, model_name, reason) (
             sd_controller_state{%(f)s, state="enabled"}
             or sd_controller_state{%(f)s, state="disabled"} * 2
             or sd_controller_state{%(f)s, state="pending"} * 3
           )
-        ||| % { f: f.sd }, who),
+        ||| % { f: f.sd }, who + ' ({{reason}})'),
       ])
       + st.standardOptions.withUnit('none')
       + st.standardOptions.withMappings([
@@ -454,10 +500,11 @@ local row = g.panel.row;
     local controllerK =
       m.timeSeries(
         'Controller: recommended draft length and actions',
-        'The draft length the controller recommends, and the actions it took (transitions per rate interval, by action) and actuation errors. Actions are rare; every one is also logged with before/after latency.',
+        "The draft length the controller recommends beside the model's optimal k (sd_optimal_draft_length; they differ when the controller's acceptance guard limits k: see the reason on the state panel), and the actions it took (transitions per rate interval, by action) and actuation errors. Actions are rare; every one is also logged with before/after latency.",
         'short',
         [
           t('sd_controller_recommended_draft_length{%s}' % f.sd, who + ' recommended k'),
+          t('sd_optimal_draft_length{%s}' % f.sd, who + ' model optimal k'),
           t('sum by (target, model_name, action) (increase(sd_controller_transitions_total{%s}[$__rate_interval]))' % f.sd, who + ' {{action}}'),
           t('sum by (target, model_name) (increase(sd_controller_actuation_errors_total{%s}[$__rate_interval]))' % f.sd, who + ' actuation errors'),
         ],
@@ -565,24 +612,18 @@ local row = g.panel.row;
     local tpot =
       m.timeSeries(
         'Time per output token P50 / P99',
-        "Time per generated token of each request (TPOT: decode time / tokens), from vLLM's vllm:request_time_per_output_token_seconds (vllm:time_per_output_token_seconds before vLLM 0.11), per model. With SD a step yields several tokens, so TPOT falls while the inter-token latency per step (vLLM latency row) may rise.",
+        "Time per generated token of each request (TPOT: decode time / tokens), from vLLM's vllm:request_time_per_output_token_seconds (vllm:time_per_output_token_seconds before vLLM 0.11), per model. With SD a step yields several tokens, so TPOT falls while the inter-token latency per step (vLLM latency row) may rise." + resolutionNote,
         's',
-        [
-          t(quantileOf(0.5, vllmNames.timePerOutputToken), '{{model_name}} p50'),
-          t(quantileOf(0.99, vllmNames.timePerOutputToken), '{{model_name}} p99'),
-        ],
-      );
+        latencyTargets(vllmNames.timePerOutputToken),
+      ) + boundsDashed;
 
     local queueTime =
       m.timeSeries(
         'Queue time P50 / P99',
-        "Time requests wait in vLLM's queue before they are scheduled (vllm:request_queue_time_seconds), per model. Rising queue time means the server is past the load it serves; SD's extra verification work brings that point closer.",
+        "Time requests wait in vLLM's queue before they are scheduled (vllm:request_queue_time_seconds), per model. Rising queue time means the server is past the load it serves; SD's extra verification work brings that point closer." + resolutionNote,
         's',
-        [
-          t(quantileOf(0.5, ['vllm:request_queue_time_seconds']), '{{model_name}} p50'),
-          t(quantileOf(0.99, ['vllm:request_queue_time_seconds']), '{{model_name}} p99'),
-        ],
-      );
+        latencyTargets(['vllm:request_queue_time_seconds']),
+      ) + boundsDashed;
 
     local kvCache =
       m.timeSeries(
@@ -605,7 +646,7 @@ local row = g.panel.row;
     g.dashboard.new(c.dashboardTitles['specwatch-sd-overview.json'])
     + g.dashboard.withDescription("Speculative decoding at a glance: acceptance, draft length, the latency model's predicted speedup and break-even load, vLLM latency, and the controller.")
     + g.dashboard.withVariables(
-      [v.datasource] + m.clusterVariables + [v.job, v.vllmJob, v.target, v.modelName, v.window]
+      [v.datasource] + m.clusterVariables + [v.job, v.vllmJob, v.sdTarget, v.modelName, v.window, ms.statistic]
     )
     + g.dashboard.withAnnotationsMixin([
       g.dashboard.annotation.withName('specwatch alerts')

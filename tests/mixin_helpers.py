@@ -39,6 +39,8 @@ NOT_YET_EXPORTED: frozenset[str] = frozenset()
 OLDER_VLLM_METRICS = frozenset({
     "vllm:gpu_cache_usage_perc",
     "vllm:time_per_output_token_seconds_bucket",
+    "vllm:time_per_output_token_seconds_count",
+    "vllm:time_per_output_token_seconds_sum",
 })
 
 _REFERENCE_ROW = re.compile(r"^\| `([a-z_:]+)` \| (gauge|counter|histogram|summary|info) \|")

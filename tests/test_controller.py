@@ -409,6 +409,7 @@ def test_no_switch_on_while_the_interval_straddles_the_enable_threshold():
                          fallback_profile=prof)
     assert run(mc, range(0, 3600, 5), lambda t: obs(t, sd=False)) == []
     assert mc.state == "disabled" and mc.waiting.startswith("uncertain:")
+    assert mc.status().reason == "uncertain"
     mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.25, 0.03),
                          fallback_profile=prof)
     assert run(mc, range(0, 3600, 5), lambda t: obs(t, sd=False)) == [(300, "enable")]
@@ -420,6 +421,7 @@ def test_no_switch_off_while_the_interval_straddles_the_disable_threshold():
     mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.0, 0.10))
     assert run(mc, range(0, 3600, 5), obs) == []
     assert mc.state == "enabled" and mc.waiting.startswith("uncertain:")
+    assert mc.status().reason == "uncertain"
     mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.0, 0.02))
     assert run(mc, range(0, 3600, 5), obs) == [(300, "disable")]
 
@@ -430,3 +432,48 @@ def test_the_model_assessor_gives_the_interval_of_its_best_speedup():
     assert a.valid and a.best_draft_length and a.best_speedup_interval is not None
     lo, hi = a.best_speedup_interval
     assert lo < a.best_speedup < hi
+def test_recommended_k_below_the_models_says_acceptance_guard():
+    """The demo's bimodal phase: a window where hard traffic dominates has acceptance 0.38
+    at position 0, so the guard admits no k (every k is expected below 0.4) and the
+    controller recommends k = 0, while the model, unguarded, finds k = 4 best (1.34x) and SD
+    stays on (the switch-off waits for its stabilization). The state says why:
+    acceptance_guard, not a silent contradiction."""
+    from specwatch.model import extend_profile
+    from specwatch.sim.scenario import packaged_scenario_path
+
+    params = load_params(str(packaged_scenario_path("demo").parent / "demo-params.yaml"))
+    positions = (0.38, 0.30, 0.26)
+    model = optimal_draft_length(params.model(), 3.0, p=500.0, g=200.0, k_max=params.k_max,
+                                 max_utilization=params.max_utilization,
+                                 profile=tuple(extend_profile(positions, params.k_max)))
+    assert int(model.k) > 0 and float(model.speedup) > 1.2
+    mc = ModelController("t", "m", RECOMMEND, assessor=model_assessor(params, 0.4))
+    for t in range(0, 120, 5):
+        mc.step(obs(t, positions=positions, lam=3.0, live_optimal_k=int(model.k)))
+    st = mc.status()
+    assert st.state == "enabled" and st.recommended_draft_length == 0
+    assert st.reason == "acceptance_guard"
+    assert st.detail["reason"] == "acceptance_guard"
+
+
+def test_reason_follows_what_holds_the_state():
+    """The model (scripted) keeps predicting a speedup at its k while acceptance drops below
+    the guard for 700 s: first SD stays on with a smaller recommendation (acceptance_guard),
+    then it goes off for the guard (acceptance_guard); once acceptance is back, the
+    switch-on waits for its stabilization window (stabilization), then the controller
+    follows the model again (agrees)."""
+    params = load_params(PARAMS)
+    assess = model_assessor(params, 0.4)
+    mc = ModelController("t", "m", RECOMMEND, assessor=assess)
+    best = assess(obs(0, lam=0.5), AcceptanceProfile("live", positions=GOOD))
+    k = best.best_draft_length
+    seen = []
+    for t in range(0, 2000, 10):
+        positions = BAD if 300 <= t < 1000 else GOOD
+        mc.step(obs(t, positions=positions, lam=0.5, live_optimal_k=k))
+        st = mc.status()
+        if not seen or seen[-1] != (st.state, st.reason):
+            seen.append((st.state, st.reason))
+    assert seen == [("enabled", "agrees"), ("enabled", "acceptance_guard"),
+                    ("disabled", "acceptance_guard"), ("disabled", "stabilization"),
+                    ("enabled", "agrees")]

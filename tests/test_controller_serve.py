@@ -231,7 +231,8 @@ def test_alert_through_the_receiver_switches_off_with_the_same_guards(harness):
     series = h.metrics()
     assert select(series, "sd_controller_state", target="a", state="disabled") \
         == {("sd_controller_state", frozenset({("target", "a"), ("model_name", "m"),
-                                                ("state", "disabled")})): 1.0}
+                                                ("state", "disabled"),
+                                                ("reason", "alert")})): 1.0}
     assert list(select(series, "sd_controller_transitions_total", target="a",
                        action="disable").values()) == [1.0]
     assert not select(series, "sd_controller_state", target="b")

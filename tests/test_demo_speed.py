@@ -1,31 +1,25 @@
-"""`specwatch demo --speed X` keeps its promises at any X (issue 18, item 7).
+"""`specwatch demo --speed X` keeps its promises at any X.
 
 The simulator and the exporter agree on time: the exporter stamps its polls with the
 simulated clock and the page is in simulated seconds, so the exporter's windows, rates and
 latency model are the scenario's own. Prometheus runs on the wall clock, so the demo renders
-the alerts' ``for`` divided by X. Before, at ``--speed 4`` the 1m window held 4 simulated
-minutes, every rate read X times too high, and SDAcceptanceRateLow (``for: 10m`` of wall
-time) never fired within the 15-minute drop.
+the rules with every duration (``for``, range windows) divided by X, Prometheus scrapes the
+simulator's wall-time view (rates per wall second equal to the scenario's) and the exporter's
+timestamps are served on the wall clock. The whole story against a real Prometheus, at the
+default speed: tests/test_demo_story.py (slow).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import time
-import urllib.parse
-import urllib.request
-from typing import Any
 
 import pytest
 import yaml
 from helpers.scrape import scrape
-from specwatch.app import demo
+from specwatch.app import demo, demo_time
 
 
 def demo_args(*argv: str) -> argparse.Namespace:
@@ -48,7 +42,7 @@ def test_alert_for_durations_are_divided_by_the_speed() -> None:
     assert rules["SDAcceptanceRateLow"]["keep_firing_for"] == "12s"
     assert rules["SDAcceptanceBimodal"]["for"] == "180s"
     assert rules["SpecwatchTargetDown"]["for"] == "30s"
-    assert demo.scaled_alert_durations({"alerts": {"A": {"for": "10m"}}}, 7.0) == {
+    assert demo_time.scaled_alert_durations({"alerts": {"A": {"for": "10m"}}}, 7.0) == {
         "alerts": {"A": {"for": "85714ms"}}}
 
 
@@ -78,73 +72,83 @@ def test_exporter_measures_in_simulated_time_at_speed_10() -> None:
     assert 55.0 <= one_minute.span_seconds <= 70.0
 
 
-def prom_query(prom: str, expr: str) -> list[dict[str, Any]]:
-    url = f"{prom}api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read().decode())["data"]["result"]
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("prometheus") is None,
-                    reason="needs Debian's prometheus (make setup installs it)")
-def test_demo_at_speed_10_fires_the_alert_and_crosses_break_even() -> None:
-    """`specwatch demo --speed 10` with Prometheus, as a user runs it (about 3 minutes):
-    the predicted speedup falls below 1 in the load phases and SDAcceptanceRateLow fires
-    within the acceptance-drop phase (13:00-31:00 simulated), judged by the simulator's own
-    clock (/sim/status) when Prometheus reports it."""
-    speed = 10.0
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specwatch", "demo", "--speed", str(speed),
-         "--exporter-listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    assert proc.stdout is not None
-    t0 = time.monotonic()
+def test_range_windows_of_the_rules_are_divided_by_the_speed() -> None:
+    """The recording rules' 5m window (and every other range of the rendered rules) counts
+    wall seconds in Prometheus: at --speed 20 it is 15 s, five scenario minutes, while the
+    recorded names keep their `rate5m`."""
+    assert demo_time.scaled_ranges("rate(x[5m]) / last_over_time(y[2m:30s])", 20.0) \
+        == "rate(x[15s]) / last_over_time(y[6s:1500ms])"
+    d = demo.Demo(demo_args("--speed", "20"))
     try:
-        banner = []
-        while True:
-            line = proc.stdout.readline()
-            assert line, "".join(banner)
-            banner.append(line)
-            if line.startswith("Working files"):
-                break
-        text = "".join(banner)
-        prom = re.search(r"Prometheus\s+(\S+)", text).group(1)
-        sim = re.search(r"simulated vLLM\s+(\S+)/metrics", text).group(1)
-
-        def sim_status() -> tuple[float, str]:
-            with urllib.request.urlopen(sim + "/sim/status", timeout=5) as resp:
-                status = json.loads(resp.read().decode())
-            return status["sim_time_s"], status["models"][0]["phase"]
-
-        speedups: list[tuple[float, str, float]] = []
-        pending = fired = None
-        while time.monotonic() - t0 < 240.0:
-            sim_t, phase = sim_status()
-            if phase == "bimodal":
-                break
-            for r in prom_query(prom, 'sd_predicted_speedup{window="5m"}'):
-                speedups.append((sim_t, phase, float(r["value"][1])))
-            states = {r["metric"]["alertstate"] for r in prom_query(
-                prom, 'ALERTS{alertname="SDAcceptanceRateLow"}')}
-            if "pending" in states and pending is None:
-                pending = (sim_t, phase)
-            if "firing" in states:
-                fired = (sim_t, phase)
-                break
-            time.sleep(1.0)
+        [path] = d.scaled_rule_files()
+        rules = [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-    values = [v for _, _, v in speedups]
-    below = next(((t, ph) for t, ph, v in speedups if v < 1.0), None)
-    print(f"--speed 10: predicted speedup {max(values):.2f} → {min(values):.2f}, first below 1 "
-          f"at {below} (simulated s, phase); SDAcceptanceRateLow pending at {pending}, firing "
-          f"at {fired}; the drop phase is 780-1860 simulated s; "
-          f"{time.monotonic() - t0:.0f} s wall")
-    assert max(values) > 1.0 > min(values)
-    assert pending is not None and pending[1] == "acceptance-drop"
-    assert fired is not None and fired[1] == "acceptance-drop"
+        shutil.rmtree(d.tmp, ignore_errors=True)
+    records = {r["record"]: r["expr"] for r in rules if "record" in r}
+    name = "model_name:vllm_request_success:rate5m"
+    assert "[15s]" in records[name] and "[5m]" not in records[name]
+    assert not any(re.search(r"\[\d+m\]", r["expr"]) for r in rules)
+
+
+def test_the_simulators_wall_time_view_reads_scenario_rates_in_prometheus() -> None:
+    """`/metrics?timebase=wall` of a simulated-clock simulator at speed X: every cumulative
+    sample divided by X (a per-wall-second rate() is then the scenario's rate), histogram
+    quantiles and means unchanged, gauges unchanged, `_created` on the wall clock."""
+    from specwatch.sim.scenario import load_scenario
+    from specwatch.sim.server import SimulatorServer
+
+    speed = 20.0
+    wall = [1_000_000.0]
+    server = SimulatorServer(load_scenario("demo"), "127.0.0.1:0", speed, seed=3,
+                             clock=lambda: wall[0], simulated_clock=True)
+    server.start()
+    try:
+        wall[0] += 30.0  # 600 scenario seconds
+        server.step()
+        sim = scrape(server.url + "/metrics")
+        view = scrape(server.url + "/metrics?timebase=wall")
+    finally:
+        server.stop()
+    assert sim.keys() == view.keys()
+    checked = {"cumulative": 0, "gauge": 0, "created": 0}
+    for key, value in sim.items():
+        name = key[0]
+        if not name.startswith("vllm:"):
+            continue
+        if name.endswith("_created"):
+            assert view[key] == pytest.approx(server.wall_time(value))
+            assert view[key] <= wall[0]
+            checked["created"] += 1
+        elif name.endswith(("_total", "_bucket", "_count", "_sum")):
+            assert view[key] == pytest.approx(value / speed)
+            checked["cumulative"] += 1
+        else:
+            assert view[key] == value
+            checked["gauge"] += 1
+    assert min(checked.values()) > 0, checked
+
+
+def test_exporter_timestamps_are_served_on_the_wall_clock() -> None:
+    """The demo's exporter runs on the simulated clock; Prometheus reads its timestamps as
+    ages against the wall clock (time() - ...): they are mapped back, whatever the
+    encoding the scraper asks for."""
+    from specwatch.web.server import Request, Response
+
+    page = (b'# TYPE specwatch_target_last_success_timestamp_seconds gauge\n'
+            b'specwatch_target_last_success_timestamp_seconds{target="a"} 2000.0\n'
+            b'sd_controller_last_transition_timestamp_seconds{target="a",model_name="m}"} '
+            b'1500\n'
+            b'sd_acceptance_rate{target="a"} 0.5\n')
+    seen = []
+
+    def inner(req: Request) -> Response:
+        seen.append(dict(req.headers))
+        return Response(200, page)
+
+    handler = demo_time.wall_timestamps(inner, lambda t: 1000.0 + (t - 1000.0) / 10.0)
+    resp = handler(Request("GET", "/metrics", {}, {"accept-encoding": "gzip"}))
+    assert "accept-encoding" not in seen[0]
+    assert resp.body.splitlines()[1:] == [
+        b'specwatch_target_last_success_timestamp_seconds{target="a"} 1100.0',
+        b'sd_controller_last_transition_timestamp_seconds{target="a",model_name="m}"} 1050.0',
+        b'sd_acceptance_rate{target="a"} 0.5']

@@ -98,7 +98,7 @@ def test_one_datasource_variable_used_by_every_panel_query_and_variable(name):
     [
         (
             "specwatch-sd-overview.json",
-            ["datasource", "job", "vllm_job", "target", "model_name", "window"],
+            ["datasource", "job", "vllm_job", "target", "model_name", "window", "statistic"],
         ),
         ("specwatch-exporter.json", ["datasource", "job", "target"]),
     ],

@@ -63,6 +63,7 @@ VARIABLES = {
     "target": ".+",
     "model_name": ".+",
     "window": "5m",
+    "statistic": "mean",
     "__rate_interval": "20s",  # 4 x the 2 s spacing of the recorded pages, as Grafana would
 }
 # Series only Prometheus' scrape loop writes (none in a backfilled TSDB), and series no

@@ -16,16 +16,27 @@ Ctrl-C (or SIGTERM, or after ``--duration``) stops Prometheus, the exporter and 
 simulator, and removes its temporary directory. Prometheus runs with a parent-death signal,
 so even a killed demo leaves no orphan behind.
 
-With ``--speed X`` the scenario runs X times faster, and the simulator and the exporter
-agree on time: the simulator's page describes the scenario's server in *simulated* seconds
-and the exporter stamps its polls with the simulated clock (``ServeApp(clock=...)``), polling
-every ``--poll-interval`` simulated seconds. Its windows (1m, 5m, 15m), rates, latency model
-(the scenario's parameters, unscaled) and controller timers are then those of the scenario
-itself, at any speed. Prometheus runs on the wall clock, so the demo renders the mixin's
-rules with every alert's ``for`` (and ``keep_firing_for``) divided by X: at ``--speed 10``
-SDAcceptanceRateLow waits 60 wall seconds, 10 simulated minutes. Prometheus's own
-``rate()`` over the simulator's counters (the recording rules of the ``vllm`` job) still runs
-X times fast.
+By default the scenario runs :data:`DEFAULT_SPEED` times faster than real time, so its whole
+story (every alert of it pending, firing and resolved) plays in a few minutes of wall time;
+``--speed 1`` runs it in real time. At any ``--speed X`` every panel tells the same story,
+in the scenario's own units:
+
+* the exporter runs on the simulated clock (``ServeApp(clock=...)``) and the page it polls
+  is in simulated seconds, so its windows (1m, 5m, 15m), rates, latency model (the
+  scenario's parameters, unscaled), A/B pair segments and controller timers are the
+  scenario's; the timestamps on its page (``*_timestamp_seconds``: last successful poll,
+  controller transitions) are served mapped back to the wall clock, so the ages Prometheus
+  computes from them (``time() - ...``) are real wall seconds, never negative;
+* Prometheus runs on the wall clock: it scrapes the simulator's wall-time view
+  (``/metrics?timebase=wall``, cumulative samples divided by X), so ``rate()`` over vLLM's
+  counters reads the scenario's per-second rates, as the exporter does; the demo renders
+  the mixin's rules with every duration Prometheus counts on the wall clock (``for``,
+  ``keep_firing_for``, range windows) divided by X (:mod:`specwatch.app.demo_time`): at
+  ``--speed 20`` SDAcceptanceRateLow waits 30 wall seconds, 10 scenario minutes, and the
+  recording rules' 5m is 5 scenario minutes.
+
+Grafana's ``$__rate_interval`` is a wall-time window too: with the demo's 1 s scrape
+interval it spans a few wall seconds, about a scenario minute or two at the default speed.
 """
 
 from __future__ import annotations
@@ -51,9 +62,11 @@ from typing import Any
 
 import yaml
 
+from specwatch.app.demo_time import scaled_alert_durations, scaled_rules, wall_timestamps
 from specwatch.common.bundle import ALERTS_DIR, bundle_dir
 from specwatch.common.errors import ConfigError, SpecwatchError
 from specwatch.sim.scenario import Scenario, load_scenario
+from specwatch.web.server import parse_listen
 
 log = logging.getLogger("specwatch.app.demo")
 
@@ -61,13 +74,17 @@ DEFAULT_EXPORTER_LISTEN = "127.0.0.1:10440"
 PROMETHEUS_READY_TIMEOUT = 30.0
 #: Shortest wall time between the exporter's polls at high --speed (CPU of a laptop).
 MIN_WALL_POLL_INTERVAL = 0.25
+#: Default --speed: the packaged demo's story (75 scenario minutes) in under 4 wall minutes.
+DEFAULT_SPEED = 20.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", default="demo", metavar="FILE|NAME",
                         help="scenario to simulate (default: the packaged demo)")
-    parser.add_argument("--speed", type=float, default=1.0, metavar="X",
-                        help="run the scenario X times faster than real time (default 1)")
+    parser.add_argument("--speed", type=float, default=DEFAULT_SPEED, metavar="X",
+                        help=f"run the scenario X times faster than real time (default "
+                             f"{DEFAULT_SPEED:g}: the packaged demo's whole story in under 4 "
+                             "minutes; 1 runs it in real time)")
     parser.add_argument("--seed", type=int, default=None, metavar="N", help="random seed")
     parser.add_argument("--simulator-listen", default="127.0.0.1:0", metavar="HOST:PORT",
                         help="simulated vLLM address (default: a free port on 127.0.0.1)")
@@ -160,24 +177,20 @@ def scaled_params_file(scenario: Scenario, index: int, speed: float, folder: Pat
     return out
 
 
-def scaled_alert_durations(mixin_config: dict[str, Any], speed: float) -> dict[str, Any]:
-    """Mixin overrides dividing every alert's ``for`` and ``keepFiringFor`` by ``speed``.
+def _fixed_port(listen: str) -> str:
+    """``HOST:PORT`` with port 0 replaced by a free port now, so that Prometheus can be told
+    the address before the server binds it."""
+    host, port = parse_listen(listen)
+    if port == 0:
+        port = free_port("127.0.0.1" if host == "0.0.0.0" else host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-    Prometheus durations accept whole milliseconds; a duration that would round to 0 stays
-    1 ms (``for: 0s`` would mean "fire at once", a different rule)."""
-    from specwatch.common.schema import parse_duration
 
-    def scaled(text: str) -> str:
-        ms = max(1, round(parse_duration(text) * 1000.0 / speed))
-        return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
-
-    alerts: dict[str, Any] = {}
-    for name, alert in mixin_config.get("alerts", {}).items():
-        patch = {key: scaled(alert[key]) for key in ("for", "keepFiringFor")
-                 if isinstance(alert.get(key), str) and alert[key]}
-        if patch:
-            alerts[name] = patch
-    return {"alerts": alerts}
+def _scrape_address(listen: str) -> str:
+    """Where Prometheus reaches a server listening on ``listen`` (all interfaces: loopback)."""
+    host, port = parse_listen(listen)
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 try:  # resolved in the parent: the child after fork() should do as little as possible
@@ -223,13 +236,15 @@ class Demo:
         self.prometheus_url: str | None = None
         self.rule_files: list[Path] = []
         self.prometheus_note = ""
+        self.sim_listen = args.simulator_listen
+        self.exp_listen = args.exporter_listen
 
     # ----------------------------------------------------------------- parts
 
     def start_simulator(self) -> None:
         from specwatch.sim.server import SimulatorServer
 
-        self.simulator = SimulatorServer(self.scenario, self.args.simulator_listen,
+        self.simulator = SimulatorServer(self.scenario, self.sim_listen,
                                          self.args.speed, self.args.seed,
                                          simulated_clock=True,
                                          listen_option="--simulator-listen")
@@ -269,7 +284,7 @@ class Demo:
         # nothing), with its default timers (300 s stabilization, 600 s between switches),
         # which run on the exporter's (simulated) clock.
         target["controller"] = {"mode": "recommend"}
-        doc: dict[str, Any] = {"global": {"listen": self.args.exporter_listen,
+        doc: dict[str, Any] = {"global": {"listen": self.exp_listen,
                                           "poll_interval": self.exporter_poll_interval()},
                                "targets": [target]}
         if self.baseline is not None:
@@ -277,13 +292,18 @@ class Demo:
                                    "url": f"{self.baseline.url}/metrics", "engine": "vllm"})
             doc["pairs"] = [{"name": "demo-ab", "sd": "vllm-sim", "baseline":
                              "vllm-sim-baseline"}]
-            # Bins along the demo's load (0.5 to 12 req/s: the page is in simulated time).
-            doc["pair_options"] = {"arrival_rate_bins": [0, 1, 2, 4, 6, 8, 10, 12]}
+            # Bins along the demo's load (0.5 to 11.2 req/s: the page is in simulated time);
+            # the peak's 11.2 req/s well inside the last bounded bin, so that the noise of a
+            # 1m window (up to 13 req/s) does not move the current bin back and forth.
+            doc["pair_options"] = {"arrival_rate_bins": [0, 1, 2, 4, 6, 8, 10, 16]}
         path = self.tmp / "specwatch.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         cfg = config.build_config(str(path), [], None, None)
         self.exporter = ServeApp(cfg, clock=self.simulator.simulated_now,
                                  listen_option="--exporter-listen")
+        if self.args.speed != 1.0:
+            self.exporter.web.routes["/metrics"] = wall_timestamps(
+                self.exporter.web.routes["/metrics"], self.simulator.wall_time)
         self.exporter.start()
 
     def exporter_url(self) -> str:
@@ -322,14 +342,15 @@ class Demo:
         self.rule_files = rules
         port = self.args.prometheus_port or free_port()
         interval = max(1, min(15, round(self.exporter_poll_interval())))
-        sim_host = self.simulator.url.split("://", 1)[1]
-        exp_host = self.exporter_url().split("://", 1)[1]
+        sim_host, exp_host = _scrape_address(self.sim_listen), _scrape_address(self.exp_listen)
         prom_cfg = {
             "global": {"scrape_interval": f"{interval}s", "evaluation_interval": f"{interval}s"},
             "rule_files": [str(r) for r in rules],
             "scrape_configs": [
                 {"job_name": "specwatch", "static_configs": [{"targets": [exp_host]}]},
                 {"job_name": "vllm", "static_configs": [{"targets": [sim_host]}],
+                 # The simulator's page on the wall clock: rate() reads scenario rates.
+                 "params": {"timebase": ["wall"]},
                  # prometheus_client >= 0.22 answers Prometheus 2.x's OpenMetrics request
                  # with vllm_* sample names (client_python#1177); vLLM pages do too.
                  # Restore the documented vllm:* names (a no-op where they are intact).
@@ -365,10 +386,10 @@ class Demo:
             from specwatch.mixin.render import default_config, dump_rules, render_rules
 
             overrides = scaled_alert_durations(default_config(), self.args.speed)
-            text = dump_rules(render_rules(overrides))
+            text = dump_rules(scaled_rules(render_rules(overrides), self.args.speed))
         except Exception as exc:  # no checkout, no jsonnet: keep the demo running
-            log.warning("rules not rendered for --speed %g (%s): alert `for` durations are "
-                        "not scaled", self.args.speed, exc)
+            log.warning("rules not rendered for --speed %g (%s): alert `for` durations and "
+                        "rule windows are not scaled", self.args.speed, exc)
             return default_rule_files()
         path = self.tmp / "rules.yaml"
         path.write_text(text, encoding="utf-8")
@@ -377,9 +398,14 @@ class Demo:
     # ----------------------------------------------------------------- lifecycle
 
     def start(self) -> None:
+        """Prometheus first (on the addresses the others will take), then the simulator and
+        the exporter: the scenario's clock starts with the simulator, so Prometheus, which can
+        take seconds to start on a busy machine, misses none of the story."""
+        self.sim_listen = _fixed_port(self.args.simulator_listen)
+        self.exp_listen = _fixed_port(self.args.exporter_listen)
+        self.start_prometheus()
         self.start_simulator()
         self.start_exporter()
-        self.start_prometheus()
 
     def stop(self) -> None:
         if self.prometheus is not None:
@@ -429,17 +455,25 @@ class Demo:
                          "  (the 0.4 alert threshold)")
             lines.append(f"  {p}/graph?g0.expr=sd_predicted_speedup  (falls below 1 past "
                          "break-even)")
-            lines.append(f"  {p}/alerts  (SDAcceptanceRateLow goes pending, then fires, in "
-                         "the acceptance-drop phase)")
+            lines.append(f"  {p}/alerts  (each alert of the story goes pending, fires "
+                         "and resolves: SDPredictedSpeedupLow, SDArrivalRateAboveBreakeven "
+                         "and SDMeasuredSlowdown in the peak, SDAcceptanceRateLow in the "
+                         "acceptance drop)")
             if self.baseline is not None:
                 lines.append(f"  {p}/graph?g0.expr=sd_measured_speedup%7Bstatistic%3D%22mean"
                              "%22%7D  (measured, per arrival-rate bin, beside the predicted)")
-        lines += ["", f"Scenario {sc.source} ({speed:g}x real time"
-                  f"{', loops' if sc.loop else ''}):"]
+        wall = sc.duration_s / speed
+        other = ("--speed 1 runs it in real time." if speed != 1.0 else
+                 f"--speed {DEFAULT_SPEED:g} runs it in "
+                 f"{_minutes(sc.duration_s / DEFAULT_SPEED)}.")
+        lines += ["", f"Scenario {sc.source} at {speed:g}x real time: the whole story takes "
+                  f"{_minutes(wall)} of wall time ({_minutes(sc.duration_s)} in scenario "
+                  f"time{', then loops' if sc.loop else ''}). {other}",
+                  "  (wall time  scenario time  model: phase)"]
         for m in sc.models:
             start = 0.0
             for ph in m.phases:
-                at = time.strftime("%M:%S", time.gmtime(start / speed))
+                at = f"{_clock(start / speed)}  {_clock(start):>8}"
                 rate = ph.arrival_rate
                 rate_txt = (f"{rate.start:g} req/s" if rate.start == rate.end
                             else f"{rate.start:g} → {rate.end:g} req/s")
@@ -460,6 +494,18 @@ class Demo:
             idx, _ = m.phase_at(t, self.scenario.loop)
             out.append((m.model_name, m.phases[idx].name))
         return out
+
+
+def _clock(seconds: float) -> str:
+    """``M:SS`` (or ``H:MM:SS`` from an hour)."""
+    whole = round(seconds)
+    h, rest = divmod(whole, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} minutes" if seconds < 7200 else f"{seconds / 3600:.1f} hours"
 
 
 @contextlib.contextmanager

@@ -46,6 +46,7 @@ class Observation:
     mean_latency: float | None = None  # mean e2e latency of the window (switch records)
     histograms: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     live_speedup: float | None = None  # sd_predicted_speedup of the running configuration
+    live_optimal_k: int | None = None  # sd_optimal_draft_length (the model, no guard)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ class Assessment:
     #: residual spread, or SD off is best): the controller does not switch while it
     #: straddles its hysteresis threshold (reason `uncertain`).
     best_speedup_interval: tuple[float, float] | None = None
+    #: The largest k the acceptance guard admits (:func:`admissible_k_max`); None: no limit.
+    k_limit: int | None = None
 
 
 Assessor = Callable[[Observation, AcceptanceProfile], Assessment]
@@ -169,7 +172,8 @@ def model_assessor(params: Params, min_acceptance_rate: float = 0.0) -> Assessor
         speedup = float(opt.speedup) if k > 0 else 1.0
         current = obs.live_speedup if profile.source == "live" else None
         return Assessment(True, "ok", k, speedup, current,
-                          _speedup_interval(params, lam, k, p, g, kwargs))
+                          _speedup_interval(params, lam, k, p, g, kwargs),
+                          k_limit=k_max if k_max < params.k_max else None)
 
     return assess
 
@@ -270,6 +274,8 @@ def observe(target: TargetSnapshot, model_name: str, window: str,
     complete = True if window_seconds is None else w.span_seconds >= window_seconds - _EPS
     live = m.predictions
     live_speedup = getattr(live, "speedup", None) if getattr(live, "valid", False) else None
+    live_k = getattr(live, "optimal_draft_length", None) if getattr(live, "valid", False) \
+        else None
     return Observation(
         t=t, up=True, present=True, sd_on=sd_on, configured_k=m.configured_k,
         window_found=True, window_complete=complete, window_start=t - w.span_seconds,
@@ -283,7 +289,8 @@ def observe(target: TargetSnapshot, model_name: str, window: str,
         prompt_tokens=v.get(derive.MEAN_PROMPT_TOKENS),
         generation_tokens=v.get(derive.MEAN_GENERATION_TOKENS),
         mean_latency=v.get(derive.MEAN_LATENCY_SECONDS),
-        histograms=dict(w.histograms), live_speedup=live_speedup)
+        histograms=dict(w.histograms), live_speedup=live_speedup,
+        live_optimal_k=None if live_k is None else int(live_k))
 
 
 def _pos_key(p: str) -> int:

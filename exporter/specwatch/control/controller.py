@@ -391,7 +391,7 @@ class Controller:
                 key = [tname, mname]
                 if st.state is not None:
                     for s in STATES:
-                        state.add_metric([*key, s], 1.0 if st.state == s else 0.0)
+                        state.add_metric([*key, s, st.reason], 1.0 if st.state == s else 0.0)
                 if st.recommended_draft_length is not None:
                     rec_k.add_metric(key, float(st.recommended_draft_length))
                 for action in ACTIONS:

@@ -57,6 +57,8 @@ class ControllerStatus:
     #: The last complete switch record as calibration points: ``action``, ``switched_at``
     #: and the ``before`` / ``after`` window figures (see `window_figures`); None before one.
     switch_window: Mapping[str, Any] | None = None
+    #: Why the state is what it is next to the model (a key of settings.REASONS).
+    reason: str = "no_data"
 
 
 @dataclass
@@ -132,6 +134,7 @@ class ModelController:
         self.cond_since: float | None = None
         self.cond_reasons: list[tuple[str, str]] = []
         self.waiting: str | None = None
+        self.hold: str | None = None  # REASONS code of `waiting`
         self.blocked: str | None = "no poll yet"
         self.remembered: AcceptanceProfile | None = None
         self.profile: AcceptanceProfile | None = None
@@ -180,6 +183,7 @@ class ModelController:
             self.assessment = self.assessor(obs, self.profile)
         self.blocked = problem
         self.waiting = None
+        self.hold = None
         if self.state is None:
             return None
         if self.state == "pending":
@@ -358,6 +362,7 @@ class ModelController:
                             f"{a.best_speedup:.3f} is below disable_below_speedup "
                             f"{s.disable_below_speedup:g} but its 90% interval "
                             f"[{iv[0]:.3f}, {iv[1]:.3f}] is not")
+            self.hold = validity.UNCERTAIN
         elif a is not None and a.valid and a.best_speedup is not None \
                 and a.best_speedup < s.disable_below_speedup:
             reasons.append(("low_predicted_speedup",
@@ -376,17 +381,22 @@ class ModelController:
         if prof is None:
             self.waiting = "no acceptance profile known (no healthy window with SD on, no " \
                            "acceptance_profile in the parameters file)"
+            self.hold = "no_prediction"
         elif a is None:
             self.waiting = "no latency model for this target (params)"
+            self.hold = "no_prediction"
         elif not a.valid:
             self.waiting = f"no valid prediction: {a.reason}"
+            self.hold = "no_prediction"
         elif a.best_draft_length and (rate := prof.rate_at(a.best_draft_length)) is not None \
                 and rate < s.min_acceptance_rate:
             self.waiting = (f"acceptance rate {rate:.3f} expected at k={a.best_draft_length} "
                             f"({prof.source} profile) below min_acceptance_rate "
                             f"{s.min_acceptance_rate:g}")
+            self.hold = "acceptance_guard"
         elif self._active_alert()[1] is not None:
             self.waiting = "a switch-off alert is firing"
+            self.hold = "alert"
         elif a.best_draft_length and a.best_speedup is not None \
                 and a.best_speedup >= s.enable_above_speedup \
                 and a.best_speedup_interval is not None \
@@ -396,6 +406,7 @@ class ModelController:
                             f"k={a.best_draft_length} is above enable_above_speedup "
                             f"{s.enable_above_speedup:g} but its 90% interval [{lo:.3f}, "
                             f"{hi:.3f}] is not")
+            self.hold = validity.UNCERTAIN
         elif a.best_draft_length and a.best_speedup is not None \
                 and a.best_speedup >= s.enable_above_speedup:
             reasons.append(("predicted_speedup",
@@ -422,12 +433,14 @@ class ModelController:
         held = now - self.cond_since
         if held < s.stabilization_seconds - 1e-9:
             self.waiting = f"{action}: condition held {held:.0f}s of {s.stabilization_seconds:g}s"
+            self.hold = "stabilization"
             return None
         if self.last_switch_at is not None:
             since = now - self.last_switch_at
             need = self.reenable_delay() if action == "enable" else s.min_switch_interval_seconds
             if since < need - 1e-9:
                 self.waiting = f"{action}: {since:.0f}s since the last switch, need {need:g}s"
+                self.hold = "min_interval"
                 return None
         return self._decide(action, reasons, now)
 
@@ -526,6 +539,42 @@ class ModelController:
         self.before_figures = window_figures(obs)
 
     # -- status ------------------------------------------------------------------------------
+    def reason(self) -> str:
+        """Why the state (and the recommended k) is what it is next to the model's own view,
+        the running window's ``sd_optimal_draft_length`` (see settings.REASONS)."""
+        if self.state == "pending":
+            return "pending"
+        if self.state is None or self.blocked is not None:
+            return "no_data"
+        obs, a, s = self._obs, self.assessment, self.s
+        assert obs is not None
+        model_k = obs.live_optimal_k
+        if model_k is None and a is not None and a.valid:
+            model_k = a.best_draft_length
+        if model_k is None:
+            return "no_prediction"
+        if self.state == "enabled":
+            # The recommendation is the model's best k among those whose expected acceptance
+            # rate stays at or above min_acceptance_rate (assess.admissible_k_max).
+            if a is not None and a.valid and a.k_limit is not None and a.k_limit < model_k:
+                return "acceptance_guard"
+            if self.cond == "disable" and self.hold is not None:
+                return self.hold
+            if self.hold == validity.UNCERTAIN:
+                return validity.UNCERTAIN
+            return "agrees" if model_k > 0 else "stabilization"
+        # disabled
+        if model_k <= 0:
+            return "agrees"
+        if self.observed_sd and obs.acceptance_rate is not None \
+                and obs.acceptance_rate < s.min_acceptance_rate:
+            return "acceptance_guard"
+        if self.hold is not None:
+            return self.hold
+        if self._active_alert()[1] is not None:
+            return "alert"
+        return "hysteresis"
+
     def status(self) -> ControllerStatus:
         a = self.assessment
         detail = {
@@ -545,6 +594,7 @@ class ModelController:
                 "best_speedup": _num(a.best_speedup),
                 "current_speedup": _num(a.current_speedup)},
             "reenable_delay_seconds": self.reenable_delay(),
+            "reason": self.reason(),
             "configured_k": self.observed_k,
         }
         return ControllerStatus(
@@ -552,6 +602,6 @@ class ModelController:
             recommended_draft_length=a.best_draft_length if a is not None and a.valid else None,
             transitions=dict(self.transitions), last_transition_timestamp=self.last_transition_at,
             actuation_errors=self.errors, latency_ratios=dict(self.ratios), detail=detail,
-            switch_window=self.switch_window)
+            switch_window=self.switch_window, reason=self.reason())
 
 

@@ -16,6 +16,26 @@ from specwatch.common.errors import ConfigError
 
 MODES = ("recommend", "webhook", "command")
 STATES = ("enabled", "disabled", "pending")
+#: Why the controller's state (and recommended k) is what it is next to the latency model's
+#: own view (``sd_optimal_draft_length``): the ``reason`` label of ``sd_controller_state``.
+#: One value at a time; new values may be added (docs/controller.md lists them).
+REASONS = {
+    "agrees": "the state and the recommended k follow the model",
+    "acceptance_guard": "the acceptance rate (measured, or expected at a larger k) is below "
+                        "min_acceptance_rate: SD off, or a smaller k, although the model "
+                        "predicts a speedup",
+    "alert": "an Alertmanager alert holds SD off",
+    "hysteresis": "SD is off and the predicted speedup is between disable_below_speedup and "
+                  "enable_above_speedup",
+    "stabilization": "a switch condition holds, not yet for stabilization_seconds",
+    "uncertain": "the predicted speedup crosses a hysteresis threshold but its 90% interval "
+                 "straddles it: no switch on that prediction",
+    "min_interval": "a switch is due, but the last one is more recent than "
+                    "min_switch_interval_seconds (or the re-enable backoff)",
+    "no_prediction": "the model has no valid prediction to follow",
+    "no_data": "this poll cannot be used (target down, window incomplete, low traffic)",
+    "pending": "a requested switch has not been confirmed by the server yet",
+}
 ACTIONS = ("disable", "enable")
 #: (label value of `latency`, window histogram name) and the quantiles recorded per switch.
 LATENCIES = (("e2e", "e2e_latency_seconds"), ("ttft", "ttft_seconds"))

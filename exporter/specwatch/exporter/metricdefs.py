@@ -386,12 +386,19 @@ METRICS: tuple[MetricDef, ...] = (
         help="Upper bound of the 90% interval of sd_model_speedup_curve at the same point.",
         doc="upper end of the 90% interval of `sd_model_speedup_curve` (same labels)"),
     MetricDef(
-        "sd_controller_state", "gauge", ("target", "model_name", "state"),
+        "sd_controller_state", "gauge", ("target", "model_name", "state", "reason"),
         help="Controller state of the target and model: 1 for the current state (enabled: SD "
              "on, disabled: SD off, pending: a switch was requested and the server has not "
-             "come back with it yet), 0 for the others.",
+             "come back with it yet), 0 for the others. reason: why the state and the "
+             "recommended draft length are what they are next to the model's "
+             "sd_optimal_draft_length (agrees, acceptance_guard, alert, hysteresis, "
+             "stabilization, min_interval, no_prediction, no_data, pending; more may come).",
         doc="[controller](controller.md) state: 1 for the current one of `enabled`, "
-            "`disabled`, `pending`, 0 for the other two; only for targets with a controller"),
+            "`disabled`, `pending`, 0 for the other two; only for targets with a controller. "
+            "`reason` (the same on the three series) says why the state and the recommended "
+            "k are what they are next to the model's `sd_optimal_draft_length`: `agrees`, "
+            "`acceptance_guard`, `alert`, `hysteresis`, `stabilization`, `min_interval`, "
+            "`no_prediction`, `no_data`, `pending` ([controller](controller.md#reason))"),
     MetricDef(
         "sd_controller_recommended_draft_length", "gauge", ("target", "model_name"),
         help="Draft length with the lowest predicted latency at the live load (0 = SD off), "

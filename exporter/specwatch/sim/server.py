@@ -13,6 +13,9 @@ clock and serves it:
   still holding a kept-alive connection gets a 503 with ``Connection: close``;
 * ``/sim/status`` (not a vLLM route) tells tests and the demo where the scenario is: the
   simulated time, each model's phase, its arrival rate and its acceptance truth;
+* ``/metrics?timebase=wall`` (with a simulated clock, the demo's): the same page for a reader
+  on the wall clock such as Prometheus, cumulative samples divided by the speed so that a
+  per-wall-second ``rate()`` reads the scenario's rates (:class:`WallTimeView`);
 * ``POST /sim/restart`` (not a vLLM route) restarts the server now, optionally with another
   ``num_speculative_tokens`` (0 = SD off): what a deployer does when a controller asks to
   switch SD, so controller tests can use the simulator as the thing they act on.
@@ -32,6 +35,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from specwatch import __version__
@@ -104,6 +108,40 @@ class SimulationCollector(Collector):
         return iter(families)
 
 
+class WallTimeView(Collector):
+    """The page of a simulated-clock server as a reader on the wall clock must see it.
+
+    With ``simulated_clock`` at ``speed`` X, one wall second holds X scenario seconds, so
+    Prometheus' ``rate()`` (per wall second) over the scenario page reads X times the
+    scenario's rates. Here every cumulative sample (counter ``_total``, histogram
+    ``_bucket``/``_count``/``_sum``) is divided by X: a rate over any wall window is then the
+    scenario's own per-second rate over that window's scenario span, the same figure the
+    exporter measures on the simulated clock. Ratios of counters (acceptance, mean latency)
+    and histogram quantiles are unchanged (numerator and denominator scale alike), gauges
+    are instants and stay as they are, and ``_created`` times are mapped to the wall clock.
+    """
+
+    _CUMULATIVE = ("counter", "histogram", "summary")
+
+    def __init__(self, inner: Collector, speed: float,
+                 to_wall: Callable[[float], float]) -> None:
+        self.inner = inner
+        self.speed = speed
+        self.to_wall = to_wall
+
+    def collect(self) -> Iterator[Any]:
+        for fam in self.inner.collect():
+            if fam.type not in self._CUMULATIVE:
+                yield fam
+                continue
+            out = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+            for s in fam.samples:
+                value = (self.to_wall(s.value) if s.name.endswith("_created")
+                         else s.value / self.speed)
+                out.samples.append(s._replace(value=value))
+            yield out
+
+
 def simulation_registry(sim: Simulation, lock: threading.Lock | None = None,
                         process_collectors: bool = True) -> CollectorRegistry:
     """A private registry rendering `sim` (plus the process/platform/GC collectors a vLLM
@@ -160,6 +198,15 @@ class SimulatorServer:
                                   wall_time=lambda t: self.wall0 + t / self.speed,
                                   record_latencies=record_latencies)
         self.registry = simulation_registry(self.sim, self.lock)
+        # ``/metrics?timebase=wall``: the same page for a reader on the wall clock (the
+        # demo's Prometheus); without a simulated clock the page is in wall time already.
+        self.wall_registry = self.registry
+        if simulated_clock and self.speed != 1.0:
+            self.wall_registry = CollectorRegistry(auto_describe=False)
+            for extra in (ProcessCollector, PlatformCollector, GCCollector):
+                extra(registry=self.wall_registry)
+            self.wall_registry.register(WallTimeView(
+                SimulationCollector(self.sim, self.lock), self.speed, self.wall_time))
         self.routes = {
             "/metrics": only_get(self._metrics),
             "/health": only_get(self._health),
@@ -182,7 +229,11 @@ class SimulatorServer:
         if not self.sim.up:
             return self._down_response()
         encoder, content_type = choose_encoder(req.headers.get("accept"))
-        return Response(200, encoder(self.registry), content_type)
+        timebase = req.query.get("timebase", ["simulated"])[-1]
+        if timebase not in ("simulated", "wall"):
+            return Response(400, b"timebase: expected simulated or wall\n")
+        registry = self.wall_registry if timebase == "wall" else self.registry
+        return Response(200, encoder(registry), content_type)
 
     def _health(self, _req: Request) -> Response:
         return self._down_response() if not self.sim.up else Response(200, b"")
@@ -273,6 +324,10 @@ class SimulatorServer:
 
     def sim_time_now(self) -> float:
         return (self.clock() - self.wall0) * self.speed
+
+    def wall_time(self, simulated: float) -> float:
+        """The wall-clock Unix time of a :meth:`simulated_now` time."""
+        return self.wall0 + (simulated - self.wall0) / self.speed
 
     def simulated_now(self) -> float:
         """Unix time on the simulated clock: the start time plus the simulated seconds since.

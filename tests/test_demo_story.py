@@ -1,0 +1,415 @@
+"""`specwatch demo`, as a user runs it (default speed, real Prometheus, the mixin's rules),
+tells its whole story: every alert it is about goes pending, fires once its condition has
+held for its `for` (in scenario time) and resolves, and the dashboards' own queries agree
+with each other on that Prometheus.
+
+One run of the packaged demo scenario (75 scenario minutes, under 4 wall minutes at the
+default speed) feeds every test here; the dashboards' queries are read from the generated
+JSON with Grafana's variables set as a user's Grafana on the demo's 1 s scrape interval
+would set them. Times are reported in scenario time: (wall − the simulator's start) × speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from mixin_helpers import load_dashboards, panels
+from specwatch.app import demo as demo_app
+from specwatch.common.schema import parse_duration
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("prometheus") is None,
+                       reason="needs Debian's prometheus (make setup installs it)"),
+]
+
+#: Scenario seconds after the story's end (75 min) that the run goes on, so that alerts of
+#: the last phase resolve and the 5m windows of the end are complete.
+TAIL_S = 120.0
+#: Prometheus' evaluation interval in the demo is 1 wall second: times read from it are
+#: this coarse (in scenario seconds: × speed).
+EVAL_S = 1.0
+#: The alerts of the demo's story and the phase each one fires in.
+STORY = {
+    "SDPredictedSpeedupLow": "peak",
+    "SDArrivalRateAboveBreakeven": "peak",
+    "SDMeasuredSlowdown": "peak",
+    "SDAcceptanceRateLow": "acceptance-drop",
+}
+ALERT_FOR = {"SDPredictedSpeedupLow": "15m", "SDArrivalRateAboveBreakeven": "15m",
+             "SDMeasuredSlowdown": "30m", "SDAcceptanceRateLow": "10m"}
+
+
+@dataclass
+class Run:
+    prom: str
+    wall0: float
+    speed: float
+    start: float  # wall
+    end: float  # wall
+    phases: list[tuple[str, float, float]]  # (name, start, end) in scenario seconds
+
+    def scenario_t(self, wall: float) -> float:
+        return (wall - self.wall0) * self.speed
+
+    def phase_at(self, t: float) -> str:
+        for name, lo, hi in self.phases:
+            if lo <= t < hi:
+                return name
+        return "after"
+
+    def query_range(self, expr: str, step: float = EVAL_S) -> list[dict[str, Any]]:
+        q = urllib.parse.urlencode({"query": expr, "start": self.start, "end": self.end,
+                                    "step": f"{step:g}"})
+        with urllib.request.urlopen(f"{self.prom}/api/v1/query_range?{q}", timeout=60) as r:
+            body = json.loads(r.read().decode())
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def series(self, expr: str) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+        """(labels, [(scenario time, value)]) of a range query over the whole run."""
+        return [(r["metric"], [(self.scenario_t(float(ts)), float(v)) for ts, v in r["values"]])
+                for r in self.query_range(expr)]
+
+
+@pytest.fixture(scope="module")
+def run() -> Iterator[Run]:
+    parser = argparse.ArgumentParser()
+    demo_app.add_arguments(parser)
+    # The user's command, `specwatch demo`, on free ports.
+    args = parser.parse_args(["--exporter-listen", "127.0.0.1:0"])
+    assert args.speed == demo_app.DEFAULT_SPEED
+    d = demo_app.Demo(args)
+    try:
+        d.start()
+        assert d.prometheus_url, d.prometheus_note
+        model = d.scenario.models[0]
+        phases, t = [], 0.0
+        for ph in model.phases:
+            phases.append((ph.name, t, t + ph.duration_s))
+            t += ph.duration_s
+        story_end = t
+        start = time.time()
+        assert story_end / args.speed < 300.0, "the story must play in under 5 minutes"
+        while d.simulator.sim_time_now() < story_end + TAIL_S:
+            time.sleep(1.0)
+        time.sleep(2 * EVAL_S)
+        yield Run(d.prometheus_url.rstrip("/"), d.simulator.wall0, args.speed, start,
+                  time.time(), phases)
+    finally:
+        d.stop()
+
+
+# --------------------------------------------------------------------------- the alerts
+
+
+def alert_timeline(run: Run) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """alert -> state -> [(from, to)] intervals in scenario seconds (merged over labels)."""
+    out: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    step = EVAL_S * run.speed
+    for labels, values in run.series('ALERTS{alertname=~"SD.+"}'):
+        spans = out.setdefault(labels["alertname"], {}).setdefault(labels["alertstate"], [])
+        for t, _ in values:
+            if spans and t - spans[-1][1] <= 1.5 * step:
+                spans[-1] = (spans[-1][0], t)
+            else:
+                spans.append((t, t))
+    for states in out.values():
+        for spans in states.values():
+            spans.sort()
+    return out
+
+
+def _mmss(t: float) -> str:
+    return f"{int(t // 60)}:{int(t % 60):02d}"
+
+
+def test_every_alert_of_the_story_fires_after_its_for_and_resolves(run: Run) -> None:
+    timeline = alert_timeline(run)
+    step = EVAL_S * run.speed
+    lines = []
+    for name, states in sorted(timeline.items()):
+        for state, spans in sorted(states.items()):
+            lines.append(f"  {name:28s} {state:8s} " + ", ".join(
+                f"{_mmss(a)}-{_mmss(b)} ({run.phase_at(a)})" for a, b in spans))
+    print("\nalert timeline (scenario time, m:ss):\n" + "\n".join(lines))
+    for name, phase in STORY.items():
+        states = timeline.get(name, {})
+        assert states.get("firing"), f"{name} never fired: {states}"
+        pending, firing = states["pending"][0], states["firing"][0]
+        assert run.phase_at(firing[0]) == phase, (name, _mmss(firing[0]))
+        # Firing comes once the condition held for the whole `for` (pending from its start),
+        # within a few evaluation intervals.
+        held = firing[0] - pending[0]
+        need = parse_duration(ALERT_FOR[name])
+        assert need - 2 * step <= held <= need + 3 * step, (name, held, need)
+        # ... and resolves before the run ends.
+        assert firing[1] < run.scenario_t(run.end) - 3 * step, (name, _mmss(firing[1]))
+
+
+# --------------------------------------------------------------------------- time base
+
+
+_REGEX_SPECIAL = re.compile(r"([$^*{}\[\]'+?.()|\\])")
+_LABEL_VALUES = re.compile(r"^label_values\((?P<selector>.*),\s*(?P<label>[a-zA-Z_]\w*)\)$")
+
+
+def _regex_escape(value: str) -> str:
+    """A label value as Grafana escapes it in a multi-value regex (in a PromQL string)."""
+    return _REGEX_SPECIAL.sub(r"\\\\\1", value)
+
+
+def grafana_vars(run: Run, dashboard: str) -> dict[str, str]:
+    """The dashboard's variables as a user's Grafana sets them by default on the demo:
+    each query variable at All (its allValue, or the regex of the values its label_values()
+    query finds over the run), each custom variable at its default, and $__rate_interval for
+    the demo's 1 s scrape interval (4 x the scrape interval)."""
+    out = {"__rate_interval": "4s"}
+    for v in load_dashboards()[dashboard]["templating"]["list"]:
+        if v["type"] == "datasource":
+            out[v["name"]] = "prometheus"
+        elif v["type"] == "custom":
+            out[v["name"]] = v["current"]["value"]
+        elif v["type"] == "query":
+            m = _LABEL_VALUES.match(v["query"])
+            assert m, v["query"]
+            values = label_values(run, substitute(m.group("selector"), out), m.group("label"))
+            assert values, (dashboard, v["name"])
+            out[v["name"]] = v.get("allValue") or \
+                "(" + "|".join(_regex_escape(x) for x in values) + ")"
+    return out
+
+
+def label_values(run: Run, selector: str, label: str) -> list[str]:
+    q = urllib.parse.urlencode({"match[]": selector, "start": run.start, "end": run.end})
+    with urllib.request.urlopen(f"{run.prom}/api/v1/series?{q}", timeout=60) as r:
+        body = json.loads(r.read().decode())
+    return sorted({s[label] for s in body["data"] if label in s})
+
+
+def substitute(expr: str, variables: dict[str, str]) -> str:
+    for name in sorted(variables, key=len, reverse=True):
+        value = variables[name]
+        expr = re.sub(r"\$\{" + name + r"(?::\w+)?\}", lambda _m, v=value: v, expr)
+        expr = expr.replace("$" + name, value)
+    return expr
+
+
+def panel(dashboard: str, title: str) -> dict[str, Any]:
+    found = [p for p in panels(load_dashboards()[dashboard]) if p.get("title") == title]
+    assert len(found) == 1, (dashboard, title, len(found))
+    return found[0]
+
+
+def panel_series(run: Run, dashboard: str, title: str, ref: str,
+                 variables: dict[str, str] | None = None
+                 ) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
+    p = panel(dashboard, title)
+    [target] = [t for t in p["targets"] if t["refId"] == ref]
+    return run.series(substitute(target["expr"], variables or grafana_vars(run, dashboard)))
+
+
+def steady_points(run: Run, values: list[tuple[float, float]], margin: float = 420.0
+                  ) -> dict[float, float]:
+    """The values at least ``margin`` scenario seconds inside a constant-load phase."""
+    steady = {"peak", "acceptance-drop"}
+    return {t: v for t, v in values
+            if any(name in steady and lo + margin <= t <= hi - 60 for name, lo, hi in run.phases)}
+
+
+@pytest.mark.parametrize("title", ["Acceptance rate", "Break-even vs current arrival rate"])
+def test_vllm_counter_lines_agree_with_the_exporter(run: Run, title: str) -> None:
+    """On one panel, the exporter's line (5m window, scenario time) and the line from
+    vLLM's counters (the recording rule's 5m, Prometheus on the wall clock) tell the same
+    figure in the steady phases: within 10%."""
+    p = panel("specwatch-sd-overview.json", title)
+    exporter_ref = next(t["refId"] for t in p["targets"] if "window=\"$window\"" in t["expr"]
+                        and t["expr"].startswith(("sd_acceptance_rate", "sd_arrival_rate")))
+    vllm_ref = next(t["refId"] for t in p["targets"] if "vLLM counters" in t["legendFormat"])
+    [(_, exp_values)] = panel_series(run, "specwatch-sd-overview.json", title, exporter_ref)
+    [(_, vllm_values)] = panel_series(run, "specwatch-sd-overview.json", title, vllm_ref)
+    exp_pts, vllm_pts = steady_points(run, exp_values), dict(vllm_values)
+    pairs = [(t, v, vllm_pts[t]) for t, v in exp_pts.items() if t in vllm_pts]
+    assert len(pairs) > 100
+    worst = max(pairs, key=lambda p: abs(p[2] / p[1] - 1))
+    print(f"{title}: {len(pairs)} points, worst at {_mmss(worst[0])}: exporter {worst[1]:.3f}, "
+          f"vLLM counters {worst[2]:.3f}")
+    assert abs(worst[2] / worst[1] - 1) < 0.10
+
+
+def test_tokens_per_second_are_scenario_rates(run: Run) -> None:
+    """"Tokens per second" (rate() over vLLM's counters) in the peak is the scenario's:
+    12 req/s x the mean generation length the exporter measures (within 10%)."""
+    [(_, gen)] = panel_series(run, "specwatch-sd-overview.json", "Tokens per second", "A")
+    [(_, mean_gen)] = run.series('sd_mean_generation_tokens{target="vllm-sim", window="5m"}')
+    [(_, arrival)] = run.series('sd_arrival_rate{target="vllm-sim", window="5m"}')
+    g, m, a = steady_points(run, gen), dict(mean_gen), dict(arrival)
+    ratios = sorted(v / (m[t] * a[t]) for t, v in g.items() if t in m and t in a)
+    assert len(ratios) > 100
+    median = ratios[len(ratios) // 2]
+    print(f"generated tokens/s over arrival x mean generation tokens: median {median:.3f}")
+    assert 0.9 < median < 1.1
+
+
+def test_time_since_last_successful_poll_is_a_real_age(run: Run) -> None:
+    """Never negative, and small while the target is polled (a few poll intervals)."""
+    values = [v for _, vs in panel_series(run, "specwatch-exporter.json",
+                                          "Time since last successful poll", "A")
+              for _, v in vs]
+    assert values
+    print(f"time since last successful poll: {min(values):.2f} to {max(values):.2f} s")
+    assert min(values) >= 0.0 and max(values) < 5.0
+
+
+# --------------------------------------------------------------------------- quantiles
+
+#: The mixin's default `grafana.quantileResolution`: a quantile is shown as a value only
+#: where the bucket holding it is at most this fraction of the value wide.
+RESOLUTION = 0.5
+LATENCY_PANELS = ("End-to-end latency P50 / P99", "Time to first token P50 / P99",
+                  "Inter-token latency P50 / P99", "Time per output token P50 / P99",
+                  "Queue time P50 / P99")
+
+
+def bucket_bounds(run: Run, expr: str) -> list[float]:
+    [name] = set(re.findall(r"(vllm:[a-z0-9_]+)_bucket", expr)) - {
+        "vllm:time_per_output_token_seconds"}  # the pre-0.11 name: absent on the page
+    return sorted(float(le) for le in label_values(run, f"{name}_bucket", "le")
+                  if le != "+Inf")
+
+
+def containing_bucket(bounds: list[float], v: float) -> tuple[float, float] | None:
+    lower = 0.0
+    for b in bounds:
+        if v <= b * (1 + 1e-9):
+            return lower, b
+        lower = b
+    return None
+
+
+@pytest.mark.parametrize("title", LATENCY_PANELS)
+def test_latency_quantiles_claim_no_more_resolution_than_their_buckets(run: Run,
+                                                                       title: str) -> None:
+    """Every line of a latency panel drawn as a quantile lies in a bucket at most
+    RESOLUTION x its value wide (never inside the first bucket); a line drawn as a bucket
+    bound (label bound=" ≤ bucket bound") is exactly a bucket bound; the mean is always
+    there. Queue time in the
+    demo is 0 (nothing waits): interpolated, its P50 read 150 ms, the middle of 0-0.3 s."""
+    p = panel("specwatch-sd-overview.json", title)
+    variables = grafana_vars(run, "specwatch-sd-overview.json")
+    shown = {"value": 0, "bound": 0}
+    for t in p["targets"]:
+        leg = t["legendFormat"]
+        if "p50" not in leg and "p99" not in leg:
+            continue
+        bounds = bucket_bounds(run, t["expr"])
+        for labels, values in run.series(substitute(t["expr"], variables)):
+            for when, v in values:
+                if "≤" in labels.get("bound", ""):
+                    assert any(math.isclose(v, b, rel_tol=1e-9) for b in bounds), (leg, v)
+                    shown["bound"] += 1
+                    continue
+                bucket = containing_bucket(bounds, v)
+                assert bucket is not None and bucket[1] - bucket[0] <= RESOLUTION * v, (
+                    f"{title}: {leg} shows {v:.4g} s at {_mmss(when)}, inside the bucket "
+                    f"{bucket}")
+                shown["value"] += 1
+    print(f"{title}: {shown['value']} quantile points shown as values, "
+          f"{shown['bound']} as bucket bounds")
+    assert shown["value"] + shown["bound"] > 0
+    if title.startswith("Queue time"):
+        assert shown["bound"] > 0
+    legends = [t["legendFormat"] for t in p["targets"]]
+    assert any("mean" in leg for leg in legends), legends
+    assert "≤" in p["description"] and "upper bound" in p["description"]
+
+
+# --------------------------------------------------------------------------- controller
+
+REASONS = {"agrees", "acceptance_guard", "alert", "hysteresis", "stabilization",
+           "min_interval", "no_prediction", "no_data", "pending", "uncertain"}
+
+
+def test_controller_says_why_it_disagrees_with_the_model(run: Run) -> None:
+    """The state panel shows a reason with every state. Whenever the controller has SD
+    off while the model's optimal k is above 0, or recommends a k below the model's, the
+    reason is not `agrees`. In the acceptance drop (acceptance 0.29 < 0.4, predicted
+    speedup about 1.25) the controller has SD off for its acceptance guard and says so."""
+    variables = grafana_vars(run, "specwatch-sd-overview.json")
+    states = panel_series(run, "specwatch-sd-overview.json", "Controller state and why", "A",
+                          variables)
+    assert states
+    by_t: dict[float, tuple[float, str]] = {}
+    for labels, values in states:
+        assert labels.get("reason") in REASONS, labels
+        for when, v in values:
+            by_t[round(when, 3)] = (v, labels["reason"])
+    k_panel = panel("specwatch-sd-overview.json",
+                    "Controller: recommended draft length and actions")
+    refs = {t["legendFormat"].rsplit(" ", 2)[-2]: t["refId"] for t in k_panel["targets"]
+            if t["legendFormat"].endswith(" k")}
+    [(_, recommended)] = panel_series(run, "specwatch-sd-overview.json", k_panel["title"],
+                                      refs["recommended"], variables)
+    [(_, optimal)] = panel_series(run, "specwatch-sd-overview.json", k_panel["title"],
+                                  refs["optimal"], variables)
+    rec = {round(t, 3): v for t, v in recommended}
+    opt = {round(t, 3): v for t, v in optimal}
+    reasons: dict[str, dict[str, int]] = {}
+    for when, (state, reason) in sorted(by_t.items()):
+        name = {1.0: "enabled", 2.0: "disabled", 3.0: "pending"}[state]
+        reasons.setdefault(run.phase_at(when), {}).setdefault(f"{name} ({reason})", 0)
+        reasons[run.phase_at(when)][f"{name} ({reason})"] += 1
+        if when in opt and opt[when] > 0 and name == "disabled":
+            assert reason != "agrees", (_mmss(when), name, reason, opt[when])
+        if when in opt and when in rec and rec[when] < opt[when] and name == "enabled":
+            assert reason != "agrees", (_mmss(when), reason, rec[when], opt[when])
+    print("controller state (reason), evaluations per phase:", json.dumps(reasons, indent=1))
+    assert reasons["acceptance-drop"].get("disabled (acceptance_guard)", 0) > 0
+
+
+# --------------------------------------------------------------------------- legends
+
+
+def test_sd_panels_leave_out_targets_without_sd(run: Run) -> None:
+    """The baseline of the A/B pair (no SD) appears on no panel of the SD overview: not in
+    its target variable, not as a line (its arrival rate on the break-even panel was one)."""
+    variables = grafana_vars(run, "specwatch-sd-overview.json")
+    assert "baseline" not in variables["target"], variables["target"]
+    seen = set()
+    for p in panels(load_dashboards()["specwatch-sd-overview.json"]):
+        for t in p.get("targets", []):
+            if "$__rate_interval" in t["expr"] and "vllm:" in t["expr"]:
+                continue  # vLLM's own series: no target label
+            expr = substitute(t["expr"], variables)
+            q = urllib.parse.urlencode({"query": expr, "time": run.end})
+            with urllib.request.urlopen(f"{run.prom}/api/v1/query?{q}", timeout=60) as r:
+                result = json.loads(r.read().decode())["data"]["result"]
+            seen |= {s["metric"].get("target") for s in result}
+    assert "vllm-sim" in seen
+    assert "vllm-sim-baseline" not in seen, p["title"]
+
+
+def test_measured_speedup_legend_shows_one_statistic_by_default(run: Run) -> None:
+    """By default one line per pair and arrival-rate bin (the mean); P50 and P99 on demand."""
+    series = panel_series(run, "specwatch-sd-overview.json", "Measured speedup (A/B pairs)",
+                          "A")
+    stats = {labels["statistic"] for labels, _ in series}
+    bins = {labels["arrival_rate_bin"] for labels, _ in series}
+    print(f"measured speedup: {len(series)} lines, statistics {sorted(stats)}, "
+          f"bins {sorted(bins)}")
+    assert stats == {"mean"} and len(series) == len(bins)
+    variables = grafana_vars(run, "specwatch-sd-overview.json") | {"statistic": "(p50|p99)"}
+    others = panel_series(run, "specwatch-sd-overview.json", "Measured speedup (A/B pairs)",
+                          "A", variables)
+    assert {labels["statistic"] for labels, _ in others} == {"p50", "p99"}
