@@ -18,6 +18,7 @@ import pytest
 from specwatch import model
 from specwatch.calibrate import evidence
 from specwatch.calibrate.fit import FitOptions, fit_system
+from specwatch.calibrate.inputs import read_inputs
 from specwatch.calibrate.load_range import fit_system_saturation
 from specwatch.cli import main
 
@@ -139,6 +140,11 @@ def test_declined_runs_are_counted_by_reason_not_as_errors(capsys):
 
 
 # ------------------------------------------------------------- what calibrate writes and says
+
+
+@pytest.fixture(scope="module")
+def points():
+    return read_inputs([SWEEP])
 
 
 def test_calibrate_reports_the_user_path_per_run(capsys):

@@ -177,10 +177,10 @@ def scaled_params_file(scenario: Scenario, index: int, speed: float, folder: Pat
     return out
 
 
-def _fixed_port(listen: str) -> str:
+def _fixed_port(listen: str, option: str) -> str:
     """``HOST:PORT`` with port 0 replaced by a free port now, so that Prometheus can be told
-    the address before the server binds it."""
-    host, port = parse_listen(listen)
+    the address before the server binds it (``option``: the flag an error names)."""
+    host, port = parse_listen(listen, option)
     if port == 0:
         port = free_port("127.0.0.1" if host == "0.0.0.0" else host)
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -401,8 +401,8 @@ class Demo:
         """Prometheus first (on the addresses the others will take), then the simulator and
         the exporter: the scenario's clock starts with the simulator, so Prometheus, which can
         take seconds to start on a busy machine, misses none of the story."""
-        self.sim_listen = _fixed_port(self.args.simulator_listen)
-        self.exp_listen = _fixed_port(self.args.exporter_listen)
+        self.sim_listen = _fixed_port(self.args.simulator_listen, "--simulator-listen")
+        self.exp_listen = _fixed_port(self.args.exporter_listen, "--exporter-listen")
         self.start_prometheus()
         self.start_simulator()
         self.start_exporter()

@@ -300,3 +300,18 @@ def _pos_key(p: str) -> int:
         return 1 << 30
 
 
+#: Figures of a switch record's windows (``sd_switch_window_<name>``, calibration points).
+SWITCH_FIGURES = ("latency_seconds", "arrival_rate", "prompt_tokens", "generation_tokens",
+                  "draft_length", "acceptance_length")
+
+
+def window_figures(obs: Observation) -> dict[str, float]:
+    """What a decision window says about the system's operating point (a calibration point:
+    λ, mean e2e latency, mean lengths and, with SD on, draft and acceptance length); only
+    the figures the window has, finite."""
+    out = {"latency_seconds": obs.mean_latency, "arrival_rate": obs.arrival_rate,
+           "prompt_tokens": obs.prompt_tokens, "generation_tokens": obs.generation_tokens}
+    if obs.sd_on:
+        out["draft_length"] = obs.draft_length
+        out["acceptance_length"] = obs.acceptance_length
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}

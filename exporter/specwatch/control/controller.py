@@ -66,6 +66,7 @@ from specwatch.control.actuation import (
     WebhookDelivery,
 )
 from specwatch.control.assess import (
+    SWITCH_FIGURES,
     AcceptanceProfile,
     Assessor,
     Scheduler,
@@ -76,7 +77,7 @@ from specwatch.control.assess import (
     observe,
     params_profile,
 )
-from specwatch.control.machine import SWITCH_FIGURES, ControllerStatus, ModelController
+from specwatch.control.machine import ControllerStatus, ModelController
 from specwatch.control.receiver import parse_alertmanager
 from specwatch.control.settings import (
     ACTIONS,

@@ -26,6 +26,7 @@ from specwatch.control.assess import (
     Scheduler,
     _iso,
     _num,
+    window_figures,
     window_quantiles,
 )
 from specwatch.control.settings import (
@@ -82,23 +83,6 @@ class _Record:
     switched_at: float
     before: dict[tuple[str, str], float] | None
     before_figures: dict[str, float] | None = None
-
-
-#: Figures of a switch record's windows (``sd_switch_window_<name>``, calibration points).
-SWITCH_FIGURES = ("latency_seconds", "arrival_rate", "prompt_tokens", "generation_tokens",
-                  "draft_length", "acceptance_length")
-
-
-def window_figures(obs: Observation) -> dict[str, float]:
-    """What a decision window says about the system's operating point (a calibration point:
-    λ, mean e2e latency, mean lengths and, with SD on, draft and acceptance length); only
-    the figures the window has, finite."""
-    out = {"latency_seconds": obs.mean_latency, "arrival_rate": obs.arrival_rate,
-           "prompt_tokens": obs.prompt_tokens, "generation_tokens": obs.generation_tokens}
-    if obs.sd_on:
-        out["draft_length"] = obs.draft_length
-        out["acceptance_length"] = obs.acceptance_length
-    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
 class ModelController:
@@ -324,6 +308,12 @@ class ModelController:
                                  acceptance_rate=obs.acceptance_rate,
                                  draft_length=obs.draft_length, measured_at=obs.t)
 
+    def _uncertain(self, speedup: float, side: str, threshold: float,
+                   iv: tuple[float, float]) -> None:
+        self.waiting = (f"{validity.UNCERTAIN}: predicted speedup {speedup:.3f} is {side} "
+                        f"{threshold:g} but its 90% interval [{iv[0]:.3f}, {iv[1]:.3f}] is not")
+        self.hold = validity.UNCERTAIN
+
     def _reset_condition(self) -> None:
         self.cond, self.cond_since, self.cond_reasons = None, None, []
 
@@ -358,11 +348,8 @@ class ModelController:
         if a is not None and a.valid and a.best_speedup is not None \
                 and a.best_speedup < s.disable_below_speedup and iv is not None \
                 and iv[1] >= s.disable_below_speedup:
-            self.waiting = (f"{validity.UNCERTAIN}: best predicted speedup "
-                            f"{a.best_speedup:.3f} is below disable_below_speedup "
-                            f"{s.disable_below_speedup:g} but its 90% interval "
-                            f"[{iv[0]:.3f}, {iv[1]:.3f}] is not")
-            self.hold = validity.UNCERTAIN
+            self._uncertain(a.best_speedup, "below disable_below_speedup",
+                            s.disable_below_speedup, iv)
         elif a is not None and a.valid and a.best_speedup is not None \
                 and a.best_speedup < s.disable_below_speedup:
             reasons.append(("low_predicted_speedup",
@@ -401,12 +388,8 @@ class ModelController:
                 and a.best_speedup >= s.enable_above_speedup \
                 and a.best_speedup_interval is not None \
                 and a.best_speedup_interval[0] < s.enable_above_speedup:
-            lo, hi = a.best_speedup_interval
-            self.waiting = (f"{validity.UNCERTAIN}: predicted speedup {a.best_speedup:.3f} at "
-                            f"k={a.best_draft_length} is above enable_above_speedup "
-                            f"{s.enable_above_speedup:g} but its 90% interval [{lo:.3f}, "
-                            f"{hi:.3f}] is not")
-            self.hold = validity.UNCERTAIN
+            self._uncertain(a.best_speedup, "above enable_above_speedup",
+                            s.enable_above_speedup, a.best_speedup_interval)
         elif a.best_draft_length and a.best_speedup is not None \
                 and a.best_speedup >= s.enable_above_speedup:
             reasons.append(("predicted_speedup",
