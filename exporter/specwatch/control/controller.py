@@ -57,6 +57,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client.core import Metric
 
+from specwatch.common.secretfile import read_secret_file
 from specwatch.control.actuation import (
     Actuator,
     CommandDelivery,
@@ -85,7 +86,6 @@ from specwatch.control.settings import (
     STATES,
     STATUS_PATH,
     Settings,
-    _read_file_secret,
     settings_from_raw,
 )
 from specwatch.exporter import metricdefs
@@ -474,7 +474,7 @@ def from_config(cfg: ServeConfig, params: Mapping[str, Params],
     receiver = None
     am = cfg.raw.get("controller", {}).get("alertmanager")
     if am is not None:
-        token = _read_file_secret(am["token_file"], f"{where}: controller.alertmanager.token_file")
+        token = read_secret_file(am["token_file"], f"{where}: controller.alertmanager.token_file")
         receiver = ReceiverSettings(token, tuple(am.get("alerts", DEFAULT_ALERTS)))
     if not targets and receiver is None:
         return None
