@@ -38,6 +38,7 @@ from specwatch.exporter.discovery import TargetSource
 from specwatch.exporter.pipeline import DEFAULT_MAX_MODELS, Pipeline, PollResult
 from specwatch.exporter.poller import Poller, PollTarget
 from specwatch.exporter.snapshot import Snapshot
+from specwatch.web.negotiate import accepts_gzip, by_preference
 from specwatch.web.server import (
     REJECT_REASONS,
     Request,
@@ -170,11 +171,11 @@ class ServeApp:
     def metrics_handler(self, req: Request) -> Response:
         """/metrics: the collector's cached bytes of the current snapshot (and their cached
         deflate stream when the client takes gzip), then what changes per scrape."""
-        encoder, content_type = choose_encoder(req.headers.get("accept"))
+        encoder, content_type = choose_encoder(by_preference(req.headers.get("accept")))
         openmetrics = content_type.startswith("application/openmetrics-text")
         snap = self.pipeline.snapshot
         tail = encoder(self._per_scrape)
-        if "gzip" in req.headers.get("accept-encoding", ""):
+        if accepts_gzip(req.headers.get("accept-encoding")):
             head = self.collector.exposition_deflate(snap, openmetrics)
             return Response(200, gzip_join(head, tail), content_type,
                             {"Content-Encoding": "gzip"})
