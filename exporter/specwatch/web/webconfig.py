@@ -114,11 +114,9 @@ ALLOWED_HEADERS: dict[str, tuple[str, ...] | None] = {
     "Strict-Transport-Security": None,
 }
 _BCRYPT_RE = re.compile(rb"^\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
-#: Highest bcrypt cost accepted (the format, like exporter-toolkit's, allows 4 to 31).
-#: Every check of a password not yet verified (a first login, a wrong password, an unknown
-#: user) runs bcrypt at the user's cost, and each step doubles it: cost 14 is about a
-#: second on one core, cost 31 about 35 hours. Above the cap, one hash would stall every
-#: request waiting on the bcrypt lock, and scrapes would time out.
+#: Highest bcrypt cost accepted (the format, like exporter-toolkit's, allows 4 to 31): each
+#: unverified password (first login, wrong password, unknown user) costs a bcrypt at that
+#: cost under the bcrypt lock; cost 14 is about a second on one core, cost 31 about 35 hours.
 BCRYPT_MAX_COST = 14
 #: bcrypt reads at most 72 bytes of a password; longer ones are refused, never truncated.
 _BCRYPT_MAX_PASSWORD = 72
