@@ -144,14 +144,11 @@ def _bcrypt_hash(value: str) -> str:
         # Never echo the value: it may be a plain-text password pasted by mistake.
         raise CheckError("expected a bcrypt hash like $2b$10$... (htpasswd -nBC 10 \"\" | "
                          "tr -d ':\\n'), got something else")
-    cost = int(m.group(1))
-    if cost > BCRYPT_MAX_COST:
+    if (cost := int(m.group(1))) > BCRYPT_MAX_COST:
         raise CheckError(f"bcrypt cost {cost} is above {BCRYPT_MAX_COST}, the most specwatch "
-                         f"spends on one password check (each step doubles the time: cost "
-                         f"{BCRYPT_MAX_COST} is about a second a check on one core, cost "
-                         f"{cost} would be {2 ** (cost - BCRYPT_MAX_COST)} times that); "
-                         f"re-hash with a lower cost, e.g. htpasswd -nBC 12 \"\" | "
-                         f"tr -d ':\\n'")
+                         f"spends on a password check (about a second on one core; {cost} is "
+                         f"{2 ** (cost - BCRYPT_MAX_COST)} times that): re-hash with a lower "
+                         f"cost, e.g. htpasswd -nBC 12 \"\" | tr -d ':\\n'")
     return value
 
 
@@ -415,11 +412,8 @@ _BCRYPT_ALPHABET = "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012345
 
 
 def dummy_hash(cost: int) -> bytes:
-    """A bcrypt hash of ``cost`` that no password matches, made without running bcrypt: a
-    fresh salt and a random digest. Checking a password against it costs what checking
-    against a real hash of that cost does (bcrypt hashes the password with the salt, then
-    compares the digests), so an unknown user takes as long as a wrong password; building it
-    costs nothing, so loading a web config never spends bcrypt time."""
+    """A hash of ``cost`` no password matches, built without bcrypt (a fresh salt, a random
+    digest): checking one against it costs a real check at that cost, building it nothing."""
     digest = "".join(secrets.choice(_BCRYPT_ALPHABET) for _ in range(31))
     return bcrypt.gensalt(rounds=cost) + digest.encode()
 
