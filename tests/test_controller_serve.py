@@ -9,16 +9,19 @@ sends alerts through a real Alertmanager (Debian `prometheus-alertmanager`).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers import testsecrets
 from helpers.scrape import parse_exposition, select
 from helpers.vllmpage import VllmState
@@ -27,6 +30,8 @@ from specwatch.cli import main
 from specwatch.exporter import config
 from specwatch.exporter.pipeline import PollResult
 from test_actuation import Receiver
+
+REPO = Path(__file__).resolve().parent.parent
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "examples/params/qwen3-32b-h100-eagle3.yaml"
@@ -458,3 +463,61 @@ def test_controller_off_by_default(harness, tmp_path):
 
 
 _ = threading  # the receiver helper runs its own threads
+
+
+def _worst_case_alert(rule: dict, value: str) -> dict:
+    """An SDAcceptanceRateLow notification entry as Alertmanager's webhook sends it, with
+    every label value and every templated part of an annotation replaced by ``value``."""
+    labels = {"alertname": rule["alert"], **rule.get("labels", {})}
+    # The series' labels (target, model_name, window), the scrape's (job, instance,
+    # cluster) and a few external labels of the Prometheus that evaluates the rule.
+    for name in ("target", "model_name", "window", "job", "instance", "cluster",
+                 "replica", "region", "environment"):
+        labels[name] = value
+    annotations = {k: re.sub(r"\{\{.*?\}\}", lambda _m: value, v)
+                   for k, v in rule["annotations"].items()}
+    generator = ("http://prometheus.monitoring.svc.cluster.local:9090/graph?g0.expr="
+                 + urllib.parse.quote(rule["expr"], safe="") + "&g0.tab=1")
+    return {"status": "firing", "labels": labels, "annotations": annotations,
+            "startsAt": "2027-01-15T08:00:00.123456789Z",
+            "endsAt": "2027-01-15T09:00:00.123456789Z",
+            "generatorURL": generator, "fingerprint": "0123456789abcdef"}
+
+
+def test_shipped_max_alerts_keeps_every_notification_under_the_body_limit(harness):
+    """The shipped Alertmanager config caps what one notification to the receiver holds
+    (max_alerts) so that it stays under the receiver's body limit (a 413 is not retried by
+    Alertmanager: the group would be lost): max_alerts alerts of the worst case (every label
+    value at the exporter's 256-byte cap, each character JSON-escaped to 6 bytes), with
+    the group's common labels and annotations, are accepted; and the answer stays short."""
+    from deploytools import ALERTMANAGER_CONFIG
+    from specwatch.web.server import MAX_REQUEST_BODY
+
+    am = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
+    hook = next(r for r in am["receivers"] if r["name"] == "specwatch-controller"
+                )["webhook_configs"][0]
+    max_alerts = hook.get("max_alerts", 0)
+    assert max_alerts > 0, "max_alerts 0 means no limit"
+    rules = yaml.safe_load((REPO / "alerts" / "specwatch-alerts.yaml").read_text())
+    rule = next(r for g in rules["groups"] for r in g["rules"]
+                if r.get("alert") == "SDAcceptanceRateLow")
+    worst = _worst_case_alert(rule, "\u2028" * 256)  # json.dumps writes each as \u2028
+    alerts = [{**worst, "fingerprint": f"{i:016x}"} for i in range(max_alerts)]
+    body = json.dumps({
+        "version": "4", "groupKey": "{}/{alertname=\"SDAcceptanceRateLow\"}:"
+        + json.dumps(worst["labels"]), "truncatedAlerts": 7, "status": "firing",
+        "receiver": "specwatch-controller", "groupLabels": worst["labels"],
+        "commonLabels": worst["labels"], "commonAnnotations": worst["annotations"],
+        "externalURL": "http://alertmanager.monitoring.svc.cluster.local:9093",
+        "alerts": alerts}).encode()
+    print(f"\nworst-case notification of {max_alerts} alerts: {len(body)} bytes "
+          f"({len(json.dumps(worst))} per alert), limit {MAX_REQUEST_BODY}")
+    assert len(body) <= MAX_REQUEST_BODY
+    h = harness()
+    h.poll()
+    status, text, _ = h.post(body)
+    assert status == 200, text[:200]
+    answer = json.loads(text)
+    assert answer["received"] == max_alerts
+    assert sum(answer["outcomes"].values()) == max_alerts
+    assert len(text) < 2048 and "0123456789abcdef" not in text

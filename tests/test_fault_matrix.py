@@ -34,6 +34,7 @@ from helpers.faultserver import Blackhole, FaultServer, Raw, Refuse, Serve, Tric
 from helpers.scrape import parse_exposition, select
 from specwatch.app.serve import ServeApp
 from specwatch.exporter import config
+from specwatch.exporter.sources import PARSERS
 
 POLL_DT = 5.0  # seconds between polls on the fake clock
 POLL_TIMEOUT = 1.5  # the targets' poll deadline
@@ -186,6 +187,9 @@ CASES = [
     Case("truncated_page_mid_line",
          lambda v, s: s.set(_serve(v.page()[: len(v.page()) * 2 // 3].rsplit("=", 1)[0])),
          "down", "parse"),
+    Case("truncated_page_inside_unread_family",
+         lambda v, s: s.set(_serve(v.page() + 'vllm:kv_cache_usage_perc{engine="0",model_n')),
+         "down", "parse"),
     Case("truncated_transfer",
          lambda v, s: s.set(Raw(http_response(v.page().encode()[:500],
                                               content_length=len(v.page())))),
@@ -277,13 +281,13 @@ def _scrape(url: str) -> tuple[int, float, str]:
 
 @pytest.fixture
 def exporter(tmp_path):
-    """Yield a factory: (healthy_url, bad_url) -> (app, clock, scrape_url)."""
+    """Yield a factory: (healthy_url, bad_url, parser) -> (app, clock, scrape_url)."""
     apps: list[ServeApp] = []
 
-    def make(good_url: str, bad_url: str) -> tuple[ServeApp, Clock, str]:
+    def make(good_url: str, bad_url: str, parser: str) -> tuple[ServeApp, Clock, str]:
         cfg_file = tmp_path / "specwatch.yaml"
         cfg_file.write_text(
-            "global:\n  listen: 127.0.0.1:0\n"
+            f"global:\n  listen: 127.0.0.1:0\n  parser: {parser}\n"
             f"  timeout: {POLL_TIMEOUT}\n  max_body_bytes: {MAX_BODY}\n"
             f"targets:\n  - {{name: good, url: '{good_url}'}}\n"
             f"  - {{name: bad, url: '{bad_url}'}}\n")
@@ -301,15 +305,16 @@ def exporter(tmp_path):
 
 
 @pytest.mark.usefixtures("fetch_path")
+@pytest.mark.parametrize("parser", PARSERS)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_fault_isolated_counted_and_recovered(case: Case, exporter):
+def test_fault_isolated_counted_and_recovered(case: Case, parser: str, exporter):
     """One misbehaving target: the exporter answers in time, the bad target is reported
     with the right reason (or exact values for resets and vanishing models), the healthy
     target is untouched, ratios stay in [0, 1], and the bad target recovers at once."""
     good_v, bad_v = FakeVllm(("m",)), FakeVllm(("m", "a"))
     with FaultServer(_serve(good_v.page())) as good_s, \
             FaultServer(_serve(bad_v.page())) as bad_s:
-        app, clock, url = exporter(good_s.url, bad_s.url)
+        app, clock, url = exporter(good_s.url, bad_s.url, parser)
 
         def poll_both(fault: bool = False) -> dict:
             clock.t += POLL_DT

@@ -6,7 +6,9 @@ and is what tests and later features build on: ``app.pipeline.add_target_hook(..
 ``start()``).
 
 Signals: SIGTERM/SIGINT stop; SIGHUP re-reads the ``--web-config`` file (certificates, users)
-without dropping scrapes in flight; a bad new file keeps the old config and logs an error.
+without dropping scrapes in flight, on a thread of its own (the main thread only waits for
+signals, so SIGTERM is answered during a reload); a bad new file keeps the old config and
+logs an error.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from specwatch.exporter.discovery import TargetSource
 from specwatch.exporter.pipeline import DEFAULT_MAX_MODELS, Pipeline, PollResult
 from specwatch.exporter.poller import Poller, PollTarget
 from specwatch.exporter.snapshot import Snapshot
+from specwatch.web.negotiate import accepts_gzip, by_preference
 from specwatch.web.server import (
     REJECT_REASONS,
     Request,
@@ -174,11 +177,11 @@ class ServeApp:
     def metrics_handler(self, req: Request) -> Response:
         """/metrics: the collector's cached bytes of the current snapshot (and their cached
         deflate stream when the client takes gzip), then what changes per scrape."""
-        encoder, content_type = choose_encoder(req.headers.get("accept"))
+        encoder, content_type = choose_encoder(by_preference(req.headers.get("accept")))
         openmetrics = content_type.startswith("application/openmetrics-text")
         snap = self.pipeline.snapshot
         tail = encoder(self._per_scrape)
-        if "gzip" in req.headers.get("accept-encoding", ""):
+        if accepts_gzip(req.headers.get("accept-encoding")):
             head = self.collector.exposition_deflate(snap, openmetrics)
             return Response(200, gzip_join(head, tail), content_type,
                             {"Content-Encoding": "gzip"})
@@ -305,13 +308,25 @@ def run(args: argparse.Namespace) -> int:
         log.warning("the poll deadline of %d target(s) (e.g. %s) is not below the poll "
                     "interval %gs: a target that hangs is polled every other interval",
                     len(slow), slow[0], cfg.poll_interval)
+    reloader: threading.Thread | None = None
+
+    def reload_loop() -> None:
+        while reload_requested.is_set() and not stop.is_set():
+            reload_requested.clear()  # a SIGHUP during this reload runs one more
+            app.reload()
+
     try:
         while not stop.is_set():
             wake.wait(5.0)  # the timeout: a safety net only
             wake.clear()
-            if reload_requested.is_set() and not stop.is_set():
-                reload_requested.clear()
-                app.reload()
+            # The reload runs on a thread of its own: the main thread is the one Python
+            # runs signal handlers on, so it must never block (a slow file, a hung read):
+            # SIGTERM is answered at once whatever a reload is doing.
+            if reload_requested.is_set() and not stop.is_set() \
+                    and (reloader is None or not reloader.is_alive()):
+                reloader = threading.Thread(target=reload_loop, name="specwatch-reload",
+                                            daemon=True)
+                reloader.start()
     finally:
         app.stop()
     return 0

@@ -13,6 +13,7 @@ from typing import Any
 
 from specwatch.common import redact
 from specwatch.common.errors import ConfigError
+from specwatch.common.secretfile import read_secret_file
 
 MODES = ("recommend", "webhook", "command")
 STATES = ("enabled", "disabled", "pending")
@@ -83,18 +84,6 @@ _SETTING_KEYS = ("disable_below_speedup", "enable_above_speedup", "min_acceptanc
                  "retry_backoff_seconds", "max_retry_backoff_seconds")
 
 
-def _read_file_secret(path: str, where: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            value = fh.read().strip()
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read {path!r}: {exc.strerror}") from exc
-    if not value:
-        raise ConfigError(f"{where}: the file {path!r} is empty")
-    redact.register(value)
-    return value
-
-
 def settings_from_raw(raw: Mapping[str, Any], where: str, path: str,
                       windows: Mapping[str, float | None], window: str) -> Settings:
     """Cross-key checks of one validated ``controller:`` block; reads header secrets.
@@ -128,8 +117,8 @@ def settings_from_raw(raw: Mapping[str, Any], where: str, path: str,
     if webhook is not None:
         headers.update(webhook.get("headers", {}))
         for name, fpath in webhook.get("headers_from_file", {}).items():
-            headers[name] = _read_file_secret(fpath, f"{where}: {path}.webhook."
-                                                     f"headers_from_file.{name}")
+            headers[name] = read_secret_file(fpath, f"{where}: {path}.webhook."
+                                                    f"headers_from_file.{name}")
         for name, var in webhook.get("headers_from_env", {}).items():
             value = os.environ.get(var, "")
             if not value:

@@ -40,6 +40,7 @@ from specwatch.common.schema import (
     read_yaml,
     validate,
 )
+from specwatch.common.secretfile import read_secret_file
 from specwatch.exporter import configpaths
 from specwatch.exporter.discovery import DEFAULT_REFRESH_INTERVAL, FileSDConfig, shard_of
 from specwatch.exporter.pairs import PairConfig, PairSettings
@@ -306,19 +307,11 @@ def _read_secret(auth: Mapping[str, str], file_key: str, env_key: str, path: str
     if (file_key in auth) == (env_key in auth):
         raise ConfigError(f"{where}: {path}: set exactly one of {file_key} or {env_key}")
     if file_key in auth:
-        try:
-            with open(auth[file_key], encoding="utf-8") as fh:
-                secret = fh.read().strip()
-        except OSError as exc:
-            raise ConfigError(f"{where}: {path}.{file_key}: cannot read {auth[file_key]!r}: "
-                              f"{exc.strerror}") from exc
-    else:
-        secret = os.environ.get(auth[env_key], "")
-        if not secret:
-            raise ConfigError(f"{where}: {path}.{env_key}: environment variable "
-                              f"{auth[env_key]!r} is not set or empty")
+        return read_secret_file(auth[file_key], f"{where}: {path}.{file_key}")
+    secret = os.environ.get(auth[env_key], "")
     if not secret:
-        raise ConfigError(f"{where}: {path}.{file_key}: the file is empty")
+        raise ConfigError(f"{where}: {path}.{env_key}: environment variable "
+                          f"{auth[env_key]!r} is not set or empty")
     redact.register(secret)
     return secret
 

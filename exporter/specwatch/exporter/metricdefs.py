@@ -173,7 +173,8 @@ METRICS: tuple[MetricDef, ...] = (
         help="Failed polls of the target by reason (timeout, connection, tls, http_status, "
              "parse, too_large).",
         doc="failed polls; reason = `timeout`, `connection`, `tls` (certificate or handshake), "
-            "`http_status`, `parse` (not a metrics page, bad or unsupported encoding), "
+            "`http_status`, `parse` (not a metrics page, a page that ends inside a line, "
+            "bad or unsupported encoding), "
             "`too_large` (body or *decompressed* body over `max_body_bytes`) (all six always "
             "present)"),
     MetricDef(

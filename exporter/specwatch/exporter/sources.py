@@ -459,12 +459,21 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     ``plan``: a :class:`PagePlan` kept per target across its pages (fast parser only): a
     page whose wanted lines are those of the page before, in the same order, only their
     values changed, is parsed from it; the result is the same.
-    Raises :class:`PageParseError` when prometheus_client's parser rejects the text.
+    Raises :class:`PageParseError` when prometheus_client's parser rejects the text, and
+    when the text ends inside a line (the last line has no line feed), for both parsers:
+    the text format says the last line ends with a line feed, so such a page is one a
+    Prometheus rejects, and it is what a page cut in transit looks like (the library
+    alone accepts a cut line that still parses, and the fast parser never sees a cut line
+    of a family it does not read). A page cut just after a line feed is a valid shorter
+    page for every parser; both read the same values from it.
     """
     if engine not in ENGINE_KINDS:
         raise ValueError(f"unknown engine kind {engine!r}")
     if parser not in PARSERS:
         raise ValueError(f"unknown parser {parser!r}")
+    if not text.endswith("\n") and text[text.rfind("\n") + 1:].strip():
+        raise PageParseError(
+            "the page ends inside a line (its last line has no line feed): a cut page")
     names = _names(engine, buckets)
     plan_key = (engine, buckets, max_label_value_bytes)
     if plan is not None and parser == "fast":

@@ -43,6 +43,7 @@ from specwatch.common.errors import ConfigError
 from specwatch.sim.engine import Simulation
 from specwatch.sim.scenario import Restart, Scenario, load_scenario
 from specwatch.sim.stats import vllm_families
+from specwatch.web.negotiate import by_preference
 from specwatch.web.server import Request, Response, WebServer, only_get, parse_listen
 
 log = logging.getLogger("specwatch.sim.server")
@@ -157,7 +158,7 @@ def simulation_registry(sim: Simulation, lock: threading.Lock | None = None,
 def render_page(sim: Simulation, accept: str = "text/plain",
                 process_collectors: bool = True) -> tuple[bytes, str]:
     """The /metrics body and content type for an Accept header (tests use it without HTTP)."""
-    encoder, content_type = choose_encoder(accept)
+    encoder, content_type = choose_encoder(by_preference(accept))
     return encoder(simulation_registry(sim, process_collectors=process_collectors)), content_type
 
 
@@ -228,7 +229,7 @@ class SimulatorServer:
     def _metrics(self, req: Request) -> Response:
         if not self.sim.up:
             return self._down_response()
-        encoder, content_type = choose_encoder(req.headers.get("accept"))
+        encoder, content_type = choose_encoder(by_preference(req.headers.get("accept")))
         timebase = req.query.get("timebase", ["simulated"])[-1]
         if timebase not in ("simulated", "wall"):
             return Response(400, b"timebase: expected simulated or wall\n")

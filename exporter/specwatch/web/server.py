@@ -70,6 +70,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from specwatch.common.errors import ConfigError
 from specwatch.web import webconfig
+from specwatch.web.negotiate import accepts_gzip
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +379,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
                             srv.limits.request_timeout)
                 self._refuse(Response(503, b"request timed out\n"), cfg, head)
                 return
-            self._send(resp, cfg, head, gzip_ok="gzip" in headers.get("accept-encoding", ""))
+            self._send(resp, cfg, head, gzip_ok=accepts_gzip(headers.get("accept-encoding")))
         finally:
             # Released here, after the answer is written: a client that gets its answer
             # and sends the next request at once must never find its own slot still taken.

@@ -38,7 +38,9 @@ Where Python's ``ssl`` module differs from Go's ``crypto/tls`` (documented in th
 
 Basic auth follows the toolkit's handler: an unknown user is checked against a dummy bcrypt
 hash of the same cost as the configured ones, so it takes as long as a wrong password (no
-user enumeration by timing); bcrypt runs under a lock (it is CPU-expensive); results are
+user enumeration by timing); the dummy is built without running bcrypt (:func:`dummy_hash`),
+so a load never hashes, and costs above :data:`BCRYPT_MAX_COST` are refused at load (one
+line naming the user); bcrypt runs under a lock (it is CPU-expensive); results are
 cached keyed on (user, hash, password) (the CVE-2022-46146 fix: a key without the password
 lets one success unlock any password), successes apart from failures so wrong passwords
 cannot evict a verified credential. Failed attempts are limited per client address
@@ -113,6 +115,10 @@ ALLOWED_HEADERS: dict[str, tuple[str, ...] | None] = {
     "Strict-Transport-Security": None,
 }
 _BCRYPT_RE = re.compile(rb"^\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
+#: Highest bcrypt cost accepted (the format, like exporter-toolkit's, allows 4 to 31): each
+#: unverified password (first login, wrong password, unknown user) costs a bcrypt at that
+#: cost under the bcrypt lock; cost 14 is about a second on one core, cost 31 about 35 hours.
+BCRYPT_MAX_COST = 14
 #: bcrypt reads at most 72 bytes of a password; longer ones are refused, never truncated.
 _BCRYPT_MAX_PASSWORD = 72
 _CACHE_SIZE = 100
@@ -139,6 +145,11 @@ def _bcrypt_hash(value: str) -> str:
         # Never echo the value: it may be a plain-text password pasted by mistake.
         raise CheckError("expected a bcrypt hash like $2b$10$... (htpasswd -nBC 10 \"\" | "
                          "tr -d ':\\n'), got something else")
+    if (cost := int(m.group(1))) > BCRYPT_MAX_COST:
+        raise CheckError(f"bcrypt cost {cost} is above {BCRYPT_MAX_COST}, the most specwatch "
+                         f"spends on a password check (about a second on one core; {cost} is "
+                         f"{2 ** (cost - BCRYPT_MAX_COST)} times that): re-hash with a lower "
+                         f"cost, e.g. htpasswd -nBC 12 \"\" | tr -d ':\\n'")
     return value
 
 
@@ -400,6 +411,17 @@ def peer_sans(cert: Mapping[str, Any] | None) -> list[str]:
             if kind in ("DNS", "email", "IP Address", "URI")]
 
 
+#: The alphabet of bcrypt's base64 (the 31 characters of a hash's digest).
+_BCRYPT_ALPHABET = "./ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def dummy_hash(cost: int) -> bytes:
+    """A hash of ``cost`` no password matches, built without bcrypt (a fresh salt, a random
+    digest): checking one against it costs a real check at that cost, building it nothing."""
+    digest = "".join(secrets.choice(_BCRYPT_ALPHABET) for _ in range(31))
+    return bcrypt.gensalt(rounds=cost) + digest.encode()
+
+
 class BasicAuth:
     """bcrypt basic auth with a fake-hash path, a bcrypt lock and a poisoning-safe cache.
 
@@ -414,10 +436,7 @@ class BasicAuth:
     def __init__(self, users: Mapping[str, bytes]) -> None:
         self._users = dict(users)
         costs = [int(h[4:6]) for h in self._users.values()]
-        # The dummy hash has the cost the users have (the highest when they differ), so an
-        # unknown user costs as much as a wrong password.
-        self._dummy = bcrypt.hashpw(secrets.token_bytes(18),
-                                    bcrypt.gensalt(rounds=max(costs or [10])))
+        self._dummy = dummy_hash(max(costs or [10]))
         self._bcrypt_lock = threading.Lock()
         self._good: OrderedDict[bytes, None] = OrderedDict()  # LRU of verified credentials
         self._bad: dict[bytes, None] = {}
