@@ -52,6 +52,7 @@ __all__ = [
     "assess",
     "model_reason_name",
     "range_reasons",
+    "vouched",
 ]
 
 SATURATED = "saturated"
@@ -256,3 +257,18 @@ def assess(
         for r in reasons:
             r.append(NO_CALIBRATED_RANGE)
     return Assessment(pred, ivals, in_flight, reasons, valid)
+
+
+def vouched(params: Params, arrival_rate: ArrayLike, k: ArrayLike, e: ArrayLike, p: ArrayLike,
+            g: ArrayLike, max_utilization: float | None = None,
+            max_halfwidth: float | None = None) -> np.ndarray:
+    """Whether a chosen draft length (k = 0: SD off; -1: no choice) is vouched for at each λ:
+    its prediction passes every rule of `assess`. The best k and the static k a what-if
+    command recommends are shown only where this holds, so a recommendation never points at
+    a prediction the same command declines (a `sensitive` column, say)."""
+    kk = np.asarray(k, dtype=float)
+    chosen = kk >= 0
+    judged = assess(params, arrival_rate, np.where(chosen, kk, 0.0),
+                    np.where(kk > 0, e, 1.0), p, g, max_utilization=max_utilization,
+                    max_halfwidth=max_halfwidth)
+    return judged.valid & chosen
