@@ -430,3 +430,15 @@ def test_the_model_assessor_gives_the_interval_of_its_best_speedup():
     assert a.valid and a.best_draft_length and a.best_speedup_interval is not None
     lo, hi = a.best_speedup_interval
     assert lo < a.best_speedup < hi
+
+
+def test_the_model_assessor_never_offers_a_best_k_it_cannot_vouch_for():
+    """Near the EAGLE-3 ceiling the model's fastest k has a `sensitive` prediction: the
+    assessment is not valid (the controller waits) and says which k and why."""
+    params = load_params(PARAMS)
+    assess = model_assessor(params)
+    ok = assess(obs(0.0, lam=8.0), AcceptanceProfile("live", GOOD))
+    assert ok.valid and ok.best_draft_length
+    a = assess(obs(0.0, lam=12.0), AcceptanceProfile("live", GOOD))
+    assert not a.valid and a.best_draft_length is None
+    assert a.reason.startswith("best k = ") and "sensitive" in a.reason
