@@ -110,12 +110,12 @@ def test_every_run_at_concurrency_32_or_less_is_valid(capsys, name):
     assert sm["valid_at_concurrency_le_32"] == sm["runs_at_concurrency_le_32"]
 
 
-_SHARE = ("the runs left are at concurrency 64-256, where the fitted L(B) is off by 3-12%"
-          " (batch-path residual RMS 4-8% at utilisation above 0.7) and the fixed point"
-          " amplifies that 5-30 times: their 90% interval is wider than ±15% (sensitive) or"
-          " the model's own utilisation is above the 0.9 ceiling, or the fixed point holds more"
-          " requests than a run with throughput headroom did; reaching 85% needs a form whose"
-          " L(B) is within ~1.5% near the ceiling")
+_SHARE = ("the runs left are at concurrency 64-256: the 13 at c >= 128 are saturated, past"
+          " the 0.9 ceiling or beyond the runs' headroom, and 85% then leaves room for 4"
+          " declines among the c = 64 and mt-bench c = 64/80 runs; at their utilisation"
+          " (0.6-0.9) the fixed point widens the ±1.645σ band of L(B) 1.4-4 times, so their"
+          " 90% interval is wider than ±15% (sensitive) with σ 5.5-8.1% there; reaching 85%"
+          " needs a form whose L(B) is within 2-4% at that utilisation")
 
 
 @pytest.mark.parametrize("name", [
