@@ -238,3 +238,4 @@ def test_a_c64_fit_declines_the_4b_plateau_on_the_users_path(capsys, tmp_path):
     res = _predict(capsys, out, row)
     assert res["valid"] is False
     assert "beyond_calibrated_load" in res["validity_reasons"]
+    assert "throughput headroom held up to" in res["reason"]

@@ -182,6 +182,9 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             f"{cal.max_in_flight:g} requests in flight"
             + (f", utilisation {cal.max_utilization_seen:g}"
                if cal.max_utilization_seen is not None else "")
+            + (f"; runs with throughput headroom held up to "
+               f"{cal.headroom_in_flight(k):g} requests in flight"
+               if cal.headroom_in_flight(k) is not None else "")
             + f", k in {list(cal.draft_lengths)}): re-calibrate with data "
             "at this load before trusting it"
         )
