@@ -477,3 +477,15 @@ def test_reason_follows_what_holds_the_state():
     assert seen == [("enabled", "agrees"), ("enabled", "acceptance_guard"),
                     ("disabled", "acceptance_guard"), ("disabled", "stabilization"),
                     ("enabled", "agrees")]
+
+
+def test_the_model_assessor_never_offers_a_best_k_it_cannot_vouch_for():
+    """Near the EAGLE-3 ceiling the model's fastest k has a `sensitive` prediction: the
+    assessment is not valid (the controller waits) and says which k and why."""
+    params = load_params(PARAMS)
+    assess = model_assessor(params)
+    ok = assess(obs(0.0, lam=8.0), AcceptanceProfile("live", GOOD))
+    assert ok.valid and ok.best_draft_length
+    a = assess(obs(0.0, lam=12.0), AcceptanceProfile("live", GOOD))
+    assert not a.valid and a.best_draft_length is None
+    assert a.reason.startswith("best k = ") and "sensitive" in a.reason

@@ -195,3 +195,56 @@ def test_a_measured_ceiling_is_saturated_whatever_the_fit_says(capsys, tmp_path)
     rc, out = run(capsys, "predict", "--params", large, "--arrival-rate", "8.0",
                   "--draft-length", "1", "--acceptance-length", "1.6", *lengths)
     assert "saturated" not in out["validity_reasons"]
+
+
+def test_sweep_best_k_is_never_a_declined_column(capsys):
+    """The best k is the model's fastest, shown only where its own column is valid: near the
+    ceiling a `sensitive` k = 3 is not the best k while k = 1, 2 still answer (blank)."""
+    rc, out = run(capsys, "sweep", "--params", EAGLE, "--arrival-rates", "4:12:33",
+                  "--draft-lengths", "1,2,3,4,5,6", "--prompt-tokens", "144",
+                  "--generation-tokens", "200", "--json")
+    assert rc == 0
+    ks = out["draft_lengths"]
+    withheld = 0
+    for i, b in enumerate(out["best_draft_length"]):
+        cols = [c["valid"][i] for c in out["curves"]]
+        if b > 0:
+            assert cols[ks.index(b)], (out["arrival_rates"][i], b)
+            assert out["best_speedup"][i] == out["curves"][ks.index(b)]["speedup"][i]
+        elif b < 0:
+            assert out["best_speedup"][i] is None
+            withheld += any(cols)
+    assert withheld > 0
+
+
+def test_advise_static_k_is_valid_at_every_percentile(capsys):
+    """At p99 = 10 req/s the k = 4 and 5 predictions are `sensitive`: the static k comes from
+    the k vouched for at every percentile, and the advice names the ones left out."""
+    rc, out = run(capsys, "advise", "--params", EAGLE, "--arrival-rate-p50", "4",
+                  "--arrival-rate-p95", "8", "--arrival-rate-p99", "10", "--prompt-tokens",
+                  "144", "--generation-tokens", "200", "--json")
+    assert rc == 0 and out["enable"]
+    for q in ("p50", "p95", "p99"):
+        item = out["percentiles"][q]
+        assert item["valid"] and item["validity_reasons"] == [], q
+        best = item["optimal_draft_length"]
+        if best is not None and best > 0:
+            rc, one = run(capsys, "predict", "--params", EAGLE, "--arrival-rate",
+                          item["arrival_rate"], "--draft-length", best, "--prompt-tokens",
+                          "144", "--generation-tokens", "200", "--json")
+            assert one["valid"], (q, best)
+    assert "sensitive" in out["declined_draft_lengths"]["4"]
+    assert str(out["draft_length"]) not in out["declined_draft_lengths"]
+
+
+def test_advise_without_a_vouched_k_says_why(capsys):
+    """Every k beats no SD by the model alone, but none is vouched for at every percentile:
+    SD stays off, and the advice says which k were left out and why, not that SD does not
+    pay."""
+    rc, out = run(capsys, "advise", "--params", EAGLE, "--arrival-rate-p50", "10.5",
+                  "--arrival-rate-p95", "11", "--arrival-rate-p99", "11.5", "--prompt-tokens",
+                  "144", "--generation-tokens", "200", "--json")
+    assert rc == 0 and not out["enable"]
+    assert set(out["declined_draft_lengths"]) >= {"1", "2", "3"}
+    assert "not vouched" not in out["advice"][0] and "vouched for" in out["advice"][0]
+    assert "k = 2: sensitive" in out["advice"][0]

@@ -439,3 +439,15 @@ def test_without_an_uncertainty_block_there_are_no_interval_series(tmp_path):
     assert select(series, "sd_predicted_speedup", target="a")
     assert not select(series, "sd_predicted_speedup_lower", target="a")
     assert not select(series, "sd_model_speedup_curve_upper", target="a")
+
+
+def test_the_best_k_is_withheld_where_its_own_prediction_is_declined(tmp_path):
+    """sd_optimal_draft_length is the model's fastest k only where that k's prediction is
+    vouched for: with a ±1% interval limit every k at this load is `sensitive`, so there is
+    no best k to show (with the file's ±15% limit it is k = 2, as by hand)."""
+    key = {"target": "a", "window": "5m"}
+    series = run_pages(tmp_path, [ZERO, STEADY], params=UNCERTAIN)
+    assert one(series, "sd_optimal_draft_length", **key) == 2.0
+    params = UNCERTAIN.replace("max_relative_halfwidth: 0.15", "max_relative_halfwidth: 0.01")
+    series = run_pages(tmp_path, [ZERO, STEADY], params=params)
+    assert not select(series, "sd_optimal_draft_length", **key)

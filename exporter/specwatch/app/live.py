@@ -76,6 +76,8 @@ from specwatch.model import (
     BreakEvenKind,
     MoECoefficients,
     Reason,
+    acceptance_length_from_alpha,
+    acceptance_length_from_profile,
     alpha_from_acceptance_length,
     breakeven,
     extend_profile,
@@ -260,17 +262,25 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
     be_rate = float(be.rate) if int(be.kind) != BreakEvenKind.UNDEFINED else None
 
     profile = _live_profile(model, window_label)
-    if profile:
+    extended = extend_profile(profile, params.k_max) if profile else None
+    alpha = math.nan
+    opt = None
+    if extended is not None:
         opt = optimal_draft_length(coef, lam, p=p, g=g, k_max=params.k_max,
-                                   profile=extend_profile(profile, params.k_max),
-                                   max_utilization=ceiling)
+                                   profile=extended, max_utilization=ceiling)
     else:
         alpha = float(alpha_from_acceptance_length(e, k)) if k > 0 else math.nan
-        opt = None
         if math.isfinite(alpha) and alpha < 1.0:
             opt = optimal_draft_length(coef, lam, alpha=alpha, p=p, g=g, k_max=params.k_max,
                                        max_utilization=ceiling)
     best = int(opt.k) if opt is not None and bool(opt.valid) else None
+    if best is not None:
+        # The best k is shown only where its own prediction is vouched for (as in sweep).
+        e_best = 1.0 if best == 0 else float(
+            acceptance_length_from_profile(extended, best) if extended is not None
+            else acceptance_length_from_alpha(alpha, best))
+        if not bool(validity.vouched(params, lam, best, e_best, p, g)):
+            best = None
 
     lat_sd = float(pred.sd.latency)
     # The file's own claim is not a reason to withhold the number live (model.validity).

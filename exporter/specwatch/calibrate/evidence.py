@@ -11,6 +11,9 @@ because every prediction is judged by them (`model.validity.assess`):
   step and in-flight counts is evidence for the same step cost), not the k's own alone;
 - the measured ceilings: where a measured curve stopped rising (more requests in flight,
   no more throughput), the arrival rate from which λ no longer determines the latency;
+- the headroom: the most requests in flight (and tokens per verify step) of a run that a
+  run at higher load on its curve outserved by 10%; past it the runs cannot tell whether a
+  knee or the capacity lies just beyond, so nothing there is vouched for (`headroom`);
 - the residual spread: the relative RMS residual of L(B) at the runs, per band of
   utilisation (`model.uncertainty`), merged upward until a band has `MIN_BAND_RUNS` runs and
   made non-decreasing in the utilisation (a band above cannot claim a tighter fit than the
@@ -32,8 +35,8 @@ from specwatch.model import validity
 from specwatch.model.params import CalibratedRange, MeasuredCeiling, Params
 from specwatch.model.uncertainty import Band, Uncertainty
 
-__all__ = ["BAND_EDGES", "MIN_BAND_RUNS", "WRONG", "calibrated_range", "residual_spread",
-           "run_utilization", "summarise", "user_path"]
+__all__ = ["BAND_EDGES", "MIN_BAND_RUNS", "WRONG", "calibrated_range", "headroom",
+           "residual_spread", "run_utilization", "summarise", "user_path"]
 
 #: Upper edges of the utilisation bands of the residual spread; the last band is open.
 #: The residuals grow towards the ceiling (0.9 and past it are the closed-loop queues).
@@ -67,22 +70,27 @@ PLATEAU_IN_FLIGHT = 1.5
 PLATEAU_THROUGHPUT = 1.10
 
 
+def _curves(points: Sequence[Point]) -> dict[tuple[str, int], list[Point]]:
+    """The measured curves: one k (0 = no SD) on one workload (the run's dataset, else its
+    mean lengths to 10 tokens)."""
+    curves: dict[tuple[str, int], list[Point]] = {}
+    for q in points:
+        w = q.dataset or f"{round(q.prompt_tokens or 0.0, -1)}:" \
+            f"{round(q.generation_tokens or 0.0, -1)}"
+        curves.setdefault((w, round(q.draft_length)), []).append(q)
+    return curves
+
+
 def measured_ceilings(points: Sequence[Point]) -> tuple[MeasuredCeiling, ...]:
     """Where each measured curve (one k on one workload, runs ordered by concurrency) stops
     rising: the first run whose next load level holds PLATEAU_IN_FLIGHT times the requests in
     flight for less than PLATEAU_THROUGHPUT times its throughput. Past that arrival rate the
     server is at its ceiling and latency is not a function of λ (a closed loop fills its
     queue), so a prediction there is `saturated`, whatever the fitted ceiling says."""
-    curves: dict[tuple[str, int], list[Point]] = {}
-    for q in points:
-        if q.concurrency is not None:
-            # One workload: the run's dataset, else its mean lengths to 10 tokens.
-            w = q.dataset or f"{round(q.prompt_tokens or 0.0, -1)}:" \
-                f"{round(q.generation_tokens or 0.0, -1)}"
-            curves.setdefault((w, round(q.draft_length)), []).append(q)
     out = []
-    for (_, k), runs in sorted(curves.items()):
-        runs.sort(key=lambda q: q.concurrency or 0.0)
+    for (_, k), all_runs in sorted(_curves(points).items()):
+        runs = sorted((q for q in all_runs if q.concurrency is not None),
+                      key=lambda q: q.concurrency or 0.0)
         for a, b in itertools.pairwise(runs):
             if b.in_flight >= PLATEAU_IN_FLIGHT * a.in_flight \
                     and b.arrival_rate < PLATEAU_THROUGHPUT * a.arrival_rate:
@@ -94,6 +102,41 @@ def measured_ceilings(points: Sequence[Point]) -> tuple[MeasuredCeiling, ...]:
                     arrival_rate=round(min(a.arrival_rate, b.arrival_rate), 4)))
                 break
     return tuple(out)
+
+
+def headroom(points: Sequence[Point]) -> dict[str, float | None]:
+    """How far the runs show the server below any knee or capacity (the calibrated range's
+    `headroom_*` fields).
+
+    A run has headroom when a run of its curve holding more requests in flight served at
+    least PLATEAU_THROUGHPUT times its throughput: the server was not at a ceiling there.
+    The top run of a curve and the runs on its plateau have none: no run says whether a knee
+    or the KV-cache capacity lies just past them, and a roofline's knee is sharp, so the
+    runs below it cannot show where it is. Returns the most requests in flight of a run with
+    headroom with SD (any k: the same drafter and memory) and without SD (its own memory),
+    and the most tokens per verify step B·(k+1) of one (either system: the same verifier).
+    A system none of whose curves was measured at two load levels gets None (nothing to
+    judge: the highest measured load bounds it alone); one measured at several levels but
+    with headroom nowhere gets 0 (every load is at or past a ceiling the data cannot
+    place)."""
+    held: dict[bool, float | None] = {True: None, False: None}
+    tokens: float | None = None
+    for (_, k), runs in _curves(points).items():
+        sd = k > 0
+        if len(runs) < 2:
+            continue
+        held[sd] = held[sd] or 0.0
+        tokens = tokens or 0.0
+        for a in runs:
+            if any(b.in_flight > a.in_flight
+                   and b.arrival_rate >= PLATEAU_THROUGHPUT * a.arrival_rate for b in runs):
+                held[sd] = max(held[sd] or 0.0, a.in_flight)
+                tokens = max(tokens, a.in_flight * (a.draft_length + 1.0))
+    return {
+        "headroom_in_flight_sd": round(held[True], 3) if held[True] is not None else None,
+        "headroom_in_flight_nosd": round(held[False], 3) if held[False] is not None else None,
+        "headroom_tokens_per_step": round(tokens, 1) if tokens is not None else None,
+    }
 
 
 def calibrated_range(coef: model.Coefficients, points: Sequence[Point]) -> CalibratedRange:
@@ -114,6 +157,7 @@ def calibrated_range(coef: model.Coefficients, points: Sequence[Point]) -> Calib
         max_arrival_rate_by_k=by_k,
         max_utilization_seen=round(float(util.max()), 4) if util.size else None,
         measured_ceilings=measured_ceilings(points),
+        **headroom(points),
     )
 
 

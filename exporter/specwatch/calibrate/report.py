@@ -559,6 +559,12 @@ def _markdown_saturation(fit: SystemFit, png: str) -> list[str]:
         r = fit.calibrated_range
         lines.append(f"- calibrated range: λ <= {r.max_arrival_rate:g} req/s, B <= "
                      f"{r.max_in_flight:g} in flight, k in {list(r.draft_lengths)}")
+        held = ", ".join(f"{what} {v:g}" for what, v in (
+            ("SD", r.headroom_in_flight_sd), ("no SD", r.headroom_in_flight_nosd),
+            ("tokens per verify step", r.headroom_tokens_per_step)) if v is not None)
+        if held:
+            lines.append("- vouched for up to what a run with throughput headroom held (a run "
+                         f"of its curve at higher load served >= 10% more): {held}")
     lines += ["", "| concurrency | n | MAPE | max error | leave-this-concurrency-out MAPE |",
               "|---:|---:|---:|---:|---:|"]
     loco = {x["concurrency"]: x["mape"] for x in rep.get("leave_one_concurrency_out", [])}

@@ -171,25 +171,34 @@ def model_assessor(params: Params, min_acceptance_rate: float = 0.0) -> Assessor
         k = int(opt.k)
         speedup = float(opt.speedup) if k > 0 else 1.0
         current = obs.live_speedup if profile.source == "live" else None
-        return Assessment(True, "ok", k, speedup, current,
-                          _speedup_interval(params, lam, k, p, g, kwargs),
+        judged = _judged(params, lam, k, p, g, kwargs)
+        if judged is not None and not bool(judged.valid):
+            # Never a switch on a best k whose own prediction is declined (as sweep's best k).
+            return Assessment(False, f"best k = {k} not vouched for: "
+                              + ", ".join(judged.names()))
+        return Assessment(True, "ok", k, speedup, current, _speedup_interval(judged),
                           k_limit=k_max if k_max < params.k_max else None)
 
     return assess
 
 
-def _speedup_interval(params: Params, lam: float, k: int, p: float, g: float,
-                      kwargs: Mapping[str, Any]) -> tuple[float, float] | None:
-    """The 90% interval of the predicted speedup at k (model.validity.assess)."""
-    if k <= 0 or params.uncertainty is None:
+def _judged(params: Params, lam: float, k: int, p: float, g: float,
+            kwargs: Mapping[str, Any]) -> Any:
+    """model.validity.assess of the prediction at k (None for k = 0: SD off is judged by the
+    optimiser's own validity)."""
+    if k <= 0:
         return None
     from specwatch.model import acceptance_length_from_alpha, acceptance_length_from_profile
     from specwatch.model.validity import assess
 
     e = (acceptance_length_from_profile(kwargs["profile"], k) if "profile" in kwargs
          else acceptance_length_from_alpha(kwargs["alpha"], k))
-    judged = assess(params, lam, float(k), float(e), p, g)
-    if judged.intervals is None:
+    return assess(params, lam, float(k), float(e), p, g)
+
+
+def _speedup_interval(judged: Any) -> tuple[float, float] | None:
+    """The 90% interval of the predicted speedup at the best k (None without one)."""
+    if judged is None or judged.intervals is None:
         return None
     lo, hi = (float(x) for x in judged.intervals.speedup)
     return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None

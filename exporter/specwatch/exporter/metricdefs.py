@@ -316,7 +316,8 @@ METRICS: tuple[MetricDef, ...] = (
         doc="k in 0 … `k_max` with the lowest predicted latency at the live load, 0 = SD off; "
             "acceptance from the live per-position rates (extended geometrically past the "
             "running k), or from α when there are none; present even when the running "
-            "configuration is saturated"),
+            "configuration is saturated, absent where that k's own prediction is not valid "
+            "(sensitive, beyond the calibrated load: as `sweep`'s best k)"),
     MetricDef(
         "sd_model_utilization", "gauge", ("target", "model_name", "window"),
         help="Model utilisation lambda/lambda_max of the running SD configuration (lambda*C2 "

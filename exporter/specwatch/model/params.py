@@ -33,6 +33,9 @@ Schema (README "Parameters file"):
       max_utilization_seen: 0.97 # highest λ/λ_max of a run (the fit's own utilisation)
       measured_ceilings:        # where a measured curve stopped rising (k, lengths, req/s)
         - {k: 1, prompt_tokens: 147, generation_tokens: 200, arrival_rate: 15.1}
+      headroom_in_flight_sd: 62     # most requests in flight a run with headroom held (SD)
+      headroom_in_flight_nosd: 127  # the same without SD
+      headroom_tokens_per_step: 427 # most tokens per verify step of a run with headroom
     uncertainty:                               # optional: the fit's residual spread (intervals)
       method: residual_spread
       level: 0.9                # the intervals' coverage
@@ -181,6 +184,20 @@ class CalibratedRange:
     max_utilization_seen: float | None = None
     #: Measured throughput ceilings of the calibration curves (empty: none seen).
     measured_ceilings: tuple[MeasuredCeiling, ...] = ()
+    #: Most requests in flight B = λ·L held by a run with throughput headroom (a run of its
+    #: curve holding more requests served at least 10% more: the server was not at a knee or
+    #: its capacity there), with SD (any k: the same drafter and memory) and without SD; and
+    #: the most tokens per verify step B·(k+1) of such a run (either system: the same
+    #: verifier). Past them the runs cannot tell whether a knee lies just beyond (None: not
+    #: recorded, or no curve measured at two load levels).
+    headroom_in_flight_sd: float | None = None
+    headroom_in_flight_nosd: float | None = None
+    headroom_tokens_per_step: float | None = None
+
+    def headroom_in_flight(self, draft_length: float) -> float | None:
+        """The in-flight bound of the system that runs at this draft length (0 = no SD)."""
+        return self.headroom_in_flight_nosd if draft_length == 0 else \
+            self.headroom_in_flight_sd
 
     def to_mapping(self) -> dict[str, Any]:
         """The YAML/JSON form (also what `--json` prints as `calibrated_range`)."""
@@ -198,6 +215,10 @@ class CalibratedRange:
                if self.max_utilization_seen is not None else {}),
             **({"measured_ceilings": [c.to_mapping() for c in self.measured_ceilings]}
                if self.measured_ceilings else {}),
+            **{name: float(v) for name, v in (
+                ("headroom_in_flight_sd", self.headroom_in_flight_sd),
+                ("headroom_in_flight_nosd", self.headroom_in_flight_nosd),
+                ("headroom_tokens_per_step", self.headroom_tokens_per_step)) if v is not None},
         }
 
 
@@ -408,7 +429,8 @@ def _calibrated_range(ctx: _Ctx, value: Any) -> CalibratedRange:
     path: tuple[str | int, ...] = ("calibrated_range",)
     names = ("max_arrival_rate", "max_in_flight", "draft_lengths", "margin",
              "max_tokens_per_step", "max_arrival_rate_by_k", "max_utilization_seen",
-             "measured_ceilings")
+             "measured_ceilings", "headroom_in_flight_sd", "headroom_in_flight_nosd",
+             "headroom_tokens_per_step")
     m = _mapping(ctx, path, value, names, names[:3])
     rate = _count(ctx, (*path, "max_arrival_rate"), m["max_arrival_rate"], "req/s")
     in_flight = _count(ctx, (*path, "max_in_flight"), m["max_in_flight"], "requests")
@@ -457,10 +479,17 @@ def _calibrated_range(ctx: _Ctx, value: Any) -> CalibratedRange:
                                          cm["generation_tokens"], "tokens"),
                 arrival_rate=_count(ctx, (*cp, i, "arrival_rate"), cm["arrival_rate"],
                                     "req/s")))
+    headroom: dict[str, float | None] = {}
+    for name, unit in (("headroom_in_flight_sd", "requests"),
+                       ("headroom_in_flight_nosd", "requests"),
+                       ("headroom_tokens_per_step", "tokens per verify step")):
+        headroom[name] = (_count(ctx, (*path, name), m[name], unit)
+                          if m.get(name) is not None else None)
     return CalibratedRange(max_arrival_rate=rate, max_in_flight=in_flight,
                            draft_lengths=tuple(sorted(set(ks))), margin=margin,
                            max_tokens_per_step=tokens, max_arrival_rate_by_k=by_k,
-                           max_utilization_seen=seen, measured_ceilings=tuple(ceilings))
+                           max_utilization_seen=seen, measured_ceilings=tuple(ceilings),
+                           **headroom)
 
 
 def _uncertainty(ctx: _Ctx, value: Any) -> Uncertainty:

@@ -11,7 +11,9 @@ outputs (`validity_reasons`) and the exporter's `sd_model_valid{reason}` series 
 - ``above_utilization_ceiling``: below saturation but past the validity ceiling;
 - ``beyond_calibrated_load``: λ, the batch in flight, or the tokens per verify step B·(k+1)
   (the knee's unit) more than the margin above the highest calibrated point (the parameters
-  file records that range);
+  file records that range), or the batch in flight (either system) or its tokens per step
+  more than the margin above the most a run with throughput headroom held: past a curve's
+  top run the runs cannot tell whether a knee or the capacity lies just beyond;
 - ``extrapolated_k``: a draft length (other than 0) calibration never measured;
 - ``sensitive``: the 90% latency interval (the fit's residual spread carried through the
   fixed point, `model.uncertainty`) is wider than the limit (default ±15%): near the ceiling
@@ -54,6 +56,7 @@ __all__ = [
     "assess",
     "model_reason_name",
     "range_reasons",
+    "vouched",
 ]
 
 SATURATED = "saturated"
@@ -113,7 +116,13 @@ def range_reasons(
         and np.isfinite(in_flight)
         and in_flight * (float(draft_length) + 1.0) > calibrated.max_tokens_per_step * factor
     )
-    if over_rate or over_batch or over_tokens:
+    held = calibrated.headroom_in_flight(float(draft_length))
+    tokens = calibrated.headroom_tokens_per_step
+    over_headroom = in_flight is not None and np.isfinite(in_flight) and (
+        (held is not None and in_flight > held * factor)
+        or (tokens is not None
+            and in_flight * (float(draft_length) + 1.0) > tokens * factor))
+    if over_rate or over_batch or over_tokens or over_headroom:
         out.append(BEYOND_CALIBRATED_LOAD)
     k = float(draft_length)
     if k != 0 and not any(abs(k - m) < 1e-9 for m in calibrated.draft_lengths):
@@ -144,6 +153,25 @@ class Assessment:
         i = index if isinstance(index, int) else int(np.ravel_multi_index(index,
                                                                            self.valid.shape))
         return self.reasons[i]
+
+
+def _past_headroom(cal: CalibratedRange, in_flight: np.ndarray, in_flight_nosd: np.ndarray,
+                   k: np.ndarray) -> np.ndarray:
+    """Fixed points holding more requests in flight (either system: SD at its k, no SD at
+    the same λ) or more tokens per verify step than a run with throughput headroom did, by
+    more than the margin (NaN batches, no fixed point, are the saturation rule's)."""
+    f = 1.0 + cal.margin
+    out = np.zeros(in_flight.shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        if cal.headroom_in_flight_sd is not None:
+            out |= (k != 0) & (in_flight > cal.headroom_in_flight_sd * f)
+        if cal.headroom_in_flight_nosd is not None:
+            held = cal.headroom_in_flight_nosd * f
+            out |= (in_flight_nosd > held) | ((k == 0) & (in_flight > held))
+        if cal.headroom_tokens_per_step is not None:
+            tokens = cal.headroom_tokens_per_step * f
+            out |= (in_flight * (k + 1.0) > tokens) | (in_flight_nosd > tokens)
+    return out
 
 
 def _near(x: np.ndarray, centre: float, tolerance: float = 0.10) -> np.ndarray:
@@ -179,6 +207,7 @@ def assess(
     sd_ok = pred.sd.valid
     with np.errstate(invalid="ignore"):
         in_flight = np.where(sd_ok, lam * pred.sd.latency, np.nan)
+        in_flight_nosd = np.where(pred.nosd.valid, lam * pred.nosd.latency, np.nan)
     unc = params.uncertainty
     ivals = None
     sensitive = np.zeros(lam.shape, dtype=bool)
@@ -202,6 +231,7 @@ def assess(
             if cal.max_utilization_seen is not None:
                 top = cal.max_utilization_seen * f
                 beyond |= (pred.sd.utilization > top) | (pred.nosd.utilization > top)
+            beyond |= _past_headroom(cal, in_flight, in_flight_nosd, kk)
         measured = np.array(cal.draft_lengths, dtype=float)
         new_k = (kk != 0) & ~np.any(np.abs(kk[..., None] - measured) < 1e-9, axis=-1)
         for c in cal.measured_ceilings:
@@ -232,3 +262,18 @@ def assess(
         for r in reasons:
             r.append(NO_CALIBRATED_RANGE)
     return Assessment(pred, ivals, in_flight, reasons, valid)
+
+
+def vouched(params: Params, arrival_rate: ArrayLike, k: ArrayLike, e: ArrayLike, p: ArrayLike,
+            g: ArrayLike, max_utilization: float | None = None,
+            max_halfwidth: float | None = None) -> np.ndarray:
+    """Whether a chosen draft length (k = 0: SD off; -1: no choice) is vouched for at each λ:
+    its prediction passes every rule of `assess`. The best k and the static k a what-if
+    command recommends are shown only where this holds, so a recommendation never points at
+    a prediction the same command declines (a `sensitive` column, say)."""
+    kk = np.asarray(k, dtype=float)
+    chosen = kk >= 0
+    judged = assess(params, arrival_rate, np.where(chosen, kk, 0.0),
+                    np.where(kk > 0, e, 1.0), p, g, max_utilization=max_utilization,
+                    max_halfwidth=max_halfwidth)
+    return judged.valid & chosen

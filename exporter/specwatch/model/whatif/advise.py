@@ -30,7 +30,6 @@ from specwatch.model.closed_form import (
     breakeven,
     latency,
     optimal_draft_length,
-    predict,
 )
 from specwatch.model.whatif import common
 from specwatch.model.whatif.predict import KIND_NAMES
@@ -175,9 +174,18 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
     lam = np.array([rates[q] for q in PERCENTILES])
     ks = np.arange(1, k_max + 1, dtype=float)
     es = acc.length(ks)
-    grid = predict(model, lam[:, None], ks[None, :], es[None, :], p, g, max_utilization=ceiling)
+    limit = common.halfwidth_of(args, params)
+    # Every k at every percentile judged as predict judges it: a k whose prediction is
+    # declined (sensitive, beyond the calibrated load, at a measured ceiling) is not advised.
+    judged_grid = validity.assess(params, lam[:, None], ks[None, :], es[None, :], p, g,
+                                  max_utilization=ceiling, max_halfwidth=limit)
+    grid = judged_grid.prediction
+    grid_valid = judged_grid.valid
     best = optimal_draft_length(model, lam, p=p, g=g, k_max=k_max, max_utilization=ceiling,
                                 **acc.optimal_kwargs())
+    best_ok = best.valid & validity.vouched(
+        params, lam, best.k, acc.length(np.maximum(best.k, 0).astype(float)), p, g,
+        max_utilization=ceiling, max_halfwidth=limit)
     nosd = grid.nosd
     for i, q in enumerate(PERCENTILES):
         if not bool(best.valid[i]):
@@ -191,8 +199,16 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
     # Static k: the lowest load-weighted relative latency among the k valid at every
     # percentile that do not make p99 slower than no SD; SD off (relative latency 1) unless
     # some k beats it.
-    s = np.where(grid.valid, grid.speedup, np.nan)
-    eligible = np.all(grid.valid, axis=0) & (s[2] >= 1.0)
+    s = np.where(grid_valid, grid.speedup, np.nan)
+    eligible = np.all(grid_valid, axis=0) & (s[2] >= 1.0)
+    # The k the model alone would have let compete, left out because a prediction of theirs
+    # is declined: the advice names them and why.
+    model_s = np.where(grid.valid, grid.speedup, np.nan)
+    declined_ks = {
+        int(ks[j]): sorted({r for i in range(lam.size) if not grid_valid[i, j]
+                            for r in judged_grid.names((i, j))})
+        for j in np.flatnonzero(np.all(grid.valid, axis=0) & (model_s[2] >= 1.0) & ~eligible)
+    }
     with np.errstate(invalid="ignore", divide="ignore"):
         relative = WEIGHTS @ np.where(eligible[None, :], 1.0 / s, np.inf)
     static_k = 0
@@ -214,7 +230,7 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
             sized_by_peak = True
             k_peak = int(peak["optimal_draft_length"])
             static_k = k_peak if k_peak and peak["optimal_speedup"] >= min_gain else 0
-            if static_k and not bool(np.all(grid.valid[:, static_k - 1])):
+            if static_k and not bool(np.all(grid_valid[:, static_k - 1])):
                 static_k = 0
 
     per_q: dict[str, Any] = {}
@@ -223,14 +239,14 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
         per_q[q] = {
             "arrival_rate": rates[q],
             "latency_nosd_s": float(nosd.latency[i, 0]) if bool(nosd.valid[i, 0]) else None,
-            "latency_sd_s": float(grid.sd.latency[i, j]) if static_k and bool(grid.valid[i, j])
+            "latency_sd_s": float(grid.sd.latency[i, j]) if static_k and bool(grid_valid[i, j])
             else None,
             "speedup": float(s[i, j]) if static_k else 1.0,
-            "optimal_draft_length": int(best.k[i]),
-            "optimal_speedup": float(best.speedup[i]),
+            "optimal_draft_length": int(best.k[i]) if bool(best_ok[i]) else None,
+            "optimal_speedup": float(best.speedup[i]) if bool(best_ok[i]) else None,
             "utilization": float(grid.sd.utilization[i, j]) if static_k
             else float(nosd.utilization[i, 0]),
-            "valid": bool(grid.valid[i, j]) if static_k else bool(nosd.valid[i, 0]),
+            "valid": bool(grid_valid[i, j]) if static_k else bool(nosd.valid[i, 0]),
         }
         lat = per_q[q]["latency_sd_s"] if static_k else per_q[q]["latency_nosd_s"]
         # Requests in flight at this load (Little's law) and the schedule's k for it.
@@ -241,8 +257,7 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
     # spread through the fixed point): the advice says when a speedup's interval straddles 1.
     k_adv = float(static_k)
     judged = validity.assess(params, lam, k_adv, float(es[static_k - 1]) if static_k else 1.0,
-                             p, g, max_utilization=ceiling,
-                             max_halfwidth=common.halfwidth_of(args, params))
+                             p, g, max_utilization=ceiling, max_halfwidth=limit)
     for i, q in enumerate(PERCENTILES):
         iv = judged.intervals
         item = per_q[q]
@@ -298,6 +313,7 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
         "breakeven_kind": be_kind,
         "sd_off_above_arrival_rate": any_off_rate,
         "min_gain": min_gain,
+        "declined_draft_lengths": {str(k): r for k, r in declined_ks.items()},
         "below_min_gain": None if below_min_gain is None else {
             "draft_length": below_min_gain[0], "load_weighted_speedup": below_min_gain[1]},
         "peak": peak,
@@ -319,8 +335,8 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
     }
     if static_k:
         out["load_weighted_speedup"] = float(
-            WEIGHTS @ (1.0 / np.where(grid.valid[:, static_k - 1], s[:, static_k - 1], np.inf))
-        ) ** -1 if bool(np.all(grid.valid[:, static_k - 1])) else None
+            WEIGHTS @ (1.0 / np.where(grid_valid[:, static_k - 1], s[:, static_k - 1], np.inf))
+        ) ** -1 if bool(np.all(grid_valid[:, static_k - 1])) else None
     out["advice"] = advice_lines(out)
     return out
 
@@ -408,6 +424,13 @@ def advice_lines(out: dict[str, Any]) -> list[str]:
                 f"gains only {below['load_weighted_speedup']:.2f}x load-weighted, below "
                 f"--min-gain {out['min_gain']:g}x."
             )
+        elif out.get("declined_draft_lengths"):
+            named = "; ".join(f"k = {k}: {', '.join(r)}"
+                              for k, r in out["declined_draft_lengths"].items())
+            lines.append(
+                "Keep speculative decoding off for now: no draft length's prediction is vouched "
+                f"for at every percentile ({named}); re-calibrate with runs at these loads."
+            )
         elif best50 == 0:
             lines.append("Keep speculative decoding off: at your p50 load no draft length beats "
                          "plain decoding.")
@@ -461,7 +484,9 @@ def render(out: dict[str, Any]) -> None:
         item = out["percentiles"][q]
         rows.append([q, f(item["arrival_rate"], ".4g"), f(item["latency_nosd_s"], ".3f"),
                      f(item["latency_sd_s"], ".3f"), f(item["speedup"], ".3f"),
-                     str(item["optimal_draft_length"]), f(item["optimal_speedup"], ".3f")])
+                     "—" if item["optimal_draft_length"] is None
+                     else str(item["optimal_draft_length"]),
+                     f(item["optimal_speedup"], ".3f")])
     k = out["draft_length"]
     title = (f"specwatch advise · {out['system']} · p = {f(out['prompt_tokens'])}, "
              f"g = {f(out['generation_tokens'])}")

@@ -157,8 +157,12 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     if acc is not None:
         opt = optimal_draft_length(model, lam, p=p, g=g, k_max=k_max,
                                    max_utilization=ceiling, **acc.optimal_kwargs())
-        out["optimal_draft_length"] = int(opt.k) if bool(opt.valid) else None
-        out["optimal_speedup"] = float(opt.speedup) if bool(opt.valid) else None
+        # Shown only where the best k's own prediction is vouched for (validity.vouched).
+        ok = bool(opt.valid) and bool(validity.vouched(
+            params, lam, opt.k, acc.length(max(int(opt.k), 0)), p, g,
+            max_utilization=ceiling, max_halfwidth=limit))
+        out["optimal_draft_length"] = int(opt.k) if ok else None
+        out["optimal_speedup"] = float(opt.speedup) if ok else None
     else:
         out["optimal_draft_length"] = None
         out["optimal_speedup"] = None
@@ -178,6 +182,9 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             f"{cal.max_in_flight:g} requests in flight"
             + (f", utilisation {cal.max_utilization_seen:g}"
                if cal.max_utilization_seen is not None else "")
+            + (f"; runs with throughput headroom held up to "
+               f"{cal.headroom_in_flight(k):g} requests in flight"
+               if cal.headroom_in_flight(k) is not None else "")
             + f", k in {list(cal.draft_lengths)}): re-calibrate with data "
             "at this load before trusting it"
         )

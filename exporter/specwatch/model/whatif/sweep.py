@@ -126,6 +126,11 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     s0 = speedup(model, 0.0, k_arr, e_arr, p, g)
     best = optimal_draft_length(model, lams, p=p, g=g, draft_lengths=ks,
                                 max_utilization=ceiling, **acc.optimal_kwargs())
+    # The best k is the model's fastest; it is shown only where its own prediction is
+    # vouched for (the same judgement as its column), never next to a blank column.
+    best_ok = best.valid & validity.vouched(
+        params, lams, best.k, acc.length(np.maximum(best.k, 0).astype(float)), p, g,
+        max_utilization=ceiling, max_halfwidth=limit)
     curves = []
     cal = params.calibrated_range
     grid = (lams.size, len(ks))
@@ -174,9 +179,9 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "latency_nosd_s": np.where(nosd_valid, pred.nosd.latency[:, 0], np.nan),
         "utilization_nosd": pred.nosd.utilization[:, 0],
         "curves": curves,
-        "best_draft_length": np.where(best.valid, best.k, -1),
-        "best_speedup": best.speedup,
-        "sd_off_above_arrival_rate": _sd_off_above(lams, best.k, best.valid),
+        "best_draft_length": np.where(best_ok, best.k, -1),
+        "best_speedup": np.where(best_ok, best.speedup, np.nan),
+        "sd_off_above_arrival_rate": _sd_off_above(lams, best.k, best_ok),
         "valid": True,
         "calibrated_range": cal.to_mapping() if cal is not None else None,
         "max_interval_halfwidth": limit,
@@ -270,7 +275,8 @@ def write_plot(out: dict[str, Any], path: str) -> None:
         axk.axvspan(a, b, color="tab:red", alpha=0.12, lw=0)
     for i, (a, b) in enumerate(none):
         ax.axvspan(a, b, color="grey", alpha=0.25, lw=0, hatch="//",
-                   label=f"no valid prediction (utilisation > {out['max_utilization']:g})"
+                   label=f"no best k vouched for (utilisation > {out['max_utilization']:g}"
+                   " or its prediction declined)"
                    if i == 0 else None)
         axk.axvspan(a, b, color="grey", alpha=0.25, lw=0, hatch="//")
     if any(np.isfinite(np.asarray(c["speedup_lower"])).any() for c in out["curves"]):
