@@ -203,6 +203,15 @@ def _bin_edges(value: Any) -> tuple[float, ...]:
     return tuple(edges)
 
 
+def _band_edges(value: Any) -> tuple[float, ...]:
+    """Acceptance-rate band edges: increasing, from 0, each below 1 (``[0]``: one band)."""
+    edges = _bin_edges([*value, 1.0]) if value else ()
+    if not edges or edges[0] != 0:
+        raise CheckError(f"expected increasing acceptance-rate band edges from 0, each below "
+                         f"1, got {list(value)}")
+    return edges[:-1]
+
+
 #: `pairs:` entries (issue 16): an SD target and a baseline target serving the same model.
 PAIR_SCHEMA: dict[str, Key] = {
     "name": Key(str, required=True, check=_name, doc="label value of `pair`"),
@@ -219,6 +228,8 @@ PAIR_OPTIONS_SCHEMA: dict[str, Key] = {
     "models": Key(dict, values=Key(dict, children={
         "arrival_rate_bins": Key(list, required=True, check=_bin_edges, doc="bin edges"),
     }), doc="per model: its own arrival_rate_bins"),
+    "acceptance_bands": Key(list, check=_band_edges,
+                            doc="acceptance-rate band edges, 0 first (default 0, .25, .5, .75)"),
 }
 FILE_SD_SCHEMA: dict[str, Key] = {
     "files": Key(list, required=True, items=Key(str), doc="file_sd files (globs allowed)"),
@@ -545,7 +556,8 @@ def build_pairs(raw: Mapping[str, Any], where: str, target_names: list[str],
         window=window, min_requests=o.get("min_requests", defaults.min_requests),
         retention_seconds=o.get("retention", defaults.retention_seconds),
         bins=o.get("arrival_rate_bins", defaults.bins),
-        model_bins={m: v["arrival_rate_bins"] for m, v in o.get("models", {}).items()})
+        model_bins={m: v["arrival_rate_bins"] for m, v in o.get("models", {}).items()},
+        acceptance_bands=o.get("acceptance_bands", defaults.acceptance_bands))
     return tuple(pairs), settings
 
 

@@ -1,0 +1,179 @@
+"""A real A/B pair replayed through the exporter: two real vLLM 0.32 CPU servers fed the
+same requests (tests/fixtures/vllm-0.32-cpu-pair-k2/: n-gram SD at k = 2, and no SD).
+
+Both sides' recorded pages are served by local HTTP servers; the exporter (real config,
+poller, HTTP, parse, history, derive, pair tracker, its own /metrics) polls them on a clock
+set to each page's capture time, so the replay takes seconds. At the end its /metrics is
+read as a user reads it and checked against the pages' own counters, computed here by
+separate code (no specwatch import in the expectation path):
+
+* every phase of the recording has its bin (arrival rate x acceptance band) at the end;
+* each bin's mean ratio is within 10% of the truth: baseline mean e2e latency / SD mean e2e
+  latency over the phases that fall in that bin (their steady part, the first 10 s of a
+  phase dropped: it holds requests started under the previous load);
+* the phase at temperature 1 (acceptance falls to about 0.1) is below 1, and so is the
+  upper end of its 90% interval; every interval holds its point;
+* no quantile ratio is exposed where the two sides' quantiles sit in one bucket: here
+  every e2e median is inside vLLM's first bucket (0-0.3 s), so no e2e p50 ratio at all.
+
+What only real pages show, and the simulator pair never did: the effective draft length
+(1.84-1.95) is below the configured k and moves; both sides' latencies sit inside one
+wide bucket; the first window of a phase straddles two loads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.pageserver import Page, PageSequenceServer, fixture_pages
+from helpers.scrape import scrape, select
+from prometheus_client.parser import text_string_to_metric_families
+from specwatch.app.serve import ServeApp
+from specwatch.exporter import config
+
+FIXTURE = Path(__file__).parent / "fixtures" / "vllm-0.32-cpu-pair-k2"
+#: The recording's phases (seconds from its first page; its README): 1, 2, 4, 8 clients,
+#: 4 clients with 70% of requests at temperature 1, then 2 clients at temperature 0.
+PHASES = ((0, 30), (30, 60), (60, 90), (90, 120), (120, 150), (150, 175))
+SETTLE_S = 10.0  # a phase's first seconds hold requests of the previous one
+BINS = [0, 10, 17, 22, 33, 100]  # req/s: a bin per load (the last phase shares the second's)
+BANDS = [0, 0.25, 0.5, 0.75]
+WINDOW = "10s"
+
+LAT = "vllm:e2e_request_latency_seconds"
+ACC = "vllm:spec_decode_num_accepted_tokens_total"
+TOK = "vllm:spec_decode_num_draft_tokens_total"
+REQ = "vllm:request_success_total"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def counters(text: str) -> dict[str, float]:
+    """Sums over labels of the few series the truth needs; buckets as 'le=...' keys."""
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in (f"{LAT}_sum", f"{LAT}_count", ACC, TOK, REQ):
+                out[s.name] = out.get(s.name, 0.0) + s.value
+            elif s.name == f"{LAT}_bucket":
+                key = f"le={float(s.labels['le'])}"
+                out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def at(pages: list[tuple[float, dict[str, float]]], t: float) -> dict[str, float]:
+    """The page nearest to time t (pages are ~2 s apart)."""
+    return min(pages, key=lambda p: abs(p[0] - t))[1]
+
+
+def label(edges: list[float], x: float, top: str) -> str:
+    i = max(j for j, e in enumerate(edges) if x >= e)
+    hi = f"{edges[i + 1]:g}" if i + 1 < len(edges) else top
+    return f"{edges[i]:g}-{hi}"
+
+
+def median_bucket(d: dict[str, float]) -> float:
+    """Upper bound of the bucket holding the median of these bucket increases."""
+    bounds = sorted(float(k[3:]) for k in d if k.startswith("le="))
+    total = d[f"le={float('inf')}"]
+    return next(b for b in bounds if d[f"le={b}"] >= total / 2)
+
+
+def truth() -> dict[tuple[str, str], dict[str, float]]:
+    """Per bin: the pooled sums of its phases' steady parts, both sides, from the pages."""
+    sides = {s: [(t, counters(text)) for t, text in fixture_pages(FIXTURE / s)]
+             for s in ("sd", "base")}
+    t0 = sides["sd"][0][0]
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for start, end in PHASES:
+        d = {}
+        for s, pages in sides.items():
+            a, b = at(pages, t0 + start + SETTLE_S), at(pages, t0 + end)
+            for k in b:
+                d[f"{s}:{k}"] = b[k] - a.get(k, 0.0)
+        span = end - start - SETTLE_S
+        rate = d[f"sd:{REQ}"] / span
+        acceptance = d[f"sd:{ACC}"] / d[f"sd:{TOK}"]
+        key = (label(BINS, rate, "+Inf"), label(BANDS, acceptance, "1"))
+        pooled = out.setdefault(key, {})
+        for k, v in d.items():
+            pooled[k] = pooled.get(k, 0.0) + v
+        pooled.setdefault("acceptance", acceptance)
+    for pooled in out.values():
+        pooled["speedup"] = (pooled[f"base:{LAT}_sum"] / pooled[f"base:{LAT}_count"]) / \
+            (pooled[f"sd:{LAT}_sum"] / pooled[f"sd:{LAT}_count"])
+    return out
+
+
+def replay(tmp_path: Path) -> dict:
+    sd = fixture_pages(FIXTURE / "sd")
+    base = fixture_pages(FIXTURE / "base")
+    assert [t for t, _ in sd] == [t for t, _ in base], "both sides recorded at once"
+    with PageSequenceServer([Page(x) for _, x in sd]) as s1, \
+            PageSequenceServer([Page(x) for _, x in base]) as s2:
+        path = tmp_path / "specwatch.yaml"
+        path.write_text(yaml.safe_dump({
+            "global": {"windows": [WINDOW, "1m"], "poll_interval": 2},
+            "targets": [{"name": "sd", "url": s1.url}, {"name": "base", "url": s2.url}],
+            "pairs": [{"name": "ab", "sd": "sd", "baseline": "base"}],
+            "pair_options": {"window": WINDOW, "min_requests": 50, "arrival_rate_bins": BINS,
+                             "acceptance_bands": BANDS}}))
+        cfg = config.build_config(str(path), [], "127.0.0.1:0", None)
+        clock = Clock()
+        app = ServeApp(cfg, clock=clock)
+        app.start(poll=False)
+        try:
+            host, port = app.web.address
+            for i, (t, _) in enumerate(sd):
+                s1.set_step(i)
+                s2.set_step(i)
+                clock.t = t
+                assert app.poller.poll_now("sd").error_reason is None
+                assert app.poller.poll_now("base").error_reason is None
+            return scrape(f"http://{host}:{port}/metrics")
+        finally:
+            app.stop()
+
+
+def test_real_pair_replay_measures_every_phase(tmp_path):
+    want = truth()
+    got = replay(tmp_path)
+    # The recording's own story, from its pages: five bins (the last phase is the second's
+    # load and regime), one of them at low acceptance where SD is slower.
+    assert len(want) == 5
+    slow = [k for k, v in want.items() if v["acceptance"] < 0.25]
+    assert len(slow) == 1 and want[slow[0]]["speedup"] < 1
+    figures = []
+    for (bin_, band), w in sorted(want.items()):
+        labels = {"pair": "ab", "arrival_rate_bin": bin_, "acceptance_band": band}
+        mean = select(got, "sd_measured_speedup", statistic="mean", **labels)
+        assert len(mean) == 1, f"bin {bin_} / {band}: no measured speedup at the end"
+        measured = next(iter(mean.values()))
+        lo = next(iter(select(got, "sd_measured_speedup_lower", statistic="mean",
+                              **labels).values()))
+        hi = next(iter(select(got, "sd_measured_speedup_upper", statistic="mean",
+                              **labels).values()))
+        figures.append(f"{bin_} req/s, acceptance {band}: measured {measured:.3f}, truth "
+                       f"{w['speedup']:.3f}, 90% interval [{lo:.3f}, {hi:.3f}]")
+        assert measured == pytest.approx(w["speedup"], rel=0.10), figures[-1]
+        assert lo < measured < hi
+        if (bin_, band) in slow:
+            assert measured < 1 and hi < 1, figures[-1]
+        # Both sides' e2e medians are inside one bucket (the pages say which): no p50.
+        sd_b = median_bucket({k[3:]: v for k, v in w.items() if k.startswith("sd:le=")})
+        base_b = median_bucket({k[5:]: v for k, v in w.items() if k.startswith("base:le=")})
+        assert sd_b == base_b == 0.3
+        assert not select(got, "sd_measured_speedup", statistic="p50", **labels)
+    print("\n".join(figures))
+    # The pair ends at the second phase's load and regime: the current bin is that one.
+    current = select(got, "sd_pair_current_arrival_rate_bin", pair="ab")
+    assert [(dict(k[1])["arrival_rate_bin"], dict(k[1])["acceptance_band"])
+            for k in current] == [("10-17", "0.75-1")]
