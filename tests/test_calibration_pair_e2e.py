@@ -165,13 +165,15 @@ def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
                   fit.get("mode"), "fallback", fit.get("fallback_reason"))
             print("per-coefficient error:", {n: f"{e:+.2%}" for n, e in errors.items()})
         assert rc == 0, fit.get("fallback_reason")
-        # 8 load levels x 2 epochs on each side: at most 32 pair points, one per side,
-        # configuration, workload and load; a visit whose bin held another workload's
-        # window from its first visible sample gives none (rare since the exporter leaves
-        # windows that straddle a load change out).
+        # 8 load levels x 2 epochs on each side: 32 visits, one point per side,
+        # configuration, workload, load and acceptance band; a visit whose bin held another
+        # workload's window from its first visible sample gives none (rare since the
+        # exporter leaves windows that straddle a load change out). At k = 4 the
+        # scenario's acceptance rate is about 0.5, a band edge: a visit whose windows fall
+        # on both sides of it is two points (measured: 37 points, 5 visits split).
         assert set(doc["point_sources"]) == {model}
         assert set(doc["point_sources"][model]) == {"pairs"}
-        assert 28 <= doc["point_sources"][model]["pairs"] <= 32
+        assert 28 <= doc["point_sources"][model]["pairs"] <= 40
         assert fit["mode"] == "six-coefficient"
         for name in COEFFICIENTS:
             assert abs(errors[name]) <= BOUND, (name, errors)

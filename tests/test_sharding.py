@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers.pageserver import Page, PageSequenceServer, Stall
 from helpers.scrape import scrape, select
 from specwatch.app.serve import ServeApp
@@ -103,6 +104,45 @@ def test_static_targets_are_sharded_by_the_config_and_the_flags(tmp_path):
     capped = config.build_config(str(cfg_file), [], "127.0.0.1:0", None, shard_index=1,
                                  shard_count=2)
     assert {t.name for t in capped.targets} == {n for n in FLEET if shard_of(n, 2) == 1}
+
+
+@pytest.mark.parametrize("count", [2, 3, 7])
+def test_both_sides_of_every_pair_are_polled_by_one_shard(tmp_path, count):
+    """A fleet of 40 A/B pairs (one baseline shared by two SD replicas) and 200 unpaired
+    servers, split over N exporters from one config (static targets) and one file_sd file:
+    each pair's two sides are polled by exactly one exporter, so every pair is measured
+    exactly once; unpaired targets are partitioned by their own name, as without pairs."""
+    pairs = [{"name": f"ab-{i:02d}", "sd": f"sd-{i:02d}.svc:8000", "baseline":
+              f"base-{i:02d}.svc:8000"} for i in range(40)]
+    pairs.append({"name": "ab-shared", "sd": "sd-extra.svc:8000", "baseline": "base-07.svc:8000"})
+    paired = {t for p in pairs for t in (p["sd"], p["baseline"])}
+    unpaired = FLEET[:200]
+    mixed = tmp_path / "mixed.yaml"  # 100 unpaired static, the rest from file_sd
+    static = tmp_path / "static.yaml"  # every target static
+    write_sd(tmp_path / "fleet.yaml", [{"targets": [*sorted(paired), *unpaired[100:]]}])
+    mixed.write_text(yaml.safe_dump({
+        "targets": [{"url": f"http://{n}/metrics"} for n in unpaired[:100]],
+        "file_sd_configs": [{"files": [str(tmp_path / "fleet.yaml")]}],
+        "pairs": pairs, "pair_options": {"window": "1m"}}))
+    static.write_text(yaml.safe_dump({
+        "targets": [{"url": f"http://{n}/metrics"} for n in [*sorted(paired), *unpaired]],
+        "pairs": pairs, "pair_options": {"window": "1m"}}))
+    for path in (mixed, static):
+        shards = []
+        for index in range(count):
+            cfg = config.build_config(str(path), [], "127.0.0.1:0", None, shard_index=index,
+                                      shard_count=count)
+            app = ServeApp(cfg)  # the serve path: config, then the target source
+            shards.append({t.name for t in app.targets.targets})
+        assert sum(map(len, shards)) == len(paired) + len(unpaired), "a target twice or lost"
+        for p in pairs:
+            holders = [i for i, s in enumerate(shards) if p["sd"] in s or p["baseline"] in s]
+            assert len(holders) == 1, (p["name"], holders)
+            assert {p["sd"], p["baseline"]} <= shards[holders[0]]
+        for n in unpaired:
+            assert [i for i, s in enumerate(shards) if n in s] == [shard_of(n, count)]
+        assert len({i for i, s in enumerate(shards) if s & paired}) > 1, \
+            "the pairs should spread over the shards"
 
 
 @pytest.mark.parametrize("index,count", [(3, 3), (-1, 2), (0, 0)])

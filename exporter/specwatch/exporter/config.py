@@ -41,7 +41,7 @@ from specwatch.common.schema import (
     validate,
 )
 from specwatch.exporter.discovery import DEFAULT_REFRESH_INTERVAL, FileSDConfig, shard_of
-from specwatch.exporter.pairs import PairConfig, PairSettings
+from specwatch.exporter.pairs import PairConfig, PairSettings, shard_keys
 from specwatch.exporter.sources import ENGINE_KINDS, PARSERS
 
 DEFAULT_LISTEN = "0.0.0.0:10440"
@@ -471,7 +471,11 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
                           f" (--shard-index/global.shard_index must be below --shard-count/"
                           f"global.shard_count)")
     if shard_count > 1:
-        targets = [t for t in targets if shard_of(t.name, shard_count) == shard_index]
+        # Both sides of a pair on one exporter: a paired target is sharded by its pair.
+        keys = shard_keys([PairConfig(p["name"], p["sd"], p["baseline"])
+                           for p in raw.get("pairs", [])])
+        targets = [t for t in targets
+                   if shard_of(keys.get(t.name, t.name), shard_count) == shard_index]
     if poll_interval is not None:
         try:
             poll_interval = parse_duration(poll_interval)
