@@ -10,6 +10,7 @@ a running exporter picks up added and removed targets; bad input is a clear erro
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -33,6 +34,7 @@ from specwatch.exporter.discovery import (
     parse_file_sd,
     shard_of,
 )
+from specwatch.exporter.pairs import PairConfig, shard_keys
 from specwatch.exporter.poller import Poller, PollTarget
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,10 +172,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_same_shards_as_prometheus_hashmod_over_the_same_file_sd(tmp_path):
+@pytest.mark.parametrize("paired", [False, True], ids=["unpaired", "pairs"])
+def test_same_shards_as_prometheus_hashmod_over_the_same_file_sd(tmp_path, paired):
     """A real Prometheus reads the same file_sd file with one job per shard
     (``hashmod`` of ``__address__``, ``keep`` the shard's index): its active targets per
-    job are exactly specwatch's shards, and its targets' URLs are specwatch's URLs."""
+    job are exactly specwatch's shards, and its targets' URLs are specwatch's URLs. With
+    pairs, the relabelling of docs/exporter.md (a paired address hashed by its pair's
+    name) keeps the same targets as specwatch's shards by pair."""
     binary = shutil.which("prometheus")
     assert binary, "prometheus not found: `make setup` installs Debian's prometheus package"
     fleet = FLEET[:60]
@@ -181,12 +186,21 @@ def test_same_shards_as_prometheus_hashmod_over_the_same_file_sd(tmp_path):
     write_sd(sd, [{"targets": fleet[:40], "labels": {"pool": "a"}},
                   {"targets": fleet[40:], "labels": {"__metrics_path__": "/v1/metrics"}}])
     count = 3
+    pairs = [PairConfig(f"ab-{i}", fleet[2 * i], fleet[2 * i + 1]) for i in range(10)] \
+        if paired else []
+    keys = shard_keys(pairs)
+    by_pair = "".join(
+        f"      - {{source_labels: [__address__], regex: "
+        f"'{re.escape(p.sd)}|{re.escape(p.baseline)}', target_label: __tmp_shard_key,"
+        f" replacement: {p.name}}}\n" for p in pairs)
     jobs = "".join(
         f"  - job_name: shard{i}\n    scrape_interval: 1h\n    scrape_timeout: 1s\n"
         f"    file_sd_configs: [{{files: ['{sd}']}}]\n"
         f"    relabel_configs:\n"
-        f"      - {{source_labels: [__address__], modulus: {count}, target_label: __tmp_shard,"
-        f" action: hashmod}}\n"
+        f"      - {{source_labels: [__address__], target_label: __tmp_shard_key}}\n"
+        f"{by_pair}"
+        f"      - {{source_labels: [__tmp_shard_key], modulus: {count},"
+        f" target_label: __tmp_shard, action: hashmod}}\n"
         f"      - {{source_labels: [__tmp_shard], regex: '{i}', action: keep}}\n"
         for i in range(count))
     (tmp_path / "prometheus.yml").write_text("scrape_configs:\n" + jobs)
@@ -219,9 +233,12 @@ def test_same_shards_as_prometheus_hashmod_over_the_same_file_sd(tmp_path):
         proc.wait(timeout=30)
         log.close()
     for i in range(count):
-        src = TargetSource([], [FileSDConfig((str(sd),))], make, i, count)
+        src = TargetSource([], [FileSDConfig((str(sd),))], make, i, count, shard_keys=keys)
         src.refresh(strict=True)
         assert {t.name for t in src.targets} == prom[i], f"shard {i}"
+    for p in pairs:
+        assert [i for i in range(count) if {p.sd, p.baseline} <= prom[i]] == \
+            [shard_of(p.name, count)]
     every = TargetSource([], [FileSDConfig((str(sd),))], make)
     every.refresh(strict=True)
     assert {t.url for t in every.targets} == prom_urls
