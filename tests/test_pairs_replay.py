@@ -28,8 +28,9 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.pageserver import Page, PageSequenceServer, fixture_pages
+from helpers.pairtruth import counters, median_bucket
+from helpers.pairtruth import truth as pair_truth
 from helpers.scrape import scrape, select
-from prometheus_client.parser import text_string_to_metric_families
 from specwatch.app.serve import ServeApp
 from specwatch.exporter import config
 
@@ -42,10 +43,6 @@ BINS = [0, 10, 17, 22, 33, 100]  # req/s: a bin per load (the last phase shares 
 BANDS = [0, 0.25, 0.5, 0.75]
 WINDOW = "10s"
 
-LAT = "vllm:e2e_request_latency_seconds"
-ACC = "vllm:spec_decode_num_accepted_tokens_total"
-TOK = "vllm:spec_decode_num_draft_tokens_total"
-REQ = "vllm:request_success_total"
 
 
 class Clock:
@@ -56,61 +53,12 @@ class Clock:
         return self.t
 
 
-def counters(text: str) -> dict[str, float]:
-    """Sums over labels of the few series the truth needs; buckets as 'le=...' keys."""
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name in (f"{LAT}_sum", f"{LAT}_count", ACC, TOK, REQ):
-                out[s.name] = out.get(s.name, 0.0) + s.value
-            elif s.name == f"{LAT}_bucket":
-                key = f"le={float(s.labels['le'])}"
-                out[key] = out.get(key, 0.0) + s.value
-    return out
-
-
-def at(pages: list[tuple[float, dict[str, float]]], t: float) -> dict[str, float]:
-    """The page nearest to time t (pages are ~2 s apart)."""
-    return min(pages, key=lambda p: abs(p[0] - t))[1]
-
-
-def label(edges: list[float], x: float, top: str) -> str:
-    i = max(j for j, e in enumerate(edges) if x >= e)
-    hi = f"{edges[i + 1]:g}" if i + 1 < len(edges) else top
-    return f"{edges[i]:g}-{hi}"
-
-
-def median_bucket(d: dict[str, float]) -> float:
-    """Upper bound of the bucket holding the median of these bucket increases."""
-    bounds = sorted(float(k[3:]) for k in d if k.startswith("le="))
-    total = d[f"le={float('inf')}"]
-    return next(b for b in bounds if d[f"le={b}"] >= total / 2)
-
-
 def truth() -> dict[tuple[str, str], dict[str, float]]:
-    """Per bin: the pooled sums of its phases' steady parts, both sides, from the pages."""
+    """Per bin: the pooled counter increases of its phases' steady parts, from the pages."""
     sides = {s: [(t, counters(text)) for t, text in fixture_pages(FIXTURE / s)]
              for s in ("sd", "base")}
     t0 = sides["sd"][0][0]
-    out: dict[tuple[str, str], dict[str, float]] = {}
-    for start, end in PHASES:
-        d = {}
-        for s, pages in sides.items():
-            a, b = at(pages, t0 + start + SETTLE_S), at(pages, t0 + end)
-            for k in b:
-                d[f"{s}:{k}"] = b[k] - a.get(k, 0.0)
-        span = end - start - SETTLE_S
-        rate = d[f"sd:{REQ}"] / span
-        acceptance = d[f"sd:{ACC}"] / d[f"sd:{TOK}"]
-        key = (label(BINS, rate, "+Inf"), label(BANDS, acceptance, "1"))
-        pooled = out.setdefault(key, {})
-        for k, v in d.items():
-            pooled[k] = pooled.get(k, 0.0) + v
-        pooled.setdefault("acceptance", acceptance)
-    for pooled in out.values():
-        pooled["speedup"] = (pooled[f"base:{LAT}_sum"] / pooled[f"base:{LAT}_count"]) / \
-            (pooled[f"sd:{LAT}_sum"] / pooled[f"sd:{LAT}_count"])
-    return out
+    return pair_truth(sides, [(t0 + a, t0 + b) for a, b in PHASES], SETTLE_S, BINS, BANDS)
 
 
 def replay(tmp_path: Path) -> dict:
@@ -168,9 +116,7 @@ def test_real_pair_replay_measures_every_phase(tmp_path):
         if (bin_, band) in slow:
             assert measured < 1 and hi < 1, figures[-1]
         # Both sides' e2e medians are inside one bucket (the pages say which): no p50.
-        sd_b = median_bucket({k[3:]: v for k, v in w.items() if k.startswith("sd:le=")})
-        base_b = median_bucket({k[5:]: v for k, v in w.items() if k.startswith("base:le=")})
-        assert sd_b == base_b == 0.3
+        assert median_bucket(w, "sd") == median_bucket(w, "base") == 0.3
         assert not select(got, "sd_measured_speedup", statistic="p50", **labels)
     print("\n".join(figures))
     # The pair ends at the second phase's load and regime: the current bin is that one.

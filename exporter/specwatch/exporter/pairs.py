@@ -257,7 +257,7 @@ class PairTracker:
         self._sides: dict[tuple[str, str], _Side] = {}
         self._targets = {t for p in self.pairs for t in (p.sd, p.baseline)}
         # The other side(s) of each target: a segment is binned by the larger of its own
-        # arrival rate and its partners' latest one (see _fold).
+        # arrival rate and its partners' over the same time (see _context).
         self._partners: dict[str, set[str]] = {}
         # The regime sources of each target: the SD side of every pair it is in (itself
         # when it is one), whose acceptance band its segments are filed under.
@@ -304,10 +304,8 @@ class PairTracker:
                 if side.config is not None and config.k is None:
                     config = SideConfiguration(config.engine, config.sd, side.config.k)
                 side.config = config
-            # Both sides take the same offered load; what a window measures is the rate of
-            # *finished* requests, which lags arrivals on a side that is building a queue
-            # (the slower side past break-even). The larger of the two sides' rates is the
-            # better estimate of the load both are at, so both bin by it.
+            # The bin the pair is at now (sd_pair_current_arrival_rate_bin): by the larger of
+            # the two sides' latest rates, as segments are binned (see _context).
             rates = [own] + [other.latest_rate for p in self._partners.get(tname, ())
                              if (other := self._sides.get((p, mname))) is not None]
             rates = [r for r in rates if r is not None]
@@ -355,8 +353,12 @@ class PairTracker:
 
     def _context(self, tname: str, mname: str, seg: _Segment
                  ) -> tuple[float | None, dict[str, float | None]]:
-        """A segment's load (the larger of its own rate and its partners' of the same
-        time; see _fold) and, per regime source, that source's acceptance at the time."""
+        """A segment's load and, per regime source, that source's acceptance at the time.
+
+        Both sides take the same offered load; what a window measures is the rate of
+        *finished* requests, which lags arrivals on a side that is building a queue (the
+        slower side past break-even). The larger of the two sides' rates over the same
+        time is the better estimate of the load both are at, so both bin by it."""
         rates = [seg.rate] + [self._at(p, mname, seg.end)[0]
                               for p in self._partners.get(tname, ())]
         rates = [r for r in rates if r is not None]
