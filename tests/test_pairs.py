@@ -22,10 +22,9 @@ from specwatch.exporter.pairs import (
     PairTracker,
     bin_index,
     bin_labels,
-    max_variance,
-    quantile_ratio,
     shard_keys,
 )
+from specwatch.exporter.pairstats import max_variance, quantile_ratio
 from specwatch.exporter.snapshot import ModelSnapshot, TargetSnapshot, WindowSignals
 
 MODEL = "llama"

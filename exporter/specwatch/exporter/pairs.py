@@ -32,10 +32,10 @@ too few requests has no series; nothing here is ever a placeholder 0):
 
 * ``sd_measured_speedup{statistic="mean|p50|p99"}``: baseline e2e latency / SD e2e latency
   (> 1: SD is faster); ``sd_measured_speedup_lower`` / ``_upper``: the 90% interval of the
-  mean ratio (:func:`mean_ratio_interval`);
+  mean ratio (:func:`pairstats.ratio_interval`);
 * ``sd_measured_ttft_ratio`` and ``sd_measured_inter_token_latency_ratio``
   ``{statistic="p50|p99"}``: the same ratio for TTFT and inter-token latency;
-  a quantile ratio only where the buckets resolve it (:func:`quantile_ratio`);
+  a quantile ratio only where the buckets resolve it (:func:`pairstats.quantile_ratio`);
 * ``sd_measured_arrival_rate``: the mean arrival rate of the bin's segments (both sides),
   the x position of the point on a speedup-vs-arrival-rate panel;
 * ``sd_measured_requests{side}``: finished requests in the bin per side;
@@ -50,7 +50,6 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-import statistics
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -58,7 +57,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from specwatch.exporter import derive, metricdefs
+from specwatch.exporter import derive, metricdefs, pairstats
 from specwatch.exporter.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
 
 log = logging.getLogger(__name__)
@@ -78,11 +77,6 @@ TRANSITION_TOLERANCE = 0.30
 #: ... and one whose SD acceptance rate differs by more than this (absolute) is not in that
 #: neighbour's acceptance regime. A segment like neither neighbour straddles a change.
 ACCEPTANCE_TOLERANCE = 0.10
-#: The interval of the mean ratio: two-sided 90%.
-INTERVAL_LEVEL = 0.90
-#: A quantile ratio whose two quantiles share one histogram bucket (lo, hi] is exposed only
-#: when hi / lo is at most this: the buckets alone then pin the ratio to within 10%.
-SHARED_BUCKET_MAX_WIDTH = 1.10
 #: Statistics of the e2e ratio; TTFT and inter-token ratios have the quantiles only.
 E2E_STATISTICS = ("mean", "p50", "p99")
 QUANTILE_STATISTICS = ("p50", "p99")
@@ -229,20 +223,6 @@ class _Side:
     #: Acceptance rate of the side's latest window (an SD side's current regime).
     latest_acceptance: float | None = None
     bins: dict[tuple[int, str, int], deque[_Segment]] = field(default_factory=dict)
-
-
-def _merge(hists: Sequence[tuple[tuple[float, float], ...]]) -> tuple[tuple[float, float], ...]:
-    """Sum cumulative bucket counts of several windows (bounds unioned; a bound one window
-    lacks takes that window's count at its next lower bound, the cumulative convention)."""
-    bounds = sorted({b for h in hists for b, _ in h})
-    total = dict.fromkeys(bounds, 0.0)
-    for h in hists:
-        hb = [b for b, _ in h]
-        for b in bounds:
-            i = bisect.bisect_right(hb, b) - 1
-            if i >= 0:
-                total[b] += h[i][1]
-    return tuple((b, total[b]) for b in bounds)
 
 
 class PairTracker:
@@ -494,40 +474,10 @@ def _mean_latency(segs: Sequence[_Segment]) -> float | None:
     return sum(g.e2e_sum or 0.0 for g in with_sum) / n if n > 0 else None
 
 
-def max_variance(buckets: Sequence[tuple[float, float]], mean: float) -> float | None:
-    """The largest variance any distribution with these bucket counts and this exact mean
-    can have (None with a request in the +Inf bucket: no upper end, no bound).
-
-    Inside a bucket [lo, hi] with mean m_b, E[X^2] is at most m_b (lo + hi) - lo hi
-    (Bhatia-Davis: all mass at the two ends). Summed over the buckets this is linear in the
-    bucket means, which are free within their buckets but must add up to the exact mean:
-    a fractional knapsack, maximised by raising the bucket means with the largest lo + hi
-    first. Sharp, so the interval is as narrow as the buckets allow and no narrower.
-    """
-    rows = []  # (count, lo, hi)
-    prev_bound, prev_count = 0.0, 0.0
-    for bound, count in buckets:
-        if count > prev_count:
-            if math.isinf(bound):
-                return None
-            rows.append((count - prev_count, prev_bound, bound))
-        prev_bound, prev_count = bound, count
-    n = sum(c for c, _, _ in rows)
-    if n <= 0:
-        return None
-    budget = n * mean - sum(c * lo for c, lo, _ in rows)  # what the means rise above lo
-    second = sum(c * lo * lo for c, lo, _ in rows)  # E[X^2] x n with every mean at lo
-    for c, lo, hi in sorted(rows, key=lambda r: r[1] + r[2], reverse=True):
-        rise = min(max(budget, 0.0), c * (hi - lo))
-        second += rise * (lo + hi)
-        budget -= rise
-    return max(0.0, second / n - mean * mean)
-
-
 def _variance_of_mean(segs: Sequence[_Segment], mean: float) -> float | None:
     """Variance of one side's mean e2e latency in a bin, the larger of two estimates.
 
-    * From the buckets: :func:`max_variance` (the requests' variance can be no larger,
+    * From the buckets: :func:`pairstats.max_variance` (the requests' variance can be no larger,
       whatever they are inside their buckets) over the number of requests. A bound, not a
       guess: latencies inside vLLM's 0-0.3 s first bucket cannot be resolved, and the
       interval is as wide as that leaves it.
@@ -539,8 +489,8 @@ def _variance_of_mean(segs: Sequence[_Segment], mean: float) -> float | None:
     n = sum(g.e2e_count for g in with_sum)
     if n <= 0:
         return None
-    spread = max_variance(_merge([g.histograms["e2e_latency_seconds"] for g in with_sum]),
-                          mean)
+    merged = pairstats.merge([g.histograms["e2e_latency_seconds"] for g in with_sum])
+    spread = pairstats.max_variance(merged, mean)
     if spread is None:
         return None
     var = spread / n
@@ -554,60 +504,15 @@ def _variance_of_mean(segs: Sequence[_Segment], mean: float) -> float | None:
 
 def mean_ratio_interval(sd: Sequence[_Segment], base: Sequence[_Segment]
                         ) -> tuple[float, float] | None:
-    """90% interval of the mean ratio (baseline mean / SD mean) by the delta method.
-
-    log(ratio) = log(baseline mean) - log(SD mean); each mean's relative variance is
-    :func:`_variance_of_mean` / mean^2, and the two are added as if independent. The two
-    sides serve the same requests, so their errors are positively correlated and the
-    variance of the difference is smaller than the sum: the interval errs wide, never
-    narrow. Normal on the log scale: a ratio's interval is asymmetric and stays positive.
-    """
+    """90% interval of a bin's mean ratio (baseline mean / SD mean): the two sides' means
+    and :func:`_variance_of_mean` into :func:`pairstats.ratio_interval`."""
     ms, mb = _mean_latency(sd), _mean_latency(base)
     if not ms or not mb or ms <= 0 or mb <= 0:
         return None
     vs, vb = _variance_of_mean(sd, ms), _variance_of_mean(base, mb)
     if vs is None or vb is None:
         return None
-    z = statistics.NormalDist().inv_cdf(0.5 + INTERVAL_LEVEL / 2)
-    half = z * math.sqrt(vs / (ms * ms) + vb / (mb * mb))
-    ratio = mb / ms
-    return ratio * math.exp(-half), ratio * math.exp(half)
-
-
-def _quantile_bucket(q: float, buckets: Sequence[tuple[float, float]]
-                     ) -> tuple[float, float] | None:
-    """(lower, upper) bound of the bucket holding the q-quantile (the bucket PromQL's
-    histogram_quantile interpolates in); None without observations."""
-    if not buckets or not math.isinf(buckets[-1][0]) or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    prev_bound, prev_count = 0.0, 0.0
-    for bound, count in buckets:
-        if count >= rank and count > prev_count:
-            return prev_bound, bound
-        prev_bound, prev_count = bound, count
-    return None
-
-
-def quantile_ratio(q: float, sd: Sequence[tuple[float, float]],
-                   base: Sequence[tuple[float, float]]) -> float | None:
-    """Baseline q-quantile / SD q-quantile, only where the buckets resolve it.
-
-    Resolved: the two quantiles lie in different buckets (the buckets alone say which side
-    is faster), or in one bucket (lo, hi] with lo > 0 and hi / lo at most
-    :data:`SHARED_BUCKET_MAX_WIDTH` (any two values in it are within 10%). Otherwise (both
-    in one wide bucket, e.g. vLLM's first e2e bucket 0-0.3 s, where interpolation reads ~1
-    whatever the truth) None: no series. A quantile in the +Inf bucket is never resolved.
-    """
-    bs, bb = _quantile_bucket(q, sd), _quantile_bucket(q, base)
-    if bs is None or bb is None or math.isinf(bs[1]) or math.isinf(bb[1]):
-        return None
-    if bs == bb and not (bs[0] > 0 and bs[1] / bs[0] <= SHARED_BUCKET_MAX_WIDTH):
-        return None
-    qs, qb = derive.histogram_quantile(q, sd), derive.histogram_quantile(q, base)
-    if not qs or qb is None or qs <= 0:
-        return None
-    return qb / qs
+    return pairstats.ratio_interval(mb, vb, ms, vs)
 
 
 def _ratios(hname: str, sd: Sequence[_Segment], base: Sequence[_Segment]) -> dict[str, float]:
@@ -621,9 +526,9 @@ def _ratios(hname: str, sd: Sequence[_Segment], base: Sequence[_Segment]) -> dic
     merged = []
     for segs in (sd, base):
         hists = [g.histograms[hname] for g in segs if hname in g.histograms]
-        merged.append(_merge(hists) if hists else ())
+        merged.append(pairstats.merge(hists) if hists else ())
     for stat, q in _QUANTILES.items():
-        r = quantile_ratio(q, merged[0], merged[1])
+        r = pairstats.quantile_ratio(q, merged[0], merged[1])
         if r is not None:
             out[stat] = r
     return {k: v for k, v in out.items() if math.isfinite(v) and v > 0}
