@@ -23,6 +23,10 @@ wide bucket; the first window of a phase straddles two loads.
 
 from __future__ import annotations
 
+import json
+import math
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,6 +38,7 @@ from helpers.scrape import scrape, select
 from specwatch.app.serve import ServeApp
 from specwatch.exporter import config
 
+REPO = Path(__file__).resolve().parent.parent
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm-0.32-cpu-pair-k2"
 #: The recording's phases (seconds from its first page; its README): 1, 2, 4, 8 clients,
 #: 4 clients with 70% of requests at temperature 1, then 2 clients at temperature 0.
@@ -61,7 +66,10 @@ def truth() -> dict[tuple[str, str], dict[str, float]]:
     return pair_truth(sides, [(t0 + a, t0 + b) for a, b in PHASES], SETTLE_S, BINS, BANDS)
 
 
-def replay(tmp_path: Path) -> dict:
+def replay(tmp_path: Path, keep: float | None = None) -> dict:
+    """The exporter's /metrics after the whole recording (key ``"end"``) and, with
+    ``keep`` (seconds from the first page), after the last poll before then (``"keep"``)."""
+    kept: dict = {}
     sd = fixture_pages(FIXTURE / "sd")
     base = fixture_pages(FIXTURE / "base")
     assert [t for t, _ in sd] == [t for t, _ in base], "both sides recorded at once"
@@ -86,14 +94,18 @@ def replay(tmp_path: Path) -> dict:
                 clock.t = t
                 assert app.poller.poll_now("sd").error_reason is None
                 assert app.poller.poll_now("base").error_reason is None
-            return scrape(f"http://{host}:{port}/metrics")
+                nxt = sd[i + 1][0] if i + 1 < len(sd) else math.inf
+                if keep is not None and t <= sd[0][0] + keep < nxt:
+                    kept["keep"] = scrape(f"http://{host}:{port}/metrics")
+            kept["end"] = scrape(f"http://{host}:{port}/metrics")
+            return kept
         finally:
             app.stop()
 
 
 def test_real_pair_replay_measures_every_phase(tmp_path):
     want = truth()
-    got = replay(tmp_path)
+    got = replay(tmp_path)["end"]
     # The recording's own story, from its pages: five bins (the last phase is the second's
     # load and regime), one of them at low acceptance where SD is slower.
     assert len(want) == 5
@@ -123,3 +135,64 @@ def test_real_pair_replay_measures_every_phase(tmp_path):
     current = select(got, "sd_pair_current_arrival_rate_bin", pair="ab")
     assert [(dict(k[1])["arrival_rate_bin"], dict(k[1])["acceptance_band"])
             for k in current] == [("10-17", "0.75-1")]
+
+
+#: The dashboard's speedup-vs-arrival-rate chart: its measured-pair points (ref H).
+OVERLAY = ("Predicted speedup against arrival rate, now", "H")
+DASH_VARIABLES = {"job": ".+", "target": ".+", "model_name": ".+"}
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+def test_the_chart_draws_only_the_current_regime(tmp_path):
+    """After the acceptance step the chart's measured points are those of the new regime
+    only, and after the step back those of the old one: the dashboard's own query,
+    evaluated by Prometheus's engine (promtool) on the exporter's series at the end of the
+    temperature-1 phase and at the end of the recording."""
+    got = replay(tmp_path, keep=PHASES[4][1] - 1.0)
+    dashboard = json.loads((REPO / "dashboards" / "specwatch-sd-overview.json").read_text())
+    expr = next(t["expr"] for p in _panels(dashboard) if p.get("title") == OVERLAY[0]
+                for t in p.get("targets", []) if t.get("refId") == OVERLAY[1])
+    for name, value in DASH_VARIABLES.items():
+        expr = expr.replace(f"${name}", value)
+    moments = [got["keep"], got["end"]]
+    names = ("sd_measured_speedup", "sd_pair_current_arrival_rate_bin")
+    keys = sorted({k for m in moments for k in m if k[0] in names}, key=str)
+    series = []
+    for name, labels in keys:
+        values = [m.get((name, labels)) for m in moments]
+        text = " ".join("_" if v is None else repr(v) for v in values)
+        if values[0] is not None and values[1] is None:
+            text = f"{values[0]!r} stale"
+        lab = ", ".join(f'{k}="{v}"' for k, v in sorted(
+            {**dict(labels), "job": "specwatch", "instance": "x"}.items()))
+        series.append({"series": f"{name}{{{lab}}}", "values": text})
+    expected = []
+    for m in moments:
+        current = {(dict(lb)["pair"], dict(lb)["acceptance_band"])
+                   for (n, lb) in m if n == "sd_pair_current_arrival_rate_bin"}
+        expected.append({
+            dict(lb)["arrival_rate_bin"]: v for (n, lb), v in m.items()
+            if n == "sd_measured_speedup" and dict(lb)["statistic"] == "mean"
+            and (dict(lb)["pair"], dict(lb)["acceptance_band"]) in current})
+    # The regime of each moment, from the recording: the slow bin alone in the first, the
+    # four bins at temperature 0 in the second.
+    assert set(expected[0]) == {"17-22"}
+    assert set(expected[1]) == {"0-10", "10-17", "22-33", "33-100"}
+    tests = {"rule_files": [], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "promql_expr_test": [
+            {"expr": expr, "eval_time": f"{i}m", "exp_samples": [
+                {"labels": f'{{arrival_rate_bin="{b}", model_name="pair-model", '
+                           f'target="sd"}}', "value": v} for b, v in sorted(exp.items())]}
+            for i, exp in enumerate(expected)]}]}
+    path = tmp_path / "overlay-test.yaml"
+    path.write_text(yaml.safe_dump(tests, width=1000))
+    run = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _panels(dashboard: dict):
+    for p in dashboard.get("panels", []):
+        yield p
+        yield from p.get("panels", [])
