@@ -33,8 +33,7 @@ Tolerance: 10% per coefficient, the acceptance criterion. Measured, the same fig
 the last digit with and without four busy loops on the machine's 2 cores (~130 s alone,
 ~175 s loaded; 4.3 minutes on the wall clock at 20x before), 37 points (bins by
 acceptance band too; segments filed when steady against either neighbour): a_p -4.8%,
-a_v -0.3%, a_d +7.2%, b_p -2.5%, b_v +0.1%, b_d +2.1% (32 points before: a_p -1.9%,
-a_v -0.4%, a_d +7.2%, b_p -4.2%, b_v +0.6%, b_d +1.7%). b_p (the delay a new prefill adds
+a_v -0.3%, a_d +7.2%, b_p -2.5%, b_v +0.1%, b_d +2.1%. b_p (the delay a new prefill adds
 to each request in flight) and a_d are the least determined: b_p·B is at most ~8% of a
 short request's latency and ~1.5% of a chat one, and the simulator's own physics differs
 from the model's closed form in ways that move it (a request waits about half a step to
