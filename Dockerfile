@@ -20,8 +20,10 @@ WORKDIR /src
 # Only what the wheel needs: a change to tests or deploy files does not rebuild this layer.
 # The wheel is the whole bundle (setup.py copies the mixin, rules, dashboards and examples
 # into the package), so those sources come too.
-COPY pyproject.toml setup.py MANIFEST.in README.md runbook.md mixin.libsonnet config.libsonnet ./
+COPY pyproject.toml setup.py MANIFEST.in README.md LICENSE runbook.md mixin.libsonnet config.libsonnet \
+     jsonnetfile.json ./
 COPY alerts/*.libsonnet alerts/*.yaml alerts/
+COPY alerts/tests/*.yaml alerts/tests/
 COPY dashboards/*.libsonnet dashboards/*.json dashboards/
 COPY dashboards/lib/ dashboards/lib/
 COPY examples/specwatch.yaml examples/

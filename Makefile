@@ -9,14 +9,14 @@ PYTEST_ARGS ?=
 .PHONY: help setup system-deps test test-all test-live lint lint-jsonnet fmt fmt-jsonnet generate check-generated demo bench fuzz clean dist docs docs-images
 
 help:
-	@echo "make demo             simulated vLLM + exporter (+ Prometheus when installed)"
+	@echo "make demo             simulated vLLM + exporter (+ Prometheus when on the PATH); runtime install only"
 	@echo "make test             default test suite (installs what it needs)"
 	@echo "make test-all         default suite plus slow tests"
 	@echo "make test-live        against a real vLLM (CPU build in its own venv; ~7 min)"
 	@echo "make lint             ruff, jsonnetfmt, import-linter layering contracts, mkdocs --strict"
 	@echo "make generate         render the mixin (dashboards/, alerts/) and the reference pages (docs/)"
 	@echo "make docs             build the docs site into site/ (MkDocs, strict)"
-	@echo "make docs-images      redraw the pictures of the README and docs (docs/img/)"
+	@echo "make docs-images      redraw the pictures (docs/img/) and the README caption's numbers"
 	@echo "make check-generated  fail when generated files are out of date"
 	@echo "make bench            benchmarks (ratios against a baseline in the same run)"
 	@echo "make dist             sdist and wheel (the whole bundle) in dist/, checked by twine"
@@ -94,12 +94,26 @@ check-generated: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# Pictures are redrawn on purpose (their bytes depend on the matplotlib version), not checked.
+# Pictures are redrawn on purpose (their bytes depend on the matplotlib version); the README's
+# caption is written with its picture, from the same sweep, and its numbers are checked
+# (check-generated, tests/test_docs_generated.py) against the shipped parameters.
 docs-images: $(STAMP)
 	$(BIN)/python scripts/generate_docs.py --images
 
-demo: setup
-	$(BIN)/specwatch demo
+# The demo needs only what a user installs: specwatch and its runtime dependencies, in a
+# virtualenv of its own (no Debian packages, no npm, no dev extra). Prometheus, when on the
+# PATH, is started by the demo; without it the demo runs the simulator and the exporter.
+DEMO_VENV  ?= .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed-stamp
+DEMO_ARGS  ?=
+$(DEMO_STAMP): pyproject.toml setup.py $(shell git ls-files exporter mixin.libsonnet config.libsonnet alerts dashboards examples 2>/dev/null)
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DEMO_VENV)/bin/python -m pip install -q .
+	touch $@
+
+demo: $(DEMO_STAMP)
+	$(DEMO_VENV)/bin/specwatch demo $(DEMO_ARGS)
 
 # Long fuzzing run of the parse-and-derive path (>= 100,000 cases; see tests/test_fuzz.py).
 FUZZ_EXAMPLES ?= 100000
@@ -117,7 +131,7 @@ dist: $(STAMP)
 	$(BIN)/twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) build dist site *.egg-info exporter/*.egg-info .pytest_cache $(SCHEMA_DIR)/node_modules
+	rm -rf $(VENV) $(DEMO_VENV) build dist site *.egg-info exporter/*.egg-info .pytest_cache $(SCHEMA_DIR)/node_modules
 
 # Fitted parameters for the public Qwen3-32B sweep (one file per drafter; README "Calibration").
 .PHONY: calibrate-examples

@@ -276,10 +276,16 @@ local row = g.panel.row;
         targets+: [
           instantTable('sort(%s (sd_model_curve_arrival_rate{%s}))' % [curveBy, f.sd]),
           instantTable('%s (sd_model_speedup_curve{%s})' % [curveBy, f.sd]),
+          // The 90% band around the curve (the fit's residual spread through the fixed
+          // point): M lower, N upper, same points, drawn as two thin dashed lines.
+          instantTable('%s (sd_model_speedup_curve_lower{%s})' % [curveBy, f.sd]),
+          instantTable('%s (sd_model_speedup_curve_upper{%s})' % [curveBy, f.sd]),
         ],
         options+: {
           series+: [
             { x: { matcher: field('K', 'model curve arrival rate') }, y: { matcher: field('L', 'model curve') } },
+            { x: { matcher: field('K', 'model curve arrival rate') }, y: { matcher: field('M', 'model 90% lower') } },
+            { x: { matcher: field('K', 'model curve arrival rate') }, y: { matcher: field('N', 'model 90% upper') } },
           ],
         },
       }
@@ -289,15 +295,32 @@ local row = g.panel.row;
         named('L', 'model curve')
         + xy.standardOptions.override.byRegexp.withProperty('custom.show', 'lines')
         + xy.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 2),
+      ] + [
+        named(ref, 'model 90%% %s' % bound)
+        + xy.standardOptions.override.byRegexp.withProperty('custom.show', 'lines')
+        + xy.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 1)
+        + xy.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [4, 4] })
+        for ref_bound in [['M', 'lower'], ['N', 'upper']]
+        for ref in [ref_bound[0]]
+        for bound in [ref_bound[1]]
       ]);
 
     local predictedSpeedup =
       m.timeSeries(
         'Predicted speedup',
-        'Latency without SD / latency with SD, predicted by the latency model at the current load, acceptance and lengths. Dashed lines: 1 (below it SD makes requests slower) and the SDPredictedSpeedupLow threshold (%g). Only targets with a valid model show a line.' % a.SDPredictedSpeedupLow.threshold,
+        "Latency without SD / latency with SD, predicted by the latency model at the current load, acceptance and lengths; the thin dashed lines around each are its 90%% interval (the calibration's residual spread carried through the fixed point: a band that straddles 1 means the data cannot tell whether SD helps). Dashed lines: 1 (below it SD makes requests slower) and the SDPredictedSpeedupLow threshold (%g). Only targets with a valid model show a line." % a.SDPredictedSpeedupLow.threshold,
         'none',
-        [t('sd_predicted_speedup{%s}' % f.sd, who)],
+        [
+          t('sd_predicted_speedup{%s}' % f.sd, who),
+          t('sd_predicted_speedup_lower{%s}' % f.sd, who + ' (90% lower)'),
+          t('sd_predicted_speedup_upper{%s}' % f.sd, who + ' (90% upper)'),
+        ],
       )
+      + ts.standardOptions.withOverrides([
+        ts.standardOptions.override.byRegexp.new('.* \\(90% (lower|upper)\\)$')
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [4, 4] })
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 1),
+      ])
       + ts.fieldConfig.defaults.custom.withAxisLabel('x vs no SD')
       + ts.fieldConfig.defaults.custom.withAxisSoftMin(0.8)
       + m.thresholdLines([['red', null], ['orange', 1], ['green', a.SDPredictedSpeedupLow.threshold]]);

@@ -11,9 +11,14 @@ that the committed pages are current (`--check`, also run by tests/test_docs_gen
   the prose around it is hand-written and kept.
 - docs/cli.md: every command of `specwatch.cli.COMMANDS`, its options from its own argparse
   parser (`add_arguments`), so a new option appears by re-running this script.
-- docs/img/sweep-qwen3-32b-h100-eagle3.png (only with --images: the PNG bytes depend on the
-  matplotlib version, so it is refreshed on purpose, not checked): what
-  `specwatch sweep --plot` draws for the shipped EAGLE-3 example parameters.
+- docs/deployment.md: deploy/README.md, the deployment guide beside the files it describes,
+  with its relative links made absolute.
+- docs/img/sweep-qwen3-32b-h100-eagle3.png and the README's picture block (both only with
+  --images): what `specwatch sweep --plot` draws for the shipped EAGLE-3 example parameters,
+  and a caption whose every number comes from the same sweep. The PNG bytes depend on the
+  matplotlib version, so they are not compared; the numbers are. The caption's numbers are
+  also stored in the PNG (a text chunk), so `--check` and the tests fail when the README's
+  caption or the picture no longer match the shipped parameters.
 """
 
 from __future__ import annotations
@@ -22,7 +27,12 @@ import argparse
 import contextlib
 import importlib
 import io
+import json
+import math
+import os
+import re
 import sys
+import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,9 +51,118 @@ REGENERATE = "python scripts/generate_docs.py (make generate)"
 # The picture of the README and the docs index: `specwatch sweep --plot` on a shipped example.
 SWEEP_IMAGE = REPO / "docs" / "img" / "sweep-qwen3-32b-h100-eagle3.png"
 SWEEP_PARAMS = REPO / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
-SWEEP_ARGS = ["sweep", "--params", str(SWEEP_PARAMS),
-              "--prompt-tokens", "512", "--generation-tokens", "256", "--draft-lengths", "1-6",
-              "--arrival-rates", "0:36:73"]
+SWEEP_NAME = "qwen3-32b-h100-eagle3"  # how a user names the shipped example
+README = REPO / "README.md"
+PICTURE_BEGIN = ("<!-- BEGIN GENERATED picture and caption by scripts/generate_docs.py --images"
+                 " from the shipped parameters; run `make docs-images` -->")
+PICTURE_END = "<!-- END GENERATED picture -->"
+# PNG text chunk holding the caption's numbers (JSON), written beside the picture.
+PNG_KEY = "specwatch-caption-numbers"
+
+
+def sweep_args() -> list[str]:
+    """The README's sweep: the shipped example over 0 to 1.25x the highest arrival rate its
+    fit saw (rounded up to a whole req/s), in steps of 0.25 req/s."""
+    import yaml
+
+    doc = yaml.safe_load(SWEEP_PARAMS.read_text(encoding="utf-8"))
+    top = math.ceil(1.25 * float(doc["calibrated_range"]["max_arrival_rate"]))
+    return ["sweep", "--params", SWEEP_NAME, "--prompt-tokens", "512",
+            "--generation-tokens", "256", "--draft-lengths", "1-6",
+            "--arrival-rates", f"0:{top}:{4 * top + 1}"]
+
+
+def sweep_result() -> dict:
+    """`specwatch sweep --json` of the README's picture, run through the CLI."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main([*sweep_args(), "--json"])
+    if rc != 0:
+        raise SystemExit(f"specwatch sweep failed with status {rc}")
+    return json.loads(buf.getvalue())
+
+
+def _rate(x: float) -> str:
+    return f"{x:.3g}" if x < 10 else f"{x:.1f}"
+
+
+def caption_numbers(out: dict) -> dict:
+    """Every number the caption states, from the sweep's output."""
+    best = out["best_draft_length"]
+    rates = out["arrival_rates"]
+    steps = []  # (best k, from rate) while SD pays
+    for k, lam in zip(best, rates, strict=True):
+        if k > 0 and (not steps or steps[-1][0] != k):
+            steps.append((k, lam))
+    pays = [(c["breakeven_arrival_rate"], c["draft_length"]) for c in out["curves"]
+            if c["breakeven_kind"] == "pays_below"]
+    return {
+        "idle_best_k": best[0],
+        "idle_speedup": round(out["best_speedup"][0], 2),
+        "best_k_steps": [[k, round(lam, 2)] for k, lam in steps],
+        "breakeven_low": [round(min(pays)[0], 2), min(pays)[1]],
+        "breakeven_high": [round(max(pays)[0], 2), max(pays)[1]],
+        "sd_off_from": out["sd_off_above_arrival_rate"],
+        "fit_max_arrival_rate": round(out["calibrated_range"]["max_arrival_rate"], 1),
+    }
+
+
+def picture_block(numbers: dict) -> str:
+    """The README's picture and caption (between the markers)."""
+    n = numbers
+    ks = ", ".join(str(k) for k, _ in n["best_k_steps"])
+    froms = ", ".join(_rate(lam) for _, lam in n["best_k_steps"])
+    command = " ".join(a if a != "sweep" else "specwatch sweep" for a in sweep_args())
+    off = (f"from {_rate(n['sd_off_from'])} req/s on no draft length beats plain decoding: "
+           "SD costs latency" if n["sd_off_from"] is not None
+           else "SD pays over the whole range drawn")
+    image = (
+        "![Predicted speedup of SD against arrival rate for Qwen3-32B with an EAGLE-3 drafter"
+        " on one\nH100, one curve per draft length, and below it the best draft length: past"
+        " the break-even\npoints (dots on the dashed line) SD makes requests slower]"
+        "(docs/img/sweep-qwen3-32b-h100-eagle3.png)")
+    text = (
+        f"*`{command} --plot sweep.png` on the shipped example parameters (Qwen3-32B +"
+        " EAGLE-3, one H100, fitted to a public benchmark sweep up to"
+        f" {_rate(n['fit_max_arrival_rate'])} req/s): idle, SD makes requests"
+        f" {n['idle_speedup']:.2f}x faster (k = {n['idle_best_k']}); the best draft length"
+        f" falls with load (k = {ks} from {froms} req/s); the break-even arrival rates run from"
+        f" {_rate(n['breakeven_low'][0])} req/s (k = {n['breakeven_low'][1]}) to"
+        f" {_rate(n['breakeven_high'][0])} req/s (k = {n['breakeven_high'][1]}; a hollow dot"
+        f" lies past the load up to which its curve's prediction is valid), and {off}."
+        " Picture and numbers written by `make docs-images`.*"
+    )
+    return f"{image}\n\n{textwrap.fill(text, width=96, break_on_hyphens=False)}"
+
+
+def readme_with_picture(current: str, numbers: dict) -> str:
+    if PICTURE_BEGIN not in current or PICTURE_END not in current:
+        raise SystemExit(f"{README}: the markers {PICTURE_BEGIN!r} and {PICTURE_END!r} are"
+                         " missing")
+    head, rest = current.split(PICTURE_BEGIN, 1)
+    _, tail = rest.split(PICTURE_END, 1)
+    return f"{head}{PICTURE_BEGIN}\n{picture_block(numbers)}\n{PICTURE_END}{tail}"
+
+
+def png_numbers(path: Path = SWEEP_IMAGE) -> dict | None:
+    """The caption numbers stored in the picture, None when it has none."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        text = image.text.get(PNG_KEY)  # type: ignore[attr-defined]
+    return json.loads(text) if text else None
+
+
+def stale_picture() -> list[str]:
+    """What of the README's picture block and the picture is out of date."""
+    numbers = caption_numbers(sweep_result())
+    out = []
+    if README.read_text(encoding="utf-8") != readme_with_picture(
+            README.read_text(encoding="utf-8"), numbers):
+        out.append("README.md (picture caption)")
+    if png_numbers() != numbers:
+        out.append(str(SWEEP_IMAGE.relative_to(REPO)))
+    return out
 
 
 def _cell(text: str) -> str:
@@ -136,10 +255,42 @@ def cli_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+DEPLOY_README = REPO / "deploy" / "README.md"
+DEPLOY_PAGE = REPO / "docs" / "deployment.md"
+REPOSITORY_BLOB = "https://github.com/specwatch/specwatch/blob/main/"
+_LINK = re.compile(r"(!?\[[^\]]*\])\(([^)\s#][^)\s]*)\)")
+
+
+def deployment_page() -> str:
+    """docs/deployment.md: deploy/README.md (the guide beside the files it describes) on the
+    site, its relative links pointing into the repository."""
+    text = DEPLOY_README.read_text(encoding="utf-8")
+    title, _, body = text.partition("\n")
+    if not title.startswith("# "):
+        raise SystemExit(f"{DEPLOY_README}: expected a '# ' title on the first line")
+
+    def absolute(m: re.Match[str]) -> str:
+        label, target = m.groups()
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):
+            return m.group(0)
+        path = os.path.normpath(os.path.join("deploy", target))
+        return f"{label}({REPOSITORY_BLOB}{path})"
+
+    return (
+        "# Deployment\n\n"
+        "<!-- Generated by scripts/generate_docs.py from deploy/README.md; edit that file and"
+        " run `make generate`. -->\n\n"
+        "This page is [`deploy/README.md`](https://github.com/specwatch/specwatch/blob/main/"
+        "deploy/README.md), the guide that sits beside the files it describes: paths are"
+        " relative to `deploy/` in the repository.\n"
+        + _LINK.sub(absolute, body)
+    )
+
+
 def pages() -> dict[Path, str]:
     """Every generated page: path -> text it should have."""
     return {METRICS_PAGE: metrics_page(METRICS_PAGE.read_text(encoding="utf-8")),
-            CLI_PAGE: cli_page()}
+            CLI_PAGE: cli_page(), DEPLOY_PAGE: deployment_page()}
 
 
 def stale_pages() -> list[str]:
@@ -151,12 +302,26 @@ def stale_pages() -> list[str]:
 
 
 def draw_images() -> None:
+    """The README's picture, its numbers stored in it, and the README's caption."""
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
     SWEEP_IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.redirect_stdout(io.StringIO()):  # the JSON is not wanted, the plot is
-        rc = cli.main([*SWEEP_ARGS, "--plot", str(SWEEP_IMAGE), "--json"])
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main([*sweep_args(), "--plot", str(SWEEP_IMAGE), "--json"])
     if rc != 0:
         raise SystemExit(f"specwatch sweep --plot failed with status {rc}")
+    numbers = caption_numbers(json.loads(buf.getvalue()))
+    info = PngInfo()
+    info.add_text(PNG_KEY, json.dumps(numbers, sort_keys=True))
+    with Image.open(SWEEP_IMAGE) as image:
+        image.load()
+        image.save(SWEEP_IMAGE, pnginfo=info)
     print(f"wrote {SWEEP_IMAGE.relative_to(REPO)}")
+    README.write_text(readme_with_picture(README.read_text(encoding="utf-8"), numbers),
+                      encoding="utf-8")
+    print(f"wrote {README.relative_to(REPO)} (picture caption)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
         if stale:
             print(f"generated docs are out of date, run {REGENERATE}: {', '.join(stale)}",
                   file=sys.stderr)
+            return 1
+        stale = stale_picture()
+        if stale:
+            print("the README's picture or its caption does not match the shipped parameters,"
+                  f" run make docs-images: {', '.join(stale)}", file=sys.stderr)
             return 1
         print("generated docs are up to date")
         return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -43,11 +44,12 @@ def _rule_exprs(path: Path) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------- mixin render
 
 
-def test_mixin_render_with_one_selector_writes_rules_promtool_accepts(tmp_path: Path,
-                                                                      capsys) -> None:
-    """The acceptance command: every selector in the rules becomes the user's."""
+def test_mixin_render_with_both_selectors_writes_rules_promtool_accepts(tmp_path: Path,
+                                                                        capsys) -> None:
+    """Every selector in the rules becomes the user's when both are set."""
     out = tmp_path / "out"
-    rc = cli.main(["mixin", "render", "--out", str(out), "--set", 'selector=job="llm"'])
+    rc = cli.main(["mixin", "render", "--out", str(out), "--set", 'vllmSelector=job="llm"',
+                   "--set", 'exporterSelector=job="llm"'])
     assert rc == 0
     printed = capsys.readouterr().out.split()
     rules = sorted((out / "alerts").glob("*.yaml"))
@@ -102,6 +104,22 @@ def test_mixin_render_without_overrides_writes_the_committed_files(tmp_path: Pat
     ("alerts.SDAcceptanceRateLow.threshold=low", "expected a number, got 'low'"),
     ("alerts=1", "is a group of settings"),
     ("selector", "expected KEY=VALUE"),
+    # One shorthand for both selectors sent specwatch's sd_* queries to vLLM's job.
+    ('selector=job="vllm"', "there is no single selector"),
+    # Values that render, but into rules promtool rejects or alerts that cannot fire.
+    ("vllmSelector=job=vllm", 'quote the value: job="vllm"'),
+    ("exporterSelector=", "is not a PromQL label-matcher list"),
+    ('exporterSelector=job="a" namespace="b"', "is not a PromQL label-matcher list"),
+    ("alerts.SDAcceptanceRateLow.for=ten minutes", "is not a Prometheus duration"),
+    ("alerts.SDAcceptanceRateLow.keepFiringFor=2 min", "is not a Prometheus duration"),
+    ("rateWindow=0m", "is not a Prometheus duration"),
+    ("alerts.SDAcceptanceRateLow.window=1 minute", "is not an exporter window"),
+    ("alerts.SDAcceptanceRateLow.threshold=1.5", "expected a number in [0, 1]"),
+    ("alerts.SDModelSaturated.threshold=0", "expected a number in (0, 1]"),
+    ("alerts.SDPredictedSpeedupLow.threshold=-1", "expected a number in (0, inf)"),
+    ("alerts.SDAcceptanceBimodal.minSamples=2.5", "expected an integer in [1, inf)"),
+    ("alerts.SDAcceptanceRateLow.severity=page", "is not one of critical, warning, info"),
+    ("alerts.SDMeasuredSlowdown.statistic=p90", "is not one of mean, p50, p99"),
 ])
 def test_mixin_render_bad_set_is_one_line_exit_2(tmp_path: Path, capsys, setting: str,
                                                   expected: str) -> None:
@@ -160,6 +178,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # No deprecation notice from the build backend (the license as a TOML table gave one).
+    assert "deprecated" not in (result.stdout + result.stderr).lower(), result.stderr[-3000:]
     assert len(list(out.glob("specwatch-*.tar.gz"))) == 1
     wheels = list(out.glob("specwatch-*.whl"))
     assert len(wheels) == 1, wheels
@@ -171,7 +191,8 @@ def test_wheel_carries_the_bundle_byte_for_byte(wheel: Path) -> None:
     # The acceptance alert's rules, the mixin entry point, an example: the list is not empty
     # of what matters.
     for rel in ("mixin.libsonnet", "config.libsonnet", "alerts/specwatch-alerts.yaml",
-                "alerts/specwatch-rules.yaml", "dashboards/specwatch-sd-overview.json",
+                "alerts/specwatch-rules.yaml", "alerts/tests/sd-acceptance-rate-low.yaml",
+                "dashboards/specwatch-sd-overview.json",
                 "dashboards/lib/g.libsonnet", "examples/params/qwen3-32b-h100-eagle3.yaml"):
         assert rel in expected, rel
     with zipfile.ZipFile(wheel) as zf:
@@ -212,7 +233,8 @@ def test_unpacked_wheel_finds_its_bundle_from_an_empty_folder(wheel: Path,
                          str(bundle / "alerts" / "specwatch-rules.yaml")]
 
     render = py("-m", "specwatch", "mixin", "render", "--out", "out",
-                "--set", 'selector=job="llm"')
+                "--set", 'vllmSelector=job="llm"',
+                "--set", 'exporterSelector=job="llm"')
     assert render.returncode == 0, render.stderr
     text = (empty / "out" / "alerts" / "specwatch-alerts.yaml").read_text()
     assert "SDAcceptanceRateLow" in text and 'job="llm"' in text
@@ -254,3 +276,35 @@ def test_bundle_dir_not_found_names_where_it_looked(tmp_path: Path, monkeypatch)
     assert bundle.example_params() == {}
     rc = cli.main(["mixin", "render", "--out", str(tmp_path / "o")])
     assert rc == 2
+
+
+def test_wheel_and_sdist_carry_the_license_and_the_package_metadata(wheel: Path) -> None:
+    """The Apache-2.0 text in both, an SPDX license expression, the project's URLs, and a
+    description whose links and picture work away from the repository."""
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        (lic,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert zf.read(lic).decode() == license_text
+        (meta_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = zf.read(meta_name).decode()
+    headers, _, description = meta.partition("\n\n")
+    assert "License-Expression: Apache-2.0" in headers.splitlines()
+    urls = [h for h in headers.splitlines() if h.startswith("Project-URL: ")]
+    assert {u.split(": ", 1)[1].split(",")[0] for u in urls} >= {"Homepage", "Documentation",
+                                                                 "Source", "Issues"}
+    targets = re.findall(r"\]\(([^)\s]+)", description)
+    assert len(targets) >= 10 and "docs/img/sweep-qwen3-32b-h100-eagle3.png" in description
+    relative = [t for t in targets if not t.startswith(("https://", "http://", "#"))]
+    assert not relative, relative
+    assert any(t.startswith("https://raw.githubusercontent.com/") and t.endswith(".png")
+               for t in targets)
+    import tarfile
+
+    (sdist,) = wheel.parent.glob("specwatch-*.tar.gz")
+    with tarfile.open(sdist) as tf:
+        member = next(m for m in tf.getmembers() if m.name.endswith("/LICENSE"))
+        assert tf.extractfile(member).read().decode() == license_text  # type: ignore[union-attr]
+        assert any(m.name.endswith("/alerts/tests/sd-acceptance-rate-low.yaml")
+                   for m in tf.getmembers())

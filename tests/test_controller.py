@@ -385,3 +385,48 @@ def test_recommended_k_keeps_the_expected_acceptance_rate_above_the_guard():
     assess = model_assessor(params, 0.4)
     a = assess(obs(0, sd=False, lam=0.5), prof)
     assert a.valid and 1 <= a.best_draft_length <= 3
+
+
+class Banded(Scripted):
+    """A scripted assessor whose best speedup comes with a 90% interval of ±`half`."""
+
+    def __init__(self, speedup: Callable[[float], float], half: float) -> None:
+        super().__init__(speedup)
+        self.half = half
+
+    def __call__(self, o: Observation, profile: AcceptanceProfile) -> Assessment:
+        a = super().__call__(o, profile)
+        s = self.speedup(o.t)
+        return dataclasses.replace(a, best_speedup_interval=(s - self.half, s + self.half))
+
+
+def test_no_switch_on_while_the_interval_straddles_the_enable_threshold():
+    """SD off, best speedup 1.25 (above enable_above_speedup 1.2) but its 90% interval
+    [1.15, 1.35] reaches below it: never enabled, the controller says `uncertain`; the
+    same speedup with a ±0.03 interval is enabled after the stabilization window."""
+    prof = AcceptanceProfile("params", GOOD)
+    mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.25, 0.10),
+                         fallback_profile=prof)
+    assert run(mc, range(0, 3600, 5), lambda t: obs(t, sd=False)) == []
+    assert mc.state == "disabled" and mc.waiting.startswith("uncertain:")
+    mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.25, 0.03),
+                         fallback_profile=prof)
+    assert run(mc, range(0, 3600, 5), lambda t: obs(t, sd=False)) == [(300, "enable")]
+
+
+def test_no_switch_off_while_the_interval_straddles_the_disable_threshold():
+    """SD on, best speedup 1.0 (below disable_below_speedup 1.05) with an interval
+    [0.9, 1.1]: no switch-off on the prediction (`uncertain`); with ±0.02 it switches."""
+    mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.0, 0.10))
+    assert run(mc, range(0, 3600, 5), obs) == []
+    assert mc.state == "enabled" and mc.waiting.startswith("uncertain:")
+    mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.0, 0.02))
+    assert run(mc, range(0, 3600, 5), obs) == [(300, "disable")]
+
+
+def test_the_model_assessor_gives_the_interval_of_its_best_speedup():
+    params = load_params(PARAMS)
+    a = model_assessor(params)(obs(0.0, lam=4.0), AcceptanceProfile("live", GOOD))
+    assert a.valid and a.best_draft_length and a.best_speedup_interval is not None
+    lo, hi = a.best_speedup_interval
+    assert lo < a.best_speedup < hi

@@ -7,6 +7,7 @@ with the same anchors.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -27,7 +28,7 @@ def _generator():
     return module
 
 
-@pytest.mark.parametrize("page", ["docs/metrics.md", "docs/cli.md"])
+@pytest.mark.parametrize("page", ["docs/metrics.md", "docs/cli.md", "docs/deployment.md"])
 def test_reference_page_is_current(page: str) -> None:
     gen = _generator()
     expected = gen.pages()[ROOT / page]
@@ -102,3 +103,69 @@ def test_readme_is_a_front_page_whose_links_resolve() -> None:
     assert any(t.endswith(".png") for t in local), "the README has no picture"
     for target in local:
         assert (ROOT / target).exists(), f"README links to {target}, which does not exist"
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def test_readme_picture_and_caption_numbers_are_todays() -> None:
+    """Every number of the README's picture caption, and the numbers stored in the picture
+    when it was drawn, are what `specwatch sweep` says today on the shipped parameters (the
+    PNG bytes depend on matplotlib and are not compared)."""
+    gen = _generator()
+    numbers = gen.caption_numbers(gen.sweep_result())
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert gen.PICTURE_BEGIN in readme and gen.PICTURE_END in readme, (
+        "README.md: the generated picture block is missing")
+    block = readme.split(gen.PICTURE_BEGIN, 1)[1].split(gen.PICTURE_END, 1)[0]
+    fresh = gen.picture_block(numbers)
+    assert _NUMBER.findall(block) == _NUMBER.findall(fresh), (
+        "README.md's picture caption is stale: run `make docs-images` and commit the result")
+    assert block.strip() == fresh.strip()
+    assert gen.png_numbers() == numbers, (
+        f"{gen.SWEEP_IMAGE.name} was drawn from other numbers: run `make docs-images`")
+
+
+def test_readme_caption_states_the_sweeps_break_even_and_sd_off_rates() -> None:
+    """The caption's numbers are the sweep's, not a rounding that hides a change."""
+    gen = _generator()
+    out = gen.sweep_result()
+    numbers = gen.caption_numbers(out)
+    pays = [c["breakeven_arrival_rate"] for c in out["curves"]
+            if c["breakeven_kind"] == "pays_below"]
+    assert numbers["breakeven_low"][0] == pytest.approx(min(pays), abs=0.01)
+    assert numbers["breakeven_high"][0] == pytest.approx(max(pays), abs=0.01)
+    assert numbers["sd_off_from"] == out["sd_off_above_arrival_rate"]
+    block = gen.picture_block(numbers)
+    assert f"{numbers['sd_off_from']:.1f} req/s on" in block
+
+
+def test_performance_page_is_a_reference_and_the_run_log_an_archive() -> None:
+    """docs/performance.md gives the current figures and how to reproduce them; the
+    session-by-session log lives in docs/performance-archive.md, which the site lists."""
+    page = (ROOT / "docs" / "performance.md").read_text(encoding="utf-8")
+    assert len(page.splitlines()) < 400, "performance.md grew back into a run log"
+    for heading in ("## Current figures", "## How to reproduce"):
+        assert f"\n{heading}\n" in page, heading
+    figures = page.split("## Current figures", 1)[1].split("\n## ", 1)[0]
+    benches = set(re.findall(r"`bench/(\w+\.py)", figures))
+    assert len(benches) >= 4 and all((ROOT / "bench" / b).is_file() for b in benches), benches
+    assert "Status on" not in page  # the dated run paragraphs are archived
+    archive = (ROOT / "docs" / "performance-archive.md").read_text(encoding="utf-8")
+    assert "Status on 2026-12-02, fifth session" in archive
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))["nav"]
+    assert "performance-archive.md" in json.dumps(nav)
+
+
+def test_site_css_keeps_names_whole_in_tables_and_wraps_code_blocks() -> None:
+    """The site's stylesheet (checked by a headless-browser screenshot when it was written):
+    inline code in tables is not broken inside a metric name, and code blocks wrap instead of
+    hiding their ends behind a scrollbar."""
+    conf = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    assert "css/extra.css" in conf.get("extra_css", [])
+    css = re.sub(r"/\*.*?\*/", "", (ROOT / "docs" / "css" / "extra.css").read_text(), flags=re.S)
+    rules = {k.strip(): v for k, v in re.findall(r"([^{}]+)\{([^}]*)\}", css)}
+    table_code = rules[".md-typeset table:not([class]) code"]
+    assert "word-break: normal" in table_code and "white-space: nowrap" in table_code
+    assert "white-space: pre-wrap" in rules[".md-typeset pre > code"]
+    assert "toc.integrate" in conf["theme"]["features"]

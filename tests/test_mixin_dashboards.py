@@ -281,10 +281,11 @@ def test_speedup_xychart_names_every_target_and_shows_the_present():
                 (ref,) = [r for r in names if f"Value #{r}" in hits_raw]
                 assert hits_display == {names[ref]}, (axis, m)
         assert "name" not in xy["options"]["series"][0], "a fixed name hides the target"
-    # Two series are lines: the break-even line (speedup 1) and the model's curve.
+    # Lines: the break-even line (speedup 1), the model's curve and its 90% band (M, N).
     line = [o["matcher"]["options"] for o in xy["fieldConfig"]["overrides"]
             if {"id": "custom.show", "value": "lines"} in o["properties"]]
-    assert sorted(line) == ["^Value #F( .*)?$", "^Value #L( .*)?$"]
+    assert sorted(line) == ["^Value #F( .*)?$", "^Value #L( .*)?$", "^Value #M( .*)?$",
+                            "^Value #N( .*)?$"]
 
 
 def test_speedup_xychart_series_name_their_frame():
@@ -298,7 +299,7 @@ def test_speedup_xychart_series_name_their_frame():
     roles = {(s["x"]["matcher"]["options"], s["y"]["matcher"]["options"]) for s in series}
     frames = {s["frame"]["matcher"]["options"] for s in series}
     assert all(s["frame"]["matcher"]["id"] == "byIndex" for s in series)
-    assert frames == set(range(8)) and len(roles) == 6
+    assert frames == set(range(8)) and len(roles) == 8
     assert len(series) == len(roles) * len(frames)
     assert {(s["x"]["matcher"]["options"], s["y"]["matcher"]["options"],
              s["frame"]["matcher"]["options"]) for s in series} == {
@@ -326,6 +327,29 @@ def test_speedup_xychart_draws_the_model_curve():
     assert "$window" not in exprs[x_ref] + exprs[y_ref]
     units = {o["matcher"]["options"]: o["properties"] for o in xy["fieldConfig"]["overrides"]}
     assert {"id": "unit", "value": "reqps"} in units[f"^Value #{x_ref}( .*)?$"]
+
+
+def test_speedup_xychart_and_panel_draw_the_90_percent_band():
+    """The model curve's 90% interval: the lower and upper curve gauges on the same x (the
+    grid's arrival rates, joined on `point`), drawn as thin dashed lines; the predicted
+    speedup panel draws sd_predicted_speedup_lower/_upper beside the point series."""
+    xy = _xychart()
+    exprs = {t["refId"]: t["expr"] for t in xy["targets"]}
+    pairs = {(s["x"]["matcher"]["options"], s["y"]["matcher"]["options"])
+             for s in xy["options"]["series"]}
+    curve_x = next(x for x, y in pairs if y.endswith("\\(model curve\\))$"))
+    for ref, bound in (("M", "lower"), ("N", "upper")):
+        assert re.fullmatch(r"max by \(target, model_name, point\) "
+                            rf"\(sd_model_speedup_curve_{bound}\{{[^}}]*\}}\)", exprs[ref])
+        assert any(x == curve_x and f"Value #{ref}" in y for x, y in pairs)
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    (panel,) = [p for p in panels(d) if p.get("title") == "Predicted speedup"]
+    got = [t["expr"] for t in panel["targets"]]
+    assert any(e.startswith("sd_predicted_speedup_lower{") for e in got)
+    assert any(e.startswith("sd_predicted_speedup_upper{") for e in got)
+    dashed = [o for o in panel["fieldConfig"]["overrides"]
+              if re.search(o["matcher"]["options"], "a · m (90% upper)")]
+    assert dashed and not re.search(dashed[0]["matcher"]["options"], "a · m")
 
 
 def test_heatmap_reads_histogram_buckets():

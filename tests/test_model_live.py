@@ -372,11 +372,70 @@ def test_moe_curve_points_are_valid_moe_speedups(tmp_path):
     pts = speedup_curve(params, **INPUTS)
     assert 0 < len(pts) < CURVE_POINTS, "the experts lower the ceiling below the dense bound"
     dense_max = float(throughput_ceiling(coef.dense, **INPUTS))
-    idx = [i for i, _, _ in pts]
+    idx = [i for i, *_ in pts]
     assert idx == list(range(len(pts))), "valid points are the low-load end of the grid"
-    for i, lam, sp in pts:
+    for i, lam, sp, _lo, _hi in pts:
         assert lam == pytest.approx(0.9 * dense_max * i / CURVE_POINTS, rel=1e-12)
         want = float(speedup(coef, lam, **INPUTS))
         assert math.isfinite(want) and sp == pytest.approx(want, rel=1e-12)
     nxt = 0.9 * dense_max * len(pts) / CURVE_POINTS  # the first grid point left out
     assert not bool(predict(coef, nxt, **INPUTS, max_utilization=0.9).valid)
+
+
+UNCERTAIN = PARAMS + """\
+uncertainty:
+  level: 0.9
+  max_relative_halfwidth: 0.15
+  bands:
+    - {utilization_below: 0.5, sigma: 0.02, runs: 50}
+    - {utilization_below: .inf, sigma: 0.05, runs: 10}
+"""
+
+
+def test_intervals_are_lower_and_upper_gauges_beside_the_point(tmp_path):
+    """With an `uncertainty` block every valid point series has its 90% interval as
+    `_lower` / `_upper` gauges with the same labels: the fixed point of the fit scaled by
+    1 ∓ 1.645·σ (σ = 2% in the band of ρ_SD = 0.143 and of ρ_D = 0.11), by hand."""
+    from specwatch.model import Coefficients, latency
+
+    series = run_pages(tmp_path, [ZERO, STEADY], params=UNCERTAIN)
+    key = {"target": "a", "window": "5m"}
+    coef = Coefficients(a_p=0.1, b_p=0.01, a_v=0.02, b_v=0.001, a_d=0.002, b_d=0.0005)
+    d = 1.6448536269514722 * 0.02
+
+    def at(scale, k, e):
+        return scale * float(latency(coef, scale * 1.0, k, e, 100, 100).latency)
+
+    sd_lo, sd_hi = at(1 - d, 3, 1.875), at(1 + d, 3, 1.875)
+    d_lo, d_hi = at(1 - d, 0, 1.0), at(1 + d, 0, 1.0)
+    assert one(series, "sd_predicted_latency_lower_seconds", mode="sd", **key) == \
+        pytest.approx(sd_lo, rel=1e-9)
+    assert one(series, "sd_predicted_latency_upper_seconds", mode="sd", **key) == \
+        pytest.approx(sd_hi, rel=1e-9)
+    assert one(series, "sd_predicted_latency_upper_seconds", mode="nosd", **key) == \
+        pytest.approx(d_hi, rel=1e-9)
+    lo = one(series, "sd_predicted_speedup_lower", **key)
+    hi = one(series, "sd_predicted_speedup_upper", **key)
+    assert lo == pytest.approx(d_lo / sd_hi, rel=1e-9) and hi == pytest.approx(d_hi / sd_lo,
+                                                                                rel=1e-9)
+    assert lo < one(series, "sd_predicted_speedup", **key) < hi
+    curve = select(series, "sd_model_speedup_curve", **key)
+    assert curve and len(select(series, "sd_model_speedup_curve_lower", **key)) == len(curve)
+
+
+def test_a_wide_interval_is_sensitive_and_withholds_the_numbers(tmp_path):
+    """A limit below the interval's half-width: sd_model_valid 0 with reason `sensitive`,
+    and no speedup, latency or interval series."""
+    params = UNCERTAIN.replace("max_relative_halfwidth: 0.15", "max_relative_halfwidth: 0.01")
+    series = run_pages(tmp_path, [ZERO, STEADY], params=params)
+    key = {"target": "a", "window": "5m"}
+    assert one(series, "sd_model_valid", reason="sensitive", **key) == 0.0
+    assert not select(series, "sd_predicted_speedup", **key)
+    assert not select(series, "sd_predicted_speedup_lower", **key)
+
+
+def test_without_an_uncertainty_block_there_are_no_interval_series(tmp_path):
+    series = run_pages(tmp_path, [ZERO, STEADY])
+    assert select(series, "sd_predicted_speedup", target="a")
+    assert not select(series, "sd_predicted_speedup_lower", target="a")
+    assert not select(series, "sd_model_speedup_curve_upper", target="a")

@@ -202,7 +202,8 @@ def test_client_certificate_for_mutual_tls(pki, tmp_path, with_cert):
     ("{ca_file: /nonexistent/ca.pem}", "targets[0].tls.ca_file: cannot read"),
     ("{cert_file: CERT}", "targets[0].tls: missing key_file"),
     ("{key_file: KEY, cert_file: /nonexistent.crt}", "targets[0].tls.cert_file: cannot read"),
-    ("{cert_file: CERT, key_file: OTHERKEY}", "targets[0].tls.cert_file: cannot load"),
+    ("{cert_file: CERT, key_file: OTHERKEY}",
+     "targets[0].tls: cannot load the client certificate and key: the key does not match"),
     ("{insecure_skip_verify: true, ca_file: CA}", "targets[0].tls.ca_file: set together"),
     ("{ca_file: CA, verify: false}", "targets[0].tls.verify: unknown key"),
 ])

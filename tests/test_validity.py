@@ -45,15 +45,22 @@ def test_unmeasured_draft_length_is_extrapolated_k(capsys, tmp_path):
 
 
 def test_file_without_a_range_says_so(capsys, tmp_path):
-    """An old parameters file (no calibrated_range) still predicts; `calibrated_range: null`
-    tells the caller nothing was checked against it."""
+    """An old parameters file (no calibrated_range, no uncertainty) still predicts the same
+    number; `calibrated_range: null` and the reason `no_calibrated_range` tell the caller
+    nothing was checked against it, and it has no interval to give."""
     old = tmp_path / "old.yaml"
     old.write_text("system: old\ncoefficients: {a_p: 0.1, b_p: 0.01, a_v: 0.02, b_v: 0.001, "
                    "a_d: 0.002, b_d: 0.0005}\n")
     rc, out = run(capsys, "predict", "--params", old, "--arrival-rate", "1", "--draft-length",
                   "3", "--alpha", "0.5", "--prompt-tokens", "100", "--generation-tokens",
                   "100", "--json")
-    assert rc == 0 and out["calibrated_range"] is None and out["validity_reasons"] == []
+    assert rc == 0 and out["calibrated_range"] is None
+    assert out["validity_reasons"] == ["no_calibrated_range"]
+    assert out["latency_interval"] is None and out["speedup_interval"] is None
+    from specwatch.model import Coefficients, latency
+    coef = Coefficients(a_p=0.1, b_p=0.01, a_v=0.02, b_v=0.001, a_d=0.002, b_d=0.0005)
+    e = 1 + 0.5 + 0.25 + 0.125
+    assert out["latency_sd_s"] == float(latency(coef, 1.0, 3.0, e, 100.0, 100.0).latency)
 
 
 def test_sweep_marks_points_beyond_the_calibrated_load(capsys):

@@ -167,7 +167,8 @@ def test_demo_from_the_wheel_loads_the_packaged_rules_and_the_alert_works(instal
 def test_mixin_render_from_the_wheel_uses_the_users_selector(installed) -> None:
     bindir, cwd, env = installed
     result = _run([bindir / "specwatch", "mixin", "render", "--out", "out",
-                   "--set", 'selector=job="llm"'], cwd=cwd, env=env)
+                   "--set", 'vllmSelector=job="llm"',
+                   "--set", 'exporterSelector=job="llm"'], cwd=cwd, env=env)
     assert result.returncode == 0, result.stderr
     rules = sorted((cwd / "out" / "alerts").glob("*.yaml"))
     assert len(rules) == 2

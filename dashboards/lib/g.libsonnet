@@ -1,13 +1,14 @@
 // The single import point for building dashboards, with the names and call shapes of
-// grafonnet (github.com/grafana/grafonnet, gen/grafonnet-v11.x): `g.dashboard.new`,
+// grafonnet (github.com/grafana/grafonnet, gen/grafonnet-v11.4.0): `g.dashboard.new`,
 // `g.panel.timeSeries.new`, `...standardOptions.withUnit`, `g.query.prometheus.new`,
 // `g.dashboard.variable.query.new`, `g.util.grid.wrapPanels`, ...
 //
 // grafonnet cannot be installed from the package registries this project builds with, so
 // this file implements the small subset the specwatch dashboards use. Replacing it with
-// grafonnet is meant to be a one-line change here (`import 'github.com/grafana/grafonnet/gen/grafonnet-latest/main.libsonnet'`)
-// plus whatever option this subset spells differently. Only builders live here; no
-// specwatch query or layout does.
+// grafonnet (jsonnetfile.json declares v11.4.0) is the import
+// `github.com/grafana/grafonnet/gen/grafonnet-v11.4.0/main.libsonnet` here plus the few
+// extensions docs/dashboards-alerts.md lists (tests/test_mixin_grafonnet.py keeps that list
+// exact). Only builders live here; no specwatch query or layout does.
 local fieldConfigDefaults(o) = { fieldConfig+: { defaults+: o } };
 local custom(o) = fieldConfigDefaults({ custom+: o });
 local options(o) = { options+: o };

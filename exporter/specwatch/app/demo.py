@@ -231,7 +231,8 @@ class Demo:
 
         self.simulator = SimulatorServer(self.scenario, self.args.simulator_listen,
                                          self.args.speed, self.args.seed,
-                                         simulated_clock=True)
+                                         simulated_clock=True,
+                                         listen_option="--simulator-listen")
         if getattr(self.args, "pair", False):
             # The A/B baseline (issue 16): the same scenario and traffic with SD off, on the
             # same clock, so the exporter measures the speedup beside the predicted one.
@@ -254,7 +255,9 @@ class Demo:
     def start_exporter(self) -> None:
         from specwatch.app.serve import ServeApp
         from specwatch.exporter import config
+        from specwatch.web.server import parse_listen
 
+        parse_listen(self.args.exporter_listen, "--exporter-listen")
         target: dict[str, Any] = {"name": "vllm-sim", "url": f"{self.simulator.url}/metrics",
                                   "engine": "vllm"}
         # The exporter runs on the simulated clock and the page is in simulated seconds,
@@ -279,7 +282,8 @@ class Demo:
         path = self.tmp / "specwatch.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
         cfg = config.build_config(str(path), [], None, None)
-        self.exporter = ServeApp(cfg, clock=self.simulator.simulated_now)
+        self.exporter = ServeApp(cfg, clock=self.simulator.simulated_now,
+                                 listen_option="--exporter-listen")
         self.exporter.start()
 
     def exporter_url(self) -> str:

@@ -6,11 +6,14 @@ acceptance length, effective draft length, mean prompt and generation length, an
 per-position acceptance. It attaches a :class:`LivePrediction` to each model's snapshot,
 and a family builder renders it:
 
-    sd_predicted_speedup, sd_predicted_latency_seconds{mode="sd"|"nosd"},
+    sd_predicted_speedup, sd_predicted_latency_seconds{mode="sd"|"nosd"} (each with its
+    90% interval as gauges of the same labels, only beside a valid point:
+    sd_predicted_speedup_lower/_upper, sd_predicted_latency_lower/upper_seconds),
     sd_breakeven_arrival_rate, sd_optimal_draft_length, sd_model_utilization,
     sd_model_valid{reason}, sd_model_latency_error_ratio, sd_model_provenance_mismatch,
     specwatch_model_configured{target}
-    sd_model_speedup_curve{point}, sd_model_curve_arrival_rate{point}
+    sd_model_speedup_curve{point} (and its _lower / _upper 90% bounds),
+    sd_model_curve_arrival_rate{point}
 
 The curve (the XY chart's model line): the predicted speedup at CURVE_POINTS arrival rates,
 evenly spaced from 0 up to (not including) the validity ceiling's share of the lower of the
@@ -29,9 +32,11 @@ Rules (no nonsense values): `sd_model_valid` is 1 only when every input is prese
 systems are within the validity ceiling, the live load is inside the parameters file's
 calibrated range and the server is not queueing; otherwise it is 0 with a `reason` label
 (model.validity names: saturated, above_utilization_ceiling, beyond_calibrated_load,
-extrapolated_k, queueing, missing_input, invalid_input) and the speedup and latencies are
-absent. `sd_model_latency_error_ratio` is predicted/measured − 1 of the mean latency at the
-observed load (signed), present whenever both exist: it is how drift away from the
+extrapolated_k, sensitive, queueing, missing_input, invalid_input) and the speedup and
+latencies are absent. `sensitive`: the 90% latency interval (the calibration's residual
+spread carried through the fixed point) is wider than the file's limit (±15%).
+`sd_model_latency_error_ratio` is predicted/measured − 1 of the mean latency at the observed
+load (signed), present whenever both exist: it is how drift away from the
 calibration shows (alert SDModelDrift). `queueing` uses the latest `num_requests_waiting`
 gauge of the poll (the exporter keeps no gauge history; KV-cache usage and preemptions are
 not scraped yet). The utilisation is exposed whenever the inputs are present, even past 1 (that
@@ -66,7 +71,6 @@ from specwatch.model import (
     breakeven,
     extend_profile,
     optimal_draft_length,
-    predict,
     reason_text,
     throughput_ceiling,
     validity,
@@ -91,6 +95,12 @@ MODEL_PROVENANCE_MISMATCH = "sd_model_provenance_mismatch"
 MODEL_CONFIGURED = "specwatch_model_configured"
 MODEL_SPEEDUP_CURVE = "sd_model_speedup_curve"
 MODEL_CURVE_ARRIVAL_RATE = "sd_model_curve_arrival_rate"
+MODEL_SPEEDUP_CURVE_LOWER = "sd_model_speedup_curve_lower"
+MODEL_SPEEDUP_CURVE_UPPER = "sd_model_speedup_curve_upper"
+PREDICTED_SPEEDUP_LOWER = "sd_predicted_speedup_lower"
+PREDICTED_SPEEDUP_UPPER = "sd_predicted_speedup_upper"
+PREDICTED_LATENCY_LOWER = "sd_predicted_latency_lower_seconds"
+PREDICTED_LATENCY_UPPER = "sd_predicted_latency_upper_seconds"
 
 #: Arrival rates per model on the speedup curve: a fixed count bounds the series (two per
 #: point) whatever the traffic, and 24 draw a smooth line on a dashboard panel.
@@ -120,9 +130,16 @@ class LivePrediction:
     latency_error: float | None = None
     #: Provenance fields of the parameters file that contradict the target (e.g. "model").
     provenance_mismatch: tuple[str, ...] = ()
-    #: The speedup curve: (grid index, arrival rate req/s, predicted speedup) of the valid
-    #: points only, in increasing rate; empty when the model could not run.
-    curve: tuple[tuple[int, float, float], ...] = ()
+    #: The speedup curve: (grid index, arrival rate req/s, predicted speedup, its 90% lower
+    #: and upper bound or NaN) of the valid points only, in increasing rate; empty when the
+    #: model could not run.
+    curve: tuple[tuple[int, float, float, float, float], ...] = ()
+    #: 90% intervals (lower, upper) of the speedup and of each latency; None without an
+    #: `uncertainty` block in the parameters file, or while not valid. An unbounded upper
+    #: end is never a valid prediction (`sensitive`), so both ends are finite here.
+    speedup_interval: tuple[float, float] | None = None
+    latency_sd_interval: tuple[float, float] | None = None
+    latency_nosd_interval: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -161,7 +178,8 @@ def _pos_key(p: str) -> int:
 
 
 def speedup_curve(params: Params, k: float, e: float, p: float, g: float,
-                  points: int = CURVE_POINTS) -> tuple[tuple[int, float, float], ...]:
+                  points: int = CURVE_POINTS
+                  ) -> tuple[tuple[int, float, float, float, float], ...]:
     """The predicted speedup along a grid of arrival rates for fixed k, E, p, g (pure).
 
     Why the grid stops below `max_utilization` x the lower throughput ceiling: past it no
@@ -181,13 +199,14 @@ def speedup_curve(params: Params, k: float, e: float, p: float, g: float,
         return ()
     ceiling = params.max_utilization
     rates = ceiling * lam_max * np.arange(points) / points
-    pred = predict(coef, rates, k, e, p, g, max_utilization=ceiling)
+    judged = validity.assess(params, rates, k, e, p, g)
+    s_lo = s_hi = np.full(rates.shape, np.nan)
+    if judged.intervals is not None:
+        s_lo, s_hi = judged.intervals.speedup
     out = []
-    for i in np.flatnonzero(pred.valid & np.isfinite(pred.speedup)):
-        lam, lat = float(rates[i]), float(pred.sd.latency[i])
-        if validity.range_reasons(params.calibrated_range, lam, lam * lat, k):
-            continue
-        out.append((int(i), lam, float(pred.speedup[i])))
+    for i in np.flatnonzero(judged.valid & np.isfinite(judged.prediction.speedup)):
+        out.append((int(i), float(rates[i]), float(judged.prediction.speedup[i]),
+                    float(s_lo[i]), float(s_hi[i])))
     return tuple(out)
 
 
@@ -213,7 +232,8 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
                               reason_name="missing_input")
     coef = params.model()
     ceiling = params.max_utilization
-    pred = predict(coef, lam, k, e, p, g, max_utilization=ceiling)
+    judged = validity.assess(params, lam, k, e, p, g)
+    pred = judged.prediction
     code = int(pred.reason)
     if code in (Reason.BAD_INPUT, Reason.BAD_DRAFT_LENGTH,
                 Reason.ACCEPTANCE_LENGTH_OUT_OF_RANGE, Reason.DEGENERATE):
@@ -238,10 +258,8 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
     best = int(opt.k) if opt is not None and bool(opt.valid) else None
 
     lat_sd = float(pred.sd.latency)
-    names = [n for n in (validity.model_reason_name(int(pred.sd.reason)),
-                         validity.model_reason_name(int(pred.nosd.reason))) if n]
-    names += validity.range_reasons(params.calibrated_range, lam,
-                                    lam * lat_sd if math.isfinite(lat_sd) else None, k)
+    # The file's own claim is not a reason to withhold the number live (model.validity).
+    names = [n for n in judged.names() if n != validity.NO_CALIBRATED_RANGE]
     waiting = model.gauges.get(sources.WAITING)
     if waiting is not None and waiting > 0:
         names.append(validity.QUEUEING)
@@ -264,7 +282,23 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
         breakeven_rate=be_rate if be_rate is None or not math.isnan(be_rate) else None,
         optimal_draft_length=best,
         curve=speedup_curve(params, k, e, p, g),
+        **(_intervals(judged) if valid else {}),
     )
+
+
+def _intervals(judged: validity.Assessment) -> dict[str, tuple[float, float] | None]:
+    """The LivePrediction interval fields of a valid scalar assessment."""
+    iv = judged.intervals
+    if iv is None:
+        return {}
+
+    def pair(lo: np.ndarray, hi: np.ndarray) -> tuple[float, float] | None:
+        a, b = float(lo), float(hi)
+        return (a, b) if math.isfinite(a) and math.isfinite(b) else None
+
+    return {"speedup_interval": pair(*iv.speedup),
+            "latency_sd_interval": pair(*iv.latency_sd),
+            "latency_nosd_interval": pair(*iv.latency_nosd)}
 
 
 def provenance_mismatch(params: Params, model: ModelSnapshot) -> tuple[str, ...]:
@@ -333,6 +367,12 @@ class LiveModel:
         configured = metricdefs.gauge(MODEL_CONFIGURED)
         curve = metricdefs.gauge(MODEL_SPEEDUP_CURVE)
         curve_rate = metricdefs.gauge(MODEL_CURVE_ARRIVAL_RATE)
+        curve_lo = metricdefs.gauge(MODEL_SPEEDUP_CURVE_LOWER)
+        curve_hi = metricdefs.gauge(MODEL_SPEEDUP_CURVE_UPPER)
+        s_lo = metricdefs.gauge(PREDICTED_SPEEDUP_LOWER)
+        s_hi = metricdefs.gauge(PREDICTED_SPEEDUP_UPPER)
+        l_lo = metricdefs.gauge(PREDICTED_LATENCY_LOWER)
+        l_hi = metricdefs.gauge(PREDICTED_LATENCY_UPPER)
         for tname, target in snap.targets.items():
             # From the configuration, not the snapshot: known before the first poll.
             configured.add_metric([tname], 1.0 if tname in self.params else 0.0)
@@ -351,21 +391,33 @@ class LiveModel:
                     mismatch.add_metric([*key, fld], 1.0)
                 if live.valid and live.speedup is not None:
                     speedup.add_metric(key, live.speedup)
+                    if live.speedup_interval is not None:
+                        s_lo.add_metric(key, live.speedup_interval[0])
+                        s_hi.add_metric(key, live.speedup_interval[1])
                 if live.valid and live.latency_sd is not None and live.latency_nosd is not None:
                     lat.add_metric([*key, "sd"], live.latency_sd)
                     lat.add_metric([*key, "nosd"], live.latency_nosd)
+                    for mode, pair in (("sd", live.latency_sd_interval),
+                                       ("nosd", live.latency_nosd_interval)):
+                        if pair is not None:
+                            l_lo.add_metric([*key, mode], pair[0])
+                            l_hi.add_metric([*key, mode], pair[1])
                 if live.breakeven_rate is not None:
                     be.add_metric(key, live.breakeven_rate)
                 if live.optimal_draft_length is not None:
                     best.add_metric(key, float(live.optimal_draft_length))
                 if live.utilization is not None:
                     util.add_metric(key, live.utilization)
-                for i, lam, sp in live.curve:
+                for i, lam, sp, lo, hi in live.curve:
                     point = f"{i:02d}"
                     curve_rate.add_metric([*key, point], lam)
                     curve.add_metric([*key, point], sp)
+                    if math.isfinite(lo) and math.isfinite(hi):
+                        curve_lo.add_metric([*key, point], lo)
+                        curve_hi.add_metric([*key, point], hi)
         yield configured
-        for fam in (speedup, lat, be, best, util, valid, error, mismatch, curve, curve_rate):
+        for fam in (speedup, s_lo, s_hi, lat, l_lo, l_hi, be, best, util, valid, error,
+                    mismatch, curve, curve_lo, curve_hi, curve_rate):
             if fam.samples:
                 yield fam
 

@@ -53,12 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a vLLM or SGLang /metrics URL (repeatable); NAME defaults to "
                              "host:port")
     parser.add_argument("--config", metavar="FILE", help="YAML configuration file")
-    parser.add_argument("--listen", metavar="HOST:PORT",
+    # The dotted spellings are the exporter-toolkit's (every Prometheus exporter's).
+    parser.add_argument("--listen", "--web.listen-address", dest="listen", metavar="HOST:PORT",
                         help=f"address to serve on (default {config.DEFAULT_LISTEN})")
     parser.add_argument("--poll-interval", type=float, metavar="SECONDS",
                         help=f"seconds between polls of each target "
                              f"(default {config.DEFAULT_POLL_INTERVAL:g})")
-    parser.add_argument("--web-config", metavar="FILE",
+    parser.add_argument("--web-config", "--web.config.file", dest="web_config", metavar="FILE",
                         help="exporter-toolkit web config: TLS, client certificates, basic "
                              "auth (re-read on SIGHUP)")
     parser.add_argument("--shard-index", type=int, metavar="I",
@@ -73,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 class ServeApp:
     """The running exporter. ``clock`` stamps poll results (tests inject a fake one)."""
 
-    def __init__(self, cfg: config.ServeConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cfg: config.ServeConfig, clock: Callable[[], float] = time.time,
+                 listen_option: str = "--listen") -> None:
         self.cfg = cfg
         self.clock = clock
         # One worker thread per target: bound glibc's per-thread arenas (common/memory.py).
@@ -120,7 +122,8 @@ class ServeApp:
             "/metrics": only_get(self.metrics_handler),
             "/healthz": only_get(lambda _req: Response(200, b"ok\n")),
             "/": only_get(self.landing_handler),
-        }, web_config_file=cfg.web_config, limits=server_limits(cfg))
+        }, web_config_file=cfg.web_config, limits=server_limits(cfg),
+            listen_option=listen_option)
         self.model = model_live.install(self)
         self.pairs = pairs.install(self.pipeline, self.collector, cfg.pairs, cfg.pair_settings,
                                    parse_duration(cfg.pair_settings.window))

@@ -30,8 +30,10 @@ import numpy as np
 from scipy.optimize import nnls
 
 from specwatch import model
+from specwatch.calibrate import evidence
 from specwatch.calibrate.inputs import Point
 from specwatch.model.params import CalibratedRange
+from specwatch.model.uncertainty import Uncertainty
 
 #: Design matrix column order (and the names the report uses).
 COEFFICIENTS = ("a_p", "a_v", "a_d", "b_p", "b_v", "b_d")
@@ -138,6 +140,10 @@ class SystemFit:
     # validity, and the whole-range report (knees, per-concurrency errors, break-even).
     calibrated_range: CalibratedRange | None = None
     saturation: dict[str, Any] | None = None
+    #: The residual spread of L(B) per utilisation band (intervals; every coefficient mode).
+    uncertainty: Uncertainty | None = None
+    #: Every run predicted through `specwatch predict`'s path (`evidence.user_path`).
+    user_path: dict[str, Any] | None = None
 
     @property
     def n_points(self) -> int:
@@ -473,6 +479,12 @@ def _fit_six(
         )
     fit.acceptance_profile = _profile(used)
     fit.configurations = _configurations(used, options)
+    fit.calibrated_range = evidence.calibrated_range(coef_obj, used)
+    lam, k, e, p, g = _arrays(used)
+    batch = model.batch_latency(coef_obj, lam * measured, k, e, p, g)
+    fit.uncertainty = evidence.residual_spread(coef_obj, used, batch)
+    fit.user_path = evidence.user_path(
+        evidence.params_of(fit, options.max_utilization), used, batch)
     return fit
 
 

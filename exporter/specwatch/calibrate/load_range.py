@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from specwatch import model
+from specwatch.calibrate import evidence
 from specwatch.calibrate import fit as linear
 from specwatch.calibrate import saturation as sat
 from specwatch.calibrate.inputs import Point
-from specwatch.model.params import CalibratedRange
 
 __all__ = ["fit_system_saturation", "plot_load_range"]
 
@@ -106,13 +106,10 @@ def fit_system_saturation(
     _leave_one_k_out(fit)
     linear._summaries_six(fit)  # zero-load speedup, break-even per k, measured speedups
     fit.acceptance_profile = linear._profile(used)
-    fit.calibrated_range = CalibratedRange(
-        max_arrival_rate=round(float(lam.max()), 4),
-        max_in_flight=round(float(max(q.in_flight for q in used)), 3),
-        draft_lengths=tuple(sorted({round(q.draft_length) for q in used})),
-        max_tokens_per_step=round(float(max(q.in_flight * (q.draft_length + 1)
-                                            for q in used)), 1),
-    )
+    fit.calibrated_range = evidence.calibrated_range(coef, used)
+    fit.uncertainty = evidence.residual_spread(coef, used, predicted)
+    fit.user_path = evidence.user_path(evidence.params_of(fit, options.max_utilization),
+                                       used, predicted)
     fit.saturation = _report(fit, found)
     return fit
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -186,6 +187,42 @@ class PrometheusError(SpecwatchError):
     """Prometheus could not be reached or refused a query (exit 2, like every input error)."""
 
 
+def unreachable(url: str, exc: requests.RequestException, timeout: float) -> PrometheusError:
+    """One line for a request that got no HTTP answer: the URL and the cause in words (the
+    socket's error, not urllib3's retry wrapper with the whole query string)."""
+    if isinstance(exc, requests.Timeout):
+        why = f"no answer within {timeout:g} s"
+    elif isinstance(exc, requests.exceptions.SSLError):
+        why = "TLS handshake failed (https URL of a plain-HTTP server, or an untrusted " \
+              "certificate)"
+    else:
+        why = _root_cause(exc)
+    return PrometheusError(f"cannot reach Prometheus at {url}: {why}; check --prometheus "
+                           "(the server's base URL, e.g. http://prometheus:9090)")
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost socket error of an exception chain, in words."""
+    seen: set[int] = set()
+    found: OSError | None = None
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.strerror:
+            found = e
+        for nxt in (getattr(e, "reason", None), e.__cause__, e.__context__, *e.args):
+            if isinstance(nxt, BaseException):
+                todo.append(nxt)
+    if found is None:
+        return type(exc).__name__
+    if isinstance(found, socket.gaierror):
+        return f"host name not resolved ({found.strerror})"
+    return str(found.strerror).lower()
+
+
 def _query_range(
     session: requests.Session, q: PrometheusQuery, expr: str, start: float, end: float
 ) -> list[dict]:
@@ -196,7 +233,7 @@ def _query_range(
             timeout=q.timeout,
         )
     except requests.RequestException as exc:
-        raise PrometheusError(f"cannot reach Prometheus at {q.url}: {exc}") from None
+        raise unreachable(q.url, exc, q.timeout) from None
     try:
         body = resp.json()
     except ValueError:
@@ -258,11 +295,15 @@ class _Progress:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+            console = Console(stderr=True)
+            if not console.is_terminal:
+                # Not a terminal (a log, a pipe): a bar would only leave a blank line.
+                return self._advance
             self._bar = Progress(
                 TextColumn("pulling Prometheus history"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                console=Console(stderr=True),
+                console=console,
                 transient=True,
             )
             self._bar.__enter__()

@@ -121,6 +121,10 @@ def system_json(fit: SystemFit) -> dict[str, Any]:
             fit.calibrated_range.to_mapping() if fit.calibrated_range is not None else None
         ),
         "saturation": _json_safe(fit.saturation),
+        "uncertainty": (_json_safe(fit.uncertainty.to_mapping())
+                        if fit.uncertainty is not None else None),
+        # Every run predicted as `specwatch predict` does (λ -> fixed point -> validity).
+        "user_path": _json_safe(fit.user_path),
     }
     if coef is not None and fit.mode == "saturation":
         out["coefficients"].update(
@@ -202,6 +206,8 @@ def build_params(
             " Fitting)"
     if fit.calibrated_range is not None:
         doc["calibrated_range"] = fit.calibrated_range.to_mapping()
+    if fit.uncertainty is not None:
+        doc["uncertainty"] = fit.uncertainty.to_mapping()
     doc["provenance"] = {
         "method": f"specwatch calibrate {__version__}: {method}",
         "fitted_at": now.replace(microsecond=0).isoformat().replace("+00:00", "Z"),
@@ -332,6 +338,8 @@ def print_report(
             )
         if fit.system in written:
             summary.add_row("written", written[fit.system])
+        if fit.user_path is not None:
+            summary.add_row("user path (predict)", user_path_line(fit.user_path["summary"]))
         console.print(summary)
         if fit.draft_lengths:
             t = Table(title="per draft length")
@@ -381,6 +389,48 @@ def print_report(
             console.print(f"note: {note}")
     if drift is not None:
         print_drift(drift, console)
+
+
+def user_path_line(sm: Mapping[str, Any]) -> str:
+    """One line of the user-path figures: valid share, MAPE over the valid runs, confident
+    misses, interval coverage and width, declined runs by reason, the batch-path MAPE."""
+    def pct(x: float | None, spec: str = ".1%") -> str:
+        return "n/a" if x is None else format(x, spec)
+    declined = ", ".join(f"{n} {r}" for r, n in sm["declined"].items()) or "none"
+    return (f"{sm['valid']}/{sm['runs']} valid ({pct(sm['valid_share'], '.0%')}); MAPE over"
+            f" the valid {pct(sm['mape_valid'], '.2%')}, max {pct(sm['max_error_valid'])};"
+            f" valid but off by > 15%: {len(sm['valid_off_by_more_than_15pct'])}; 90%"
+            f" interval holds the measured latency for {pct(sm['interval_coverage'])}, median"
+            f" ±{pct(sm['median_interval_halfwidth'], '.2%')}; declined: {declined};"
+            f" batch-path MAPE {pct(sm['batch_path_mape'], '.2%')}")
+
+
+def _markdown_user_path(fit: SystemFit) -> list[str]:
+    """Per-run table of the user-path check (only the runs that are declined or off by more
+    than 5%: the others are summarised in the line above it)."""
+    up = fit.user_path
+    if up is None:
+        return []
+    lines = ["### On the user's path (`specwatch predict` from each run's arrival rate)", "",
+             user_path_line(up["summary"]), "",
+             "| run | c | k | measured (s) | predicted (s) | error | batch-path error |"
+             " 90% interval | valid | reasons |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    for r in up["runs"]:
+        err = r["error"]
+        if r["valid"] and err is not None and abs(err) <= 0.05:
+            continue
+        iv = r["interval"]
+        ivs = ("—" if iv is None else
+               f"[{iv[0]:.2f}, {'∞' if iv[1] is None else format(iv[1], '.2f')}]")
+        c = "—" if r["concurrency"] is None else f"{r['concurrency']:g}"
+        pred = "—" if r["predicted_s"] is None else f"{r['predicted_s']:.2f}"
+        e = "—" if err is None else f"{err:+.1%}"
+        be = "—" if r["batch_path_error"] is None else f"{r['batch_path_error']:+.1%}"
+        lines.append(f"| {_short_source(r['source'])} | {c} | {r['k']:g} |"
+                     f" {r['measured_s']:.2f} | {pred} | {e} | {be} | {ivs} |"
+                     f" {'yes' if r['valid'] else 'no'} | {', '.join(r['reasons']) or '-'} |")
+    return [*lines, ""]
 
 
 def print_drift(drift: Drift, console: Any | None = None) -> None:
@@ -525,7 +575,7 @@ def _token_range(r: list[float] | None) -> str:
 
 
 def _markdown_system(fit: SystemFit, fit_png: str, res_png: str) -> list[str]:
-    lines = [f"## {fit.system}", ""]
+    lines = [f"## {fit.system}", "", *_markdown_user_path(fit)]
     loko = (
         f"{fit.leave_one_k_out_mape:.2%}"
         if fit.leave_one_k_out_mape is not None

@@ -27,7 +27,12 @@ from dataclasses import dataclass
 
 import requests
 
-from specwatch.calibrate.prometheus import PrometheusError, _promql_duration, parse_duration
+from specwatch.calibrate.prometheus import (
+    PrometheusError,
+    _promql_duration,
+    parse_duration,
+    unreachable,
+)
 from specwatch.common.errors import ConfigError
 
 REQUESTS = "vllm:e2e_request_latency_seconds_count"
@@ -98,7 +103,7 @@ def _instant(session: requests.Session, q: TrafficQuery, expr: str, at: float
         resp = session.get(f"{q.url}/api/v1/query", params={"query": expr, "time": f"{at:.3f}"},
                            timeout=q.timeout)
     except requests.RequestException as exc:
-        raise PrometheusError(f"cannot reach Prometheus at {q.url}: {exc}") from None
+        raise unreachable(q.url, exc, q.timeout) from None
     try:
         body = resp.json()
     except ValueError:

@@ -96,6 +96,10 @@ class Assessment:
     best_draft_length: int | None = None
     best_speedup: float | None = None
     current_speedup: float | None = None
+    #: 90% interval (lower, upper) of best_speedup (None: the parameters file has no
+    #: residual spread, or SD off is best): the controller does not switch while it
+    #: straddles its hysteresis threshold (reason `uncertain`).
+    best_speedup_interval: tuple[float, float] | None = None
 
 
 Assessor = Callable[[Observation, AcceptanceProfile], Assessment]
@@ -164,9 +168,27 @@ def model_assessor(params: Params, min_acceptance_rate: float = 0.0) -> Assessor
         k = int(opt.k)
         speedup = float(opt.speedup) if k > 0 else 1.0
         current = obs.live_speedup if profile.source == "live" else None
-        return Assessment(True, "ok", k, speedup, current)
+        return Assessment(True, "ok", k, speedup, current,
+                          _speedup_interval(params, lam, k, p, g, kwargs))
 
     return assess
+
+
+def _speedup_interval(params: Params, lam: float, k: int, p: float, g: float,
+                      kwargs: Mapping[str, Any]) -> tuple[float, float] | None:
+    """The 90% interval of the predicted speedup at k (model.validity.assess)."""
+    if k <= 0 or params.uncertainty is None:
+        return None
+    from specwatch.model import acceptance_length_from_alpha, acceptance_length_from_profile
+    from specwatch.model.validity import assess
+
+    e = (acceptance_length_from_profile(kwargs["profile"], k) if "profile" in kwargs
+         else acceptance_length_from_alpha(kwargs["alpha"], k))
+    judged = assess(params, lam, float(k), float(e), p, g)
+    if judged.intervals is None:
+        return None
+    lo, hi = (float(x) for x in judged.intervals.speedup)
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
 
 def model_scheduler(params: Params, max_num_seqs: int,

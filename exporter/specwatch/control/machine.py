@@ -33,6 +33,7 @@ from specwatch.control.settings import (
     ACTIONS,
     Settings,
 )
+from specwatch.model import validity
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +350,15 @@ class ModelController:
             reasons.append(("low_acceptance",
                             f"acceptance rate {obs.acceptance_rate:.3f} below "
                             f"min_acceptance_rate {s.min_acceptance_rate:g}"))
+        iv = a.best_speedup_interval if a is not None else None
         if a is not None and a.valid and a.best_speedup is not None \
+                and a.best_speedup < s.disable_below_speedup and iv is not None \
+                and iv[1] >= s.disable_below_speedup:
+            self.waiting = (f"{validity.UNCERTAIN}: best predicted speedup "
+                            f"{a.best_speedup:.3f} is below disable_below_speedup "
+                            f"{s.disable_below_speedup:g} but its 90% interval "
+                            f"[{iv[0]:.3f}, {iv[1]:.3f}] is not")
+        elif a is not None and a.valid and a.best_speedup is not None \
                 and a.best_speedup < s.disable_below_speedup:
             reasons.append(("low_predicted_speedup",
                             f"best predicted speedup {a.best_speedup:.3f} (k="
@@ -378,6 +387,15 @@ class ModelController:
                             f"{s.min_acceptance_rate:g}")
         elif self._active_alert()[1] is not None:
             self.waiting = "a switch-off alert is firing"
+        elif a.best_draft_length and a.best_speedup is not None \
+                and a.best_speedup >= s.enable_above_speedup \
+                and a.best_speedup_interval is not None \
+                and a.best_speedup_interval[0] < s.enable_above_speedup:
+            lo, hi = a.best_speedup_interval
+            self.waiting = (f"{validity.UNCERTAIN}: predicted speedup {a.best_speedup:.3f} at "
+                            f"k={a.best_draft_length} is above enable_above_speedup "
+                            f"{s.enable_above_speedup:g} but its 90% interval [{lo:.3f}, "
+                            f"{hi:.3f}] is not")
         elif a.best_draft_length and a.best_speedup is not None \
                 and a.best_speedup >= s.enable_above_speedup:
             reasons.append(("predicted_speedup",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from specwatch.common import redact
+from specwatch.common import redact, tlsfiles
 from specwatch.common.errors import ConfigError
 from specwatch.common.schema import (
     _DURATION,
@@ -40,6 +40,7 @@ from specwatch.common.schema import (
     read_yaml,
     validate,
 )
+from specwatch.exporter import configpaths
 from specwatch.exporter.discovery import DEFAULT_REFRESH_INTERVAL, FileSDConfig, shard_of
 from specwatch.exporter.pairs import PairConfig, PairSettings, shard_keys
 from specwatch.exporter.sources import ENGINE_KINDS, PARSERS
@@ -365,9 +366,8 @@ def _build_tls(tls: Mapping[str, Any], path: str, where: str
         try:
             ssl.create_default_context().load_cert_chain(tls["cert_file"], tls["key_file"])
         except ssl.SSLError as exc:
-            raise ConfigError(f"{where}: {tpath}.cert_file: cannot load the client "
-                              f"certificate and key (not PEM, encrypted key, or the key does "
-                              f"not match: {exc.reason})") from exc
+            raise ConfigError(f"{where}: {tpath}: cannot load the client certificate and "
+                              f"key: {tlsfiles.chain_error(exc, tls['cert_file'])}") from exc
         except OSError as exc:
             raise ConfigError(f"{where}: {tpath}.cert_file: cannot read: {exc.strerror}") \
                 from exc
@@ -417,8 +417,10 @@ def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout:
 
 
 def load_file(path: str) -> Mapping[str, Any]:
-    """Read and validate a YAML config file; return the validated mapping."""
-    return validate(read_yaml(path), Key(dict, children=TOP_SCHEMA), "", path)
+    """Read and validate a YAML config file; return the validated mapping, its relative
+    file paths made relative to the file's folder (`configpaths.resolve_paths`)."""
+    raw = validate(read_yaml(path), Key(dict, children=TOP_SCHEMA), "", path)
+    return configpaths.resolve_paths(raw, path)
 
 
 def parse_target_flag(flag: str) -> dict[str, Any]:

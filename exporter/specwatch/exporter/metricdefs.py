@@ -256,6 +256,31 @@ METRICS: tuple[MetricDef, ...] = (
         doc="predicted mean e2e latency with SD at the running k (`mode=\"sd\"`) and without "
             "(`mode=\"nosd\"`); only while `sd_model_valid` is 1"),
     MetricDef(
+        "sd_predicted_speedup_lower", "gauge", ("target", "model_name", "window"),
+        help="Lower bound of the 90% interval of sd_predicted_speedup (the fit's residual "
+             "spread carried through the fixed point); present with it.",
+        doc="lower end of the 90% interval of `sd_predicted_speedup`: the calibration's "
+            "residual spread of L(B), per utilisation band, carried through the fixed point "
+            "([model.md](model.md#uncertainty)); a separate gauge (not a `bound` label) so "
+            "that aggregating over any label stays meaningful; present with the point series"),
+    MetricDef(
+        "sd_predicted_speedup_upper", "gauge", ("target", "model_name", "window"),
+        help="Upper bound of the 90% interval of sd_predicted_speedup; present with it.",
+        doc="upper end of the 90% interval of `sd_predicted_speedup` (see the lower one)"),
+    MetricDef(
+        "sd_predicted_latency_lower_seconds", "gauge",
+        ("target", "model_name", "window", "mode"),
+        help="Lower bound of the 90% interval of sd_predicted_latency_seconds; present with it.",
+        doc="lower end of the 90% interval of `sd_predicted_latency_seconds` (per `mode`); "
+            "the bound goes before the unit suffix, which Prometheus naming keeps last"),
+    MetricDef(
+        "sd_predicted_latency_upper_seconds", "gauge",
+        ("target", "model_name", "window", "mode"),
+        help="Upper bound of the 90% interval of sd_predicted_latency_seconds; present with it.",
+        doc="upper end of the 90% interval of `sd_predicted_latency_seconds` (per `mode`); "
+            "`sd_model_valid` is 0 with `reason=\"sensitive\"` when the SD one is wider than "
+            "±15% (the parameters file's `max_relative_halfwidth`)"),
+    MetricDef(
         "sd_breakeven_arrival_rate", "gauge", ("target", "model_name", "window"),
         help="Arrival rate (req/s) at which the predicted speedup of the running configuration "
              "crosses 1; +Inf: SD pays at every load below saturation, 0: it never pays.",
@@ -287,7 +312,8 @@ METRICS: tuple[MetricDef, ...] = (
             "validity ceiling (`max_utilization`, default 0.9), the load is inside the "
             "parameters file's calibrated range and the server is not queueing; else 0 with "
             "`reason` = `saturated`, `above_utilization_ceiling`, `beyond_calibrated_load`, "
-            "`extrapolated_k`, `queueing` (waiting requests in the latest poll), "
+            "`extrapolated_k`, `sensitive` (90% latency interval wider than the file's limit), "
+            "`queueing` (waiting requests in the latest poll), "
             "`missing_input` or `invalid_input`"),
     MetricDef(
         "sd_model_latency_error_ratio", "gauge", ("target", "model_name", "window"),
@@ -324,6 +350,15 @@ METRICS: tuple[MetricDef, ...] = (
              "(sd_model_speedup_curve); present exactly where that point is.",
         doc="arrival rate (req/s) of the curve's grid point `point`: the x of "
             "`sd_model_speedup_curve`, present exactly where it is"),
+    MetricDef(
+        "sd_model_speedup_curve_lower", "gauge", ("target", "model_name", "window", "point"),
+        help="Lower bound of the 90% interval of sd_model_speedup_curve at the same point.",
+        doc="lower end of the 90% interval of `sd_model_speedup_curve` (same labels): the "
+            "band the XY chart draws around the model line"),
+    MetricDef(
+        "sd_model_speedup_curve_upper", "gauge", ("target", "model_name", "window", "point"),
+        help="Upper bound of the 90% interval of sd_model_speedup_curve at the same point.",
+        doc="upper end of the 90% interval of `sd_model_speedup_curve` (same labels)"),
     MetricDef(
         "sd_controller_state", "gauge", ("target", "model_name", "state"),
         help="Controller state of the target and model: 1 for the current state (enabled: SD "

@@ -1,23 +1,34 @@
-"""`specwatch mixin render`: the bundle's rules and dashboards with the user's selectors and
+"""`specwatch mixin`: the bundle's rules and dashboards with the user's selectors and
 thresholds, for a user who installed the wheel and has no Jsonnet tooling.
 
     specwatch mixin render --out DIR [--set KEY=VALUE ...]
+    specwatch mixin test [DIR]
 
-    specwatch mixin render --out out --set selector='job="llm"'
+    specwatch mixin render --out out --set vllmSelector='job="vllm"' \\
+        --set exporterSelector='job="specwatch"'
     specwatch mixin render --out out --set vllmSelector='job="inference", namespace="llm"' \\
         --set alerts.SDAcceptanceRateLow.threshold=0.35 --set showMultiCluster=true
 
 KEY is a dotted path into the mixin's ``_config`` (config.libsonnet: the same keys, the same
-meaning), so a ``--set`` is what a Jsonnet user writes as ``_config+:: {...}``. One shorthand:
-``selector`` sets ``vllmSelector`` and ``exporterSelector`` both, for the common case where
-one label (``job``, ``namespace``) picks out the servers and specwatch alike.
+meaning), so a ``--set`` is what a Jsonnet user writes as ``_config+:: {...}``. The two
+selectors are separate keys on purpose: ``vllmSelector`` picks vLLM's own series (the
+recording rules, the latency panels), ``exporterSelector`` picks specwatch's ``sd_*`` series
+(every SD alert); they are different scrape jobs, so one value for both leaves one side empty.
 
 VALUE takes the type of the key's default, so that a shell-quoted selector stays a string and
-``0.35`` stays a number: a number key needs a number, a boolean key ``true``/``false``, a list
-key a JSON list or comma-separated items. An unknown key, or a value of the wrong type, is one
-error naming the key and what was expected (exit 2). The files written are the same three the
-repository commits (``alerts/specwatch-alerts.yaml``, ``alerts/specwatch-rules.yaml``,
-``dashboards/*.json``), rendered by the same code (`specwatch.mixin.render`).
+``0.35`` stays a number, and is then checked for what the key means (`specwatch.mixin.validate`:
+a selector is a PromQL matcher list, a duration a Prometheus duration, a threshold a number in
+range). A bad key or value is one error naming the key and what was expected (exit 2), and
+nothing is written. The rule files are checked with ``promtool check rules`` before they are
+written when promtool is installed. The files written are the same three the repository
+commits (``alerts/specwatch-alerts.yaml``, ``alerts/specwatch-rules.yaml``, ``dashboards/*.json``),
+rendered by the same code (`specwatch.mixin.render`).
+
+``mixin test`` runs the bundle's promtool unit tests (``alerts/tests/*.yaml``: each alert
+firing and silent) against rendered rule files. The tests are written for the default
+configuration (exporter scraped as ``job="specwatch"``, vLLM as ``job="vllm"``, the default
+thresholds and durations): a render with those values passes, and a render with others shows
+which alerts now behave differently.
 """
 
 from __future__ import annotations
@@ -26,33 +37,56 @@ import argparse
 import json
 import math
 import shlex
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from specwatch import __version__
 from specwatch.common.errors import ConfigError
-from specwatch.mixin import render
+from specwatch.mixin import render, validate
 
-# `--set selector=X` expands to these keys.
-SELECTOR_SHORTHAND = ("vllmSelector", "exporterSelector")
+# Keys that are not in `_config` but that a user may try; each gets its own explanation.
+NOT_A_KEY = {
+    "selector": "there is no single selector: vllmSelector picks vLLM's own series (the "
+                "scrape job of your inference servers, default job=\"vllm\") and "
+                "exporterSelector picks specwatch's sd_* series (the scrape job of specwatch, "
+                "default job=\"specwatch\"); set the one you mean",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of `specwatch mixin` (one action today: render)."""
+    """Options of `specwatch mixin` (render, test)."""
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     r = actions.add_parser(
         "render",
         help="write the rules and dashboards with your selectors and thresholds",
         description="Write alerts/specwatch-alerts.yaml, alerts/specwatch-rules.yaml and "
         "dashboards/*.json under --out, rendered from the packaged Jsonnet mixin with the "
-        "--set overrides (keys of config.libsonnet's _config).",
+        "--set overrides (keys of config.libsonnet's _config). Every value is checked first "
+        "and the rule files with `promtool check rules` when promtool is installed; a bad "
+        "value writes nothing.",
     )
     r.add_argument("--out", required=True, type=Path, metavar="DIR",
                    help="output directory (created; existing files of the same name replaced)")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config key, dotted for nested keys "
-                   "(alerts.SDAcceptanceRateLow.threshold=0.35); `selector` sets both "
-                   "vllmSelector and exporterSelector; repeatable")
+                   "(alerts.SDAcceptanceRateLow.threshold=0.35); vllmSelector (vLLM's "
+                   "series) and exporterSelector (specwatch's sd_* series) are separate; "
+                   "repeatable")
+    t = actions.add_parser(
+        "test",
+        help="run the bundled promtool rule tests against rendered rules",
+        description="Run `promtool test rules` with the bundle's unit tests "
+        "(alerts/tests/*.yaml: every alert firing and silent) against the rule files under "
+        "DIR/alerts (what `specwatch mixin render --out DIR` wrote), or the packaged rules "
+        "without DIR. The tests assume the default configuration (job=\"specwatch\", "
+        "job=\"vllm\", the default thresholds): a test that fails names an alert that "
+        "behaves differently with your values.",
+    )
+    t.add_argument("dir", nargs="?", type=Path, metavar="DIR",
+                   help="folder a `mixin render --out` wrote (default: the packaged rules)")
 
 
 def _typed(key: str, text: str, default: Any) -> Any:
@@ -89,42 +123,114 @@ def _typed(key: str, text: str, default: Any) -> Any:
 
 
 def parse_sets(sets: list[str], config: dict[str, Any]) -> dict[str, Any]:
-    """``["a.b=1", ...]`` -> the nested overrides dict `render` merges into ``_config``."""
+    """``["a.b=1", ...]`` -> the nested overrides dict `render` merges into ``_config``,
+    each value typed as its key's default and checked (`specwatch.mixin.validate`)."""
     overrides: dict[str, Any] = {}
     for item in sets:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
-        keys = list(SELECTOR_SHORTHAND) if key == "selector" else [key]
-        for full in keys:
-            path = full.split(".")
-            node: Any = config
-            for depth, part in enumerate(path):
-                if not isinstance(node, dict) or part not in node:
-                    where = ".".join(path[:depth]) or "_config"
-                    known = ", ".join(sorted(node)) if isinstance(node, dict) else "none"
-                    raise ConfigError(f"--set {full}: {where} has no key {part!r} "
-                                      f"(known: {known})")
-                node = node[part]
-            value = _typed(full, text, node)
-            target = overrides
-            for part in path[:-1]:
-                target = target.setdefault(part, {})
-            target[path[-1]] = value
+        if key in NOT_A_KEY:
+            raise ConfigError(f"--set {key}: {NOT_A_KEY[key]}")
+        path = key.split(".")
+        node: Any = config
+        for depth, part in enumerate(path):
+            if not isinstance(node, dict) or part not in node:
+                where = ".".join(path[:depth]) or "_config"
+                known = ", ".join(sorted(node)) if isinstance(node, dict) else "none"
+                raise ConfigError(f"--set {key}: {where} has no key {part!r} "
+                                  f"(known: {known})")
+            node = node[part]
+        value = _typed(key, text, node)
+        validate.check_value(key, value)
+        target = overrides
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+        target[path[-1]] = value
     return overrides
 
 
-def run(args: argparse.Namespace) -> int:
+def promtool_check(files: dict[str, str]) -> None:
+    """``promtool check rules`` on the rendered rule files (relative path -> text) when
+    promtool is installed; a ConfigError with its first complaint otherwise."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return
+    rule_files = {rel: text for rel, text in files.items() if rel.endswith(".yaml")}
+    with tempfile.TemporaryDirectory(prefix="specwatch-mixin-") as tmp:
+        paths = []
+        for rel, text in rule_files.items():
+            path = Path(tmp) / Path(rel).name
+            path.write_text(text, encoding="utf-8")
+            paths.append(str(path))
+        try:
+            result = subprocess.run([promtool, "check", "rules", *paths], capture_output=True,
+                                    text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ConfigError(f"promtool check rules could not run: {exc}") from None
+    if result.returncode != 0:
+        text = (result.stderr + result.stdout).replace(tmp + "/", "")
+        lines = [ln.strip() for ln in text.splitlines()
+                 if ln.strip() and ln.strip() not in ("SUCCESS", "FAILED:")
+                 and not ln.startswith("Checking")]
+        first = lines[0] if lines else f"exit status {result.returncode}"
+        raise ConfigError(f"the rendered rules fail `promtool check rules` ({first}); "
+                          "nothing written: check the --set values")
+
+
+def _render(args: argparse.Namespace) -> int:
     overrides = parse_sets(args.sets, render.default_config())
     command = "specwatch mixin render --out DIR" + "".join(
         f" --set {shlex.quote(s)}" for s in args.sets)
     header = (f"# Generated by `{command}` from the specwatch mixin"
               f" (specwatch {__version__}). Do not edit: render again.\n")
+    files = render.render_files(overrides, header)
+    promtool_check(files)
     try:
-        written = render.write_files(args.out, overrides, header)
+        written = render.write_rendered(args.out, files)
     except OSError as exc:
         raise ConfigError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from exc
     for rel in written:
         print(args.out / rel)
     return 0
+
+
+def _test(args: argparse.Namespace) -> int:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        raise ConfigError("mixin test needs promtool (Prometheus' tool; Debian/Ubuntu: apt-get "
+                          "install prometheus, or from a Prometheus release) on the PATH")
+    bundle = render.mixin_dir()
+    rules_dir = (args.dir / "alerts") if args.dir else (bundle / "alerts")
+    tests = sorted((bundle / "alerts" / "tests").glob("*.yaml"))
+    if not tests:
+        raise ConfigError(f"no rule tests in {bundle / 'alerts' / 'tests'}: a bundle without "
+                          "its tests (reinstall specwatch)")
+    for name in (render.ALERTS_FILE, render.RULES_FILE):
+        if not (rules_dir / Path(name).name).is_file():
+            raise ConfigError(f"{rules_dir / Path(name).name}: no such file; expected the "
+                              "folder a `specwatch mixin render --out DIR` wrote")
+    # The tests name their rule files relative to themselves (../specwatch-alerts.yaml):
+    # lay them out beside copies of the rules under test.
+    with tempfile.TemporaryDirectory(prefix="specwatch-mixin-test-") as tmp:
+        alerts = Path(tmp) / "alerts"
+        (alerts / "tests").mkdir(parents=True)
+        for name in (render.ALERTS_FILE, render.RULES_FILE):
+            shutil.copyfile(rules_dir / Path(name).name, alerts / Path(name).name)
+        for test in tests:
+            shutil.copyfile(test, alerts / "tests" / test.name)
+        result = subprocess.run(
+            [promtool, "test", "rules", *sorted(str(p) for p in (alerts / "tests").glob("*"))],
+            capture_output=True, text=True, timeout=300, cwd=tmp)
+    output = (result.stdout + result.stderr).replace(tmp + "/", "")
+    print(output.rstrip())
+    print(f"{len(tests)} rule test files against {rules_dir}: "
+          + ("passed" if result.returncode == 0 else "FAILED"))
+    return 0 if result.returncode == 0 else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "test":
+        return _test(args)
+    return _render(args)

@@ -207,7 +207,11 @@ def render_files(overrides: Mapping[str, Any] | None = None,
 def write_files(out_dir: Path, overrides: Mapping[str, Any] | None = None,
                 header: str = _HEADER) -> list[str]:
     """Render and write every generated file under ``out_dir``; returns the paths written."""
-    files = render_files(overrides, header)
+    return write_rendered(out_dir, render_files(overrides, header))
+
+
+def write_rendered(out_dir: Path, files: Mapping[str, str]) -> list[str]:
+    """Write rendered files (relative path -> text) under ``out_dir``; the paths written."""
     for rel, text in files.items():
         path = out_dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -346,7 +346,8 @@ class BreakEven:
 
 
 def breakeven(
-    coef: Model, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+    coef: Model, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike,
+    scale_sd: float = 1.0, scale_nosd: float = 1.0,
 ) -> BreakEven:
     """Break-even arrival rate λ* = r*/C2_D, r* = (1 − C1_R)/(C2_R − C1_R), with its kind.
 
@@ -355,14 +356,24 @@ def breakeven(
     kept only when it lies below saturation of both systems. The saturation regime has one
     closed form per linear piece of L(B) (`_saturation_breakeven`); MoE models have none: the
     crossing is found numerically along λ.
+
+    `scale_sd` / `scale_nosd` multiply every cost of one system (its whole L(B)): the
+    break-even of a fit whose SD latency is off by that factor and its no-SD latency by the
+    other, which is how the interval on λ* is found (`model.uncertainty`). Dense models only.
     """
+    scaled = scale_sd != 1.0 or scale_nosd != 1.0
     if isinstance(coef, MoECoefficients):
+        if scaled:
+            raise TypeError("breakeven: scale_sd/scale_nosd price a dense model")
         return _numeric_breakeven(coef, k, e, p, g)
     if coef.saturates:
-        return _saturation_breakeven(coef, k, e, p, g)
+        return _saturation_breakeven(coef, k, e, p, g, scale_sd, scale_nosd)
     ok, s_k, s_e, s_p, s_g = _breakeven_inputs(k, e, p, g)
     c1_sd, c2_sd = cost_terms(coef, s_k, s_e, s_p, s_g)
     c1_d, c2_d = cost_terms(coef, 0.0, 1.0, s_p, s_g)
+    if scaled:
+        c1_sd, c2_sd = c1_sd * scale_sd, c2_sd * scale_sd
+        c1_d, c2_d = c1_d * scale_nosd, c2_d * scale_nosd
     found = breakeven_from_costs(c1_d, c2_d, c1_sd, c2_sd)
     kind = np.where(ok, found.kind, BreakEvenKind.UNDEFINED).astype(np.int8)
     return BreakEven(rate=np.where(ok, found.rate, np.nan), kind=kind)
@@ -497,7 +508,8 @@ def _saturation_rate_bound(coef: Model, k: np.ndarray, e: np.ndarray, p: np.ndar
 
 
 def _saturation_breakeven(
-    coef: Coefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
+    coef: Coefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike,
+    scale_sd: float = 1.0, scale_nosd: float = 1.0,
 ) -> BreakEven:
     """Break-even of the saturation regime, exact over the pieces of L (model.md).
 
@@ -521,6 +533,13 @@ def _saturation_breakeven(
         starts, alpha, beta, ceilings = _saturation.pieces(
             c1, c2, s_g / both_e, both_k, coef.c_v, coef.knee_v, coef.c_d, coef.knee_d,
             coef.capacity(s_p, s_g, both_k))
+        if scale_sd != 1.0 or scale_nosd != 1.0:
+            # L(B) scaled by s: every piece α + β·B becomes s·α + s·β·B, and the λ = B/L(B)
+            # where a piece starts (and the ceiling) is divided by s; the knees stay put.
+            s = np.array([scale_sd, scale_nosd]).reshape((2,) + (1,) * (alpha.ndim - 1))
+            starts, alpha, beta = starts / s, alpha * s, beta * s
+            ceilings = ceilings / s.reshape((2,) + (1,) * (ceilings.ndim - 1))
+            c1_sd, c1_d = c1_sd * scale_sd, c1_d * scale_nosd
         sd = (starts[0], alpha[0], beta[0])
         nosd = (starts[1], alpha[1], beta[1])
         sd_ceiling, nosd_ceiling = ceilings[0], ceilings[1]

@@ -25,6 +25,17 @@ Schema (README "Parameters file"):
       draft_lengths: [0, 1, 2, 3]
       margin: 0.1               # a prediction this much above is beyond_calibrated_load
       max_tokens_per_step: 1500 # highest B·(k+1) measured (the knee's unit)
+      max_arrival_rate_by_k: {0: 16.1, 1: 15.9}   # req/s, highest measured per k (0 = no SD)
+      max_utilization_seen: 0.97 # highest λ/λ_max of a run (the fit's own utilisation)
+      measured_ceilings:        # where a measured curve stopped rising (k, lengths, req/s)
+        - {k: 1, prompt_tokens: 147, generation_tokens: 200, arrival_rate: 15.1}
+    uncertainty:                               # optional: the fit's residual spread (intervals)
+      method: residual_spread
+      level: 0.9                # the intervals' coverage
+      max_relative_halfwidth: 0.15   # a wider latency interval is `sensitive` (not valid)
+      bands:                    # relative RMS residual of L(B), by utilisation band
+        - {utilization_below: 0.5, sigma: 0.014, runs: 84}
+        - {utilization_below: .inf, sigma: 0.04, runs: 35}
     moe:                                       # optional: `coefficients` is then the dense part
       experts: 128
       active_experts: 8
@@ -36,6 +47,10 @@ Schema (README "Parameters file"):
 
 Numbers are seconds; a string with a unit ("25ms", "40us", "0.025s") is accepted and
 converted, because humans copy step times from profilers in milliseconds.
+
+Size: a little over 600 lines: the schema, its strict validation (one error per field with
+file and line) and its inverse (`to_mapping`) are one contract; splitting the blocks'
+parsers from the dataclasses they build would put the field list in two places.
 """
 
 from __future__ import annotations
@@ -60,12 +75,20 @@ from specwatch.model.closed_form import (
     ExpertCoefficients,
     MoECoefficients,
 )
+from specwatch.model.uncertainty import (
+    DEFAULT_LEVEL,
+    DEFAULT_MAX_HALFWIDTH,
+    Band,
+    Uncertainty,
+)
 
 __all__ = [
     "DEFAULT_LOAD_MARGIN",
     "CalibratedRange",
+    "MeasuredCeiling",
     "MoEParams",
     "Params",
+    "Uncertainty",
     "dump_params",
     "load_params",
     "params_from_mapping",
@@ -88,6 +111,7 @@ _TOP_KEYS = (
     "saturation",
     "capacity",
     "calibrated_range",
+    "uncertainty",
 )
 _SATURATION_NAMES = ("c_v", "knee_v", "c_d", "knee_d")
 _CAPACITY_NAMES = ("max_num_seqs", "kv_cache_tokens", "kv_cache_tokens_sd")
@@ -108,6 +132,24 @@ class MoEParams:
 
 
 @dataclass(frozen=True)
+class MeasuredCeiling:
+    """Where one measured curve (draft length k, 0 = no SD, on one workload of mean prompt
+    and generation tokens) stopped rising: from `arrival_rate` on, more requests in flight
+    brought no more throughput (the server was at its ceiling), so no λ there has one
+    latency."""
+
+    k: int
+    prompt_tokens: float
+    generation_tokens: float
+    arrival_rate: float
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {"k": int(self.k), "prompt_tokens": float(self.prompt_tokens),
+                "generation_tokens": float(self.generation_tokens),
+                "arrival_rate": float(self.arrival_rate)}
+
+
+@dataclass(frozen=True)
 class CalibratedRange:
     """The load and draft lengths calibration saw: predictions beyond it are extrapolation.
 
@@ -122,6 +164,14 @@ class CalibratedRange:
     #: Highest tokens per verify step B·(k+1) measured: the quantity the knee is stated in,
     #: so a prediction past it extrapolates the step cost itself (None: not recorded).
     max_tokens_per_step: float | None = None
+    #: Highest measured arrival rate per draft length (0 = no SD), req/s (empty: not recorded).
+    max_arrival_rate_by_k: Mapping[int, float] = field(default_factory=dict)
+    #: Highest utilisation λ/λ_max (the fit's own throughput ceiling) of a calibration run:
+    #: past it the fit never saw how close to its ceiling the system really was (None: not
+    #: recorded).
+    max_utilization_seen: float | None = None
+    #: Measured throughput ceilings of the calibration curves (empty: none seen).
+    measured_ceilings: tuple[MeasuredCeiling, ...] = ()
 
     def to_mapping(self) -> dict[str, Any]:
         """The YAML/JSON form (also what `--json` prints as `calibrated_range`)."""
@@ -132,6 +182,13 @@ class CalibratedRange:
             "margin": float(self.margin),
             **({"max_tokens_per_step": float(self.max_tokens_per_step)}
                if self.max_tokens_per_step is not None else {}),
+            **({"max_arrival_rate_by_k": {int(k): float(v) for k, v in
+                                          sorted(self.max_arrival_rate_by_k.items())}}
+               if self.max_arrival_rate_by_k else {}),
+            **({"max_utilization_seen": float(self.max_utilization_seen)}
+               if self.max_utilization_seen is not None else {}),
+            **({"measured_ceilings": [c.to_mapping() for c in self.measured_ceilings]}
+               if self.measured_ceilings else {}),
         }
 
 
@@ -148,6 +205,7 @@ class Params:
     provenance: Mapping[str, Any] = field(default_factory=dict)
     source: str = field(default="<params>", compare=False)
     calibrated_range: CalibratedRange | None = None
+    uncertainty: Uncertainty | None = None
 
     def model(self) -> Coefficients | MoECoefficients:
         """Dense coefficients, or the MoE split when the file has a `moe` block."""
@@ -186,6 +244,8 @@ class Params:
         out["k_max"] = int(self.k_max)
         if self.calibrated_range is not None:
             out["calibrated_range"] = self.calibrated_range.to_mapping()
+        if self.uncertainty is not None:
+            out["uncertainty"] = self.uncertainty.to_mapping()
         if self.provenance:
             out["provenance"] = _plain(dict(self.provenance))
         return out
@@ -312,7 +372,8 @@ def _count(ctx: _Ctx, path: tuple[str | int, ...], value: Any, unit: str) -> flo
 def _calibrated_range(ctx: _Ctx, value: Any) -> CalibratedRange:
     path: tuple[str | int, ...] = ("calibrated_range",)
     names = ("max_arrival_rate", "max_in_flight", "draft_lengths", "margin",
-             "max_tokens_per_step")
+             "max_tokens_per_step", "max_arrival_rate_by_k", "max_utilization_seen",
+             "measured_ceilings")
     m = _mapping(ctx, path, value, names, names[:3])
     rate = _count(ctx, (*path, "max_arrival_rate"), m["max_arrival_rate"], "req/s")
     in_flight = _count(ctx, (*path, "max_in_flight"), m["max_in_flight"], "requests")
@@ -329,9 +390,83 @@ def _calibrated_range(ctx: _Ctx, value: Any) -> CalibratedRange:
     if m.get("max_tokens_per_step") is not None:
         tokens = _count(ctx, (*path, "max_tokens_per_step"), m["max_tokens_per_step"],
                         "tokens per verify step")
+    by_k: dict[int, float] = {}
+    if m.get("max_arrival_rate_by_k") is not None:
+        bp = (*path, "max_arrival_rate_by_k")
+        raw = m["max_arrival_rate_by_k"]
+        if not isinstance(raw, Mapping):
+            raise ctx.fail(bp, f"expected a mapping of draft length to req/s, got {raw!r}")
+        for key, val in raw.items():
+            if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key <= 64:
+                raise ctx.fail(bp, f"expected integer draft lengths in [0, 64] as keys, "
+                               f"got {key!r}")
+            by_k[key] = _count(ctx, (*bp, key), val, "req/s")
+    seen = None
+    if m.get("max_utilization_seen") is not None:
+        seen = _count(ctx, (*path, "max_utilization_seen"), m["max_utilization_seen"],
+                      "a utilisation λ/λ_max")
+    ceilings: list[MeasuredCeiling] = []
+    if m.get("measured_ceilings") is not None:
+        cp = (*path, "measured_ceilings")
+        raw_c = m["measured_ceilings"]
+        if not isinstance(raw_c, list):
+            raise ctx.fail(cp, f"expected a list of ceilings, got {raw_c!r}")
+        names_c = ("k", "prompt_tokens", "generation_tokens", "arrival_rate")
+        for i, item in enumerate(raw_c):
+            cm = _mapping(ctx, (*cp, i), item, names_c, names_c)
+            ceilings.append(MeasuredCeiling(
+                k=_integer(ctx, (*cp, i, "k"), cm["k"], 0, 64),
+                prompt_tokens=_count(ctx, (*cp, i, "prompt_tokens"), cm["prompt_tokens"],
+                                     "tokens"),
+                generation_tokens=_count(ctx, (*cp, i, "generation_tokens"),
+                                         cm["generation_tokens"], "tokens"),
+                arrival_rate=_count(ctx, (*cp, i, "arrival_rate"), cm["arrival_rate"],
+                                    "req/s")))
     return CalibratedRange(max_arrival_rate=rate, max_in_flight=in_flight,
                            draft_lengths=tuple(sorted(set(ks))), margin=margin,
-                           max_tokens_per_step=tokens)
+                           max_tokens_per_step=tokens, max_arrival_rate_by_k=by_k,
+                           max_utilization_seen=seen, measured_ceilings=tuple(ceilings))
+
+
+def _uncertainty(ctx: _Ctx, value: Any) -> Uncertainty:
+    path: tuple[str | int, ...] = ("uncertainty",)
+    m = _mapping(ctx, path, value, ("method", "level", "max_relative_halfwidth", "bands"),
+                 ("bands",))
+    method = m.get("method", "residual_spread")
+    if method != "residual_spread":
+        raise ctx.fail((*path, "method"), f"expected residual_spread, got {method!r}")
+    level = DEFAULT_LEVEL
+    if m.get("level") is not None:
+        level = _number(ctx, (*path, "level"), m["level"], "a coverage in (0, 1)")
+        if not 0.0 < level < 1.0:
+            raise ctx.fail((*path, "level"), f"expected a coverage in (0, 1), got {level:g}")
+    limit = DEFAULT_MAX_HALFWIDTH
+    if m.get("max_relative_halfwidth") is not None:
+        limit = _number(ctx, (*path, "max_relative_halfwidth"), m["max_relative_halfwidth"],
+                        "a fraction > 0 (0.15 = ±15%)")
+        if not limit > 0:
+            raise ctx.fail((*path, "max_relative_halfwidth"),
+                           f"expected a fraction > 0 (0.15 = ±15%), got {limit:g}")
+    raw = m["bands"]
+    if not isinstance(raw, list) or not raw:
+        raise ctx.fail((*path, "bands"), f"expected a non-empty list of bands, got {raw!r}")
+    bands: list[Band] = []
+    for i, item in enumerate(raw):
+        bp = (*path, "bands", i)
+        bm = _mapping(ctx, bp, item, ("utilization_below", "sigma", "runs"),
+                      ("utilization_below", "sigma"))
+        top = bm["utilization_below"]
+        if isinstance(top, bool) or not isinstance(top, (int, float)) or math.isnan(top) \
+                or top <= 0:
+            raise ctx.fail((*bp, "utilization_below"),
+                           f"expected a utilisation > 0 (.inf for the last band), got {top!r}")
+        if bands and float(top) <= bands[-1].utilization_below:
+            raise ctx.fail((*bp, "utilization_below"),
+                           "bands must be in increasing utilisation")
+        sigma = _count(ctx, (*bp, "sigma"), bm["sigma"], "a relative spread (0.02 = 2%)")
+        runs = _integer(ctx, (*bp, "runs"), bm.get("runs", 0), 0, 10**9)
+        bands.append(Band(float(top), sigma, runs))
+    return Uncertainty(bands=tuple(bands), level=level, max_relative_halfwidth=limit)
 
 
 def _profile(ctx: _Ctx, value: Any) -> tuple[float, ...]:
@@ -454,6 +589,10 @@ def _build(ctx: _Ctx, doc: Any) -> Params:
     if top.get("calibrated_range") is not None:
         calibrated = _calibrated_range(ctx, top["calibrated_range"])
 
+    uncertainty = None
+    if top.get("uncertainty") is not None:
+        uncertainty = _uncertainty(ctx, top["uncertainty"])
+
     profile = None
     if top.get("acceptance_profile") is not None:
         profile = _profile(ctx, top["acceptance_profile"])
@@ -484,6 +623,7 @@ def _build(ctx: _Ctx, doc: Any) -> Params:
         provenance=provenance,
         source=ctx.source,
         calibrated_range=calibrated,
+        uncertainty=uncertainty,
     )
 
 

@@ -13,6 +13,14 @@ outputs (`validity_reasons`) and the exporter's `sd_model_valid{reason}` series 
   (the knee's unit) more than the margin above the highest calibrated point (the parameters
   file records that range);
 - ``extrapolated_k``: a draft length (other than 0) calibration never measured;
+- ``sensitive``: the 90% latency interval (the fit's residual spread carried through the
+  fixed point, `model.uncertainty`) is wider than the limit (default ±15%): near the ceiling
+  the fixed point amplifies the fit's misfit past what the number can carry;
+- ``no_calibrated_range``: the file records no calibrated range (written by hand or before
+  calibration recorded one), so no load could be checked; it does not by itself make a
+  prediction invalid (the file is the operator's own claim) but every output says so;
+- ``uncertain``: the controller's: a switch whose predicted speedup interval straddles the
+  hysteresis band is not taken;
 - ``queueing``: live only: the server queues requests (waiting requests, KV cache full,
   preemptions), so the open-loop model does not describe what is measured;
 - ``invalid_input`` and ``not_converged`` for the rest of the model's codes.
@@ -20,17 +28,26 @@ outputs (`validity_reasons`) and the exporter's `sd_model_valid{reason}` series 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from specwatch.model.closed_form import Reason
-from specwatch.model.params import CalibratedRange
+from specwatch.model.closed_form import MoECoefficients, Prediction, Reason, predict
+from specwatch.model.coefficients import ArrayLike
+from specwatch.model.params import CalibratedRange, Params
+from specwatch.model.uncertainty import Intervals, intervals
 
 __all__ = [
     "ABOVE_CEILING",
     "BEYOND_CALIBRATED_LOAD",
     "EXTRAPOLATED_K",
+    "NO_CALIBRATED_RANGE",
     "QUEUEING",
     "SATURATED",
+    "SENSITIVE",
+    "UNCERTAIN",
+    "Assessment",
+    "assess",
     "model_reason_name",
     "range_reasons",
 ]
@@ -40,6 +57,9 @@ ABOVE_CEILING = "above_utilization_ceiling"
 BEYOND_CALIBRATED_LOAD = "beyond_calibrated_load"
 EXTRAPOLATED_K = "extrapolated_k"
 QUEUEING = "queueing"
+SENSITIVE = "sensitive"
+NO_CALIBRATED_RANGE = "no_calibrated_range"
+UNCERTAIN = "uncertain"
 
 _MODEL_NAMES = {
     Reason.OK: "",
@@ -94,3 +114,116 @@ def range_reasons(
     if k != 0 and not any(abs(k - m) < 1e-9 for m in calibrated.draft_lengths):
         out.append(EXTRAPOLATED_K)
     return out
+
+
+# --------------------------------------------------------------------------- one assessment
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """A prediction at arrival rates λ with everything that judges it (arrays, one shape).
+
+    `prediction` is the model's (`closed_form.predict`); `intervals` the 90% intervals (None
+    when the parameters file has no `uncertainty` block); `reasons` one list of names per
+    point, in the order the rules apply (empty = valid); `valid` the points with none.
+    """
+
+    prediction: Prediction
+    intervals: Intervals | None
+    in_flight: np.ndarray
+    reasons: list[list[str]]
+    valid: np.ndarray
+
+    def names(self, index: int | tuple[int, ...] = 0) -> list[str]:
+        """The reasons of one point (flat index), for the scalar callers."""
+        i = index if isinstance(index, int) else int(np.ravel_multi_index(index,
+                                                                           self.valid.shape))
+        return self.reasons[i]
+
+
+def _near(x: np.ndarray, centre: float, tolerance: float = 0.10) -> np.ndarray:
+    return np.abs(x - centre) <= tolerance * max(abs(centre), 1e-12)
+
+
+def assess(
+    params: Params,
+    arrival_rate: ArrayLike,
+    k: ArrayLike,
+    e: ArrayLike,
+    p: ArrayLike,
+    g: ArrayLike,
+    max_utilization: float | None = None,
+    max_halfwidth: float | None = None,
+) -> Assessment:
+    """Predict both systems at λ and judge the prediction by every rule: the model's own
+    codes (saturated, above the utilisation ceiling, ...), the calibrated range
+    (`beyond_calibrated_load`, `extrapolated_k`; `saturated` at or past a measured ceiling
+    of the same k and workload; `no_calibrated_range` when the file has
+    none: nothing could be checked, the prediction keeps the model's verdict) and the
+    interval (`sensitive` when the latency interval of either system is wider than
+    ±`max_halfwidth`, default the file's `max_relative_halfwidth`).
+
+    The one place predict, sweep, advise, the live series and calibration's user-path check
+    judge a prediction, so they cannot disagree.
+    """
+    ceiling = params.max_utilization if max_utilization is None else float(max_utilization)
+    coef = params.model()
+    lam, kk, ee, pp, gg = np.broadcast_arrays(
+        *(np.asarray(x, dtype=float) for x in (arrival_rate, k, e, p, g)))
+    pred = predict(coef, lam, kk, ee, pp, gg, max_utilization=ceiling)
+    sd_ok = pred.sd.valid
+    with np.errstate(invalid="ignore"):
+        in_flight = np.where(sd_ok, lam * pred.sd.latency, np.nan)
+    unc = params.uncertainty
+    ivals = None
+    sensitive = np.zeros(lam.shape, dtype=bool)
+    if unc is not None and not isinstance(coef, MoECoefficients):
+        ivals = intervals(coef, unc, lam, kk, ee, pp, gg, pred.sd.latency, pred.nosd.latency,
+                          pred.sd.utilization, pred.nosd.utilization)
+        limit = unc.max_relative_halfwidth if max_halfwidth is None else float(max_halfwidth)
+        with np.errstate(invalid="ignore"):
+            sensitive = pred.valid & ((ivals.halfwidth > limit) | (ivals.halfwidth_nosd > limit))
+    cal = params.calibrated_range
+    beyond = np.zeros(lam.shape, dtype=bool)
+    new_k = np.zeros(lam.shape, dtype=bool)
+    at_ceiling = np.zeros(lam.shape, dtype=bool)
+    if cal is not None:
+        f = 1.0 + cal.margin
+        with np.errstate(invalid="ignore"):
+            beyond = lam > cal.max_arrival_rate * f
+            beyond |= sd_ok & (in_flight > cal.max_in_flight * f)
+            if cal.max_tokens_per_step is not None:
+                beyond |= sd_ok & (in_flight * (kk + 1.0) > cal.max_tokens_per_step * f)
+            if cal.max_utilization_seen is not None:
+                top = cal.max_utilization_seen * f
+                beyond |= (pred.sd.utilization > top) | (pred.nosd.utilization > top)
+        measured = np.array(cal.draft_lengths, dtype=float)
+        new_k = (kk != 0) & ~np.any(np.abs(kk[..., None] - measured) < 1e-9, axis=-1)
+        for c in cal.measured_ceilings:
+            # The same curve: this k, lengths within the workload tolerance (10%).
+            same = (np.abs(kk - c.k) < 1e-9) & _near(pp, c.prompt_tokens) \
+                & _near(gg, c.generation_tokens)
+            at_ceiling |= same & (lam >= c.arrival_rate)
+    flat = [x.ravel() for x in (pred.sd.reason, pred.nosd.reason, beyond, new_k, sensitive,
+                                at_ceiling)]
+    reasons: list[list[str]] = []
+    for sd_code, d_code, b, n, s, c in zip(*flat, strict=True):
+        names: list[str] = []
+        for code in (sd_code, d_code):
+            name = model_reason_name(int(code))
+            if name and name not in names:
+                names.append(name)
+        if c and SATURATED not in names:
+            names.insert(0, SATURATED)
+        if b:
+            names.append(BEYOND_CALIBRATED_LOAD)
+        if n:
+            names.append(EXTRAPOLATED_K)
+        if s and not names:
+            names.append(SENSITIVE)
+        reasons.append(names)
+    valid = np.array([not r for r in reasons], dtype=bool).reshape(lam.shape)
+    if cal is None:
+        for r in reasons:
+            r.append(NO_CALIBRATED_RANGE)
+    return Assessment(pred, ivals, in_flight, reasons, valid)

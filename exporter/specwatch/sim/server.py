@@ -133,7 +133,7 @@ class SimulatorServer:
     def __init__(self, scenario: Scenario, listen: str = DEFAULT_LISTEN, speed: float = 1.0,
                  seed: int | None = None, tick: float = DEFAULT_TICK,
                  clock: Callable[[], float] = time.time, record_latencies: int = 0,
-                 simulated_clock: bool = False) -> None:
+                 simulated_clock: bool = False, listen_option: str = "--listen") -> None:
         """``simulated_clock``: the page describes the scenario's own server in simulated
         seconds (latencies, ``_created`` and start times on :meth:`simulated_now`'s scale),
         for a reader that runs on :meth:`simulated_now` too (the demo's exporter). Without
@@ -141,9 +141,10 @@ class SimulatorServer:
         faster in wall seconds, for readers on the wall clock."""
         if not speed > 0:
             raise ConfigError(f"--speed: expected a positive number, got {speed}")
-        parse_listen(listen)  # fail early on a malformed address
+        parse_listen(listen, listen_option)  # fail early on a malformed address
         self.scenario = scenario
         self.listen = listen
+        self.listen_option = listen_option
         self.speed = float(speed)
         self.tick = tick
         self.clock = clock
@@ -258,7 +259,7 @@ class SimulatorServer:
         if self._bound is not None:  # reopen on the port we had (port 0 → the one we got)
             host, _ = parse_listen(self.listen)
             listen = f"[{host}]:{self._bound[1]}" if ":" in host else f"{host}:{self._bound[1]}"
-        web = WebServer(listen, self.routes)
+        web = WebServer(listen, self.routes, listen_option=self.listen_option)
         web.start()
         self._web = web
         self._bound = web.address

@@ -141,11 +141,12 @@ class WebStats:
     web_config_reload_timestamp: float | None
 
 
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:10440`` for IPv6, ``:10440`` for all interfaces)."""
+def parse_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:10440`` for IPv6, ``:10440`` for all interfaces). ``option``
+    is the flag an error names (the demo's servers have their own)."""
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"--listen: expected HOST:PORT, got {listen!r}")
+        raise ConfigError(f"{option}: expected HOST:PORT, got {listen!r}")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
 
@@ -468,12 +469,15 @@ class WebServer:
     ``address`` is the bound (host, port) once started. ``web_config_file`` is an
     exporter-toolkit web config (TLS, basic auth...); ``limits`` the timeouts and caps.
     ``routes`` may be extended until :meth:`start` (and is read per request).
+    ``listen_option`` is the command-line flag that set ``listen``, named by its errors.
     """
 
     def __init__(self, listen: str, routes: Mapping[str, Handler],
                  web_config_file: str | None = None,
-                 limits: ServerLimits | None = None) -> None:
+                 limits: ServerLimits | None = None,
+                 listen_option: str = "--listen") -> None:
         self.listen = listen
+        self.listen_option = listen_option
         self.routes: dict[str, Handler] = dict(routes)
         #: Routes whose handler authenticates the request itself (the controller's
         #: Alertmanager receiver and its bearer token: one Authorization header cannot carry
@@ -545,12 +549,12 @@ class WebServer:
             self._reload_ts = time.time()
         self._started_with = (self._web_config.tls is not None,
                               self._web_config.auth is not None)
-        host, port = parse_listen(self.listen)
+        host, port = parse_listen(self.listen, self.listen_option)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             self._sock = socket.create_server((host, port), family=family, backlog=128)
         except OSError as exc:
-            raise ConfigError(f"--listen {self.listen}: cannot bind: "
+            raise ConfigError(f"{self.listen_option} {self.listen}: cannot bind: "
                               f"{exc.strerror or exc}") from exc
         # accept() blocks: stop() shuts the socket down, which wakes it at once on Linux, so
         # there it has no timeout (a wake-up of an idle thread costs cold caches: 0.06 ms of

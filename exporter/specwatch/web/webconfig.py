@@ -67,6 +67,7 @@ from typing import Any
 
 import bcrypt
 
+from specwatch.common import tlsfiles
 from specwatch.common.errors import ConfigError
 from specwatch.common.schema import CheckError, Key, parse_duration, read_yaml, validate
 
@@ -363,9 +364,12 @@ def _load_cert_chain(ctx: ssl.SSLContext, c: Mapping[str, Any], base: str, where
             ctx.load_cert_chain(cert_path, key_path)
         except OSError as exc:
             if isinstance(exc, ssl.SSLError):
-                raise ConfigError(f"{where}: {k}: cannot load the certificate and key "
-                                  f"(not PEM, or the key does not match the certificate: "
-                                  f"{exc.reason})") from exc
+                what = tlsfiles.chain_error(
+                    exc, cert_path,
+                    cert_key="cert_file" if c.get("cert_file") else "cert",
+                    key_key="key_file" if c.get("key_file") else "key")
+                raise ConfigError(f"{where}: {k}: cannot load the certificate and key: "
+                                  f"{what}") from exc
             raise ConfigError(f"{where}: {k}.cert_file: cannot read: {exc.strerror}") from exc
     finally:
         if tmpdir is not None:

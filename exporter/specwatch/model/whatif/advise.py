@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.model import validity
+from specwatch.model import uncertainty, validity
 from specwatch.model.closed_form import (
     BreakEvenKind,
     Reason,
@@ -84,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser, required: bool = True) -> Non
     parser.add_argument("--min-gain", type=float, default=DEFAULT_MIN_GAIN, metavar="X",
                         help="recommend SD only at or above this load-weighted predicted "
                              f"speedup (default {DEFAULT_MIN_GAIN:g})")
+    common.add_interval_argument(parser)
     common.add_k_max_argument(parser)
     parser.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
                         help="vLLM max_num_seqs: the schedule's last range ends here "
@@ -236,13 +237,33 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
         per_q[q]["batch_size"] = rates[q] * lat if lat is not None else None
         per_q[q]["schedule_draft_length"] = (
             _schedule_k(schedule, per_q[q]["batch_size"]) if lat is not None else None)
+    # The 90% intervals of the advised configuration at each percentile (the fit's residual
+    # spread through the fixed point): the advice says when a speedup's interval straddles 1.
+    k_adv = float(static_k)
+    judged = validity.assess(params, lam, k_adv, float(es[static_k - 1]) if static_k else 1.0,
+                             p, g, max_utilization=ceiling,
+                             max_halfwidth=common.halfwidth_of(args, params))
+    for i, q in enumerate(PERCENTILES):
+        iv = judged.intervals
+        item = per_q[q]
+        item["validity_reasons"] = [r for r in judged.names(i)
+                                    if r != validity.NO_CALIBRATED_RANGE]
+        item["latency_interval"] = item["speedup_interval"] = None
+        if iv is not None and static_k and item["valid"]:
+            item["latency_interval"] = uncertainty.as_pair(iv.latency_sd[0][i],
+                                                           iv.latency_sd[1][i])
+            item["speedup_interval"] = uncertainty.as_pair(iv.speedup[0][i], iv.speedup[1][i])
     off_rate = None
     be_kind = None
+    be_iv = None
     if static_k:
         be = breakeven(model, static_k, float(es[static_k - 1]), p, g)
         be_kind = KIND_NAMES[int(be.kind)]
         if int(be.kind) == BreakEvenKind.PAYS_BELOW:
             off_rate = float(be.rate)
+            if params.uncertainty is not None:
+                be_iv = uncertainty.breakeven_interval(model, params.uncertainty, k_adv,
+                                                       float(es[static_k - 1]), p, g, off_rate)
 
     # The arrival rate from which the best choice is SD off (any k), if below saturation.
     nosd_c2 = float(latency(model, 1.0, 0, 1.0, p, g, max_utilization=1.0).utilization)
@@ -273,6 +294,7 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
         "max_num_seqs": args.max_num_seqs,
         "percentiles": per_q,
         "breakeven_arrival_rate": off_rate,
+        "breakeven_interval": list(be_iv) if be_iv is not None else None,
         "breakeven_kind": be_kind,
         "sd_off_above_arrival_rate": any_off_rate,
         "min_gain": min_gain,
@@ -293,7 +315,7 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
         "validity_reasons": sorted({
             r for q, lam in rates.items()
             for r in validity.range_reasons(params.calibrated_range, lam, None, static_k)
-        }),
+        }) or ([validity.NO_CALIBRATED_RANGE] if params.calibrated_range is None else []),
     }
     if static_k:
         out["load_weighted_speedup"] = float(
@@ -359,10 +381,21 @@ def advice_lines(out: dict[str, Any]) -> list[str]:
         )
         for q in PERCENTILES:
             lines.append(f"  at {q} load ({pq[q]['arrival_rate']:g} req/s): {_gain(pq[q])}")
+            iv = pq[q].get("speedup_interval")
+            if iv is not None:
+                lo, hi = iv
+                straddles = lo is not None and lo < 1.0 and (hi is None or hi > 1.0)
+                lines.append(
+                    f"    90% interval of the speedup: {lo:.2f}x–"
+                    f"{'∞' if hi is None else format(hi, '.2f')}x"
+                    + (": it straddles 1, so the data cannot tell whether SD helps or hurts"
+                       " at this load" if straddles else ""))
         if out["breakeven_arrival_rate"] is not None:
+            biv = out.get("breakeven_interval")
             lines.append(
-                f"With k = {k}, SD stops paying above {out['breakeven_arrival_rate']:.3g} req/s: "
-                "above that arrival rate turn it off (or use the schedule below)."
+                f"With k = {k}, SD stops paying above {out['breakeven_arrival_rate']:.3g} req/s"
+                + (f" (90% interval {biv[0]:.3g}–{biv[1]:.3g})" if biv else "")
+                + ": above that arrival rate turn it off (or use the schedule below)."
             )
         elif out["breakeven_kind"] == "pays_everywhere":
             lines.append(f"With k = {k}, SD pays at every load below saturation.")

@@ -28,6 +28,7 @@ from specwatch.model.closed_form import (
     reason_text,
 )
 from specwatch.model.params import Params, load_params
+from specwatch.model.uncertainty import DEFAULT_MAX_HALFWIDTH
 
 
 class InputError(ConfigError):
@@ -55,6 +56,13 @@ def add_length_arguments(parser: argparse.ArgumentParser) -> None:
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of a table")
+
+
+def add_interval_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-interval", type=float, metavar="F",
+                        help="widest relative half-width of the 90%% latency interval a valid "
+                             "prediction may have (0.15 = ±15%%; default: the file's, else "
+                             "0.15); wider is `sensitive`")
 
 
 def add_k_max_argument(parser: argparse.ArgumentParser) -> None:
@@ -105,6 +113,19 @@ def load(args: argparse.Namespace) -> Params:
 def ceiling_of(args: argparse.Namespace, params: Params) -> float:
     value = getattr(args, "max_utilization", None)
     return params.max_utilization if value is None else float(value)
+
+
+def halfwidth_of(args: argparse.Namespace, params: Params) -> float:
+    """The `sensitive` limit: --max-interval, else the file's, else ±15%."""
+    value = getattr(args, "max_interval", None)
+    if value is not None:
+        if not (math.isfinite(value) and value > 0):
+            raise InputError(f"--max-interval: expected a fraction > 0 (0.15 = ±15%), got "
+                             f"{value}")
+        return float(value)
+    if params.uncertainty is not None:
+        return params.uncertainty.max_relative_halfwidth
+    return DEFAULT_MAX_HALFWIDTH
 
 
 def k_max_of(args: argparse.Namespace, params: Params) -> int:

@@ -12,13 +12,12 @@ import argparse
 import math
 from typing import Any
 
-from specwatch.model import validity
+from specwatch.model import uncertainty, validity
 from specwatch.model.closed_form import (
     BreakEvenKind,
     Reason,
     breakeven,
     optimal_draft_length,
-    predict,
 )
 from specwatch.model.whatif import common
 
@@ -34,6 +33,9 @@ EMPTY: dict[str, Any] = {
     "latency_sd_s": None,
     "latency_nosd_s": None,
     "speedup": None,
+    "latency_interval": None,
+    "speedup_interval": None,
+    "breakeven_interval": None,
     "utilization": None,
     "valid": False,
     "validity_reasons": ["invalid_input"],
@@ -56,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="per-token acceptance probability of the i.i.d. model, in [0, 1)")
     common.add_length_arguments(parser)
     common.add_k_max_argument(parser)
+    common.add_interval_argument(parser)
     common.add_json_argument(parser)
 
 
@@ -100,7 +103,10 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
                 )
             e = float(acc.length(k))
     model = params.model()
-    pred = predict(model, lam, k, e, p, g, max_utilization=ceiling)
+    limit = common.halfwidth_of(args, params)
+    judged = validity.assess(params, lam, k, e, p, g, max_utilization=ceiling,
+                             max_halfwidth=limit)
+    pred = judged.prediction
     be = breakeven(model, k, e, p, g)
     out: dict[str, Any] = {
         "system": params.system,
@@ -116,26 +122,36 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     model_ok = bool(pred.valid)
     usable_sd = bool(pred.sd.valid)
     usable_nosd = bool(pred.nosd.valid)
-    reasons = []
-    for sys_pred in (pred.sd, pred.nosd):
-        name = validity.model_reason_name(int(sys_pred.reason))
-        if name and name not in reasons:
-            reasons.append(name)
-    in_flight = lam * float(pred.sd.latency) if usable_sd else None
-    range_bad = validity.range_reasons(params.calibrated_range, lam, in_flight, k)
-    reasons += [r for r in range_bad if r not in reasons]
-    valid = model_ok and not range_bad
+    reasons = judged.names()
+    range_bad = [r for r in reasons if r in (validity.BEYOND_CALIBRATED_LOAD,
+                                             validity.EXTRAPOLATED_K)]
+    valid = bool(judged.valid)
+    iv = judged.intervals
+    be_rate = float(be.rate)
+    be_iv = None
+    if iv is not None and params.uncertainty is not None and math.isfinite(be_rate):
+        be_iv = uncertainty.breakeven_interval(model, params.uncertainty, k, e, p, g, be_rate)
     out.update(
         latency_sd_s=float(pred.sd.latency) if usable_sd else None,
         latency_nosd_s=float(pred.nosd.latency) if usable_nosd else None,
         speedup=float(pred.speedup) if valid else None,
+        latency_interval=(uncertainty.as_pair(*iv.latency_sd) if iv is not None and usable_sd
+                          else None),
+        latency_nosd_interval=(uncertainty.as_pair(*iv.latency_nosd)
+                               if iv is not None and usable_nosd else None),
+        speedup_interval=(uncertainty.as_pair(*iv.speedup) if iv is not None and model_ok
+                          else None),
+        interval_halfwidth=(float(iv.halfwidth) if iv is not None and usable_sd else None),
+        max_interval_halfwidth=limit,
+        interval_level=(params.uncertainty.level if params.uncertainty is not None else None),
         utilization=float(pred.sd.utilization),
         utilization_nosd=float(pred.nosd.utilization),
         valid=valid,
         validity_reasons=reasons,
         calibrated_range=(params.calibrated_range.to_mapping()
                           if params.calibrated_range is not None else None),
-        breakeven_arrival_rate=float(be.rate) if math.isfinite(be.rate) else None,
+        breakeven_arrival_rate=be_rate if math.isfinite(be_rate) else None,
+        breakeven_interval=list(be_iv) if be_iv is not None else None,
         breakeven_kind=KIND_NAMES[BreakEvenKind(int(be.kind))],
     )
     if acc is not None:
@@ -146,14 +162,34 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     else:
         out["optimal_draft_length"] = None
         out["optimal_speedup"] = None
-    if model_ok and not valid:
+    if validity.SATURATED in reasons and int(pred.reason) != Reason.SATURATED:
+        out["reason"] = (
+            f"--arrival-rate: at or past the throughput ceiling measured for k = {k:g} on "
+            "a workload of these lengths (more requests in flight brought no more "
+            "throughput there): the latency is not a function of the arrival rate, the "
+            "queue sets it (saturated)"
+        )
+    elif model_ok and range_bad:
+        cal = params.calibrated_range
+        assert cal is not None
         out["reason"] = (
             f"--arrival-rate/--draft-length: outside the calibrated range "
-            f"({', '.join(range_bad)}; calibrated up to "
-            f"{params.calibrated_range.max_arrival_rate:g} req/s, "  # type: ignore[union-attr]
-            f"{params.calibrated_range.max_in_flight:g} requests in flight, "  # type: ignore[union-attr]
-            f"k in {list(params.calibrated_range.draft_lengths)}): re-calibrate with data "  # type: ignore[union-attr]
+            f"({', '.join(range_bad)}; calibrated up to {cal.max_arrival_rate:g} req/s, "
+            f"{cal.max_in_flight:g} requests in flight"
+            + (f", utilisation {cal.max_utilization_seen:g}"
+               if cal.max_utilization_seen is not None else "")
+            + f", k in {list(cal.draft_lengths)}): re-calibrate with data "
             "at this load before trusting it"
+        )
+    elif model_ok and not valid:
+        half = out["interval_halfwidth"]
+        out["reason"] = (
+            f"--arrival-rate: the 90% latency interval is ±{half:.0%} (limit "
+            f"±{limit:.0%}): this close to the throughput ceiling the fit's residual spread "
+            "moves the latency more than the number can carry (sensitive)"
+            if half is not None and math.isfinite(half) else
+            "--arrival-rate: the pessimistic fit saturates at this load: the latency has no "
+            "upper bound (sensitive)"
         )
     elif not valid:
         sd_bad = int(pred.sd.reason) != Reason.OK
@@ -165,10 +201,20 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def interval_text(pair: list[float | None] | None, spec: str) -> str:
+    """'[lo, hi]' for a table ('—' without an interval, '∞' for an open upper bound)."""
+    if not pair:
+        return "—"
+    lo, hi = pair
+    return f"[{common.fmt(lo, spec)}, {'∞' if hi is None else common.fmt(hi, spec)}]"
+
+
 def render(out: dict[str, Any]) -> None:
     f = common.fmt
     rows = [
         ["mean latency (s)", f(out["latency_sd_s"], ".3f"), f(out["latency_nosd_s"], ".3f")],
+        ["90% interval (s)", interval_text(out.get("latency_interval"), ".3f"),
+         interval_text(out.get("latency_nosd_interval"), ".3f")],
         ["utilisation λ·C2", f(out["utilization"]), f(out["utilization_nosd"])],
     ]
     alpha = "" if out["alpha"] is None else f" (α = {out['alpha']:.3g})"
@@ -178,11 +224,14 @@ def render(out: dict[str, Any]) -> None:
     notes = []
     if out["speedup"] is not None:
         notes.append(f"speedup: {out['speedup']:.3f}x "
-                     f"({'faster' if out['speedup'] > 1 else 'slower'} with SD)")
+                     f"({'faster' if out['speedup'] > 1 else 'slower'} with SD), 90% interval "
+                     f"{interval_text(out.get('speedup_interval'), '.3f')}")
     rate = out["breakeven_arrival_rate"]
     kind = {v: k for k, v in KIND_NAMES.items()}[out["breakeven_kind"]]
     notes.append("break-even arrival rate: " + breakeven_text(rate if rate is not None
-                                                               else math.inf, kind))
+                                                               else math.inf, kind)
+                 + (f", 90% interval {interval_text(out['breakeven_interval'], '.3g')} req/s"
+                    if out.get("breakeven_interval") else ""))
     if out["optimal_draft_length"] is not None:
         k_opt = out["optimal_draft_length"]
         notes.append(

@@ -16,12 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.model import validity
+from specwatch.model import uncertainty, validity
 from specwatch.model.closed_form import (
     Reason,
     breakeven,
     optimal_draft_length,
-    predict,
     reason_text,
     speedup,
 )
@@ -45,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "e.g. 0:40:81")
     parser.add_argument("--csv", metavar="OUT", help="write every (λ, k) point as CSV")
     parser.add_argument("--plot", metavar="OUT.png", help="write a speedup plot (PNG)")
+    common.add_interval_argument(parser)
     common.add_json_argument(parser)
 
 
@@ -118,8 +118,10 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     model = params.model()
     k_arr = np.asarray(ks, dtype=float)
     e_arr = acc.length(k_arr)
-    pred = predict(model, lams[:, None], k_arr[None, :], e_arr[None, :], p, g,
-                   max_utilization=ceiling)
+    limit = common.halfwidth_of(args, params)
+    judged = validity.assess(params, lams[:, None], k_arr[None, :], e_arr[None, :], p, g,
+                             max_utilization=ceiling, max_halfwidth=limit)
+    pred = judged.prediction
     be = breakeven(model, k_arr, e_arr, p, g)
     s0 = speedup(model, 0.0, k_arr, e_arr, p, g)
     best = optimal_draft_length(model, lams, p=p, g=g, draft_lengths=ks,
@@ -127,32 +129,32 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     curves = []
     cal = params.calibrated_range
     grid = (lams.size, len(ks))
-    sd_reason = np.broadcast_to(pred.sd.reason, grid)
-    nosd_reason = np.broadcast_to(pred.nosd.reason, grid)
-    sd_latency = np.broadcast_to(pred.sd.latency, grid)
+    iv = judged.intervals
+    nan = np.full(grid, np.nan)
+    s_lo, s_hi = (np.broadcast_to(x, grid) for x in iv.speedup) if iv is not None else (nan,
+                                                                                      nan)
+    l_lo, l_hi = ((np.broadcast_to(x, grid) for x in iv.latency_sd) if iv is not None
+                  else (nan, nan))
     for j, k in enumerate(ks):
-        reasons: list[list[str]] = []
-        for i, lam in enumerate(lams):
-            names = [n for n in (validity.model_reason_name(int(sd_reason[i, j])),
-                                 validity.model_reason_name(int(nosd_reason[i, j])))
-                     if n]
-            lat = float(sd_latency[i, j])
-            for n in validity.range_reasons(cal, float(lam),
-                                            float(lam) * lat if np.isfinite(lat) else None, k):
-                if n not in names:
-                    names.append(n)
-            reasons.append(list(dict.fromkeys(names)))
-        outside = np.array([bool(set(r) & {validity.BEYOND_CALIBRATED_LOAD,
-                                           validity.EXTRAPOLATED_K}) for r in reasons])
-        valid = pred.valid[:, j] & ~outside
+        reasons = [judged.names((i, j)) for i in range(lams.size)]
+        valid = judged.valid[:, j]
+        be_iv = None
+        if params.uncertainty is not None:
+            be_iv = uncertainty.breakeven_interval(model, params.uncertainty, float(k),
+                                                   float(e_arr[j]), p, g, float(be.rate[j]))
         curves.append({
             "draft_length": k,
             "acceptance_length": float(e_arr[j]),
             "isolated_speedup": float(s0[j]),
             "breakeven_arrival_rate": float(be.rate[j]),
+            "breakeven_interval": list(be_iv) if be_iv is not None else None,
             "breakeven_kind": KIND_NAMES[int(be.kind[j])],
             "speedup": np.where(valid, pred.speedup[:, j], np.nan),
+            "speedup_lower": np.where(valid, s_lo[:, j], np.nan),
+            "speedup_upper": np.where(valid, s_hi[:, j], np.nan),
             "latency_sd_s": np.where(pred.sd.valid[:, j], pred.sd.latency[:, j], np.nan),
+            "latency_sd_lower": np.where(pred.sd.valid[:, j], l_lo[:, j], np.nan),
+            "latency_sd_upper": np.where(pred.sd.valid[:, j], l_hi[:, j], np.nan),
             "utilization": pred.sd.utilization[:, j],
             "valid": valid,
             "reason": [reason_text(r) for r in pred.reason[:, j]],
@@ -177,13 +179,16 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "sd_off_above_arrival_rate": _sd_off_above(lams, best.k, best.valid),
         "valid": True,
         "calibrated_range": cal.to_mapping() if cal is not None else None,
+        "max_interval_halfwidth": limit,
+        "interval_level": params.uncertainty.level if params.uncertainty is not None else None,
     }
 
 
 def write_csv(out: dict[str, Any], path: str) -> None:
     fields = ["arrival_rate", "draft_length", "acceptance_length", "latency_sd_s",
               "latency_nosd_s", "speedup", "utilization_sd", "utilization_nosd", "valid",
-              "reason", "best_draft_length"]
+              "reason", "best_draft_length", "speedup_lower", "speedup_upper",
+              "latency_sd_lower", "latency_sd_upper"]
     try:
         fh = open(path, "w", newline="", encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
@@ -196,7 +201,9 @@ def write_csv(out: dict[str, Any], path: str) -> None:
                 row = [lam, c["draft_length"], c["acceptance_length"], c["latency_sd_s"][i],
                        out["latency_nosd_s"][i], c["speedup"][i], c["utilization"][i],
                        out["utilization_nosd"][i], int(c["valid"][i]), c["reason"][i],
-                       out["best_draft_length"][i]]
+                       out["best_draft_length"][i], c["speedup_lower"][i],
+                       c["speedup_upper"][i], c["latency_sd_lower"][i],
+                       c["latency_sd_upper"][i]]
                 w.writerow(["" if isinstance(v, float) and not math.isfinite(v) else
                             (f"{v:.9g}" if isinstance(v, (float, np.floating)) else v)
                             for v in (common.clean(x) if not isinstance(x, str) else x
@@ -244,6 +251,9 @@ def write_plot(out: dict[str, Any], path: str) -> None:
         color = cmap(j / max(1, n - 1) * 0.9)
         ax.plot(lams, c["speedup"], color=color, lw=1.8,
                 label=f"k = {c['draft_length']} (E = {c['acceptance_length']:.2f})")
+        lo, hi = np.asarray(c["speedup_lower"]), np.asarray(c["speedup_upper"])
+        if np.isfinite(lo).any():
+            ax.fill_between(lams, lo, hi, color=color, alpha=0.15, lw=0)
         rate = c["breakeven_arrival_rate"]
         if c["breakeven_kind"] in ("pays_below", "pays_above") and lams[0] <= rate <= lams[-1]:
             # Hollow when λ* lies past the last valid point of its curve (above the ceiling).
@@ -263,14 +273,19 @@ def write_plot(out: dict[str, Any], path: str) -> None:
                    label=f"no valid prediction (utilisation > {out['max_utilization']:g})"
                    if i == 0 else None)
         axk.axvspan(a, b, color="grey", alpha=0.25, lw=0, hatch="//")
+    if any(np.isfinite(np.asarray(c["speedup_lower"])).any() for c in out["curves"]):
+        level = out.get("interval_level") or 0.9
+        ax.fill_between([], [], [], color="grey", alpha=0.15, lw=0,
+                        label=f"{level:.0%} interval (fit's residual spread)")
     ax.plot([], [], marker="o", ls="", color="grey", mec="black", label="break-even λ*")
     ax.plot([], [], marker="o", ls="", mfc="white", mec="grey",
             label="λ* past the validity ceiling")
     acc = (f"α = {out['alpha']:.3g}" if out["alpha"] is not None
            else "per-position acceptance profile")
-    ax.set_title(f"{out['system']}: predicted speedup vs arrival rate "
-                 f"({acc}, p = {out['prompt_tokens']:g}, g = {out['generation_tokens']:g})",
-                 fontsize=10)
+    # Two lines: a long system name and the inputs do not fit the figure's width in one.
+    ax.set_title(f"{out['system']}: predicted speedup vs arrival rate\n"
+                 f"{acc}, prompt {out['prompt_tokens']:g} tokens, "
+                 f"generation {out['generation_tokens']:g} tokens", fontsize=10)
     ax.set_ylabel("speedup L_noSD / L_SD")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right", ncol=2)
@@ -315,6 +330,10 @@ def render(out: dict[str, Any]) -> None:
             text = "SD never pays"
         else:
             text = "undefined"
+        biv = c.get("breakeven_interval")
+        if biv is not None:
+            text += (f" (90% interval {biv[0]:.4g}–"
+                     f"{'∞' if not math.isfinite(biv[1]) else format(biv[1], '.4g')} req/s)")
         notes.append(f"  k = {c['draft_length']} (E = {c['acceptance_length']:.3f}, isolated "
                      f"speedup {c['isolated_speedup']:.3f}x): {text}")
     if out["sd_off_above_arrival_rate"] is not None:

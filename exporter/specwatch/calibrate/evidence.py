@@ -1,0 +1,245 @@
+"""What a fit's own runs vouch for: the calibrated range and the residual spread (every mode).
+
+Both are written into every parameters file calibration produces, whatever the model form,
+because every prediction is judged by them (`model.validity.assess`):
+
+- the calibrated range: the highest arrival rate per draft length (0 = no SD) and over all,
+  requests in flight B = λ·L, tokens per verify step B·(k+1), and the highest utilisation
+  λ/λ_max of a run under the fitted model. A prediction past them is
+  `beyond_calibrated_load`: a fit that never saw its knee or its capacity cannot vouch for a
+  load near them; the bound is every system's runs (another k, or no SD, at those tokens per
+  step and in-flight counts is evidence for the same step cost), not the k's own alone;
+- the measured ceilings: where a measured curve stopped rising (more requests in flight,
+  no more throughput), the arrival rate from which λ no longer determines the latency;
+- the residual spread: the relative RMS residual of L(B) at the runs, per band of
+  utilisation (`model.uncertainty`), merged upward until a band has `MIN_BAND_RUNS` runs and
+  made non-decreasing in the utilisation (a band above cannot claim a tighter fit than the
+  ones below with fewer runs behind it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from specwatch import model
+from specwatch.calibrate.inputs import Point
+from specwatch.model import validity
+from specwatch.model.params import CalibratedRange, MeasuredCeiling, Params
+from specwatch.model.uncertainty import Band, Uncertainty
+
+__all__ = ["BAND_EDGES", "MIN_BAND_RUNS", "WRONG", "calibrated_range", "residual_spread",
+           "run_utilization", "summarise", "user_path"]
+
+#: Upper edges of the utilisation bands of the residual spread; the last band is open.
+#: The residuals grow towards the ceiling (0.9 and past it are the closed-loop queues).
+BAND_EDGES = (0.5, 0.7, 0.8, 0.9)
+
+#: A band needs this many runs for its own σ (fewer: merged with the band above it).
+MIN_BAND_RUNS = 5
+
+
+def _arrays(points: Sequence[Point]) -> tuple[np.ndarray, ...]:
+    lam = np.array([q.arrival_rate for q in points], dtype=float)
+    k = np.array([q.draft_length for q in points], dtype=float)
+    e = np.array([q.acceptance_length if q.sd else 1.0 for q in points], dtype=float)
+    p = np.array([q.prompt_tokens or 0.0 for q in points], dtype=float)
+    g = np.array([q.generation_tokens for q in points], dtype=float)
+    return lam, k, e, p, g
+
+
+def run_utilization(coef: model.Coefficients, points: Sequence[Point]) -> np.ndarray:
+    """λ/λ_max of each run under the fitted model (above 1 for a run past the model's
+    ceiling: a closed-loop run measured past its throughput peak)."""
+    lam, k, e, p, g = _arrays(points)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return lam / model.throughput_ceiling(coef, k, e, p, g)
+
+
+#: A curve is at its measured ceiling where the next load level holds this many times the
+#: requests in flight ...
+PLATEAU_IN_FLIGHT = 1.5
+#: ... for less than this much more throughput (the calibrated range's margin).
+PLATEAU_THROUGHPUT = 1.10
+
+
+def measured_ceilings(points: Sequence[Point]) -> tuple[MeasuredCeiling, ...]:
+    """Where each measured curve (one k on one workload, runs ordered by concurrency) stops
+    rising: the first run whose next load level holds PLATEAU_IN_FLIGHT times the requests in
+    flight for less than PLATEAU_THROUGHPUT times its throughput. Past that arrival rate the
+    server is at its ceiling and latency is not a function of λ (a closed loop fills its
+    queue), so a prediction there is `saturated`, whatever the fitted ceiling says."""
+    curves: dict[tuple[str, int], list[Point]] = {}
+    for q in points:
+        if q.concurrency is not None:
+            # One workload: the run's dataset, else its mean lengths to 10 tokens.
+            w = q.dataset or f"{round(q.prompt_tokens or 0.0, -1)}:" \
+                f"{round(q.generation_tokens or 0.0, -1)}"
+            curves.setdefault((w, round(q.draft_length)), []).append(q)
+    out = []
+    for (_, k), runs in sorted(curves.items()):
+        runs.sort(key=lambda q: q.concurrency or 0.0)
+        for a, b in itertools.pairwise(runs):
+            if b.in_flight >= PLATEAU_IN_FLIGHT * a.in_flight \
+                    and b.arrival_rate < PLATEAU_THROUGHPUT * a.arrival_rate:
+                out.append(MeasuredCeiling(
+                    k=k, prompt_tokens=round(float(np.mean([q.prompt_tokens or 0.0
+                                                            for q in runs])), 2),
+                    generation_tokens=round(float(np.mean([q.generation_tokens or 0.0
+                                                           for q in runs])), 2),
+                    arrival_rate=round(min(a.arrival_rate, b.arrival_rate), 4)))
+                break
+    return tuple(out)
+
+
+def calibrated_range(coef: model.Coefficients, points: Sequence[Point]) -> CalibratedRange:
+    """The load the runs cover (module docstring)."""
+    lam, k, _, _, _ = _arrays(points)
+    by_k: dict[int, float] = {}
+    for rate, kk in zip(lam, k, strict=True):
+        key = round(float(kk))
+        by_k[key] = max(by_k.get(key, 0.0), round(float(rate), 4))
+    util = run_utilization(coef, points)
+    util = util[np.isfinite(util)]
+    return CalibratedRange(
+        max_arrival_rate=round(float(lam.max()), 4),
+        max_in_flight=round(float(max(q.in_flight for q in points)), 3),
+        draft_lengths=tuple(sorted(by_k)),
+        max_tokens_per_step=round(float(max(q.in_flight * (q.draft_length + 1)
+                                            for q in points)), 1),
+        max_arrival_rate_by_k=by_k,
+        max_utilization_seen=round(float(util.max()), 4) if util.size else None,
+        measured_ceilings=measured_ceilings(points),
+    )
+
+
+def residual_spread(coef: model.Coefficients, points: Sequence[Point],
+                    batch_predicted: np.ndarray) -> Uncertainty:
+    """Relative RMS residual of L(B) per utilisation band (module docstring).
+
+    `batch_predicted` is L(B) at each run's measured batch in flight (what the fit fits; a
+    NaN there, a run the model cannot price, counts as a 100% residual)."""
+    measured = np.array([q.latency_s for q in points], dtype=float)
+    rel = batch_predicted / measured - 1.0
+    rel = np.where(np.isfinite(rel), rel, 1.0)
+    util = run_utilization(coef, points)
+    util = np.where(np.isfinite(util), util, math.inf)
+    edges = (*BAND_EDGES, math.inf)
+    bands: list[tuple[float, list[float]]] = []
+    pending: list[float] = []
+    lo = -math.inf
+    for top in edges:
+        pending.extend(rel[(util >= lo) & (util < top)].tolist())
+        lo = top
+        if len(pending) >= MIN_BAND_RUNS or (math.isinf(top) and pending):
+            bands.append((top, pending))
+            pending = []
+    if len(bands) > 1 and len(bands[-1][1]) < MIN_BAND_RUNS:
+        top, last = bands.pop()
+        bands[-1] = (top, bands[-1][1] + last)
+    if not bands:
+        bands = [(math.inf, [0.0])]
+    else:
+        bands[-1] = (math.inf, bands[-1][1])
+    out: list[Band] = []
+    floor = 0.0
+    for top, res in bands:
+        sigma = max(floor, float(np.sqrt(np.mean(np.square(res)))))
+        floor = sigma
+        out.append(Band(utilization_below=top, sigma=round(sigma, 5), runs=len(res)))
+    return Uncertainty(bands=tuple(out))
+
+
+# --------------------------------------------------------------------------- the user's path
+
+#: A valid prediction off by more than this is a confident wrong answer (the acceptance
+#: targets' threshold); the summary lists every one.
+WRONG = 0.15
+
+
+def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarray
+              ) -> dict[str, Any]:
+    """Every run predicted as `specwatch predict` predicts it, judged by the same rules.
+
+    From the run's measured arrival rate, k, E, p and g through the fixed point B = λ·L(B)
+    and `model.validity.assess` (the parameters `params` as calibration writes them), against
+    the run's measured latency; beside it the batch-path error L(B)/L − 1 at the measured
+    batch in flight (what the fit minimises). A declined run (any validity reason) counts as
+    declined, never as an error. Returns {"summary": ..., "runs": [...]}."""
+    lam, k, e, p, g = _arrays(points)
+    measured = np.array([q.latency_s for q in points], dtype=float)
+    judged = validity.assess(params, lam, k, e, p, g)
+    lat = judged.prediction.sd.latency
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = lat / measured - 1.0
+        batch_err = batch_predicted / measured - 1.0
+    iv = judged.intervals
+    runs: list[dict[str, Any]] = []
+    for i, q in enumerate(points):
+        lo = hi = None
+        if iv is not None and np.isfinite(lat[i]):
+            lo = float(iv.latency_sd[0][i])
+            hi = float(iv.latency_sd[1][i])
+        runs.append({
+            "source": q.source, "dataset": q.dataset, "concurrency": q.concurrency,
+            "k": float(q.draft_length), "arrival_rate": float(lam[i]),
+            "measured_s": float(measured[i]),
+            "predicted_s": float(lat[i]) if np.isfinite(lat[i]) else None,
+            "error": float(err[i]) if np.isfinite(err[i]) else None,
+            "batch_path_error": float(batch_err[i]) if np.isfinite(batch_err[i]) else None,
+            "valid": bool(judged.valid.ravel()[i]),
+            "reasons": judged.names(i),
+            "interval": [lo, hi if hi is None or math.isfinite(hi) else None]
+            if lo is not None else None,
+            "interval_halfwidth": (float(iv.halfwidth[i]) if iv is not None
+                                   and np.isfinite(iv.halfwidth[i]) else None),
+        })
+    return {"summary": summarise(runs), "runs": runs}
+
+
+def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The headline figures of a user-path check (`user_path`), over the runs given."""
+    valid = [r for r in runs if r["valid"]]
+    errs = np.array([abs(r["error"]) for r in valid], dtype=float)
+    batch = np.array([abs(r["batch_path_error"]) for r in runs
+                      if r["batch_path_error"] is not None], dtype=float)
+    declined: dict[str, int] = {}
+    for r in runs:
+        if not r["valid"]:
+            first = r["reasons"][0] if r["reasons"] else "unknown"
+            declined[first] = declined.get(first, 0) + 1
+    covered = [r["interval"] is not None and r["interval"][0] <= r["measured_s"]
+               and (r["interval"][1] is None or r["measured_s"] <= r["interval"][1])
+               for r in valid]
+    halves = [r["interval_halfwidth"] for r in valid if r["interval_halfwidth"] is not None]
+    wrong = [r for r in valid if abs(r["error"]) > WRONG]
+    low = [r for r in runs if r["concurrency"] is not None and r["concurrency"] <= 32]
+    return {
+        "runs": len(runs),
+        "valid": len(valid),
+        "valid_share": len(valid) / len(runs) if runs else None,
+        "declined": dict(sorted(declined.items())),
+        "mape_valid": float(errs.mean()) if errs.size else None,
+        "max_error_valid": float(errs.max()) if errs.size else None,
+        "valid_off_by_more_than_15pct": [
+            {"source": r["source"], "concurrency": r["concurrency"], "k": r["k"],
+             "error": r["error"]} for r in wrong],
+        "valid_at_concurrency_le_32": sum(r["valid"] for r in low),
+        "runs_at_concurrency_le_32": len(low),
+        "interval_coverage": float(np.mean(covered)) if covered else None,
+        "median_interval_halfwidth": float(np.median(halves)) if halves else None,
+        "batch_path_mape": float(batch.mean()) if batch.size else None,
+    }
+
+
+def params_of(fit: Any, max_utilization: float) -> Params:
+    """The parameters a fit's file holds, for the numbers its predictions give (the what-if
+    commands read the same fields: coefficients, validity ceiling, range, spread)."""
+    assert fit.coefficients is not None
+    return Params(system=fit.system, coefficients=fit.coefficients,
+                  max_utilization=max_utilization, calibrated_range=fit.calibrated_range,
+                  uncertainty=fit.uncertainty)
