@@ -51,7 +51,7 @@ SPECWATCH_VLLM_VENV ?= $(HOME)/.cache/specwatch/vllm-venv
 test-live: setup
 	tests/live/install_vllm.sh $(SPECWATCH_VLLM_VENV)
 	SPECWATCH_LIVE_REQUIRED=1 SPECWATCH_VLLM_VENV=$(SPECWATCH_VLLM_VENV) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
-	  tests/live/test_live_vllm.py $(PYTEST_ARGS)
+	  tests/live/test_live_vllm.py tests/live/test_live_pair.py $(PYTEST_ARGS)
 
 lint: $(STAMP) lint-jsonnet
 	$(BIN)/ruff check exporter tests bench scripts setup.py

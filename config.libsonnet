@@ -125,13 +125,17 @@
         minArrivalRate: 0.05,  // finished requests per second, over the model's window
       },
       // Measured A/B pair (issue 16, `pairs:` in the serve config): the baseline's
-      // latency / the SD side's latency (sd_measured_speedup, statistic `statistic`) is
-      // below `threshold` in the arrival-rate bin the pair is at now. Unlike
-      // SDPredictedSpeedupLow this is a measurement, not a model's prediction.
+      // latency / the SD side's latency is below `threshold` in the arrival-rate bin and
+      // acceptance band the pair is at now. `bound: 'upper'`: the upper end of the mean
+      // ratio's 90% interval (sd_measured_speedup_upper) is below it, so a bin too noisy to
+      // tell stays silent; `'point'`: the ratio itself (sd_measured_speedup, statistic
+      // `statistic`). Unlike SDPredictedSpeedupLow this is a measurement, not a model's
+      // prediction.
       SDMeasuredSlowdown: {
         enabled: true,
         severity: 'warning',
         threshold: 1,
+        bound: 'upper',
         statistic: 'mean',
         'for': '30m',
       },

@@ -5,7 +5,12 @@
 {
   local c = $._config,
   local cfg = c.alerts.SDMeasuredSlowdown,
-  local on = '%s, job, instance, pair, model_name, arrival_rate_bin' % c.clusterLabel,
+  local on = '%s, job, instance, pair, model_name, arrival_rate_bin, acceptance_band' % c.clusterLabel,
+  // `bound: 'upper'`: the upper end of the mean ratio's 90% interval must be below the
+  // threshold (a noisy bin cannot page anyone); `'point'`: the ratio itself.
+  local series = if cfg.bound == 'upper' then 'sd_measured_speedup_upper' else 'sd_measured_speedup',
+  assert std.member(['upper', 'point'], cfg.bound) : "alerts.SDMeasuredSlowdown.bound: 'upper' or 'point'",
+  assert cfg.bound == 'point' || cfg.statistic == 'mean' : 'alerts.SDMeasuredSlowdown: the interval (bound: upper) is of the mean only',
 
   prometheusAlerts+:: {
     groups+: if !cfg.enabled then [] else [
@@ -15,10 +20,11 @@
           {
             alert: 'SDMeasuredSlowdown',
             expr: |||
-              sd_measured_speedup{%(sel)s, statistic="%(stat)s"} < %(threshold)g
+              %(series)s{%(sel)s, statistic="%(stat)s"} < %(threshold)g
               and on (%(on)s)
               sd_pair_current_arrival_rate_bin{%(sel)s} == 1
             ||| % {
+              series: series,
               sel: c.exporterSelector,
               stat: cfg.statistic,
               threshold: cfg.threshold,
@@ -28,8 +34,9 @@
             labels: { severity: cfg.severity },
             annotations: {
               summary: 'Speculative decoding is measured slower than its baseline.',
-              description: 'Pair {{ $labels.pair }} measures a %(stat)s speedup of {{ printf "%%.2f" $value }}x for {{ $labels.model_name }} at the current load (arrival-rate bin {{ $labels.arrival_rate_bin }} req/s; threshold %(t)gx): the target running SD answers slower than the baseline without it.' % {
+              description: 'Pair {{ $labels.pair }} measures a %(stat)s speedup %(what)s {{ printf "%%.2f" $value }}x for {{ $labels.model_name }} at the current load and acceptance (arrival-rate bin {{ $labels.arrival_rate_bin }} req/s, acceptance band {{ $labels.acceptance_band }}; threshold %(t)gx): the target running SD answers slower than the baseline without it.' % {
                 stat: cfg.statistic,
+                what: if cfg.bound == 'upper' then 'whose 90% interval ends at' else 'of',
                 t: cfg.threshold,
               },
               runbook_url: c.runbookURLPattern % std.asciiLower('SDMeasuredSlowdown'),

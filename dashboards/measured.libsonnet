@@ -31,8 +31,10 @@ local xy = g.panel.xyChart;
       local instantTable(expr) = t(expr) + g.query.prometheus.withFormat('table') + g.query.prometheus.withInstant(),
       overlay:: {
                   targets+: [
-                    instantTable('max by (target, model_name, arrival_rate_bin) (sd_measured_arrival_rate{%s})' % pairFilter),
-                    instantTable('max by (target, model_name, arrival_rate_bin) (sd_measured_speedup{%s, statistic="mean"})' % pairFilter),
+                    // Only the bins of the acceptance regime each pair is in now: a point
+                    // measured in a regime that has ended is not drawn beside the curve.
+                    instantTable('max by (target, model_name, arrival_rate_bin) (sd_measured_arrival_rate{%(f)s} and on (job, instance, pair, target, model_name, acceptance_band) sd_pair_current_arrival_rate_bin{%(f)s})' % { f: pairFilter }),
+                    instantTable('max by (target, model_name, arrival_rate_bin) (sd_measured_speedup{%(f)s, statistic="mean"} and on (job, instance, pair, target, model_name, acceptance_band) sd_pair_current_arrival_rate_bin{%(f)s})' % { f: pairFilter }),
                     // A switch record: the arrival rate at the switch, and no-SD / SD latency (P50):
                     // after/before for a switch off, before/after for a switch on.
                     // x: the arrival rate over the model's window, like the chart's own points.
@@ -68,9 +70,9 @@ local xy = g.panel.xyChart;
       measuredSpeedup::
         m.timeSeries(
           'Measured speedup (A/B pairs)',
-          'Baseline latency / SD latency measured by each A/B pair (`pairs:` in the exporter config) in each arrival-rate bin, over the finished requests of both sides: by default the ratio of the mean end-to-end latencies (the statistic SDMeasuredSlowdown reads); the "Measured statistic" variable adds P50 or P99. Below 1 (dashed line) SD is measured slower; at the current load that fires SDMeasuredSlowdown after %s. A bin without enough requests on both sides has no line.' % c.alerts.SDMeasuredSlowdown['for'],
+          'Baseline latency / SD latency measured by each A/B pair (`pairs:` in the exporter config) in each arrival-rate bin and acceptance band, over the finished requests of both sides: by default the ratio of the mean end-to-end latencies (the statistic SDMeasuredSlowdown reads); the "Measured statistic" variable adds P50 or P99, shown only where the histogram buckets resolve them. Below 1 (dashed line) SD is measured slower; when the upper end of the 90%% interval of the mean is below it at the current load and acceptance, SDMeasuredSlowdown fires after %s. A bin without enough requests on both sides has no line.' % c.alerts.SDMeasuredSlowdown['for'],
           'none',
-          [t('sd_measured_speedup{%s, statistic=~"$statistic"}' % pairFilter, '{{pair}} · {{model_name}} · {{arrival_rate_bin}} req/s ({{statistic}})')],
+          [t('sd_measured_speedup{%s, statistic=~"$statistic"}' % pairFilter, '{{pair}} · {{model_name}} · {{arrival_rate_bin}} req/s · acceptance {{acceptance_band}} ({{statistic}})')],
         )
         + m.thresholdLines([['red', null], ['green', c.alerts.SDMeasuredSlowdown.threshold]]),
 

@@ -31,8 +31,9 @@ sample) are the same.
 
 Tolerance: 10% per coefficient, the acceptance criterion. Measured, the same figures to
 the last digit with and without four busy loops on the machine's 2 cores (~130 s alone,
-~175 s loaded; 4.3 minutes on the wall clock at 20x before), 32 points: a_p -1.9%,
-a_v -0.4%, a_d +7.2%, b_p -4.2%, b_v +0.6%, b_d +1.7%. b_p (the delay a new prefill adds
+~175 s loaded; 4.3 minutes on the wall clock at 20x before), 37 points (bins by
+acceptance band too; segments filed when steady against either neighbour): a_p -4.8%,
+a_v -0.3%, a_d +7.2%, b_p -2.5%, b_v +0.1%, b_d +2.1%. b_p (the delay a new prefill adds
 to each request in flight) and a_d are the least determined: b_p·B is at most ~8% of a
 short request's latency and ~1.5% of a chat one, and the simulator's own physics differs
 from the model's closed form in ways that move it (a request waits about half a step to
@@ -165,13 +166,15 @@ def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
                   fit.get("mode"), "fallback", fit.get("fallback_reason"))
             print("per-coefficient error:", {n: f"{e:+.2%}" for n, e in errors.items()})
         assert rc == 0, fit.get("fallback_reason")
-        # 8 load levels x 2 epochs on each side: at most 32 pair points, one per side,
-        # configuration, workload and load; a visit whose bin held another workload's
-        # window from its first visible sample gives none (rare since the exporter leaves
-        # windows that straddle a load change out).
+        # 8 load levels x 2 epochs on each side: 32 visits, one point per side,
+        # configuration, workload, load and acceptance band; a visit whose bin held another
+        # workload's window from its first visible sample gives none (rare since the
+        # exporter leaves windows that straddle a load change out). At k = 4 the
+        # scenario's acceptance rate is about 0.5, a band edge: a visit whose windows fall
+        # on both sides of it is two points (measured: 37 points, 5 visits split).
         assert set(doc["point_sources"]) == {model}
         assert set(doc["point_sources"][model]) == {"pairs"}
-        assert 28 <= doc["point_sources"][model]["pairs"] <= 32
+        assert 28 <= doc["point_sources"][model]["pairs"] <= 40
         assert fit["mode"] == "six-coefficient"
         for name in COEFFICIENTS:
             assert abs(errors[name]) <= BOUND, (name, errors)

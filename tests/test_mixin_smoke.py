@@ -132,6 +132,9 @@ def _build_timeline(tmp: Path) -> tuple[_Timeline, float, float]:
         # The tiny CPU model drafts a few hundred tokens per 2 s poll, not thousands.
         "  min_drafts_per_sample: 20\n"
         "  min_bimodality_samples: 10\n"
+        # 10 s pair segments: the recording's phases last 20 s and its acceptance moves
+        # between them; a 1m segment spans several regimes and is no measurement.
+        "  windows: [10s, 1m, 5m, 15m]\n"
         "targets:\n"
         f"  - name: {TARGET}\n"
         "    url: http://127.0.0.1:9/metrics\n"  # never polled: the test feeds the pages
@@ -150,10 +153,11 @@ def _build_timeline(tmp: Path) -> tuple[_Timeline, float, float]:
         "    controller: {mode: recommend, min_drafts_per_window: 100,"
         " min_requests_per_window: 2}\n"
         # A measured A/B pair of the two (issue 16): the same pages on both sides, so the
-        # measured speedup is 1; one bin, a 1m segment, the CPU model's few requests.
+        # measured speedup is 1; one arrival-rate bin, 10 s segments, the CPU model's few
+        # requests.
         "pairs:\n"
         f"  - {{name: smoke-ab, sd: {TARGET}, baseline: {TARGET}-1m}}\n"
-        "pair_options: {window: 1m, min_requests: 1, arrival_rate_bins: [0, 1000]}\n"
+        "pair_options: {window: 10s, min_requests: 1, arrival_rate_bins: [0, 1000]}\n"
     )
     app = ServeApp(config.build_config(str(cfg_file), [], "127.0.0.1:0", None))
     timeline = _Timeline()

@@ -10,6 +10,7 @@ a running exporter picks up added and removed targets; bad input is a clear erro
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers.pageserver import Page, PageSequenceServer, Stall
 from helpers.scrape import scrape, select
 from specwatch.app.serve import ServeApp
@@ -32,6 +34,7 @@ from specwatch.exporter.discovery import (
     parse_file_sd,
     shard_of,
 )
+from specwatch.exporter.pairs import PairConfig, shard_keys
 from specwatch.exporter.poller import Poller, PollTarget
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,6 +108,45 @@ def test_static_targets_are_sharded_by_the_config_and_the_flags(tmp_path):
     assert {t.name for t in capped.targets} == {n for n in FLEET if shard_of(n, 2) == 1}
 
 
+@pytest.mark.parametrize("count", [2, 3, 7])
+def test_both_sides_of_every_pair_are_polled_by_one_shard(tmp_path, count):
+    """A fleet of 40 A/B pairs (one baseline shared by two SD replicas) and 200 unpaired
+    servers, split over N exporters from one config (static targets) and one file_sd file:
+    each pair's two sides are polled by exactly one exporter, so every pair is measured
+    exactly once; unpaired targets are partitioned by their own name, as without pairs."""
+    pairs = [{"name": f"ab-{i:02d}", "sd": f"sd-{i:02d}.svc:8000", "baseline":
+              f"base-{i:02d}.svc:8000"} for i in range(40)]
+    pairs.append({"name": "ab-shared", "sd": "sd-extra.svc:8000", "baseline": "base-07.svc:8000"})
+    paired = {t for p in pairs for t in (p["sd"], p["baseline"])}
+    unpaired = FLEET[:200]
+    mixed = tmp_path / "mixed.yaml"  # 100 unpaired static, the rest from file_sd
+    static = tmp_path / "static.yaml"  # every target static
+    write_sd(tmp_path / "fleet.yaml", [{"targets": [*sorted(paired), *unpaired[100:]]}])
+    mixed.write_text(yaml.safe_dump({
+        "targets": [{"url": f"http://{n}/metrics"} for n in unpaired[:100]],
+        "file_sd_configs": [{"files": [str(tmp_path / "fleet.yaml")]}],
+        "pairs": pairs, "pair_options": {"window": "1m"}}))
+    static.write_text(yaml.safe_dump({
+        "targets": [{"url": f"http://{n}/metrics"} for n in [*sorted(paired), *unpaired]],
+        "pairs": pairs, "pair_options": {"window": "1m"}}))
+    for path in (mixed, static):
+        shards = []
+        for index in range(count):
+            cfg = config.build_config(str(path), [], "127.0.0.1:0", None, shard_index=index,
+                                      shard_count=count)
+            app = ServeApp(cfg)  # the serve path: config, then the target source
+            shards.append({t.name for t in app.targets.targets})
+        assert sum(map(len, shards)) == len(paired) + len(unpaired), "a target twice or lost"
+        for p in pairs:
+            holders = [i for i, s in enumerate(shards) if p["sd"] in s or p["baseline"] in s]
+            assert len(holders) == 1, (p["name"], holders)
+            assert {p["sd"], p["baseline"]} <= shards[holders[0]]
+        for n in unpaired:
+            assert [i for i, s in enumerate(shards) if n in s] == [shard_of(n, count)]
+        assert len({i for i, s in enumerate(shards) if s & paired}) > 1, \
+            "the pairs should spread over the shards"
+
+
 @pytest.mark.parametrize("index,count", [(3, 3), (-1, 2), (0, 0)])
 def test_bad_shard_settings_are_config_errors(index, count):
     with pytest.raises(ConfigError, match="shard"):
@@ -130,10 +172,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_same_shards_as_prometheus_hashmod_over_the_same_file_sd(tmp_path):
+@pytest.mark.parametrize("paired", [False, True], ids=["unpaired", "pairs"])
+def test_same_shards_as_prometheus_hashmod_over_the_same_file_sd(tmp_path, paired):
     """A real Prometheus reads the same file_sd file with one job per shard
     (``hashmod`` of ``__address__``, ``keep`` the shard's index): its active targets per
-    job are exactly specwatch's shards, and its targets' URLs are specwatch's URLs."""
+    job are exactly specwatch's shards, and its targets' URLs are specwatch's URLs. With
+    pairs, the relabelling of docs/exporter.md (a paired address hashed by its pair's
+    name) keeps the same targets as specwatch's shards by pair."""
     binary = shutil.which("prometheus")
     assert binary, "prometheus not found: `make setup` installs Debian's prometheus package"
     fleet = FLEET[:60]
@@ -141,12 +186,21 @@ def test_same_shards_as_prometheus_hashmod_over_the_same_file_sd(tmp_path):
     write_sd(sd, [{"targets": fleet[:40], "labels": {"pool": "a"}},
                   {"targets": fleet[40:], "labels": {"__metrics_path__": "/v1/metrics"}}])
     count = 3
+    pairs = [PairConfig(f"ab-{i}", fleet[2 * i], fleet[2 * i + 1]) for i in range(10)] \
+        if paired else []
+    keys = shard_keys(pairs)
+    by_pair = "".join(
+        f"      - {{source_labels: [__address__], regex: "
+        f"'{re.escape(p.sd)}|{re.escape(p.baseline)}', target_label: __tmp_shard_key,"
+        f" replacement: {p.name}}}\n" for p in pairs)
     jobs = "".join(
         f"  - job_name: shard{i}\n    scrape_interval: 1h\n    scrape_timeout: 1s\n"
         f"    file_sd_configs: [{{files: ['{sd}']}}]\n"
         f"    relabel_configs:\n"
-        f"      - {{source_labels: [__address__], modulus: {count}, target_label: __tmp_shard,"
-        f" action: hashmod}}\n"
+        f"      - {{source_labels: [__address__], target_label: __tmp_shard_key}}\n"
+        f"{by_pair}"
+        f"      - {{source_labels: [__tmp_shard_key], modulus: {count},"
+        f" target_label: __tmp_shard, action: hashmod}}\n"
         f"      - {{source_labels: [__tmp_shard], regex: '{i}', action: keep}}\n"
         for i in range(count))
     (tmp_path / "prometheus.yml").write_text("scrape_configs:\n" + jobs)
@@ -179,9 +233,12 @@ def test_same_shards_as_prometheus_hashmod_over_the_same_file_sd(tmp_path):
         proc.wait(timeout=30)
         log.close()
     for i in range(count):
-        src = TargetSource([], [FileSDConfig((str(sd),))], make, i, count)
+        src = TargetSource([], [FileSDConfig((str(sd),))], make, i, count, shard_keys=keys)
         src.refresh(strict=True)
         assert {t.name for t in src.targets} == prom[i], f"shard {i}"
+    for p in pairs:
+        assert [i for i in range(count) if {p.sd, p.baseline} <= prom[i]] == \
+            [shard_of(p.name, count)]
     every = TargetSource([], [FileSDConfig((str(sd),))], make)
     every.refresh(strict=True)
     assert {t.url for t in every.targets} == prom_urls

@@ -90,7 +90,8 @@ class ServeApp:
         # The targets: static ones plus file_sd, this shard's share (discovery.py).
         self.targets = TargetSource(cfg.targets, cfg.file_sd, cfg.discovered_target,
                                     cfg.shard_index, cfg.shard_count, cfg.max_targets,
-                                    static_dropped=len(cfg.dropped_targets))
+                                    static_dropped=len(cfg.dropped_targets),
+                                    shard_keys=pairs.shard_keys(cfg.pairs))
         self.targets.refresh(strict=True)  # a bad file_sd file at start-up is exit 2
         targets = self.targets.targets
         g = cfg.raw.get("global", {})

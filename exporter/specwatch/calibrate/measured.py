@@ -46,7 +46,8 @@ from specwatch.calibrate.inputs import Point, validate_point
 from specwatch.calibrate.prometheus import PrometheusError, PrometheusQuery, _query_range
 from specwatch.common.errors import ConfigError
 
-#: exporter pair series -> Point field (per pair, model_name, arrival_rate_bin, side).
+#: exporter pair series -> Point field (per pair, model_name, arrival_rate_bin,
+#: acceptance_band, side).
 SERIES = {
     "sd_measured_side_arrival_rate": "arrival_rate",
     "sd_measured_latency_seconds": "latency_s",
@@ -56,7 +57,7 @@ SERIES = {
     "sd_measured_acceptance_length": "acceptance_length",
     "sd_measured_requests": "requests",
 }
-KEY = ("pair", "model_name", "arrival_rate_bin", "side")
+KEY = ("pair", "model_name", "arrival_rate_bin", "acceptance_band", "side")
 
 #: controller switch-record series -> Point field (per target, model_name, action, side).
 SWITCH_SERIES = {
@@ -183,7 +184,7 @@ def pair_points(series: Series, step: float) -> list[Point]:
     """One point per visit of each pair, model, bin and side (see the module docstring)."""
     points = []
     for key in sorted(series):
-        pair, model, bin_, side = key
+        pair, model, bin_, band, side = key
         fields = series[key]
         counts = fields.get("requests", {})
         seen: set[tuple[float, float]] = set()
@@ -191,8 +192,9 @@ def pair_points(series: Series, step: float) -> list[Point]:
             if len(run) < MIN_VISIT_SAMPLES:
                 continue
             best = max(run, key=lambda t: (counts.get(t, 0.0), t))
-            p = _point(f"pair {pair} {side} {model} {bin_} req/s at {_iso(best)}", model,
-                       fields, best)
+            regime = f" acceptance {band}" if band else ""
+            p = _point(f"pair {pair} {side} {model} {bin_} req/s{regime} at {_iso(best)}",
+                       model, fields, best)
             # The same figures again (a scrape gap split a presence): one measurement.
             if p is not None and (p.arrival_rate, p.latency_s) not in seen:
                 seen.add((p.arrival_rate, p.latency_s))

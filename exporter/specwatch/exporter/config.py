@@ -43,7 +43,7 @@ from specwatch.common.schema import (
 from specwatch.common.secretfile import read_secret_file
 from specwatch.exporter import configpaths
 from specwatch.exporter.discovery import DEFAULT_REFRESH_INTERVAL, FileSDConfig, shard_of
-from specwatch.exporter.pairs import PairConfig, PairSettings
+from specwatch.exporter.pairs import PairConfig, PairSettings, shard_keys
 from specwatch.exporter.sources import ENGINE_KINDS, PARSERS
 
 DEFAULT_LISTEN = "0.0.0.0:10440"
@@ -207,6 +207,15 @@ def _bin_edges(value: Any) -> tuple[float, ...]:
     return tuple(edges)
 
 
+def _band_edges(value: Any) -> tuple[float, ...]:
+    """Acceptance-rate band edges: increasing, from 0, each below 1 (``[0]``: one band)."""
+    edges = _bin_edges([*value, 1.0]) if value else ()
+    if not edges or edges[0] != 0:
+        raise CheckError(f"expected increasing acceptance-rate band edges from 0, each below "
+                         f"1, got {list(value)}")
+    return edges[:-1]
+
+
 #: `pairs:` entries (issue 16): an SD target and a baseline target serving the same model.
 PAIR_SCHEMA: dict[str, Key] = {
     "name": Key(str, required=True, check=_name, doc="label value of `pair`"),
@@ -223,6 +232,8 @@ PAIR_OPTIONS_SCHEMA: dict[str, Key] = {
     "models": Key(dict, values=Key(dict, children={
         "arrival_rate_bins": Key(list, required=True, check=_bin_edges, doc="bin edges"),
     }), doc="per model: its own arrival_rate_bins"),
+    "acceptance_bands": Key(list, check=_band_edges,
+                            doc="acceptance-rate band edges, 0 first (default 0, .25, .5, .75)"),
 }
 FILE_SD_SCHEMA: dict[str, Key] = {
     "files": Key(list, required=True, items=Key(str), doc="file_sd files (globs allowed)"),
@@ -457,7 +468,11 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
                           f" (--shard-index/global.shard_index must be below --shard-count/"
                           f"global.shard_count)")
     if shard_count > 1:
-        targets = [t for t in targets if shard_of(t.name, shard_count) == shard_index]
+        # Both sides of a pair on one exporter: a paired target is sharded by its pair.
+        keys = shard_keys([PairConfig(p["name"], p["sd"], p["baseline"])
+                           for p in raw.get("pairs", [])])
+        targets = [t for t in targets
+                   if shard_of(keys.get(t.name, t.name), shard_count) == shard_index]
     if poll_interval is not None:
         try:
             poll_interval = parse_duration(poll_interval)
@@ -542,7 +557,8 @@ def build_pairs(raw: Mapping[str, Any], where: str, target_names: list[str],
         window=window, min_requests=o.get("min_requests", defaults.min_requests),
         retention_seconds=o.get("retention", defaults.retention_seconds),
         bins=o.get("arrival_rate_bins", defaults.bins),
-        model_bins={m: v["arrival_rate_bins"] for m, v in o.get("models", {}).items()})
+        model_bins={m: v["arrival_rate_bins"] for m, v in o.get("models", {}).items()},
+        acceptance_bands=o.get("acceptance_bands", defaults.acceptance_bands))
     return tuple(pairs), settings
 
 

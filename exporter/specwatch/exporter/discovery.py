@@ -10,6 +10,10 @@ exporter, with no coordination between them.
   count. The same function Prometheus applies in ``relabel_configs`` (``action: hashmod``,
   ``source_labels: [__address__]``), so a sharded Prometheus and sharded exporters can split
   a fleet the same way. Adding or removing a target moves no other target.
+* **Pairs** (``pairs:``): both sides of a measured A/B pair must be polled by one exporter,
+  so a paired target is sharded by its pair's name instead of its own
+  (:func:`specwatch.exporter.pairs.shard_keys`; pairs that share a target by the group's
+  first pair name). docs/exporter.md has the Prometheus relabelling that matches.
 * **file_sd**: the files Prometheus' ``file_sd_configs`` read: JSON (``.json``) or YAML
   (``.yml``/``.yaml``) lists of ``{targets: [host:port, ...], labels: {...}}``; globs in the
   file name are expanded. ``__scheme__`` and ``__metrics_path__`` labels set the URL like in
@@ -158,7 +162,8 @@ class TargetSource:
 
     def __init__(self, static: Sequence[Any], file_sd: Sequence[FileSDConfig],
                  make_target: TargetFactory, shard_index: int = 0, shard_count: int = 1,
-                 max_targets: int | None = None, static_dropped: int = 0) -> None:
+                 max_targets: int | None = None, static_dropped: int = 0,
+                 shard_keys: Mapping[str, str] | None = None) -> None:
         if not 0 <= shard_index < shard_count:
             raise ValueError(f"shard index {shard_index} not in 0..{shard_count - 1}")
         self.static = tuple(static)
@@ -166,6 +171,8 @@ class TargetSource:
         self.make_target = make_target
         self.shard_index = shard_index
         self.shard_count = shard_count
+        #: Target name -> the name it is sharded by (a paired target: its pair's name).
+        self.shard_keys = dict(shard_keys or {})
         self.max_targets = max_targets
         self.static_dropped = static_dropped
         self._files: dict[str, _FileState] = {}
@@ -188,7 +195,8 @@ class TargetSource:
 
     def mine(self, name: str) -> bool:
         """Does this shard poll the target named ``name``?"""
-        return self.shard_count == 1 or shard_of(name, self.shard_count) == self.shard_index
+        return self.shard_count == 1 or \
+            shard_of(self.shard_keys.get(name, name), self.shard_count) == self.shard_index
 
     def refresh(self, strict: bool = False) -> bool:
         """Re-read changed files and recompute the target set; True when it changed.

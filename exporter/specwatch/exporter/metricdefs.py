@@ -47,7 +47,7 @@ class MetricDef:
 
 
 #: Labels of the measured-pair series (issue 16).
-_PAIR = ("pair", "target", "model_name", "arrival_rate_bin")
+_PAIR = ("pair", "target", "model_name", "arrival_rate_bin", "acceptance_band")
 _PAIR_STAT = (*_PAIR, "statistic")
 _PAIR_SIDE = (*_PAIR, "side")
 _SWITCH_SIDE = ("target", "model_name", "action", "side")
@@ -489,12 +489,25 @@ METRICS: tuple[MetricDef, ...] = (
         doc="measured A/B pair (`pairs:`, [exporter](exporter.md#measured-ab-pairs)): baseline "
             "e2e latency ÷ SD e2e latency over the bin's finished requests, `statistic` = "
             "`mean`, `p50`, `p99`; only where both sides have `pair_options.min_requests` in "
-            "the bin (absent otherwise, never 0)"),
+            "the bin (absent otherwise, never 0); a quantile only where the buckets resolve it; "
+            "`acceptance_band`: the SD side's acceptance rate band the bin belongs to"),
+    MetricDef(
+        "sd_measured_speedup_lower", "gauge", _PAIR_STAT,
+        help="Lower end of the 90% interval of the measured mean speedup (statistic=mean).",
+        doc="lower end of the 90% interval of `sd_measured_speedup{statistic=\"mean\"}` "
+            "(delta method on the two means, [exporter](exporter.md#measured-ab-pairs)); a "
+            "separate series, not a `bound` label, so that aggregating over labels stays "
+            "meaningful"),
+    MetricDef(
+        "sd_measured_speedup_upper", "gauge", _PAIR_STAT,
+        help="Upper end of the 90% interval of the measured mean speedup (statistic=mean).",
+        doc="upper end of that interval (what `SDMeasuredSlowdown` compares with 1)"),
     MetricDef(
         "sd_measured_ttft_ratio", "gauge", _PAIR_STAT,
         help="Baseline time to first token / SD time to first token of a pair's targets at the "
              "same arrival rate (> 1: SD is faster), over the finished requests of the bin.",
-        doc="the same ratio for time to first token, `statistic` = `p50`, `p99`"),
+        doc="the same ratio for time to first token, `statistic` = `p50`, `p99` (only where "
+            "the buckets resolve them)"),
     MetricDef(
         "sd_measured_inter_token_latency_ratio", "gauge", _PAIR_STAT,
         help="Baseline inter-token latency / SD inter-token latency of a pair's targets at the "
@@ -514,10 +527,11 @@ METRICS: tuple[MetricDef, ...] = (
             "`pair_options.retention`"),
     MetricDef(
         "sd_pair_current_arrival_rate_bin", "gauge", _PAIR,
-        help="1 for the bin holding the SD side's current arrival rate (the load the pair is at "
-             "now).",
-        doc="1 for the bin of the pair's current arrival rate (what `SDMeasuredSlowdown` joins "
-            "on)"),
+        help="1 for the bin and acceptance band the pair is at now (the SD side's current "
+             "arrival rate and acceptance rate).",
+        doc="1 for the bin and acceptance band of the pair's current arrival rate and "
+            "acceptance (what `SDMeasuredSlowdown` joins on and the measured points are "
+            "filtered by)"),
     MetricDef(
         "sd_measured_latency_seconds", "gauge", _PAIR_SIDE,
         help="Mean e2e request latency of one side of a pair over the bin's finished requests.",
