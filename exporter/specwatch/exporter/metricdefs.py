@@ -16,6 +16,9 @@ It lives in the exporter package, the layer that serves ``/metrics``; the layers
 (``app``, ``control``) import it to name their series. Names only: nothing here knows how a
 value is computed. ``name`` is the family name as prometheus_client takes it: a counter's
 exposed name adds ``_total`` (:attr:`MetricDef.exposed_name`).
+
+Size: one table on purpose: the reference page lists every series in this order, and most
+lines are definitions, not logic.
 """
 
 from __future__ import annotations
