@@ -5,7 +5,10 @@ poll (parse, history, derive): once as recorded, once with every sample of one c
 family made NaN on one page. On that page and after it, the model stays; each signal that
 does not read the family has the value it has on the unmodified sequence; a signal that
 reads it is absent at the bad poll and, later, absent or equal to the unmodified value,
-never a different (biased) value. One case per family the exporter reads.
+never a different (biased) value; windows that start after it are all back, exact. One case
+per family the exporter reads, histograms included (one with an unknown bucket is left out).
+SGLang (the constructed 0.5 page, grown poll by poll): NaN in the verify calls, or in one of
+the two series summed into the generation tokens, leaves out only what reads them.
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ def with_nan(text: str, family: str) -> str:
 
 
 def run(seq: list[tuple[float, str]]) -> list[dict]:
-    """The derived model of each poll: {window label: (values, positions)}, or None."""
+    """The derived model of each poll: {window label: (values, positions, histograms)},
+    or None."""
     hist = history.TargetHistory(3600.0, 2000, CFG.min_drafts_per_sample)
     out: list[dict] = []
     for t, text in seq:
@@ -79,7 +83,8 @@ def run(seq: list[tuple[float, str]]) -> list[dict]:
         assert len(models) <= 1
         snap = next(iter(models.values()), None)
         out.append(None if snap is None else {
-            w.window: (dict(w.values), {k: dict(v) for k, v in w.positions.items()})
+            w.window: (dict(w.values), {k: dict(v) for k, v in w.positions.items()},
+                       dict(w.histograms))
             for w in snap.windows})
     return out
 
@@ -92,6 +97,8 @@ def close(a: float, b: float) -> bool:
 def test_nan_in_one_family_keeps_the_signals_that_do_not_read_it(family):
     seq = pages()
     bad_sig = sources._VLLM_COUNTERS[family]
+    bad_histogram = next((name for name, sig in derive.LATENCY_HISTOGRAMS.items()
+                          if sig == bad_sig), None)
     if bad_sig in S.BUCKET_SIGNALS:
         bad_sig = {S.E2E_LATENCY_BUCKET: S.E2E_LATENCY_SUM,  # a bucket: no window reads it
                    S.TTFT_BUCKET: S.TTFT_SUM, S.ITL_BUCKET: S.TTFT_SUM}[bad_sig]
@@ -106,12 +113,19 @@ def test_nan_in_one_family_keeps_the_signals_that_do_not_read_it(family):
     checked = 0
     for i in range(BAD, len(seq)):
         assert got[i] is not None, f"poll {i}: the model lost every series"
-        for label, (values, positions) in want[i].items():
+        for label, (values, positions, histograms) in want[i].items():
             if label == CFG.count_window_label and COUNT_WINDOW_READS & reads_bad \
                     and label not in got[i]:
                 continue  # its base is not known
             assert label in got[i], (i, label)
-            got_values, got_positions = got[i][label]
+            got_values, got_positions, got_histograms = got[i][label]
+            # A histogram with an unknown bucket is left out, never a partial one.
+            for name, buckets in histograms.items():
+                if name == bad_histogram and name not in got_histograms:
+                    continue
+                assert not (name == bad_histogram and i == BAD), (i, label, name)
+                assert got_histograms[name] == buckets, (i, label, name)
+            assert got_histograms.keys() <= histograms.keys()
             for name, x in values.items():
                 if name == derive.BIMODALITY_COEFFICIENT and SAMPLE_READS & reads_bad:
                     continue
@@ -132,3 +146,54 @@ def test_nan_in_one_family_keeps_the_signals_that_do_not_read_it(family):
             # Nothing appears that the unmodified sequence does not have.
             assert got_values.keys() <= values.keys(), (i, label)
     assert checked
+    if bad_histogram is not None:
+        assert bad_histogram in {n for label in want[BAD] for n in want[BAD][label][2]}
+    # Windows that start after the bad poll: every signal is back, as in the unmodified run
+    # (the series' next valid value is measured from its last valid one).
+    last_values = {label: values for label, (values, _p, _h) in got[-1].items()}
+    assert last_values.keys() == want[-1].keys()
+    for label, (values, _positions, _histograms) in want[-1].items():
+        assert last_values[label].keys() == values.keys(), (label, family)
+        for name, x in values.items():
+            assert close(last_values[label][name], x), (label, name, family)
+
+
+SGLANG_PAGE = Path(__file__).parent / "fixtures" / "constructed" / "sglang-0.5.23-spec.prom"
+_COUNTER_LINE = re.compile(r"^(sglang:\w+(?:_total|_sum|_count|_bucket)(?:\{[^}]*\})?) (\S+)$",
+                           re.MULTILINE)
+
+
+def sglang_pages(n: int = 8) -> list[tuple[float, str]]:
+    """The constructed SGLang 0.5 page as a server whose counters grow 10% of their
+    recorded value every 5 s poll."""
+    text = SGLANG_PAGE.read_text()
+    return [(5.0 * i, _COUNTER_LINE.sub(
+        lambda m, f=1.0 + 0.1 * i: f"{m[1]} {float(m[2]) * f!r}", text)) for i in range(n)]
+
+
+@pytest.mark.parametrize(("family", "reads"), [
+    ("sglang:spec_verify_calls_total", {derive.ACCEPTANCE_LENGTH, derive.ACCEPTANCE_RATE,
+                                        derive.TOKEN_ACCEPTANCE_PROBABILITY}),
+    # One of the two is_streaming series: the model's sum is unknown, not one term short.
+    ('sglang:generation_tokens_total{engine_type="unified",is_streaming="false"',
+     {derive.ACCEPTANCE_LENGTH, derive.ACCEPTANCE_RATE, derive.TOKEN_ACCEPTANCE_PROBABILITY,
+      derive.MEAN_GENERATION_TOKENS}),
+])
+def test_sglang_nan_leaves_out_only_what_reads_it(family, reads):
+    seq = sglang_pages()
+    bad = 4
+    want = run(seq)
+    text = seq[bad][1]
+    start = text.index("\n" + family) + 1
+    end = text.index("\n", start)
+    line = text[start:end]
+    bad_seq = list(seq)
+    bad_seq[bad] = (seq[bad][0], text[:start] + line.rsplit(" ", 1)[0] + " NaN" + text[end:])
+    got = run(bad_seq)
+    for label, (values, _positions, _histograms) in want[bad].items():
+        assert reads <= values.keys()
+        got_values = got[bad][label][0]
+        assert not reads & got_values.keys(), (label, got_values)
+        assert values.keys() - reads == got_values.keys()
+        for name in got_values:
+            assert close(got_values[name], values[name]), (label, name)
