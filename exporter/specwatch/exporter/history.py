@@ -61,8 +61,9 @@ class HistoryEntry:
     """Cumulative, reset-corrected counters of one model at one successful poll.
 
     ``sample`` is the acceptance rate of the interval that ended at this poll, present only
-    when the interval held at least ``min_drafts_per_sample`` drafts. The history stores
-    entries as rows (:class:`HistoryRing`) and makes these objects when they are read.
+    when the interval held at least ``min_drafts_per_sample`` drafts. A counter unknown at
+    this poll holds :data:`UNKNOWN`. The history stores entries as rows
+    (:class:`HistoryRing`) and makes these objects when they are read.
     """
 
     t: float

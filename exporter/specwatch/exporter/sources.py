@@ -620,13 +620,13 @@ class PagePlan:
 
     Same result as without a plan, always: a plan is learnt only from a page whose first
     line is a comment and whose every wanted line has the canonical shape (no line read
-    by the full parser, none examined alone), with no invalid model and no counter series
+    by the full parser, none examined alone), with no invalid counter and no counter series
     twice; and it is used only for a page with the same first line and exactly the same
     heads, in order, every one with a canonical value. Then the finder gives the same
     samples except for their values (the heads fix names and labels, so what each sample
     is and every label-value cut), and the values get the same rules: a counter outside
-    [0, ``MAX_COUNTER_VALUE``] (or NaN) sends the page to the full path, which judges the
-    model; created and gauge values are kept only when finite. ``tests/test_page_plan.py``
+    [0, ``MAX_COUNTER_VALUE``] (or NaN) sends the page to the full path, which marks the
+    series invalid; created and gauge values are kept only when finite. ``tests/test_page_plan.py``
     compares the two paths on recorded pages and on generated changes.
 
     One per target (not shared between threads: a target's polls are serialized). Its
