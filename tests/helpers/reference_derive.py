@@ -86,9 +86,17 @@ def clamp01(x: float) -> float:
     return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
 
 
+#: An unknown counter value in a history entry (an invalid source series added to it then).
+UNKNOWN = -math.inf
+
+
 def delta(base: Counters, cur: Counters, key: tuple[str, str | None]) -> float:
-    """Increase of one aggregated counter; a key missing from ``base`` started at 0 later."""
-    return max(0.0, cur.get(key, 0.0) - base.get(key, 0.0))
+    """Increase of one aggregated counter; a key missing from ``base`` started at 0 later;
+    NaN when it is unknown at either end."""
+    c, b = cur.get(key, 0.0), base.get(key, 0.0)
+    if c == UNKNOWN or b == UNKNOWN:
+        return math.nan
+    return max(0.0, c - b)
 
 
 def _has(cur: Counters, signal: str) -> bool:
@@ -119,9 +127,10 @@ def sglang_acceptance_length(d_generation: float, d_requests: float, d_verify: f
     token per finished request is removed before dividing. Both counters move when a request
     finishes, so the ratio is consistent; it ignores tokens of requests still running.
     """
-    if d_verify <= 0:
+    if not d_verify > 0:
         return None
-    return max(1.0, (d_generation - d_requests) / d_verify)
+    e = (d_generation - d_requests) / d_verify
+    return None if math.isnan(e) else max(1.0, e)
 
 
 def interval_acceptance_rate(base: Counters, cur: Counters, min_drafts: float,
@@ -209,7 +218,10 @@ def window_buckets(base: Counters, cur: Counters, signal: str
     running = 0.0
     cur_get, base_get = cur.get, base.get
     for bound, key in keys:
-        running = max(running, cur_get(key, 0.0) - base_get(key, 0.0))  # delta(), inline
+        c, b = cur_get(key, 0.0), base_get(key, 0.0)
+        if c == UNKNOWN or b == UNKNOWN:
+            return ()  # an unknown bucket: no histogram
+        running = max(running, c - b)  # delta(), inline
         out.append((bound, running))
     return tuple(out)
 
@@ -296,7 +308,8 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
             d_drafts = d(sources.DRAFTS)
             if d_drafts > 0:
                 gamma = d_tok / d_drafts
-                e = 1.0 + min(d_acc, d_tok) / d_drafts
+                e = 1.0 + (math.nan if math.isnan(d_acc) or math.isnan(d_tok)
+                           else min(d_acc, d_tok)) / d_drafts
                 v[DRAFT_LENGTH] = gamma
                 v[ACCEPTANCE_LENGTH] = e
                 pos_keys = sorted((p for (s, p) in c if s == sources.ACCEPTED_PER_POSITION
@@ -370,8 +383,10 @@ def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,
     v = {name: x for name, x in v.items() if math.isfinite(x)}
     positions = {name: {p: x for p, x in per.items() if math.isfinite(x)}
                  for name, per in positions.items()}
+    # An unknown count reads as none counted.
     return WindowSignals(window=label, values=v, positions=positions, span_seconds=dt,
-                         requests=requests, drafts=drafts, histograms=histograms)
+                         requests=0.0 if math.isnan(requests) else requests,
+                         drafts=0.0 if math.isnan(drafts) else drafts, histograms=histograms)
 
 
 def _position_order(p: str) -> tuple[int, str]:
@@ -420,14 +435,29 @@ def _count_base_index_column(ring: HistoryRing, cur: HistoryEntry, n_requests: i
     """:func:`_count_base_index` over the ring, reading one counter per probe."""
     key = (sources.REQUESTS_FINISHED, None)
     newest = cur.counters.get(key)
-    if len(ring) < 2 or newest is None:
+    if len(ring) < 2 or newest is None or newest == UNKNOWN:
         return None
+    column = [ring.value(i, key) for i in range(len(ring))]
+    if UNKNOWN not in column:
+        return _count_search([0.0 if v is None else v for v in column], newest, n_requests)
+    # Unknown values taken as low as they can be (the known value before) and as high (the
+    # known value after): the base is known only when both give the same entry.
+    low: list[float] = []
+    for v in column:
+        low.append((low[-1] if low else 0.0) if v == UNKNOWN else 0.0 if v is None else v)
+    high: list[float] = []
+    for v in reversed(column):
+        high.append(high[-1] if v == UNKNOWN else 0.0 if v is None else v)
+    high.reverse()
+    i = _count_search(low, newest, n_requests)
+    return i if i == _count_search(high, newest, n_requests) else None
 
+
+def _count_search(column: list[float], newest: float, n_requests: int) -> int | None:
     def value(i: int) -> float:
-        v = ring.value(i, key)
-        return 0.0 if v is None else v
+        return column[i]
 
-    lo, hi = 0, len(ring) - 1
+    lo, hi = 0, len(column) - 1
     if not newest - value(0) >= n_requests:
         return None
     while hi - lo > 1:

@@ -33,6 +33,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from specwatch.exporter import derive as exporter_derive
 from specwatch.exporter import sources
 
 from helpers import reference_derive as derive
@@ -328,6 +329,17 @@ class TargetHistory:
         if reset_seen:
             self.resets_total += 1
 
+        # The aggregates an invalid series adds to are unknown at this poll.
+        unknown: dict[str, set[AggKey]] = {}
+        for model, signal, identity in page.invalid_counters:
+            if signal == sources.ACCEPTED_PER_POSITION:
+                position = dict(identity).get("position")
+            elif signal in sources.BUCKET_SIGNALS:
+                position = dict(identity).get("le")
+            else:
+                position = None
+            unknown.setdefault(model, set()).add((signal, position))
+
         for model in page.models:
             hist = self.models.get(model)
             if hist is None:
@@ -335,14 +347,22 @@ class TargetHistory:
                 self.models[model] = hist
             for agg_key, d in deltas.get(model, {}).items():
                 hist.cumulative[agg_key] = hist.cumulative.get(agg_key, 0.0) + d
+            bad = unknown.get(model, set())
+            for agg_key in bad:
+                hist.cumulative.setdefault(agg_key, 0.0)
             hist.configured_k = page.configured_k.get(model)
             hist.gauges = {s: v for (m, s), v in page.gauges.items() if m == model}
-            hist.signals = frozenset(sig for (m, sig, _i) in page.counters if m == model)
+            hist.signals = frozenset(sig for (m, sig, _i) in page.counters if m == model) \
+                | {sig for sig, _p in bad}
             hist.last_seen = t
             prev_entry = hist.entries[-1] if hist.entries else None
             counters = hist.cumulative  # copied into the ring's columns by append
+            if bad:
+                counters = {k: derive.UNKNOWN if k in bad else v for k, v in counters.items()}
             sample = None
-            if prev_entry is not None and t > prev_entry.t:
+            reads = exporter_derive.interval_sample_reads(counters)
+            if prev_entry is not None and t > prev_entry.t and not any(
+                    k in bad or prev_entry.counters.get(k) == derive.UNKNOWN for k in reads):
                 sample = derive.interval_acceptance_rate(
                     prev_entry.counters, counters, self.min_drafts_per_sample,
                     proposed_per_verify=derive.sglang_proposed_per_verify(

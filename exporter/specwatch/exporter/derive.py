@@ -48,6 +48,10 @@ from specwatch.exporter.snapshot import ModelSnapshot, SampleHistogram, WindowSi
 if TYPE_CHECKING:  # pragma: no cover
     from specwatch.exporter.history import HistoryEntry, ModelHistory
 
+#: An unknown counter value as the history's rows read it (history.UNKNOWN: a counter
+#: one of whose source series was invalid at that poll).
+_UNKNOWN = -math.inf
+
 #: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
 SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
 
@@ -133,10 +137,12 @@ def sglang_acceptance_length(d_generation: float, d_requests: float, d_verify: f
     Each finished request's first token comes from prefill, not from a verify call, so one
     token per finished request is removed before dividing. Both counters move when a request
     finishes, so the ratio is consistent; it ignores tokens of requests still running.
+    None without verify calls or when an increase is unknown (NaN).
     """
-    if d_verify <= 0:
+    if not d_verify > 0:
         return None
-    return max(1.0, (d_generation - d_requests) / d_verify)
+    e = (d_generation - d_requests) / d_verify
+    return max(1.0, e) if e == e else None
 
 
 def interval_acceptance_rate(base: Counters, cur: Counters, min_drafts: float,
@@ -162,6 +168,17 @@ def interval_acceptance_rate(base: Counters, cur: Counters, min_drafts: float,
                                      d_verify)
         return None if e is None else clamp01((e - 1.0) / proposed_per_verify)
     return None
+
+
+def interval_sample_reads(cur: Container[tuple[str, str | None]]
+                          ) -> tuple[tuple[str, str | None], ...]:
+    """The counters :func:`interval_acceptance_rate` reads when the newer end has the keys
+    ``cur`` (a sample with one of them unknown is not taken)."""
+    if (sources.DRAFT_TOKENS, None) in cur and (sources.ACCEPTED_TOKENS, None) in cur:
+        sigs = (sources.DRAFT_TOKENS, sources.ACCEPTED_TOKENS, sources.DRAFTS)
+    else:
+        sigs = (sources.VERIFY_CALLS, sources.GENERATION_TOKENS, sources.REQUESTS_FINISHED)
+    return tuple((s, None) for s in sigs)
 
 
 def expected_acceptance_length(alpha: float, k: float) -> float:
@@ -430,11 +447,14 @@ class _Rows:
         """The window on row ``j``: the span, requests and drafts now, the other signals
         when first read."""
         plan, diff = self.plan, self.diff
+        requests = diff.item(j, plan.req) if plan.req >= 0 else 0.0
+        drafts = 0.0 if plan.volume is None or plan.volume < 0 else diff.item(j, plan.volume)
+        # Unknown counts read as none counted: what reads them (the controller's traffic
+        # floor, A/B segments) then holds or skips the window.
         return _lazy_window(
             label, self, (j, dt, first_sample), plan, dt,
-            requests=diff.item(j, plan.req) if plan.req >= 0 else 0.0,
-            drafts=0.0 if plan.volume is None or plan.volume < 0
-            else diff.item(j, plan.volume))
+            requests=requests if requests == requests else 0.0,
+            drafts=drafts if drafts == drafts else 0.0)
 
     def signals(self, key: tuple[int, float, int]) -> lazywindow.Signals:
         j, dt, first = key
@@ -475,7 +495,9 @@ def _signals(dt: float, r: list[float], plan: _Plan, configured_k: int | None,
             d_drafts = r[plan.drafts]
             if d_drafts > 0:
                 gamma = d_tok / d_drafts
-                e = 1.0 + (d_tok if d_tok < d_acc else d_acc) / d_drafts  # min()
+                # min(), NaN when either is unknown (NaN)
+                e = 1.0 + (d_tok if d_tok < d_acc else d_acc if d_tok == d_tok else d_tok
+                           ) / d_drafts
                 v[DRAFT_LENGTH] = gamma
                 v[ACCEPTANCE_LENGTH] = e
                 if plan.positions:
@@ -518,9 +540,13 @@ def _signals(dt: float, r: list[float], plan: _Plan, configured_k: int | None,
         out: list[tuple[float, float]] = []
         running = 0.0
         for bound, i in buckets:
-            running = max(running, r[i])
+            x = r[i]
+            if x != x:  # an unknown bucket: the histogram is left out
+                break
+            running = max(running, x)
             out.append((bound, running))
-        window_histograms[name] = tuple(out)
+        else:
+            window_histograms[name] = tuple(out)
     if plan.has_requests:
         # A rate over elapsed time: 0 is a true value (an idle server), not a missing one.
         v[ARRIVAL_RATE] = requests / dt
@@ -628,6 +654,29 @@ def _count_base_index(column: Sequence[float], n_requests: int) -> int | None:
     return lo
 
 
+def _count_base_index_known(column: np.ndarray, n_requests: int) -> int | None:
+    """:func:`_count_base_index` on a column that may hold unknown values (see
+    :data:`specwatch.exporter.history.UNKNOWN`): the base found with each unknown value
+    taken as low as it can be (the known value before it) and as high (the known value
+    after it); None when the two differ (which entry is the base is not known) or when the
+    newest value is unknown."""
+    unknown = column == _UNKNOWN
+    if not unknown.any():
+        return _count_base_index(column, n_requests)
+    if unknown[-1]:
+        return None
+    idx = np.arange(len(column))
+    known = ~unknown
+    before = np.maximum.accumulate(np.where(known, idx, 0))
+    after = np.minimum.accumulate(np.where(known, idx, len(column) - 1)[::-1])[::-1]
+    low = column.copy()
+    low[unknown] = np.where(known[before], column[before], 0.0)[unknown]
+    low[np.isnan(low)] = 0.0
+    high = column[after]
+    i = _count_base_index(low, n_requests)
+    return i if i == _count_base_index(high, n_requests) else None
+
+
 def count_window_base(entries: Sequence[HistoryEntry], n_requests: int) -> HistoryEntry | None:
     """Newest entry with at least ``n_requests`` finished requests after it, or None."""
     key = (sources.REQUESTS_FINISHED, None)
@@ -694,7 +743,7 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             req = ring.column((sources.REQUESTS_FINISHED, None))
             i = None
             if req is not None and req[-1] == req[-1]:
-                i = _count_base_index(req, cfg.count_window)
+                i = _count_base_index_known(req, cfg.count_window)
             bases.append((cfg.count_window_label, i))
         wanted = sorted({i for _label, i in bases if i is not None})
         m = ring.rows([*wanted, n - 1])  # the bases, then the newest entry
@@ -715,8 +764,15 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
             t_cur = times.item(-1)
             m = m.take(columns, axis=1)  # (array methods: cheaper than their wrappers)
             m[np.isnan(m)] = 0.0  # an absent counter counts from 0
+            unknown = m == _UNKNOWN
+            if unknown.any():
+                m[unknown] = 0.0
             diff = m[-1] - m[:-1]
             diff[~(diff > 0.0)] = 0.0  # delta(): never negative, never -0.0, never NaN
+            if unknown.any():
+                # A counter unknown at either end of a window has an unknown increase
+                # (NaN): the signals that read it are left out (_signals), never 0.
+                diff[unknown[:-1] | unknown[-1]] = math.nan
             # The per-poll samples after the oldest base, without the polls that had none
             # (NaN): filtered once for all windows (each window's are a suffix of them), into
             # a new array that the windows keep and nothing writes to.

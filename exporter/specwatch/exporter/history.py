@@ -40,7 +40,7 @@ need the others' internals.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,8 +61,9 @@ class HistoryEntry:
     """Cumulative, reset-corrected counters of one model at one successful poll.
 
     ``sample`` is the acceptance rate of the interval that ended at this poll, present only
-    when the interval held at least ``min_drafts_per_sample`` drafts. The history stores
-    entries as rows (:class:`HistoryRing`) and makes these objects when they are read.
+    when the interval held at least ``min_drafts_per_sample`` drafts. A counter unknown at
+    this poll holds :data:`UNKNOWN`. The history stores entries as rows
+    (:class:`HistoryRing`) and makes these objects when they are read.
     """
 
     t: float
@@ -71,8 +72,13 @@ class HistoryEntry:
 
 
 _NAN = float("nan")
+#: An unknown value (an invalid source counter added to it at this poll) as rows read it:
+#: reset-corrected counters are never negative, so it cannot be a value.
+UNKNOWN = -math.inf
 #: An absent value in the uint32 matrix (counts stay below it; a larger one widens the column).
 _ABSENT = 0xFFFFFFFF
+#: An unknown value in the uint32 matrix.
+_UNKNOWN = 0xFFFFFFFE
 #: The counters the interval acceptance rate reads (all without position).
 _SAMPLE_KEYS: tuple[AggKey, ...] = tuple((s, None) for s in (
     sources.DRAFTS, sources.DRAFT_TOKENS, sources.ACCEPTED_TOKENS, sources.VERIFY_CALLS,
@@ -88,7 +94,9 @@ class HistoryRing:
     update is a few vector operations and a window is the difference of two rows, instead of
     a walk over dicts; memory is 4 bytes per whole-number count (a uint32 matrix, absent:
     0xFFFFFFFF) and 8 per other value (a float64 matrix, absent: NaN). A value that does not
-    fit moves its column from the uint32 matrix to the float64 one for good.
+    fit moves its column from the uint32 matrix to the float64 one for good. A value that is
+    *unknown* at a poll (:data:`UNKNOWN`, -inf as rows read it; 0xFFFFFFFE in the uint32
+    matrix) is not absent: the counter exists but an invalid source series added to it then.
 
     It behaves like the deque of :class:`HistoryEntry` it replaced (``len``, ``[i]``,
     iteration, ``append``, ``[-1] = entry``, ``popleft``, ``maxlen``); an entry read from
@@ -249,9 +257,7 @@ class HistoryRing:
         r = np.asarray(idx, dtype=np.intp) + self._start
         out = np.empty((len(r), len(self.keys)))
         if len(self._uc):
-            u = self._u[r].astype(np.float64)
-            u[self._u[r] == _ABSENT] = _NAN
-            out[:, self._uc] = u
+            out[:, self._uc] = _as_float(self._u[r])
         if len(self._fc):
             out[:, self._fc] = self._f[r]
         return out
@@ -263,9 +269,7 @@ class HistoryRing:
             return None
         in_u, j = self._where[c]
         if in_u:
-            col = self._u[self._start:self._n, j].astype(np.float64)
-            col[col == _ABSENT] = _NAN
-            return col
+            return _as_float(self._u[self._start:self._n, j])
         return self._f[self._start:self._n, j].copy()
 
     def time(self, i: int) -> float:
@@ -288,7 +292,7 @@ class HistoryRing:
         in_u, j = self._where[c]
         if in_u:
             x = int(self._u[r, j])
-            return None if x == _ABSENT else float(x)
+            return None if x == _ABSENT else UNKNOWN if x == _UNKNOWN else float(x)
         y = float(self._f[r, j])
         return None if y != y else y
 
@@ -334,9 +338,7 @@ class HistoryRing:
     def _read(self, r: int) -> np.ndarray:
         out = np.empty(len(self.keys))
         if len(self._uc):
-            u = self._u[r].astype(np.float64)
-            u[u == _ABSENT] = _NAN
-            out[self._uc] = u
+            out[self._uc] = _as_float(self._u[r])
         if len(self._fc):
             out[self._fc] = self._f[r]
         return out
@@ -348,21 +350,23 @@ class HistoryRing:
         if len(self._uc):
             u = values[self._uc]
             absent = u != u
-            fits = absent | ((u >= 0.0) & (u < _ABSENT) & (u == np.floor(u)))
+            unknown = u == UNKNOWN
+            fits = absent | unknown | ((u >= 0.0) & (u < _UNKNOWN) & (u == np.floor(u)))
             if not fits.all():
                 for c in self._uc[~fits].tolist():
                     self._widen(c)
                 u = values[self._uc]
                 absent = u != u
-            self._u[r] = np.where(absent, _ABSENT, u).astype(np.uint32)
+                unknown = u == UNKNOWN
+            self._u[r] = np.where(absent, _ABSENT, np.where(unknown, _UNKNOWN, u)
+                                  ).astype(np.uint32)
         if len(self._fc):
             self._f[r] = values[self._fc]
 
     def _widen(self, c: int) -> None:
         """Move column ``c`` from the uint32 matrix to the float64 one (for good)."""
         _in_u, j = self._where[c]
-        col = self._u[:, j].astype(np.float64)
-        col[col == _ABSENT] = _NAN
+        col = _as_float(self._u[:, j])
         self._f = np.concatenate((self._f, col[:, None]), axis=1)
         self._fc = np.append(self._fc, c)
         self._where[c] = (False, self._f.shape[1] - 1)
@@ -370,6 +374,14 @@ class HistoryRing:
         self._uc = np.delete(self._uc, j)
         for k, col_index in enumerate(self._uc.tolist()):
             self._where[col_index] = (True, k)
+
+
+def _as_float(u: np.ndarray) -> np.ndarray:
+    """uint32 counts as float64: absent NaN, unknown :data:`UNKNOWN`."""
+    out = u.astype(np.float64)
+    out[u == _ABSENT] = _NAN
+    out[u == _UNKNOWN] = UNKNOWN
+    return out
 
 
 def _grow(a: np.ndarray, rows: int) -> np.ndarray:
@@ -715,6 +727,7 @@ class TargetHistory:
         gauges: dict[str, dict[str, float]] = {}
         for (m, s), v in page.gauges.items():
             gauges.setdefault(m, {})[s] = v
+        unknown = self._unknown(page)
         for model in page.models:
             hist = self.models.get(model)
             if hist is None:
@@ -734,29 +747,62 @@ class TargetHistory:
                     hist.cum = np.concatenate((hist.cum, np.zeros(len(ring.keys)
                                                                   - len(hist.cum))))
                 hist.cum[cols] += agg[mine[0]]
+            bad = unknown.get(model)
+            row = hist.cum
+            if bad:
+                # The aggregates an invalid series adds to are unknown in this row (their
+                # cumulative value lacks that series' increase until its next valid value).
+                bad_cols = [ring.column_of(k) for k in bad]
+                if len(hist.cum) < len(ring.keys):
+                    hist.cum = np.concatenate((hist.cum, np.zeros(len(ring.keys)
+                                                                  - len(hist.cum))))
+                row = hist.cum.copy()
+                row[bad_cols] = UNKNOWN
             hist.configured_k = page.configured_k.get(model)
             hist.gauges = gauges.get(model, {})
             hist.signals = lay.signals.get(model, frozenset())
+            if bad:
+                hist.signals = hist.signals | {k[0] for k in bad}
             hist.last_seen = t
             if ring:
                 if t > ring.time(-1):
-                    sample = self._sample(hist, ring)
+                    sample = self._sample(hist, ring, bad or ())
                     if sample is not None:
                         hist.observe_sample(sample)
-                    ring.append_row(t, hist.cum, sample)
+                    ring.append_row(t, row, sample)
                 else:
                     # The clock did not advance: fold into the last entry instead of
                     # creating a zero-length interval.
-                    ring.replace_last_row(hist.cum)
+                    ring.replace_last_row(row)
             else:
-                ring.append_row(t, hist.cum, None)
+                ring.append_row(t, row, None)
             self._prune(hist, t)
 
-    def _sample(self, hist: ModelHistory, ring: HistoryRing) -> float | None:
-        """The acceptance rate of the interval from the newest row to ``hist.cum``."""
+    def _unknown(self, page: sources.ParsedPage) -> dict[str, set[AggKey]]:
+        """The aggregates (per model) that an invalid series of ``page`` adds to."""
+        out: dict[str, set[AggKey]] = {}
+        for model, signal, identity in page.invalid_counters:
+            if signal in sources.BUCKET_SIGNALS:
+                if not self._keep_buckets:
+                    continue
+                position = dict(identity).get("le")
+            elif signal == sources.ACCEPTED_PER_POSITION:
+                position = dict(identity).get("position")
+            else:
+                position = None
+            out.setdefault(model, set()).add((signal, position))
+        return out
+
+    def _sample(self, hist: ModelHistory, ring: HistoryRing, unknown: Container[AggKey]
+                ) -> float | None:
+        """The acceptance rate of the interval from the newest row to ``hist.cum``; None
+        when a counter it reads is unknown at either end (``unknown``: at this poll)."""
         base = {k: x for k in _SAMPLE_KEYS if (x := ring.value(-1, k)) is not None}
         cur = {k: float(hist.cum[c]) for k in _SAMPLE_KEYS
                if (c := ring.column_index(k)) is not None and c < len(hist.cum)}
+        for k in derive.interval_sample_reads(cur):
+            if k in unknown or base.get(k) == UNKNOWN:
+                return None
         return derive.interval_acceptance_rate(
             base, cur, self.min_drafts_per_sample,
             proposed_per_verify=derive.sglang_proposed_per_verify(hist.gauges,

@@ -52,5 +52,6 @@ def cap_series(page: ParsedPage, max_series: int, keep_first: Collection[str] = 
         counters={k: v for k, v in page.counters.items() if k[0] in kept},
         created={k: v for k, v in page.created.items() if k[0] in kept},
         gauges={k: v for k, v in page.gauges.items() if k[0] in kept},
-        configured_k={m: k for m, k in page.configured_k.items() if m in kept})
+        configured_k={m: k for m, k in page.configured_k.items() if m in kept},
+        invalid_counters=frozenset(k for k in page.invalid_counters if k[0] in kept))
     return capped, total - used

@@ -182,13 +182,15 @@ METRICS: tuple[MetricDef, ...] = (
             "present)"),
     MetricDef(
         "specwatch_target_series_dropped", "counter", ("target", "reason"),
-        help="Source series not used, by reason: max_series (the target's cap), invalid (a "
-             "model skipped for a page with a NaN, negative or conflicting counter). Whole "
-             "models are dropped so that published values stay exact.",
+        help="Source series not used, by reason: max_series (the target's cap: whole models "
+             "are dropped so that published values stay exact), invalid (a counter series "
+             "NaN, negative or conflicting on a page: only the signals that read it are left "
+             "out).",
         doc="source series not used: `max_series` (whole models beyond the target's cap), "
-            "`invalid` (a model skipped for one page because a counter was NaN, ±Inf, "
-            "negative, above 2⁵³ or listed twice with different values; its counters catch up "
-            "at the next good page)"),
+            "`invalid` (a counter series NaN, ±Inf, negative, above 2⁵³ or listed twice with "
+            "different values on one page: only the signals that read it are left out for "
+            "the windows that end or start at that poll; it catches up at its next valid "
+            "value)"),
     MetricDef(
         "specwatch_target_models_dropped", "counter", ("target", "reason"),
         help="Models of the target dropped to keep the exporter's state bounded, by reason: "

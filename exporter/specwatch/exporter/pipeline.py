@@ -89,7 +89,7 @@ class _TargetState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     max_series: int = 10000
     series_dropped: int = 0  # by the max_series cap
-    series_invalid: int = 0  # models skipped for an invalid counter (NaN, negative, clash)
+    series_invalid: int = 0  # counter series with an invalid value (NaN, negative, clash)
     last_reason: str | None = None  # reason of the failure being reported, None when up
     labels_truncated: int = 0  # label values cut to max_label_value_bytes
     #: (hash, length) of the last page body and its parse: an identical body is not parsed
@@ -305,8 +305,9 @@ class Pipeline:
         hist = state.history
         if page.invalid_series:
             if state.series_invalid == 0:
-                log.warning("target %s: skipping model(s) %s on this page: a counter is NaN, "
-                            "infinite, negative or listed twice with different values",
+                log.warning("target %s: unknown counter(s) of model(s) %s on this page (NaN, "
+                            "infinite, negative or listed twice with different values): "
+                            "the signals that read them are left out",
                             state.name, ", ".join(page.invalid_models)[:200])
             state.series_invalid += page.invalid_series
         page, dropped = limits.cap_series(page, state.max_series,

@@ -259,19 +259,23 @@ class ParsedPage:
     gauges: Mapping[tuple[str, str], float] = field(default_factory=dict)
     configured_k: Mapping[str, int] = field(default_factory=dict)
     process_start_time: float | None = None
-    #: Series dropped because their model had an invalid counter on this page.
+    #: Counter series left out of ``counters`` because their value is invalid on this page.
     invalid_series: int = 0
-    #: Models skipped on this page because of an invalid counter (sorted).
+    #: Models with an invalid counter series on this page (sorted).
     invalid_models: tuple[str, ...] = ()
     #: Distinct label values cut to the length limit on this page (issue 17).
     truncated_label_values: int = 0
     #: What the server says about its capacity (vLLM's cache_config_info); None: not said.
     server: ServerCapacity | None = None
+    #: The keys of the invalid counter series: their value on this page is unknown (the
+    #: history marks what they add to as unknown for this poll; see parse_page).
+    invalid_counters: frozenset[SeriesKey] = frozenset()
 
     @functools.cached_property
     def models(self) -> frozenset[str]:
         """Model names with at least one recognised series on this page (computed once)."""
-        return frozenset({k[0] for k in self.counters} | {m for m, _ in self.gauges})
+        return frozenset({k[0] for k in self.counters} | {m for m, _ in self.gauges}
+                         | {k[0] for k in self.invalid_counters})
 
     def only_models(self, keep: frozenset[str]) -> ParsedPage:
         """This page restricted to the models in ``keep``."""
@@ -280,7 +284,8 @@ class ParsedPage:
             counters={k: v for k, v in self.counters.items() if k[0] in keep},
             created={k: v for k, v in self.created.items() if k[0] in keep},
             gauges={k: v for k, v in self.gauges.items() if k[0] in keep},
-            configured_k={m: k for m, k in self.configured_k.items() if m in keep})
+            configured_k={m: k for m, k in self.configured_k.items() if m in keep},
+            invalid_counters=frozenset(k for k in self.invalid_counters if k[0] in keep))
 
 
 def _tables_for(engine: str) -> list[tuple[dict[str, str], dict[str, str]]]:
@@ -444,12 +449,12 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     the baseline).
 
     A counter that is NaN, infinite, negative or above MAX_COUNTER_VALUE, or a counter
-    series listed twice with different values, makes its *whole model* invalid for this
-    page: the model is left out (as if it had vanished) and its series are counted in
-    ``invalid_series``. Dropping only the bad series would publish a ratio of sums missing
-    one term (e.g. one engine's accepted tokens but all engines' draft tokens); leaving the
-    model out for one poll publishes nothing wrong, and its counters catch up at the next
-    good page.
+    series listed twice with different values, is *unknown* on this page: it is left out of
+    ``counters``, its key is in ``invalid_counters`` (counted in ``invalid_series``) and the
+    rest of its model is read as usual. The history marks every aggregate that series adds
+    to as unknown for this poll, so only the signals that read it are absent (a ratio of
+    sums missing one term, e.g. one engine's accepted tokens over all engines' draft
+    tokens, is never published), and the series catches up at its next valid value.
     ``max_label_value_bytes``: label values longer than this (UTF-8 bytes) are cut by
     :func:`truncate_label_value` and counted in ``truncated_label_values`` (None: kept whole).
     ``buckets``: False leaves the latency histograms' bucket series (:data:`BUCKET_SIGNALS`)
@@ -489,8 +494,7 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     infos: dict[SeriesKey, float] = {}
     positions: dict[str, set[str]] = {}
     process_start: float | None = None
-    invalid_models: set[str] = set()
-    invalid_hits = 0
+    invalid: set[SeriesKey] = set()
     truncated: set[str] = set()
     # A character is at most 4 UTF-8 bytes: values of fewer characters cannot pass the limit.
     short_enough = (max_label_value_bytes // 4 if max_label_value_bytes is not None
@@ -533,13 +537,12 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
                 if rows is not None:
                     rows[-1] = (what, key)
             if what == _COUNTER:
+                if position is not None:  # the position exists whatever its value
+                    positions.setdefault(model, set()).add(position)
                 if not 0 <= value <= MAX_COUNTER_VALUE or counters.get(key, value) != value:
-                    invalid_models.add(model)
-                    invalid_hits += 1
+                    invalid.add(key)
                     continue
                 counters[key] = value
-                if position is not None:
-                    positions.setdefault(model, set()).add(position)
             elif what == _CREATED:
                 if isfinite(value):
                     created[key] = value
@@ -548,31 +551,23 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
         raise PageParseError(f"not a Prometheus text exposition: {exc}") from exc
 
-    if rows is not None and plan is not None and not invalid_models:
+    if rows is not None and plan is not None and not invalid:
         heads = [s[3] for s in samples if s[3] is not None]  # all of them: rows is not None
         plan.learn(plan_key, text, heads, rows, positions, len(truncated))
-    return _page(counters, created, gauge_series, positions, process_start, invalid_models,
-                 invalid_hits, len(truncated), saw, infos)
+    return _page(counters, created, gauge_series, positions, process_start, invalid,
+                 len(truncated), saw, infos)
 
 
 def _page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
           gauge_series: dict[SeriesKey, float], positions: Mapping[str, set[str]],
-          process_start: float | None, invalid_models: set[str], invalid_hits: int,
+          process_start: float | None, invalid: set[SeriesKey],
           truncated: int, saw: Callable[[str], bool],
           infos: Mapping[SeriesKey, float]) -> ParsedPage:
-    """The page from its per-series values: invalid models left out, gauges aggregated per
-    model, the configured k, the engine kind (``saw``: is a prefix on a sample line?)."""
-    invalid_series = 0
-    if invalid_models:
-        before = len(counters) + len(created) + len(gauge_series)
-        counters = {k: v for k, v in counters.items() if k[0] not in invalid_models}
-        created = {k: v for k, v in created.items() if k[0] not in invalid_models}
-        gauge_series = {k: v for k, v in gauge_series.items() if k[0] not in invalid_models}
-        for m in invalid_models:
-            positions.pop(m, None)
-        # Every series of an invalid model is dropped, the invalid ones included.
-        invalid_series = invalid_hits + before - len(counters) - len(created) \
-            - len(gauge_series)
+    """The page from its per-series values: invalid counters left out (a series listed
+    valid, then again with another value, too), gauges aggregated per model, the configured
+    k, the engine kind (``saw``: is a prefix on a sample line?)."""
+    if invalid:
+        counters = {k: v for k, v in counters.items() if k not in invalid}
     gauges: dict[tuple[str, str], float] = {}
     for (model, sig, identity), value in gauge_series.items():
         ident = dict(identity)
@@ -593,7 +588,7 @@ def _page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
     # vllm: first: with it on the page sglang:'s presence does not matter, and an absent
     # prefix costs a scan of the whole body on the fast path.
     if saw("vllm:"):
-        sigs = {k[1] for k in counters} | {s for _, s in gauges}
+        sigs = {k[1] for k in counters} | {s for _, s in gauges} | {k[1] for k in invalid}
         v0 = ({EMITTED_TOKENS, V0_ACCEPTANCE_RATE, V0_EFFICIENCY} & sigs) and DRAFTS not in sigs
         kind = "vllm-v0" if v0 else "vllm"
     elif saw("sglang:"):
@@ -602,8 +597,10 @@ def _page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
         kind = "unknown"
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
                       configured_k=configured_k, process_start_time=process_start,
-                      invalid_series=invalid_series, invalid_models=tuple(sorted(invalid_models)),
-                      truncated_label_values=truncated, server=server_capacity(infos))
+                      invalid_series=len(invalid),
+                      invalid_models=tuple(sorted({k[0] for k in invalid})),
+                      truncated_label_values=truncated, server=server_capacity(infos),
+                      invalid_counters=frozenset(invalid))
 
 
 #: Most text a target's plan keeps in its heads (name and labels of each wanted line, as
@@ -623,13 +620,13 @@ class PagePlan:
 
     Same result as without a plan, always: a plan is learnt only from a page whose first
     line is a comment and whose every wanted line has the canonical shape (no line read
-    by the full parser, none examined alone), with no invalid model and no counter series
+    by the full parser, none examined alone), with no invalid counter and no counter series
     twice; and it is used only for a page with the same first line and exactly the same
     heads, in order, every one with a canonical value. Then the finder gives the same
     samples except for their values (the heads fix names and labels, so what each sample
     is and every label-value cut), and the values get the same rules: a counter outside
-    [0, ``MAX_COUNTER_VALUE``] (or NaN) sends the page to the full path, which judges the
-    model; created and gauge values are kept only when finite. ``tests/test_page_plan.py``
+    [0, ``MAX_COUNTER_VALUE``] (or NaN) sends the page to the full path, which marks the
+    series invalid; created and gauge values are kept only when finite. ``tests/test_page_plan.py``
     compares the two paths on recorded pages and on generated changes.
 
     One per target (not shared between threads: a target's polls are serialized). Its
@@ -712,7 +709,7 @@ class PagePlan:
             return text.startswith(prefix) or f"\n{prefix}" in text
 
         return _page(dict(zip(self.counter_keys, counts, strict=True)), created, gauge_series,
-                     self.positions, process_start, set(), 0, self.truncated, saw, infos)
+                     self.positions, process_start, set(), self.truncated, saw, infos)
 
 
 def source_metric_names(engine: str = "auto") -> frozenset[str]:
