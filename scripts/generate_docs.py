@@ -96,6 +96,11 @@ def caption_numbers(out: dict) -> dict:
             steps.append((k, lam))
     pays = [(c["breakeven_arrival_rate"], c["draft_length"]) for c in out["curves"]
             if c["breakeven_kind"] == "pays_below"]
+    # Where the sweep ends in rates with no best k vouched for (every column declined, or
+    # the fastest one), the last rate that has one: the caption must not say SD pays there.
+    shown = [lam for k, lam in zip(best, rates, strict=True) if k >= 0]
+    vouched_to = (round(shown[-1], 2) if shown and best[-1] < 0
+                  and out["sd_off_above_arrival_rate"] is None else None)
     return {
         "idle_best_k": best[0],
         "idle_speedup": round(out["best_speedup"][0], 2),
@@ -103,6 +108,7 @@ def caption_numbers(out: dict) -> dict:
         "breakeven_low": [round(min(pays)[0], 2), min(pays)[1]],
         "breakeven_high": [round(max(pays)[0], 2), max(pays)[1]],
         "sd_off_from": out["sd_off_above_arrival_rate"],
+        "vouched_to": vouched_to,
         "fit_max_arrival_rate": round(out["calibrated_range"]["max_arrival_rate"], 1),
     }
 
@@ -113,9 +119,16 @@ def picture_block(numbers: dict) -> str:
     ks = ", ".join(str(k) for k, _ in n["best_k_steps"])
     froms = ", ".join(_rate(lam) for _, lam in n["best_k_steps"])
     command = " ".join(a if a != "sweep" else "specwatch sweep" for a in sweep_args())
-    off = (f"from {_rate(n['sd_off_from'])} req/s on no draft length beats plain decoding: "
-           "SD costs latency" if n["sd_off_from"] is not None
-           else "SD pays over the whole range drawn")
+    if n["sd_off_from"] is not None:
+        off = (f"from {_rate(n['sd_off_from'])} req/s on no draft length beats plain"
+               " decoding: SD costs latency")
+    elif n["vouched_to"] is not None:
+        off = (f"SD pays up to {_rate(n['vouched_to'])} req/s; past that no draft length's"
+               " prediction is vouched for (hatched: saturated, or more requests in flight"
+               " than the calibration runs held with throughput headroom), so the picture"
+               " gives no best k there")
+    else:
+        off = "SD pays over the whole range drawn"
     image = (
         "![Predicted speedup of SD against arrival rate for Qwen3-32B with an EAGLE-3 drafter"
         " on one\nH100, one curve per draft length, and below it the best draft length: past"

@@ -136,8 +136,19 @@ def test_readme_caption_states_the_sweeps_break_even_and_sd_off_rates() -> None:
     assert numbers["breakeven_low"][0] == pytest.approx(min(pays), abs=0.01)
     assert numbers["breakeven_high"][0] == pytest.approx(max(pays), abs=0.01)
     assert numbers["sd_off_from"] == out["sd_off_above_arrival_rate"]
-    block = gen.picture_block(numbers)
-    assert f"{numbers['sd_off_from']:.1f} req/s on" in block
+    block = " ".join(gen.picture_block(numbers).split())
+    best = out["best_draft_length"]
+    if numbers["sd_off_from"] is not None:
+        assert f"{gen._rate(numbers['sd_off_from'])} req/s on" in block
+    elif best[-1] < 0:
+        # The sweep ends with no best k vouched for: the caption says up to where SD pays,
+        # never that it pays over the whole range.
+        last = max(lam for k, lam in zip(best, out["arrival_rates"], strict=True) if k >= 0)
+        assert numbers["vouched_to"] == pytest.approx(last, abs=0.01)
+        assert f"SD pays up to {gen._rate(last)} req/s" in block
+        assert "whole range" not in block
+    else:
+        assert "SD pays over the whole range drawn" in block
 
 
 def test_performance_page_is_a_reference_and_the_run_log_an_archive() -> None:

@@ -8,8 +8,10 @@ them as facts. Protects, on the user's path (every run predicted by `specwatch p
 its measured λ, E, k, p, g, as docs/model.md quotes):
 
 - the shipped files carry the stated values as their capacity;
-- with them the MAPE over the valid predictions is lower than a fit of the same runs
-  without them, and it meets the 4% target; fewer valid predictions miss by more than 15%;
+- with them the MAPE over the valid predictions meets the 4% target, the file vouches for
+  at least as many runs as a fit of the same runs without them, and on the runs both vouch
+  for its MAPE is lower and fewer of them miss by more than 15% (the same runs: each file
+  declines different ones, so their MAPEs over their own valid runs are not comparable);
 - the 4B leave-concurrency-128-out error (22.7% with the fitted capacity, which one load
   level cannot show) is within 10%: the capacity no longer depends on which runs lie past it.
 
@@ -52,9 +54,9 @@ def points():
     return read_inputs([SWEEP])
 
 
-def _predict_all(params: Path, runs) -> tuple[np.ndarray, int]:
-    """Relative errors of the valid predictions `specwatch predict --json` gives for the
-    runs, and how many runs it was asked for."""
+def _predict_all(params: Path, runs) -> np.ndarray:
+    """Per run, the relative error of the prediction `specwatch predict --json` gives, NaN
+    where it declines the run."""
     errors = []
     for p in runs:
         argv = ["predict", "--params", str(params), "--arrival-rate", repr(p.arrival_rate),
@@ -68,9 +70,9 @@ def _predict_all(params: Path, runs) -> tuple[np.ndarray, int]:
             main(argv)
         doc = json.loads(out.getvalue())
         lat = doc["latency_sd_s"] if p.sd else doc["latency_nosd_s"]
-        if doc["valid"] and lat is not None:
-            errors.append(abs(lat / p.latency_s - 1.0))
-    return np.array(errors), len(runs)
+        ok = doc["valid"] and lat is not None
+        errors.append(abs(lat / p.latency_s - 1.0) if ok else np.nan)
+    return np.array(errors)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +88,8 @@ def user_path(points, tmp_path_factory):
                 contextlib.redirect_stderr(io.StringIO()):
             assert main(["calibrate", str(SWEEP), "--system", system, "--out",
                          str(fitted)]) == 0
-        out[name] = {"stated": _predict_all(EXAMPLES / f"qwen3-32b-h100-{name}.yaml", runs)[0],
-                     "fitted": _predict_all(fitted, runs)[0]}
+        out[name] = {"stated": _predict_all(EXAMPLES / f"qwen3-32b-h100-{name}.yaml", runs),
+                     "fitted": _predict_all(fitted, runs)}
     return out
 
 
@@ -100,24 +102,29 @@ def test_shipped_files_take_the_stated_caches(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", DRAFTERS)
 def test_stated_caches_predict_better_on_the_users_path(user_path, name):
+    """EAGLE-3: over its own valid runs the stated file's MAPE is 1.48% (100 runs) against
+    1.33% (95) fitted, but the 5 more it vouches for are the hard ones (c = 64 k = 2-4 and
+    mt-bench c = 80 k = 3, 4, which the fitted file declines as sensitive); on the 95 both
+    vouch for it is 1.24% against 1.33%."""
     stated, fitted = user_path[name]["stated"], user_path[name]["fitted"]
-    assert stated.mean() <= 0.04
-    assert stated.mean() < fitted.mean()
-    assert np.sum(stated > 0.15) < max(np.sum(fitted > 0.15), 1)
+    assert np.nanmean(stated) <= 0.04
+    assert np.sum(~np.isnan(stated)) >= np.sum(~np.isnan(fitted))
+    both = ~np.isnan(stated) & ~np.isnan(fitted)
+    assert stated[both].mean() < fitted[both].mean()
+    assert np.sum(stated[both] > 0.15) < max(np.sum(fitted[both] > 0.15), 1)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [
     pytest.param("eagle3", marks=_miss(
-        "EAGLE-3: 3 valid predictions off by more than 15% (InstructCoder k=6 at c=128 42%"
-        " and c=256 73%, mt-bench k=4 at c=80 19%), against 6 with the fitted capacity")),
+        "EAGLE-3: 1 valid prediction off by more than 15%, mt-bench k=4 at c=80 (18.7%): an"
+        " 80-prompt burst (n = c = 80, so req_tp is set by the slowest request), which the"
+        " fitted file declines as sensitive; none with the fitted capacity")),
     "qwen3-1.7b",
-    pytest.param("qwen3-4b", marks=_miss(
-        "Qwen3-4B: 2 valid predictions off by more than 15% (mt-bench k=4 and k=6 at c=80,"
-        " 20% and 21%: 80-prompt bursts), against 4 with the fitted capacity")),
+    "qwen3-4b",
 ])
 def test_no_valid_prediction_off_by_more_than_15_percent(user_path, name):
-    assert np.max(user_path[name]["stated"]) <= 0.15
+    assert np.nanmax(user_path[name]["stated"]) <= 0.15
 
 
 def _stated_fit(points, name):
