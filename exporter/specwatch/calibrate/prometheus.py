@@ -39,6 +39,7 @@ import requests
 
 from specwatch.calibrate.inputs import Point, validate_point
 from specwatch.common.errors import ConfigError, SpecwatchError
+from specwatch.common.kvcache import engine_kv_cache
 
 #: Prometheus refuses range queries with more than 11,000 points per series; stay below.
 MAX_POINTS_PER_QUERY = 10_000
@@ -273,20 +274,9 @@ def _query_range(
     return list(data.get("result") or [])
 
 
-def _label_number(labels: dict[str, str], name: str) -> float | None:
-    try:
-        v = float(labels.get(name, ""))
-    except ValueError:
-        return None
-    return v if math.isfinite(v) and v > 0 else None
-
-
 def _engine_tokens(labels: dict[str, str]) -> float:
     """One engine's stated KV cache in tokens (NaN: not stated)."""
-    tokens = _label_number(labels, "kv_cache_size_tokens")
-    blocks, size = _label_number(labels, "num_gpu_blocks"), _label_number(labels, "block_size")
-    if tokens is None and blocks is not None and size is not None:
-        tokens = blocks * size
+    tokens = engine_kv_cache(labels)[0]
     return math.nan if tokens is None else tokens
 
 

@@ -47,6 +47,7 @@ from typing import Literal, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.common.kvcache import engine_kv_cache
 from specwatch.exporter.fastparse import (
     LABEL_CACHE_MAX_KEY,
     LABEL_CACHE_SIZE,
@@ -199,15 +200,6 @@ class ServerCapacity:
     engines: int
 
 
-def _label_number(labels: Mapping[str, str], name: str) -> float | None:
-    """A positive finite number written in a label ("None" before the engine profiled)."""
-    try:
-        v = float(labels.get(name, ""))
-    except ValueError:
-        return None
-    return v if math.isfinite(v) and v > 0 else None
-
-
 def server_capacity(infos: Mapping[SeriesKey, float]) -> ServerCapacity | None:
     """The server's capacity from its ``vllm:cache_config_info`` series (None: none on the
     page). Two series of one engine that disagree make every value unknown."""
@@ -217,12 +209,7 @@ def server_capacity(infos: Mapping[SeriesKey, float]) -> ServerCapacity | None:
         if sig != CACHE_CONFIG:
             continue
         labels = dict(identity)
-        blocks = _label_number(labels, "num_gpu_blocks")
-        size = _label_number(labels, "block_size")
-        tokens = _label_number(labels, "kv_cache_size_tokens")
-        if tokens is None and blocks is not None and size is not None:
-            tokens = blocks * size
-        found = (tokens, blocks, size)
+        found = engine_kv_cache(labels)
         engine = labels.get("engine", "")
         conflict = conflict or engines.setdefault(engine, found) != found
     if not engines:
