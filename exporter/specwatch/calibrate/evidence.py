@@ -31,6 +31,7 @@ import numpy as np
 
 from specwatch import model
 from specwatch.calibrate.inputs import Point
+from specwatch.calibrate.saturation import point_arrays
 from specwatch.model import validity
 from specwatch.model.params import CalibratedRange, MeasuredCeiling, Params
 from specwatch.model.uncertainty import Band, Uncertainty
@@ -46,19 +47,10 @@ BAND_EDGES = (0.5, 0.7, 0.8, 0.9)
 MIN_BAND_RUNS = 5
 
 
-def _arrays(points: Sequence[Point]) -> tuple[np.ndarray, ...]:
-    lam = np.array([q.arrival_rate for q in points], dtype=float)
-    k = np.array([q.draft_length for q in points], dtype=float)
-    e = np.array([q.acceptance_length if q.sd else 1.0 for q in points], dtype=float)
-    p = np.array([q.prompt_tokens or 0.0 for q in points], dtype=float)
-    g = np.array([q.generation_tokens for q in points], dtype=float)
-    return lam, k, e, p, g
-
-
 def run_utilization(coef: model.Coefficients, points: Sequence[Point]) -> np.ndarray:
     """λ/λ_max of each run under the fitted model (above 1 for a run past the model's
     ceiling: a closed-loop run measured past its throughput peak)."""
-    lam, k, e, p, g = _arrays(points)
+    lam, k, e, p, g = point_arrays(points, "arrival_rate")
     with np.errstate(divide="ignore", invalid="ignore"):
         return lam / model.throughput_ceiling(coef, k, e, p, g)
 
@@ -141,7 +133,7 @@ def headroom(points: Sequence[Point]) -> dict[str, float | None]:
 
 def calibrated_range(coef: model.Coefficients, points: Sequence[Point]) -> CalibratedRange:
     """The load the runs cover (module docstring)."""
-    lam, k, _, _, _ = _arrays(points)
+    lam, k, _, _, _ = point_arrays(points, "arrival_rate")
     by_k: dict[int, float] = {}
     for rate, kk in zip(lam, k, strict=True):
         key = round(float(kk))
@@ -214,7 +206,7 @@ def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarr
     the run's measured latency; beside it the batch-path error L(B)/L − 1 at the measured
     batch in flight (what the fit minimises). A declined run (any validity reason) counts as
     declined, never as an error. Returns {"summary": ..., "runs": [...]}."""
-    lam, k, e, p, g = _arrays(points)
+    lam, k, e, p, g = point_arrays(points, "arrival_rate")
     measured = np.array([q.latency_s for q in points], dtype=float)
     judged = validity.assess(params, lam, k, e, p, g)
     lat = judged.prediction.sd.latency

@@ -136,8 +136,10 @@ class SaturationFit:
     capacity_nosd: CapacityFit | None = None
 
 
-def _arrays(points: Sequence[Point]) -> tuple[np.ndarray, ...]:
-    b = np.array([p.in_flight for p in points], dtype=float)
+def point_arrays(points: Sequence[Point], load: str = "in_flight") -> tuple[np.ndarray, ...]:
+    """(load, k, e, p, g) per point; ``load`` names the point's load field (requests in
+    flight, or ``arrival_rate``); e is 1 without SD, p 0 where not recorded."""
+    b = np.array([getattr(p, load) for p in points], dtype=float)
     k = np.array([p.draft_length for p in points], dtype=float)
     e = np.array([p.acceptance_length if p.sd else 1.0 for p in points], dtype=float)
     p_ = np.array([p.prompt_tokens or 0.0 for p in points], dtype=float)
@@ -149,7 +151,7 @@ def design_matrix(points: Sequence[Point], knee_v: float, knee_d: float,
                   capacity: np.ndarray | None = None) -> np.ndarray:
     """Rows of the linear problem at fixed knees, columns in SATURATION_COEFFICIENTS order;
     `capacity` (requests, per point, inf for none) scales the rows of runs past it."""
-    b, k, e, _, g = _arrays(points)
+    b, k, e, _, g = point_arrays(points)
     return _design(b, k, g / e, knee_v, knee_d, capacity)
 
 
@@ -290,7 +292,7 @@ def fit_saturation(points: Sequence[Point]) -> SaturationFit:
         )
     has_sd = any(p.sd for p in points)
     knees_d = KNEES_D if has_sd else (math.inf,)
-    b, k, e, p_, g = _arrays(points)
+    b, k, e, p_, g = point_arrays(points)
     hold = np.maximum(p_ + g, 1.0)
     sd = k > 0
     arrays = (b, k, g / e, np.array([p.latency_s for p in points], dtype=float))
@@ -471,7 +473,7 @@ def _with_value(fit: CapacityFit, tokens: float, rms: float, b: np.ndarray,
 
 def predicted_latency(coef: model.Coefficients, points: Sequence[Point]) -> np.ndarray:
     """L(B) at each point's measured batch in flight (the closed-loop prediction)."""
-    b, k, e, p_, g = _arrays(points)
+    b, k, e, p_, g = point_arrays(points)
     return model.batch_latency(coef, b, k, e, p_, g)
 
 
