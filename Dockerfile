@@ -29,7 +29,7 @@ COPY dashboards/lib/ dashboards/lib/
 COPY examples/specwatch.yaml examples/
 COPY examples/params/ examples/params/
 COPY tests/fixtures/sd-validation/ tests/fixtures/sd-validation/
-COPY exporter/ exporter/
+COPY src/ src/
 RUN python -m venv /opt/specwatch \
     && python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
     && /opt/specwatch/bin/pip install --no-cache-dir \

@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[analysis,dev]'
 	touch $@
 
-# Grafana's schema packages and TypeScript for tests/test_grafana_schema.py, from the lockfile.
+# Grafana's schema packages and TypeScript for tests/mixin/test_grafana_schema.py, from the lockfile.
 SCHEMA_DIR := tests/grafana-schema
 $(SCHEMA_DIR)/node_modules/.package-lock.json: $(SCHEMA_DIR)/package-lock.json | system-deps
 	cd $(SCHEMA_DIR) && npm ci --no-audit --no-fund
@@ -54,12 +54,12 @@ test-live: setup
 	  tests/live/test_live_vllm.py tests/live/test_live_pair.py $(PYTEST_ARGS)
 
 lint: $(STAMP) lint-jsonnet
-	$(BIN)/ruff check exporter tests bench scripts setup.py
+	$(BIN)/ruff check src tests bench scripts setup.py
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site-lint
 
 fmt: $(STAMP)
-	$(BIN)/ruff check --fix exporter tests bench scripts setup.py
+	$(BIN)/ruff check --fix src tests bench scripts setup.py
 
 bench: $(STAMP)
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
@@ -79,7 +79,7 @@ fmt-jsonnet: system-deps
 # The mixin renders alerts/*.yaml and dashboards/*.json first; the deploy manifests that
 # carry them (deploy/kubernetes/mixin/) follow from those files.
 # The reference pages (docs/metrics.md's table, docs/cli.md) come from the code: the metric
-# table in specwatch.exporter.metricdefs and each command's argparse parser.
+# table in specwatch.expose.metricdefs and each command's argparse parser.
 generate: $(STAMP)
 	$(BIN)/python scripts/generate.py
 	$(BIN)/python scripts/generate_deploy.py
@@ -106,7 +106,7 @@ docs-images: $(STAMP)
 DEMO_VENV  ?= .venv-demo
 DEMO_STAMP := $(DEMO_VENV)/.installed-stamp
 DEMO_ARGS  ?=
-$(DEMO_STAMP): pyproject.toml setup.py $(shell git ls-files exporter mixin.libsonnet config.libsonnet alerts dashboards examples 2>/dev/null)
+$(DEMO_STAMP): pyproject.toml setup.py $(shell git ls-files src mixin.libsonnet config.libsonnet alerts dashboards examples 2>/dev/null)
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_VENV)/bin/python -m pip install -q --upgrade pip
 	$(DEMO_VENV)/bin/python -m pip install -q .
@@ -115,15 +115,15 @@ $(DEMO_STAMP): pyproject.toml setup.py $(shell git ls-files exporter mixin.libso
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/specwatch demo $(DEMO_ARGS)
 
-# Long fuzzing run of the parse-and-derive path (>= 100,000 cases; see tests/test_fuzz.py).
+# Long fuzzing run of the parse-and-derive path (>= 100,000 cases; see tests/poll/test_fuzz.py).
 FUZZ_EXAMPLES ?= 100000
 fuzz: $(STAMP)
 	SPECWATCH_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) \
 	SPECWATCH_FUZZ_FAILURE_FILE=tests/fixtures/fuzz-corpus/new-failure.txt \
-	$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/test_fuzz.py
+	$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/poll/test_fuzz.py
 
 # The wheel is the whole bundle: setup.py copies the mixin, rules, dashboards and examples into
-# it (tests/test_bundle.py checks the contents; tests/test_wheel_install.py, slow, installs it
+# it (tests/common/test_bundle.py checks the contents; tests/test_wheel_install.py, slow, installs it
 # into a fresh virtualenv and runs serve, demo, mixin render and calibrate).
 dist: $(STAMP)
 	rm -rf dist
@@ -131,7 +131,7 @@ dist: $(STAMP)
 	$(BIN)/twine check --strict dist/*
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) build dist site *.egg-info exporter/*.egg-info .pytest_cache $(SCHEMA_DIR)/node_modules
+	rm -rf $(VENV) $(DEMO_VENV) build dist site *.egg-info src/*.egg-info .pytest_cache $(SCHEMA_DIR)/node_modules
 
 # Fitted parameters for the public Qwen3-32B sweep (one file per drafter; README "Calibration").
 # The KV caches are what each server stated in its log ("GPU KV cache size: N tokens"; the

@@ -66,7 +66,7 @@
         // dashboards: the `for` clock starts when the window crosses the threshold, and a
         // 5m window of a drop that follows heavy traffic crosses it up to 5 minutes late
         // (4.3 min in the demo), so the page would come 14-15 minutes after the drop.
-        // With 1m it comes 10-12 minutes after (tests/test_mixin_alert_timing.py).
+        // With 1m it comes 10-12 minutes after (tests/mixin/test_mixin_alert_timing.py).
         window: '1m',
         // An isolated missing sample (a failed poll drops the target's series for one
         // scrape, a missed scrape) must not reset the `for` clock: the rule reads the last
@@ -184,7 +184,7 @@
       // Regex limiting which Prometheus data sources the variable offers ('' = all).
       datasourceRegex: '',
       // The oldest Grafana the dashboards are written and type-checked for (dashboard
-      // `__requires`, docs/dashboards-alerts.md; tests/test_grafana_schema.py types every
+      // `__requires`, docs/dashboards-alerts.md; tests/mixin/test_grafana_schema.py types every
       // dashboard against @grafana/schema of this version and of the newest). The XY
       // chart needs 11.2 at least (earlier versions hide it behind a feature toggle).
       minVersion: '11.4.0',

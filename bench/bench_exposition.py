@@ -33,10 +33,11 @@ from pathlib import Path
 from benchlib.pages import real_pages
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch.app.serve import ServeApp
-from specwatch.exporter import config, sources
-from specwatch.exporter.collector import render_target
-from specwatch.exporter.pipeline import PollResult
+from specwatch.expose.collector import render_target
+from specwatch.poll import config, sources
+from specwatch.poll.pipeline import PollResult
 from specwatch.web.server import Request
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import requests
-from specwatch.exporter.fetch import PollTarget, fetch, new_session
+
+from specwatch.poll.fetch import PollTarget, fetch, new_session
 
 HERE = Path(__file__).resolve().parent
 
@@ -76,7 +77,7 @@ def main() -> int:
             ("floor: bare http.client", floor),
         ]
         # The server moves each path one recorded page further per request, so the sides
-        # cannot be compared byte for byte here (tests/test_fetch_paths.py does that): each
+        # cannot be compared byte for byte here (tests/poll/test_fetch_paths.py does that): each
         # must return a whole vLLM page.
         sizes = {name: len(fn()) for name, fn in sides}
         for name, fn in sides:

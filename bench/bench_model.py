@@ -28,9 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from specwatch.app.live import predict_live
-from specwatch.exporter import derive
-from specwatch.exporter.snapshot import ModelSnapshot, WindowSignals
+
 from specwatch.model import closed_form
 from specwatch.model.closed_form import (
     acceptance_length_from_alpha,
@@ -40,6 +38,9 @@ from specwatch.model.closed_form import (
 )
 from specwatch.model.naive import naive_speedup_scalar
 from specwatch.model.params import load_params
+from specwatch.plugins.live.plugin import predict_live
+from specwatch.poll import derive
+from specwatch.poll.snapshot import ModelSnapshot, WindowSignals
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"

@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 from benchlib.pages import big_page, real_page
 from prometheus_client.parser import text_string_to_metric_families
-from specwatch.exporter import sources
+
+from specwatch.poll import sources
 
 
 def cpu_per_call(fn: Callable[[], object], min_seconds: float, repeat: int) -> float:

@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 
 from benchlib.harness import prefill
-from specwatch.exporter import config, derive, fetch
-from specwatch.exporter.pipeline import Pipeline, PollResult
+
+from specwatch.poll import config, derive, fetch
+from specwatch.poll.pipeline import Pipeline, PollResult
 
 HERE = Path(__file__).resolve().parent
 INTERVAL = 5.0

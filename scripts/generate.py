@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "exporter"))
+sys.path.insert(0, str(REPO / "src"))
 
 from specwatch.common.errors import SpecwatchError  # noqa: E402
 from specwatch.mixin.render import stale_files, write_files  # noqa: E402

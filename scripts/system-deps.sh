@@ -6,7 +6,7 @@ need=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 command -v amtool >/dev/null 2>&1 && command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 command -v jsonnetfmt >/dev/null 2>&1 || need+=(jsonnet)
-# node and npm: tests/test_grafana_schema.py types the dashboards with TypeScript against
+# node and npm: tests/mixin/test_grafana_schema.py types the dashboards with TypeScript against
 # Grafana's @grafana/schema (npm packages pinned in tests/grafana-schema/package-lock.json).
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)

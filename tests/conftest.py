@@ -16,6 +16,7 @@ import threading
 
 import pytest
 from helpers import testsecrets
+
 from specwatch.common import redact
 
 _KNOWN = tuple(sorted({f for s in testsecrets.ALL for f in redact.forms(s)}))
@@ -69,7 +70,7 @@ def fetch_path(request, monkeypatch):
     """Run the test on each of the poller's transports (issue 15: the fast path is tested
     against the library): every session the poller makes while the test runs is pinned to
     ``direct`` (http.client) or ``requests``, whatever the environment's proxies say."""
-    from specwatch.exporter import fetch
+    from specwatch.poll import fetch
 
     original = fetch.new_session
     made: list[object] = []

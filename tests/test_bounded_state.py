@@ -20,9 +20,10 @@ import logging
 import time
 
 import pytest
-from specwatch.exporter import derive, sources
-from specwatch.exporter.collector import SpecwatchCollector
-from specwatch.exporter.pipeline import Pipeline, PollResult
+
+from specwatch.expose.collector import SpecwatchCollector
+from specwatch.poll import derive, sources
+from specwatch.poll.pipeline import Pipeline, PollResult
 
 
 def rotating_page(poll: int, names: int, requests: float) -> str:
@@ -70,7 +71,7 @@ def drive_rotating_names(polls: int, names: int, max_models: int = 100
 
 
 def test_rotating_model_names_keep_models_series_and_memory_bounded(caplog):
-    caplog.set_level(logging.WARNING, logger="specwatch.exporter.pipeline")
+    caplog.set_level(logging.WARNING, logger="specwatch.poll.pipeline")
     rss, series, p, forgotten = drive_rotating_names(polls=120, names=300)
     hist = p.target_history("t")
     assert len(hist.models) <= 200  # 100 live + 100 remembered vanished
@@ -117,7 +118,7 @@ def named_page(names: list[str], requests: float) -> str:
 
 
 def test_huge_label_values_are_cut_with_a_stable_hash_and_counted(caplog):
-    caplog.set_level(logging.WARNING, logger="specwatch.exporter.pipeline")
+    caplog.set_level(logging.WARNING, logger="specwatch.poll.pipeline")
     huge = "x" * 1_000_000
     twin = huge[:-1] + "y"  # the same first bytes: must stay a different series
     p = Pipeline([("t", "vllm")], derive.DeriveConfig(), 5.0)
@@ -179,7 +180,7 @@ def test_serve_app_measures_windows_on_the_monotonic_clock():
     """ServeApp stamps each poll with time.monotonic (or the injected clock: tests, the
     demo's simulated time); the result's wall time is kept for timestamps."""
     from specwatch.app.serve import ServeApp
-    from specwatch.exporter import config
+    from specwatch.poll import config
 
     cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     assert ServeApp(cfg).history_clock is time.monotonic

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 from helpers.certs import make_pki
+
 from specwatch import cli
-from specwatch.app import live, serve
+from specwatch.app import serve
 from specwatch.common.errors import ConfigError
-from specwatch.exporter import config
+from specwatch.plugins.live import plugin as live
+from specwatch.poll import config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"

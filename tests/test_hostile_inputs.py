@@ -11,10 +11,11 @@ import logging
 from pathlib import Path
 
 import pytest
+
 from specwatch.cli import main
-from specwatch.control.actuation import Actuator, CommandDelivery, Decision, DeliveryError
-from specwatch.control.receiver import parse_alertmanager
-from specwatch.exporter.discovery import FileSDError, parse_file_sd
+from specwatch.plugins.control.actuation import Actuator, CommandDelivery, Decision, DeliveryError
+from specwatch.plugins.control.receiver import parse_alertmanager
+from specwatch.poll.discovery import FileSDError, parse_file_sd
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = sorted((ROOT / "tests/fixtures/vllm-bench").glob("qwen3-32b-eagle3-k*.jsonl"))

@@ -18,14 +18,17 @@ from pathlib import Path
 
 import pytest
 from helpers import testsecrets
+from helpers.controlkit import RECOMMEND, Clock, webhook_payload
+from helpers.paths import REPO
 from helpers.scrape import parse_exposition
 from helpers.vllmpage import VllmState
-from specwatch.app.serve import ServeApp
-from specwatch.control.controller import DEFAULT_MAX_MODELS
-from specwatch.exporter import config
-from specwatch.exporter.pipeline import PollResult
-from test_controller_serve import PARAMS, RECOMMEND, Clock, webhook_payload
 
+from specwatch.app.serve import ServeApp
+from specwatch.plugins.control.controller import DEFAULT_MAX_MODELS
+from specwatch.poll import config
+from specwatch.poll.pipeline import PollResult
+
+PARAMS = REPO / "examples/params/qwen3-32b-h100-eagle3.yaml"
 GOOD = (0.8, 0.6, 0.45)
 
 
@@ -189,7 +192,7 @@ def test_receiver_acts_only_on_known_models_and_logs_one_line_per_post(rotating,
     assert rotating.controller_series() == before
     with urllib.request.urlopen(rotating.base + "/controller", timeout=30) as resp:
         size = len(resp.read())
-    records = [r for r in caplog.records if r.name.startswith("specwatch.control")]
+    records = [r for r in caplog.records if r.name.startswith("specwatch.plugins.control")]
     print(f"\nreceiver, 5 x 1,000 alerts for unknown models: {before[0]} sd_controller series "
           f"before and after, /controller {size} bytes, {len(records)} log lines")
     assert len(records) == 5

@@ -20,14 +20,15 @@ from pathlib import Path
 
 import pytest
 from helpers import testsecrets
+from helpers.controlkit import decision, make_actuator
 from helpers.faultserver import FaultServer, TrickleHeaders
+
 from specwatch.common import redact
 from specwatch.common.errors import ConfigError
-from specwatch.control.actuation import WebhookDelivery
-from specwatch.control.settings import settings_from_raw
-from specwatch.exporter import config
-from specwatch.exporter.poller import Poller, PollTarget
-from test_actuation import decision, make_actuator
+from specwatch.plugins.control.actuation import WebhookDelivery
+from specwatch.plugins.control.settings import settings_from_raw
+from specwatch.poll import config
+from specwatch.poll.poller import Poller, PollTarget
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +78,7 @@ def test_serve_exits_within_2s_of_sigterm_whatever_the_targets_do(tmp_path):
         cfg = tmp_path / "specwatch.yaml"
         cfg.write_text(f"global: {{listen: '127.0.0.1:0', timeout: 30s, poll_interval: 60s}}\n"
                        f"targets: [{{name: slow, url: '{srv.url}'}}]\n")
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
         proc = subprocess.Popen([sys.executable, "-m", "specwatch", "serve", "--config",
                                  str(cfg)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env)

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "exporter" / "specwatch"
-SUBPACKAGES = ("common", "model", "web", "exporter", "sim", "calibrate", "mixin", "control", "app")
+PACKAGE = ROOT / "src" / "specwatch"
+SUBPACKAGES = ("common", "model", "web", "poll", "expose", "sim", "calibrate", "mixin", "plugins",
+               "plugins/live", "plugins/pairs", "plugins/control", "app")
 MAX_LINES = 600
 
 
@@ -31,11 +32,13 @@ def test_import_linter_contracts_hold() -> None:
 
 
 @pytest.mark.parametrize("package, forbidden", [
-    ("specwatch.model", ("specwatch.exporter", "specwatch.control", "specwatch.web",
-                         "specwatch.sim", "specwatch.calibrate", "specwatch.app",
+    ("specwatch.model", ("specwatch.poll", "specwatch.expose", "specwatch.plugins",
+                         "specwatch.web", "specwatch.sim", "specwatch.calibrate", "specwatch.app",
                          "prometheus_client", "scipy", "matplotlib")),
-    ("specwatch.exporter", ("specwatch.model", "specwatch.control", "specwatch.sim",
-                            "specwatch.calibrate", "specwatch.app")),
+    ("specwatch.poll", ("specwatch.expose", "specwatch.plugins", "specwatch.model",
+                        "specwatch.sim", "specwatch.calibrate", "specwatch.app")),
+    ("specwatch.expose", ("specwatch.plugins", "specwatch.model", "specwatch.sim",
+                          "specwatch.calibrate", "specwatch.app")),
 ])
 def test_importing_a_layer_loads_nothing_above_it(package: str, forbidden: tuple[str, ...]) -> None:
     """Checked at run time in a fresh interpreter, where lazy and re-exported imports show."""

@@ -20,8 +20,9 @@ import tracemalloc
 import urllib.request
 
 from helpers.faultserver import Blackhole, FaultServer
+
 from specwatch.app.serve import ServeApp
-from specwatch.exporter import config
+from specwatch.poll import config
 
 
 def _dead_url() -> str:

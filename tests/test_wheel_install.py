@@ -5,7 +5,7 @@ packaged rules (and the low-acceptance alert going pending on the simulated drop
 shipped benchmark data.
 
 Slow (builds an sdist and a wheel, installs the dependencies into a new virtualenv): run by
-`make test-all`. The default suite's tests/test_bundle.py checks the same wheel's contents
+`make test-all`. The default suite's tests/common/test_bundle.py checks the same wheel's contents
 from an unpacked copy.
 """
 

@@ -26,11 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specwatch.app.serve import ServeApp
-from specwatch.exporter import config, poller, sources
-from specwatch.exporter.pipeline import Pipeline
-
 from benchlib.pages import real_pages
+from specwatch.app.serve import ServeApp
+from specwatch.poll import config, poller, sources
+from specwatch.poll.pipeline import Pipeline
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 

@@ -7,7 +7,7 @@
 // this file implements the small subset the specwatch dashboards use. Replacing it with
 // grafonnet (jsonnetfile.json declares v11.4.0) is the import
 // `github.com/grafana/grafonnet/gen/grafonnet-v11.4.0/main.libsonnet` here plus the few
-// extensions docs/dashboards-alerts.md lists (tests/test_mixin_grafonnet.py keeps that list
+// extensions docs/dashboards-alerts.md lists (tests/mixin/test_mixin_grafonnet.py keeps that list
 // exact). Only builders live here; no specwatch query or layout does.
 local fieldConfigDefaults(o) = { fieldConfig+: { defaults+: o } };
 local custom(o) = fieldConfigDefaults({ custom+: o });

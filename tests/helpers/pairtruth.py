@@ -3,7 +3,7 @@
 Deliberately simple and separate from specwatch (no specwatch import): the counters the
 truth needs are summed over labels per page, and a phase's figures are the differences
 between the page nearest its start (after it has settled) and the page nearest its end.
-Used by tests/test_pairs_replay.py (a recorded pair) and tests/live/test_live_pair.py
+Used by tests/plugins/pairs/test_pairs_replay.py (a recorded pair) and tests/live/test_live_pair.py
 (a live one).
 """
 

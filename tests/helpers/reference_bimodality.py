@@ -1,8 +1,8 @@
-"""REFERENCE (tests only): specwatch.exporter.bimodality before issue 15's rewrite.
+"""REFERENCE (tests only): specwatch.poll.bimodality before issue 15's rewrite.
 
 Kept verbatim (this paragraph aside) so the prefix-sum implementation in
-``specwatch.exporter.bimodality`` can be checked against it (same change points, the
-same None cases, coefficients to 1e-9) by tests/test_bimodality_equivalence.py. Not used
+``specwatch.poll.bimodality`` can be checked against it (same change points, the
+same None cases, coefficients to 1e-9) by tests/poll/test_bimodality_equivalence.py. Not used
 by the exporter.
 
 Bimodality of the per-poll acceptance samples that a change over time cannot explain.

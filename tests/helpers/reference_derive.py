@@ -1,8 +1,8 @@
 """REFERENCE (tests only): the dict-and-columns derive of specwatch before issue 15.
 
 Kept verbatim (imports aside) so the numpy implementation in
-``specwatch.exporter.derive`` can be checked against it to 1e-9 on every fixture and
-property test (tests/test_history_equivalence.py). Not used by the exporter.
+``specwatch.poll.derive`` can be checked against it to 1e-9 on every fixture and
+property test (tests/poll/test_history_equivalence.py). Not used by the exporter.
 
 Windowed SD signals from a model's history: pure functions, no I/O, no clock.
 
@@ -30,11 +30,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specwatch.exporter import bimodality, sources
-from specwatch.exporter.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
+from specwatch.poll import bimodality, sources
+from specwatch.poll.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
 
 if TYPE_CHECKING:  # pragma: no cover
-    from specwatch.exporter.history import HistoryEntry, HistoryRing, ModelHistory
+    from specwatch.poll.history import HistoryEntry, HistoryRing, ModelHistory
 
 #: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
 SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))

@@ -1,8 +1,8 @@
 """REFERENCE (tests only): the dict-and-columns history of specwatch before issue 15.
 
 Kept verbatim (imports aside) so the numpy implementation in
-``specwatch.exporter.history`` can be checked against it to 1e-9 on every fixture and
-property test (tests/test_history_equivalence.py). Not used by the exporter.
+``specwatch.poll.history`` can be checked against it to 1e-9 on every fixture and
+property test (tests/poll/test_history_equivalence.py). Not used by the exporter.
 
 Per target and model: a bounded ring of reset-corrected cumulative counters.
 
@@ -33,10 +33,9 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from specwatch.exporter import derive as exporter_derive
-from specwatch.exporter import sources
-
 from helpers import reference_derive as derive
+from specwatch.poll import derive as exporter_derive
+from specwatch.poll import sources
 
 #: (canonical signal, position, bucket bound `le` or None): the key of an aggregated,
 #: reset-corrected counter.
@@ -83,7 +82,7 @@ class HistoryRing:
     It behaves like the deque of :class:`HistoryEntry` it replaces (``len``, ``[i]``,
     iteration, ``append``, ``[-1] = entry``, ``popleft``, ``maxlen``); an entry read from
     it is a fresh :class:`HistoryEntry` whose ``counters`` hold the keys present at that
-    poll. :func:`specwatch.exporter.derive.derive_model` reads it without making an entry per row
+    poll. :func:`specwatch.poll.derive.derive_model` reads it without making an entry per row
     (:meth:`times`, :meth:`value`, :meth:`samples_after`).
     """
 

@@ -3,7 +3,7 @@
 Why: on the wall clock, a simulator's driver thread and the exporter's poller run when the
 scheduler lets them, so under machine load the instant a page describes and the stamp the
 exporter gives its poll drift apart by speed x delay, differently for every poll and side,
-and what the exporter measures moves with the load (tests/test_pairs_e2e.py's docstring
+and what the exporter measures moves with the load (tests/plugins/pairs/test_pairs_e2e.py's docstring
 has the details). Here nothing moves unless the test moves it:
 
 * :class:`SteppedClock` is the only clock: both simulators (speed 1, ``simulated_clock``:
@@ -29,6 +29,7 @@ import math
 import time
 
 from promsim import query, wait_for_scrape_after
+
 from specwatch.app.serve import ServeApp
 from specwatch.sim.scenario import Scenario
 from specwatch.sim.server import SimulatorServer, baseline_scenario
@@ -74,7 +75,7 @@ def step_pair(clock: SteppedClock, t: float, app: ServeApp,
         assert result.error_reason is None, result
 
 
-#: The pair families (specwatch.exporter.pairs) as Prometheus stores them.
+#: The pair families (specwatch.plugins.pairs.plugin) as Prometheus stores them.
 PAIR_SERIES = '{job="specwatch",__name__=~"sd_measured_.*|sd_pair_.*"}'
 #: Labels Prometheus adds to what it scrapes.
 TARGET_LABELS = ("__name__", "instance", "job")

@@ -15,7 +15,7 @@ repeats itself and n-gram drafts are mostly accepted (acceptance about 0.7), the
 * the exporter's derived series equal what vLLM's own counters give (exactly, over a window
   that spans the whole run, once the traffic has stopped).
 
-The latency-model panels need a parameters file; like tests/test_mixin_smoke.py this uses the
+The latency-model panels need a parameters file; like tests/mixin/test_mixin_smoke.py this uses the
 Qwen3-32B example (the tiny model has none): the predictions are not checked, only that the
 series and panels exist.
 """

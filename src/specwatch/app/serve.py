@@ -1,0 +1,335 @@
+"""`specwatch serve`: poll vLLM/SGLang targets, derive SD signals, serve them on /metrics.
+
+:class:`ServeApp` wires the parts (config → poller → pipeline → snapshot → collector → web)
+and is what tests and later features build on: ``app.pipeline.add_target_hook(...)``,
+``app.collector.add_family_builder(...)``, ``app.web.routes["/path"] = handler`` (before
+``start()``).
+
+Signals: SIGTERM/SIGINT stop; SIGHUP re-reads the ``--web-config`` file (certificates, users)
+without dropping scrapes in flight, on a thread of its own (the main thread only waits for
+signals, so SIGTERM is answered during a reload); a bad new file keeps the old config and
+logs an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import html
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client.core import Metric
+from prometheus_client.exposition import choose_encoder
+
+from specwatch import __version__
+from specwatch.common import memory, redact
+from specwatch.common.schema import parse_duration
+from specwatch.expose import metricdefs
+from specwatch.expose.collector import SpecwatchCollector, gzip_join, server_families
+from specwatch.plugins.control import controller
+from specwatch.plugins.live import plugin as model_live
+from specwatch.plugins.pairs import plugin as pairs
+from specwatch.poll import config, derive, sources
+from specwatch.poll.discovery import TargetSource
+from specwatch.poll.pipeline import DEFAULT_MAX_MODELS, Pipeline, PollResult
+from specwatch.poll.poller import Poller, PollTarget
+from specwatch.poll.snapshot import Snapshot
+from specwatch.web.negotiate import accepts_gzip, by_preference
+from specwatch.web.server import (
+    REJECT_REASONS,
+    Request,
+    Response,
+    ServerLimits,
+    WebServer,
+    only_get,
+)
+
+log = logging.getLogger("specwatch.serve")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", action="append", default=[], metavar="[NAME=]URL",
+                        help="a vLLM or SGLang /metrics URL (repeatable); NAME defaults to "
+                             "host:port")
+    parser.add_argument("--config", metavar="FILE", help="YAML configuration file")
+    # The dotted spellings are the exporter-toolkit's (every Prometheus exporter's).
+    parser.add_argument("--listen", "--web.listen-address", dest="listen", metavar="HOST:PORT",
+                        help=f"address to serve on (default {config.DEFAULT_LISTEN})")
+    parser.add_argument("--poll-interval", type=float, metavar="SECONDS",
+                        help=f"seconds between polls of each target "
+                             f"(default {config.DEFAULT_POLL_INTERVAL:g})")
+    parser.add_argument("--web-config", "--web.config.file", dest="web_config", metavar="FILE",
+                        help="exporter-toolkit web config: TLS, client certificates, basic "
+                             "auth (re-read on SIGHUP)")
+    parser.add_argument("--shard-index", type=int, metavar="I",
+                        help="poll only the targets of shard I (0-based; with --shard-count)")
+    parser.add_argument("--shard-count", type=int, metavar="N",
+                        help="number of exporters sharing the targets (hashmod of the target "
+                             "name, as Prometheus' relabel hashmod)")
+    parser.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+
+
+class ServeApp:
+    """The running exporter. ``clock`` stamps poll results (tests inject a fake one)."""
+
+    def __init__(self, cfg: config.ServeConfig, clock: Callable[[], float] = time.time,
+                 listen_option: str = "--listen") -> None:
+        self.cfg = cfg
+        self.clock = clock
+        # One worker thread per target: bound glibc's per-thread arenas (common/memory.py).
+        memory.bound_malloc_arenas()
+        self._gc_thresholds: tuple[int, ...] | None = None  # set while started
+        dcfg = derive.DeriveConfig(windows=cfg.windows, count_window=cfg.count_window,
+                                   min_drafts_per_sample=cfg.min_drafts_per_sample,
+                                   min_bimodality_samples=cfg.min_bimodality_samples)
+        # The targets: static ones plus file_sd, this shard's share (discovery.py).
+        self.targets = TargetSource(cfg.targets, cfg.file_sd, cfg.discovered_target,
+                                    cfg.shard_index, cfg.shard_count, cfg.max_targets,
+                                    static_dropped=len(cfg.dropped_targets),
+                                    shard_keys=pairs.shard_keys(cfg.pairs))
+        self.targets.refresh(strict=True)  # a bad file_sd file at start-up is exit 2
+        targets = self.targets.targets
+        g = cfg.raw.get("global", {})
+        self.pipeline = Pipeline([(t.name, t.engine) for t in targets], dcfg,
+                                 cfg.poll_interval,
+                                 max_series={t.name: t.max_series for t in targets},
+                                 parser=cfg.parser, max_models=self._max_models(targets),
+                                 max_label_value_bytes=g.get(
+                                     "max_label_value_bytes",
+                                     sources.DEFAULT_MAX_LABEL_VALUE_BYTES))
+        # Windows on a monotonic clock (a wall-clock jump must not bend them); an injected
+        # clock (tests, the demo's simulated time) drives both.
+        self.history_clock = time.monotonic if clock is time.time else clock
+        self.collector = SpecwatchCollector(lambda: self.pipeline.snapshot)
+        # Each published target's lines are rendered after the worker's run of polls, all
+        # together (collector.prerender_later).
+        self.pipeline.add_publish_listener(self.collector.prerender_later)
+        self.poller = Poller([_poll_target(t) for t in targets], cfg.poll_interval,
+                             self.on_poll_result, clock=clock, stamp=self.history_clock,
+                             max_concurrent=cfg.max_concurrent_polls,
+                             spread=cfg.poll_spread, after_run=self.collector.render_queued)
+        # ``registry``: everything, through collect() (for registry users). ``_per_scrape``:
+        # what /metrics renders on each scrape after the collector's cached bytes.
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        self._per_scrape = CollectorRegistry(auto_describe=False)
+        self._per_scrape.register(self.collector.per_scrape())
+        for extra in (ProcessCollector, PlatformCollector, GCCollector):
+            self._per_scrape.register(extra(registry=self.registry))
+        self.web = WebServer(cfg.listen, {
+            "/metrics": only_get(self.metrics_handler),
+            "/healthz": only_get(lambda _req: Response(200, b"ok\n")),
+            "/": only_get(self.landing_handler),
+        }, web_config_file=cfg.web_config, limits=server_limits(cfg),
+            listen_option=listen_option)
+        self.model = model_live.install(self)
+        self.pairs = pairs.install(self.pipeline, self.collector, cfg.pairs, cfg.pair_settings,
+                                   parse_duration(cfg.pair_settings.window))
+        self.controller = controller.install(self)
+        if self.controller is None and self.pairs is None:
+            # Only the controller and the A/B pairs read the windows' latency histograms: not
+            # built without them.
+            self.pipeline.derive_config = dataclasses.replace(dcfg, histograms=False)
+        self.collector.add_family_builder(self.exporter_families)
+        seqs = {t.name: t.raw["max_num_seqs"] for t in cfg.targets if "max_num_seqs" in t.raw}
+        self.collector.add_family_builder(
+            lambda snap: server_families(snap, seqs), per_snapshot=True)
+
+    def on_poll_result(self, result: PollResult) -> None:
+        """A finished poll (the poller's callback): stamped with the history clock (the
+        poller stamps its results; others are stamped here), then applied by the pipeline."""
+        if result.monotonic is None:
+            result = dataclasses.replace(result, monotonic=self.history_clock())
+        self.pipeline.apply(result)
+
+    def _max_models(self, targets: tuple[config.TargetConfig, ...]) -> dict[str, int]:
+        default = self.cfg.raw.get("global", {}).get("max_models", DEFAULT_MAX_MODELS)
+        return {t.name: t.raw.get("max_models", default) for t in targets}
+
+    def exporter_families(self, _snap: Snapshot) -> list[Metric]:
+        """The exporter's own limits and HTTP server: what it refused and dropped."""
+        st = self.web.stats()
+        rejected = metricdefs.counter("specwatch_http_requests_rejected")
+        for reason in REJECT_REASONS:
+            rejected.add_metric([reason], float(st.rejected.get(reason, 0)))
+        in_flight = metricdefs.gauge("specwatch_http_requests_in_flight", float(st.in_flight))
+        sd = self.targets.stats
+        targets_dropped = metricdefs.gauge("specwatch_targets_dropped", float(sd.dropped))
+        discovered = metricdefs.gauge("specwatch_targets_discovered", float(sd.discovered))
+        fams: list[Metric] = [rejected, in_flight, targets_dropped, discovered]
+        if self.cfg.file_sd:
+            fams.append(metricdefs.counter("specwatch_sd_file_read_errors",
+                                           float(sd.read_errors_total)))
+        if self.web.web_config_file:
+            ok = metricdefs.gauge("specwatch_web_config_last_reload_successful",
+                                  1.0 if st.web_config_reload_success else 0.0)
+            fams.append(ok)
+            if st.web_config_reload_timestamp is not None:
+                fams.append(metricdefs.gauge(
+                    "specwatch_web_config_last_reload_success_timestamp_seconds",
+                    st.web_config_reload_timestamp))
+        return fams
+
+    def metrics_handler(self, req: Request) -> Response:
+        """/metrics: the collector's cached bytes of the current snapshot (and their cached
+        deflate stream when the client takes gzip), then what changes per scrape."""
+        encoder, content_type = choose_encoder(by_preference(req.headers.get("accept")))
+        openmetrics = content_type.startswith("application/openmetrics-text")
+        snap = self.pipeline.snapshot
+        tail = encoder(self._per_scrape)
+        if accepts_gzip(req.headers.get("accept-encoding")):
+            head = self.collector.exposition_deflate(snap, openmetrics)
+            return Response(200, gzip_join(head, tail), content_type,
+                            {"Content-Encoding": "gzip"})
+        return Response(200, self.collector.exposition(snap, openmetrics) + tail,
+                        content_type)
+
+    def landing_handler(self, _req: Request) -> Response:
+        rows = "".join(
+            f"<li>{html.escape(t.name)}: {'up' if t.up else 'down'} "
+            f"({html.escape(t.engine)})</li>"
+            for t in self.pipeline.snapshot.targets.values())
+        page = (f"<!doctype html><html><head><title>specwatch</title></head><body>"
+                f"<h1>specwatch {html.escape(__version__)}</h1>"
+                f"<p><a href=\"/metrics\">Metrics</a> · <a href=\"/healthz\">Health</a></p>"
+                f"<h2>Targets</h2><ul>{rows}</ul></body></html>")
+        return Response(200, page.encode(), "text/html; charset=utf-8")
+
+    def start(self, poll: bool = True) -> None:
+        """Bind the HTTP server, then start polling (``poll=False``: tests drive polls).
+
+        While it runs, the garbage collector's young passes are paced for a poller
+        (:func:`specwatch.common.memory.pace_garbage_collector`); :meth:`stop` restores the
+        former thresholds."""
+        self.web.start()
+        if self._gc_thresholds is None:
+            self._gc_thresholds = memory.pace_garbage_collector()
+        if self.controller is not None:
+            self.controller.start()
+        if poll:
+            self.poller.start()
+            self.targets.start(self.apply_targets)
+
+    def apply_targets(self, targets: tuple[config.TargetConfig, ...]) -> None:
+        """A new target set from discovery: pipeline first (so results of new targets have
+        a state), then the poller."""
+        self.pipeline.set_targets([(t.name, t.engine) for t in targets],
+                                  {t.name: t.max_series for t in targets},
+                                  self._max_models(targets))
+        self.poller.set_targets([_poll_target(t) for t in targets])
+        log.info("now polling %d target(s)", len(targets))
+
+    def stop(self) -> None:
+        self.web.stop()
+        self.targets.stop()
+        self.poller.stop(timeout=10)
+        if self.controller is not None:
+            self.controller.stop()
+        if self._gc_thresholds is not None:
+            gc.set_threshold(*self._gc_thresholds)
+            self._gc_thresholds = None
+
+    def reload(self) -> bool:
+        """Re-read the web config (SIGHUP). False, with the old config kept, on error."""
+        return self.web.reload_web_config()
+
+
+def _poll_target(t: config.TargetConfig) -> PollTarget:
+    return PollTarget(t.name, t.url, t.timeout, t.max_body_bytes, t.headers, t.basic_auth,
+                      verify=t.tls_verify, cert=t.tls_client_cert,
+                      follow_redirects=t.follow_redirects)
+
+
+def server_limits(cfg: config.ServeConfig) -> ServerLimits:
+    """ServerLimits from ``global.http_server`` (defaults for what is not set)."""
+    h = cfg.http_server
+    d = ServerLimits()
+    return ServerLimits(
+        max_requests_in_flight=h.get("max_requests_in_flight", d.max_requests_in_flight),
+        max_connections=h.get("max_connections", d.max_connections),
+        max_connections_per_client=h.get("max_connections_per_client",
+                                         d.max_connections_per_client),
+        failed_logins_per_client=h.get("failed_logins_per_client",
+                                       d.failed_logins_per_client),
+        failed_login_interval=h.get("failed_login_interval", d.failed_login_interval),
+        request_timeout=h.get("request_timeout", d.request_timeout),
+        idle_timeout=h.get("idle_timeout", d.idle_timeout),
+        handshake_timeout=h.get("tls_handshake_timeout", d.handshake_timeout))
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redact.install()
+    cfg = config.build_config(args.config, args.target, args.listen, args.poll_interval,
+                              web_config=args.web_config, shard_index=args.shard_index,
+                              shard_count=args.shard_count)
+    if cfg.dropped_targets:
+        log.error("global.max_targets is %d: not polling %d target(s): %s", cfg.max_targets,
+                  len(cfg.dropped_targets), ", ".join(cfg.dropped_targets[:20]))
+    insecure = [t.name for t in cfg.targets if t.tls_verify is False]
+    if insecure:
+        log.warning("TLS certificates of target(s) %s are NOT verified "
+                    "(tls.insecure_skip_verify)", ", ".join(insecure))
+    app = ServeApp(cfg)
+    stop = threading.Event()
+    reload_requested = threading.Event()
+    # The main loop sleeps until a signal handler wakes it (an idle exporter's main thread
+    # does not wake five times a second: issue 15, CPU per poll on small pages).
+    wake = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stop.set()
+        wake.set()
+
+    def on_hup(_signum: int, _frame: object) -> None:
+        reload_requested.set()  # reloaded by the main loop, not inside the signal handler
+        wake.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hup)
+    app.start()
+    host, port = app.web.address
+    log.info("specwatch %s serving on %s://%s:%d/metrics, polling %d target(s) every %gs",
+             __version__, app.web.scheme, host, port, len(app.targets.targets),
+             cfg.poll_interval)
+    if cfg.shard_count > 1:
+        log.info("shard %d of %d: %d of %d known target(s) are this shard's",
+                 cfg.shard_index, cfg.shard_count, len(app.targets.targets),
+                 app.targets.stats.discovered)
+    slow = [t.name for t in app.targets.targets if t.timeout >= cfg.poll_interval]
+    if slow:
+        log.warning("the poll deadline of %d target(s) (e.g. %s) is not below the poll "
+                    "interval %gs: a target that hangs is polled every other interval",
+                    len(slow), slow[0], cfg.poll_interval)
+    reloader: threading.Thread | None = None
+
+    def reload_loop() -> None:
+        while reload_requested.is_set() and not stop.is_set():
+            reload_requested.clear()  # a SIGHUP during this reload runs one more
+            app.reload()
+
+    try:
+        while not stop.is_set():
+            wake.wait(5.0)  # the timeout: a safety net only
+            wake.clear()
+            # The reload runs on a thread of its own: the main thread is the one Python
+            # runs signal handlers on, so it must never block (a slow file, a hung read):
+            # SIGTERM is answered at once whatever a reload is doing.
+            if reload_requested.is_set() and not stop.is_set() \
+                    and (reloader is None or not reloader.is_alive()):
+                reloader = threading.Thread(target=reload_loop, name="specwatch-reload",
+                                            daemon=True)
+                reloader.start()
+    finally:
+        app.stop()
+    return 0

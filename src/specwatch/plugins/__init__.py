@@ -1,0 +1,9 @@
+"""Plug-ins of the exporter: each reads the poll path's snapshots through hooks, adds its own
+slots and series, and knows nothing of the others.
+
+Owns: ``live`` (live model predictions), ``pairs`` (measured A/B pairs), ``control`` (the SD
+controller).
+
+May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.model``, ``specwatch.web`` and
+``specwatch.common``. A plug-in never imports another plug-in or the application.
+"""

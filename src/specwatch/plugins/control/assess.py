@@ -1,0 +1,326 @@
+"""What the controller sees and how the model judges it: :class:`Observation` (one poll of one
+model, built from the exporter's snapshot by :func:`observe`), the remembered acceptance
+profile, and the assessors that ask the latency model for the best predicted speedup and k at
+the live load (and the batch-size schedule the what-if ``advise`` code computes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from specwatch.model import extend_profile, optimal_draft_length, reason_text
+from specwatch.plugins.control.settings import _EPS, LATENCIES, QUANTILES
+from specwatch.poll import derive, sources
+from specwatch.poll.snapshot import ModelSnapshot, TargetSnapshot
+
+if TYPE_CHECKING:  # pragma: no cover
+    from specwatch.model.params import Params
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one poll says about one model, from the controller's decision window."""
+
+    t: float
+    up: bool = False
+    present: bool = False
+    sd_on: bool | None = None  # None: the page does not show the SD configuration
+    configured_k: int | None = None
+    window_found: bool = False
+    window_complete: bool = False
+    window_start: float | None = None
+    drafts: float = 0.0
+    requests: float = 0.0
+    acceptance_rate: float | None = None
+    acceptance_length: float | None = None
+    draft_length: float | None = None
+    alpha: float | None = None
+    positions: tuple[float, ...] = ()
+    arrival_rate: float | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    mean_latency: float | None = None  # mean e2e latency of the window (switch records)
+    histograms: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    live_speedup: float | None = None  # sd_predicted_speedup of the running configuration
+    live_optimal_k: int | None = None  # sd_optimal_draft_length (the model, no guard)
+
+
+@dataclass(frozen=True)
+class AcceptanceProfile:
+    """What the model needs to know about acceptance, and where it came from.
+
+    ``positions`` is P(first i+1 drafts accepted) per position (empty: use ``alpha``);
+    ``source`` is "live" (this window), "remembered" (the last healthy window with SD on) or
+    "params" (the parameters file).
+    """
+
+    source: str
+    positions: tuple[float, ...] = ()
+    alpha: float | None = None
+    acceptance_rate: float | None = None
+    draft_length: float | None = None
+    measured_at: float | None = None
+
+    def rate_at(self, k: int) -> float | None:
+        """vLLM's acceptance rate (accepted / proposed) this profile implies at draft length k.
+
+        The rate depends on k (later positions accept less), so the switch-on guard compares
+        min_acceptance_rate with the rate at the k that would run, not at the k measured.
+        """
+        if k <= 0:
+            return None
+        if self.positions:
+            prof = extend_profile(self.positions, k)
+            return float(sum(prof[:k])) / k
+        if self.alpha is not None and 0.0 <= self.alpha < 1.0:
+            a = self.alpha
+            return (a - a ** (k + 1)) / (k * (1.0 - a)) if a > 0 else 0.0
+        return self.acceptance_rate
+
+    def as_json(self) -> dict[str, Any]:
+        return {"source": self.source, "rate": _num(self.acceptance_rate),
+                "per_position": [round(p, 6) for p in self.positions] or None,
+                "alpha": _num(self.alpha), "draft_length": _num(self.draft_length),
+                "measured_at": _iso(self.measured_at)}
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """The model's view at one poll: best k at the live load and what it buys."""
+
+    valid: bool
+    reason: str
+    best_draft_length: int | None = None
+    best_speedup: float | None = None
+    current_speedup: float | None = None
+    #: 90% interval (lower, upper) of best_speedup (None: the parameters file has no
+    #: residual spread, or SD off is best): the controller does not switch while it
+    #: straddles its hysteresis threshold (reason `uncertain`).
+    best_speedup_interval: tuple[float, float] | None = None
+    #: The largest k the acceptance guard admits (:func:`admissible_k_max`); None: no limit.
+    k_limit: int | None = None
+
+
+Assessor = Callable[[Observation, AcceptanceProfile], Assessment]
+Scheduler = Callable[[Observation, AcceptanceProfile], list[list[int]] | None]
+
+
+def _num(x: float | None, digits: int = 6) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), digits)
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None or not math.isfinite(t):
+        return None
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+
+
+def admissible_k_max(profile: AcceptanceProfile, k_max: int, min_acceptance_rate: float) -> int:
+    """The largest k whose expected acceptance rate stays >= min_acceptance_rate.
+
+    A recommendation that would trip the low-acceptance guard as soon as it runs would make
+    the controller flap, so the model only chooses among these k (the rate is
+    non-increasing in k, so they are 1..this value; 0 when none qualifies).
+    """
+    best = 0
+    for k in range(1, k_max + 1):
+        rate = profile.rate_at(k)
+        if rate is None or rate >= min_acceptance_rate - 1e-12:
+            best = k
+        else:
+            break
+    return best
+
+
+def _profile_kwargs(profile: AcceptanceProfile, k_max: int) -> dict[str, Any] | None:
+    if profile.positions:
+        return {"profile": tuple(float(x) for x in extend_profile(profile.positions, k_max))}
+    if profile.alpha is not None and 0.0 <= profile.alpha < 1.0:
+        return {"alpha": float(profile.alpha)}
+    return None
+
+
+def model_assessor(params: Params, min_acceptance_rate: float = 0.0) -> Assessor:
+    """The latency model at the live load (λ, p, g of the window) with a given profile.
+
+    The profile is extended to k_max as the live model series do (model.extend_profile), so
+    the best k here is the one ``sd_optimal_draft_length`` shows when SD is on, except that
+    k is limited to those whose expected acceptance rate stays at or above
+    ``min_acceptance_rate`` (:func:`admissible_k_max`).
+    """
+    coef = params.model()
+
+    def assess(obs: Observation, profile: AcceptanceProfile) -> Assessment:
+        lam, p, g = obs.arrival_rate, obs.prompt_tokens, obs.generation_tokens
+        missing = [n for n, x in (("arrival rate", lam), ("prompt length", p),
+                                  ("generation length", g)) if x is None]
+        if missing:
+            return Assessment(False, "missing " + ", ".join(missing))
+        k_max = admissible_k_max(profile, params.k_max, min_acceptance_rate)
+        kwargs = _profile_kwargs(profile, max(k_max, 1))
+        if kwargs is None:
+            return Assessment(False, "no usable acceptance profile")
+        opt = optimal_draft_length(coef, lam, p=p, g=g, k_max=k_max,
+                                   max_utilization=params.max_utilization, **kwargs)
+        if not bool(opt.valid):
+            return Assessment(False, reason_text(int(opt.reason)))
+        k = int(opt.k)
+        speedup = float(opt.speedup) if k > 0 else 1.0
+        current = obs.live_speedup if profile.source == "live" else None
+        judged = _judged(params, lam, k, p, g, kwargs)
+        if judged is not None and not bool(judged.valid):
+            # Never a switch on a best k whose own prediction is declined (as sweep's best k).
+            return Assessment(False, f"best k = {k} not vouched for: "
+                              + ", ".join(judged.names()))
+        return Assessment(True, "ok", k, speedup, current, _speedup_interval(judged),
+                          k_limit=k_max if k_max < params.k_max else None)
+
+    return assess
+
+
+def _judged(params: Params, lam: float, k: int, p: float, g: float,
+            kwargs: Mapping[str, Any]) -> Any:
+    """model.validity.assess of the prediction at k (None for k = 0: SD off is judged by the
+    optimiser's own validity)."""
+    if k <= 0:
+        return None
+    from specwatch.model import acceptance_length_from_alpha, acceptance_length_from_profile
+    from specwatch.model.validity import assess
+
+    e = (acceptance_length_from_profile(kwargs["profile"], k) if "profile" in kwargs
+         else acceptance_length_from_alpha(kwargs["alpha"], k))
+    return assess(params, lam, float(k), float(e), p, g)
+
+
+def _speedup_interval(judged: Any) -> tuple[float, float] | None:
+    """The 90% interval of the predicted speedup at the best k (None without one)."""
+    if judged is None or judged.intervals is None:
+        return None
+    lo, hi = (float(x) for x in judged.intervals.speedup)
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+
+
+def model_scheduler(params: Params, max_num_seqs: int,
+                    min_acceptance_rate: float = 0.0) -> Scheduler:
+    """The batch-size schedule of the what-if `advise` command for a profile and load
+    (k limited as in :func:`model_assessor`)."""
+    from specwatch.model.whatif.advise import _schedule
+    from specwatch.model.whatif.common import Acceptance
+
+    coef = params.model()
+
+    def schedule(obs: Observation, profile: AcceptanceProfile) -> list[list[int]] | None:
+        if obs.prompt_tokens is None or obs.generation_tokens is None:
+            return None
+        k_max = admissible_k_max(profile, params.k_max, min_acceptance_rate)
+        kwargs = _profile_kwargs(profile, max(k_max, 1))
+        if kwargs is None or k_max < 1:
+            return None
+        acc = Acceptance(source="profile" if "profile" in kwargs else "alpha",
+                         alpha=kwargs.get("alpha"), profile=kwargs.get("profile"))
+        ranges, _ = _schedule(coef, acc, obs.prompt_tokens, obs.generation_tokens,
+                              k_max, params.max_utilization, max_num_seqs)
+        return ranges
+
+    return schedule
+
+
+def params_profile(params: Params | None) -> AcceptanceProfile | None:
+    """The parameters file's acceptance profile, the fallback before any healthy window."""
+    if params is None or not params.acceptance_profile:
+        return None
+    prof = tuple(float(x) for x in params.acceptance_profile)
+    return AcceptanceProfile("params", positions=prof, acceptance_rate=sum(prof) / len(prof),
+                             draft_length=float(len(prof)))
+
+
+def window_quantiles(histograms: Mapping[str, Sequence[tuple[float, float]]]
+                     ) -> tuple[dict[tuple[str, str], float], float]:
+    """{(latency, quantile): seconds} of a window and its number of finished requests."""
+    out: dict[tuple[str, str], float] = {}
+    count = 0.0
+    for label, name in LATENCIES:
+        buckets = histograms.get(name)
+        if not buckets:
+            continue
+        if label == "e2e":
+            count = buckets[-1][1]
+        for qlabel, q in QUANTILES:
+            v = derive.histogram_quantile(q, buckets)
+            if v is not None:
+                out[(label, qlabel)] = v
+    return out, count
+
+
+def observe(target: TargetSnapshot, model_name: str, window: str,
+            window_seconds: float | None) -> Observation:
+    """Build one model's observation from a target snapshot (pure)."""
+    t = target.timestamp if target.timestamp is not None else 0.0
+    if not target.up:
+        return Observation(t=t)
+    m: ModelSnapshot | None = target.models.get(model_name)
+    if m is None:
+        return Observation(t=t, up=True)
+    w = m.window(window)
+    drafts = w.drafts if w is not None else 0.0
+    sd_on: bool | None
+    if m.engine in ("vllm", "vllm-v0"):
+        sd_on = m.sd_families_present  # SD counters exist only with --speculative-config
+    elif m.engine == "sglang" and sources.SGLANG_SPEC_STEPS in m.gauges:
+        sd_on = m.gauges[sources.SGLANG_SPEC_STEPS] >= 1
+    else:
+        sd_on = None  # SGLang without the spec_num_steps gauge: configuration not visible
+    if w is None:
+        return Observation(t=t, up=True, present=True, sd_on=sd_on,
+                           configured_k=m.configured_k)
+    v = w.values
+    rates = w.positions.get(derive.POSITION_ACCEPTANCE_RATE, {})
+    positions = tuple(r for _, r in sorted(rates.items(), key=lambda kv: _pos_key(kv[0])))
+    complete = True if window_seconds is None else w.span_seconds >= window_seconds - _EPS
+    live = m.predictions
+    live_speedup = getattr(live, "speedup", None) if getattr(live, "valid", False) else None
+    live_k = getattr(live, "optimal_draft_length", None) if getattr(live, "valid", False) \
+        else None
+    return Observation(
+        t=t, up=True, present=True, sd_on=sd_on, configured_k=m.configured_k,
+        window_found=True, window_complete=complete, window_start=t - w.span_seconds,
+        drafts=drafts, requests=w.requests,
+        acceptance_rate=v.get(derive.ACCEPTANCE_RATE),
+        acceptance_length=v.get(derive.ACCEPTANCE_LENGTH),
+        draft_length=v.get(derive.DRAFT_LENGTH),
+        alpha=v.get(derive.TOKEN_ACCEPTANCE_PROBABILITY),
+        positions=positions if sd_on else (),
+        arrival_rate=v.get(derive.ARRIVAL_RATE),
+        prompt_tokens=v.get(derive.MEAN_PROMPT_TOKENS),
+        generation_tokens=v.get(derive.MEAN_GENERATION_TOKENS),
+        mean_latency=v.get(derive.MEAN_LATENCY_SECONDS),
+        histograms=dict(w.histograms), live_speedup=live_speedup,
+        live_optimal_k=None if live_k is None else int(live_k))
+
+
+def _pos_key(p: str) -> int:
+    try:
+        return int(p)
+    except ValueError:
+        return 1 << 30
+
+
+#: Figures of a switch record's windows (``sd_switch_window_<name>``, calibration points).
+SWITCH_FIGURES = ("latency_seconds", "arrival_rate", "prompt_tokens", "generation_tokens",
+                  "draft_length", "acceptance_length")
+
+
+def window_figures(obs: Observation) -> dict[str, float]:
+    """What a decision window says about the system's operating point (a calibration point:
+    λ, mean e2e latency, mean lengths and, with SD on, draft and acceptance length); only
+    the figures the window has, finite."""
+    out = {"latency_seconds": obs.mean_latency, "arrival_rate": obs.arrival_rate,
+           "prompt_tokens": obs.prompt_tokens, "generation_tokens": obs.generation_tokens}
+    if obs.sd_on:
+        out["draft_length"] = obs.draft_length
+        out["acceptance_length"] = obs.acceptance_length
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}

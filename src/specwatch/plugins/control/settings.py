@@ -1,0 +1,142 @@
+"""The ``controller:`` block of one target, validated across keys (thresholds, hysteresis band,
+the decision window, actuation secrets). Key-level checks are in the serve config's schema
+(:data:`specwatch.poll.config.CONTROLLER_SCHEMA`); what needs more than one key is here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from specwatch.common import redact
+from specwatch.common.errors import ConfigError
+from specwatch.common.secretfile import read_secret_file
+
+MODES = ("recommend", "webhook", "command")
+STATES = ("enabled", "disabled", "pending")
+#: Why the controller's state (and recommended k) is what it is next to the latency model's
+#: own view (``sd_optimal_draft_length``): the ``reason`` label of ``sd_controller_state``.
+#: One value at a time; new values may be added (docs/controller.md lists them).
+REASONS = {
+    "agrees": "the state and the recommended k follow the model",
+    "acceptance_guard": "the acceptance rate (measured, or expected at a larger k) is below "
+                        "min_acceptance_rate: SD off, or a smaller k, although the model "
+                        "predicts a speedup",
+    "alert": "an Alertmanager alert holds SD off",
+    "hysteresis": "SD is off and the predicted speedup is between disable_below_speedup and "
+                  "enable_above_speedup",
+    "stabilization": "a switch condition holds, not yet for stabilization_seconds",
+    "uncertain": "the predicted speedup crosses a hysteresis threshold but its 90% interval "
+                 "straddles it: no switch on that prediction",
+    "min_interval": "a switch is due, but the last one is more recent than "
+                    "min_switch_interval_seconds (or the re-enable backoff)",
+    "no_prediction": "the model has no valid prediction to follow",
+    "no_data": "this poll cannot be used (target down, window incomplete, low traffic)",
+    "pending": "a requested switch has not been confirmed by the server yet",
+}
+ACTIONS = ("disable", "enable")
+#: (label value of `latency`, window histogram name) and the quantiles recorded per switch.
+LATENCIES = (("e2e", "e2e_latency_seconds"), ("ttft", "ttft_seconds"))
+#: (label value of `percentile`, quantile). The label is not `quantile`: promtool's lint
+#: reserves that name for summaries, and a ratio of two quantiles is a gauge.
+QUANTILES = (("50", 0.5), ("99", 0.99))
+DEFAULT_ALERTS = ("SDAcceptanceRateLow",)
+ALERTMANAGER_PATH = "/controller/alertmanager"
+STATUS_PATH = "/controller"
+_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One target's validated ``controller:`` block (defaults: README, "Controller")."""
+
+    mode: str = "recommend"
+    models: tuple[str, ...] | None = None
+    window: str = "5m"
+    window_seconds: float | None = 300.0  # None: the count window (complete when present)
+    disable_below_speedup: float = 1.05
+    enable_above_speedup: float = 1.2
+    min_acceptance_rate: float = 0.4
+    stabilization_seconds: float = 300.0
+    min_switch_interval_seconds: float = 600.0
+    min_drafts_per_window: float = 500.0
+    min_requests_per_window: float = 10.0
+    pending_timeout_seconds: float = 900.0
+    max_reenable_delay_seconds: float = 21600.0
+    max_num_seqs: int = 256
+    max_attempts: int = 5
+    retry_backoff_seconds: float = 2.0
+    max_retry_backoff_seconds: float = 60.0
+    webhook_url: str | None = None
+    webhook_timeout: float = 10.0
+    webhook_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    command: tuple[str, ...] | None = None
+    command_timeout: float = 120.0
+
+
+_SETTING_KEYS = ("disable_below_speedup", "enable_above_speedup", "min_acceptance_rate",
+                 "stabilization_seconds", "min_switch_interval_seconds",
+                 "min_drafts_per_window", "min_requests_per_window", "pending_timeout_seconds",
+                 "max_reenable_delay_seconds", "max_num_seqs", "max_attempts",
+                 "retry_backoff_seconds", "max_retry_backoff_seconds")
+
+
+def settings_from_raw(raw: Mapping[str, Any], where: str, path: str,
+                      windows: Mapping[str, float | None], window: str) -> Settings:
+    """Cross-key checks of one validated ``controller:`` block; reads header secrets.
+
+    ``windows`` maps every computed window label to its length (None for the count window);
+    ``window`` is the target's model window, which the controller decides on.
+    """
+    def fail(key: str, msg: str) -> ConfigError:
+        return ConfigError(f"{where}: {path}.{key}: {msg}" if key else f"{where}: {path}: {msg}")
+
+    values: dict[str, Any] = {k: raw[k] for k in _SETTING_KEYS if k in raw}
+    mode = raw.get("mode", "recommend")
+    s = Settings(mode=mode, **values)
+    if s.enable_above_speedup <= s.disable_below_speedup:
+        raise fail("enable_above_speedup",
+                   f"must be above disable_below_speedup ({s.disable_below_speedup:g}): the "
+                   f"gap between them is the hysteresis band, got {s.enable_above_speedup:g}")
+    if s.max_retry_backoff_seconds < s.retry_backoff_seconds:
+        raise fail("max_retry_backoff_seconds", "must be >= retry_backoff_seconds")
+    if window not in windows:
+        raise ConfigError(f"{where}: {path}: the controller decides on the model window "
+                          f"{window!r}, which is not computed; expected one of "
+                          f"{', '.join(windows)} (add it to global.windows)")
+    webhook = raw.get("webhook")
+    command = raw.get("command")
+    if mode == "webhook" and webhook is None:
+        raise fail("webhook", "mode webhook needs a webhook block with a url")
+    if mode == "command" and (command is None or not command.get("argv")):
+        raise fail("command.argv", "mode command needs a non-empty argv list")
+    headers: dict[str, str] = {}
+    if webhook is not None:
+        headers.update(webhook.get("headers", {}))
+        for name, fpath in webhook.get("headers_from_file", {}).items():
+            headers[name] = read_secret_file(fpath, f"{where}: {path}.webhook."
+                                                    f"headers_from_file.{name}")
+        for name, var in webhook.get("headers_from_env", {}).items():
+            value = os.environ.get(var, "")
+            if not value:
+                raise fail(f"webhook.headers_from_env.{name}",
+                           f"environment variable {var!r} is not set or empty")
+            headers[name] = value
+        for name, value in headers.items():
+            # A webhook header may carry a credential (Authorization, X-Api-Key, a
+            # signature...): none may reach a log line in any form.
+            redact.register_header(name, value)
+        redact.register_url(webhook["url"])
+    return dataclasses.replace(
+        s, models=tuple(raw["models"]) if "models" in raw else None, window=window,
+        window_seconds=windows[window],
+        webhook_url=webhook["url"] if webhook else None,
+        webhook_timeout=webhook.get("timeout", 10.0) if webhook else 10.0,
+        webhook_headers=headers,
+        command=tuple(command["argv"]) if command else None,
+        command_timeout=command.get("timeout", 120.0) if command else 120.0)
+
+

@@ -1,0 +1,547 @@
+"""Measured A/B pairs: SD latency beside a baseline's, binned by arrival rate and acceptance.
+
+Why: a predicted speedup is a model's word; an operator trusts a measured one. A pair names
+two targets serving the same model, one with SD (``sd``) and one without it or with another
+k (``baseline``). Comparing their latencies is only fair at the same load and in the same
+acceptance regime (a speedup depends on both), so every finished request is put in the bin
+(arrival rate x acceptance band) of the window it finished in, per side, and a bin is
+compared only when both sides have at least ``min_requests`` finished requests in it.
+
+How (poll path only, no model): :class:`PairTracker` is a target hook. After each poll of a
+side it looks at that model's ``window`` (e.g. ``1m``) in the freshly derived snapshot; when
+the window starts exactly where the side's previous segment ended (or later), the window is
+one new non-overlapping *segment*. Its bin: the arrival rate (the larger of the two sides'
+latest rates) and the acceptance band of the pair's SD side (its latest acceptance rate,
+``acceptance_bands``). A segment goes into its bin when it is *steady*: its arrival rate
+within 30% and its SD acceptance within 0.1 of the previous segment's, or, failing that,
+of the next one's (it is held until then). A segment like neither neighbour straddles a
+change of load or regime (its requests started under one and finished under another) and
+measures neither, so it is dropped. Segments older than ``retention`` are dropped, so a bin
+describes recent traffic.
+
+A side's *configuration* is what it is configured with, not what it drafted: its engine,
+whether SD is on (vLLM's SD counters, SGLang's steps gauge) and its configured k (vLLM's
+number of per-position series, SGLang's ``speculative_num_steps``). When it comes back
+different (a restart with another ``--speculative-config``) its bins start over; the
+effective draft length moving at the same configuration (n-gram lookups, suffix decoding,
+dynamic schedules) changes nothing. State is bounded: (pairs' sides) x (bins) x (bands) x
+(retention / window) segments.
+
+Exposed per pair (``target`` is its SD side), model, bin and band (a bin where a side has
+too few requests has no series; nothing here is ever a placeholder 0):
+
+* ``sd_measured_speedup{statistic="mean|p50|p99"}``: baseline e2e latency / SD e2e latency
+  (> 1: SD is faster); ``sd_measured_speedup_lower`` / ``_upper``: the 90% interval of the
+  mean ratio (:func:`pairstats.ratio_interval`);
+* ``sd_measured_ttft_ratio`` and ``sd_measured_inter_token_latency_ratio``
+  ``{statistic="p50|p99"}``: the same ratio for TTFT and inter-token latency;
+  a quantile ratio only where the buckets resolve it (:func:`pairstats.quantile_ratio`);
+* ``sd_measured_arrival_rate``: the mean arrival rate of the bin's segments (both sides),
+  the x position of the point on a speedup-vs-arrival-rate panel;
+* ``sd_measured_requests{side}``: finished requests in the bin per side;
+* ``sd_pair_current_arrival_rate_bin``: 1 for the bin and band the pair is at now,
+  what ``SDMeasuredSlowdown`` joins on ("at the current load and acceptance") and what the
+  dashboard's measured points are filtered by (a regime that has ended is not drawn beside
+  the current model curve).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from specwatch.expose import metricdefs
+from specwatch.plugins.pairs import stats as pairstats
+from specwatch.poll import derive
+from specwatch.poll.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
+
+log = logging.getLogger(__name__)
+
+#: Default arrival-rate bin edges (requests per second): [0, 0.5), [0.5, 1), ... [32, +Inf).
+DEFAULT_BINS: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
+#: Default acceptance bands (accepted / proposed draft tokens of the SD side): [0, 0.25),
+#: [0.25, 0.5), [0.5, 0.75), [0.75, 1]. A quarter of the range: a regime change that matters
+#: to the speedup (temperature, another workload) moves acceptance by more than that.
+DEFAULT_ACCEPTANCE_BANDS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)
+DEFAULT_WINDOW = "1m"
+DEFAULT_MIN_REQUESTS = 50
+DEFAULT_RETENTION_SECONDS = 3600.0
+#: A segment whose own arrival rate differs from a neighbour segment's by more than this
+#: fraction (of the larger) is not at that neighbour's load.
+TRANSITION_TOLERANCE = 0.30
+#: ... and one whose SD acceptance rate differs by more than this (absolute) is not in that
+#: neighbour's acceptance regime. A segment like neither neighbour straddles a change.
+ACCEPTANCE_TOLERANCE = 0.10
+#: Statistics of the e2e ratio; TTFT and inter-token ratios have the quantiles only.
+E2E_STATISTICS = ("mean", "p50", "p99")
+QUANTILE_STATISTICS = ("p50", "p99")
+_QUANTILES = {"p50": 0.5, "p99": 0.99}
+#: Histogram names of WindowSignals.histograms used here -> the metric of their ratio.
+RATIO_METRICS: dict[str, str] = {
+    "e2e_latency_seconds": "sd_measured_speedup",
+    "ttft_seconds": "sd_measured_ttft_ratio",
+    "inter_token_latency_seconds": "sd_measured_inter_token_latency_ratio",
+}
+SIDES = ("sd", "baseline")
+#: Per-side figures of a bin (calibration points).
+SIDE_METRICS = ("sd_measured_latency_seconds", "sd_measured_side_arrival_rate",
+                "sd_measured_prompt_tokens", "sd_measured_generation_tokens",
+                "sd_measured_acceptance_length", "sd_measured_draft_length")
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    """One ``pairs:`` entry: two targets, optionally one model (default: every model both
+    sides serve)."""
+
+    name: str
+    sd: str
+    baseline: str
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class PairSettings:
+    """``pair_options:``: the window a segment is, thresholds, bins (default and per model)
+    and acceptance bands."""
+
+    window: str = DEFAULT_WINDOW
+    min_requests: float = DEFAULT_MIN_REQUESTS
+    retention_seconds: float = DEFAULT_RETENTION_SECONDS
+    bins: tuple[float, ...] = DEFAULT_BINS
+    model_bins: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    acceptance_bands: tuple[float, ...] = DEFAULT_ACCEPTANCE_BANDS
+
+    def bins_for(self, model: str) -> tuple[float, ...]:
+        return self.model_bins.get(model, self.bins)
+
+
+def bin_labels(edges: Sequence[float], top: str = "+Inf") -> list[str]:
+    """``["0-0.5", "0.5-1", ..., "32-+Inf"]``: the ``arrival_rate_bin`` label values (with
+    ``top="1"``: the ``acceptance_band`` ones)."""
+    out = []
+    for i, lo in enumerate(edges):
+        hi = f"{edges[i + 1]:g}" if i + 1 < len(edges) else top
+        out.append(f"{lo:g}-{hi}")
+    return out
+
+
+def bin_index(edges: Sequence[float], rate: float) -> int | None:
+    """Index of the bin holding ``rate`` (lower edge inclusive); None below the first edge."""
+    if not math.isfinite(rate) or rate < edges[0]:
+        return None
+    return bisect.bisect_right(edges, rate) - 1
+
+
+def shard_keys(pairs: Sequence[PairConfig]) -> dict[str, str]:
+    """Target name -> the name it is sharded by: the pair name for a paired target, so both
+    sides of a pair land on one exporter. Pairs that share a target are one group, sharded
+    by the group's first pair name in sorted order (every exporter computes the same)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for p in pairs:
+        for t in (p.sd, p.baseline):
+            a, b = find("t:" + t), find("p:" + p.name)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    groups: dict[str, list[str]] = {}
+    for p in pairs:
+        groups.setdefault(find("p:" + p.name), []).append(p.name)
+    first = {root: min(names) for root, names in groups.items()}
+    return {t: first[find("t:" + t)] for p in pairs for t in (p.sd, p.baseline)}
+
+
+@dataclass(frozen=True)
+class SideConfiguration:
+    """What a side is configured with: engine, SD on or off, configured k (None: not shown
+    yet, e.g. before vLLM's first per-position series)."""
+
+    engine: str
+    sd: bool
+    k: int | None
+
+    @classmethod
+    def of(cls, model: ModelSnapshot) -> SideConfiguration:
+        sd = model.sd_families_present or model.configured_k is not None
+        return cls(model.engine, sd, model.configured_k if sd else None)
+
+    def differs(self, other: SideConfiguration) -> bool:
+        """Another configuration: another engine, SD switched, or another known k."""
+        if self.engine != other.engine or self.sd != other.sd:
+            return True
+        return self.k is not None and other.k is not None and self.k != other.k
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """One non-overlapping window of one side: where it ended, its load and its latencies."""
+
+    end: float
+    rate: float
+    requests: float
+    e2e_sum: float | None  # mean e2e latency x requests; None without a mean
+    histograms: Mapping[str, tuple[tuple[float, float], ...]]
+    #: Window means kept for calibration points (None where the window had none).
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    acceptance_length: float | None = None
+    draft_length: float | None = None
+    drafts: float = 0.0
+
+    @property
+    def e2e_count(self) -> float:
+        h = self.histograms.get("e2e_latency_seconds")
+        return h[-1][1] if h else 0.0
+
+
+@dataclass
+class _Side:
+    """Segments of one (target, model) by (bin, regime source, band), where the last one
+    ended, and the two latest segments, not filed yet (see :meth:`PairTracker._decide`)."""
+
+    last_end: float = -math.inf
+    current_bin: int | None = None
+    config: SideConfiguration | None = None
+    #: (end, own arrival rate, acceptance rate) of the side's recent segments: what its
+    #: partners bin and file their segments of the same time by.
+    recent: deque[tuple[float, float | None, float | None]] = field(
+        default_factory=lambda: deque(maxlen=8))
+    before: _Segment | None = None
+    held: _Segment | None = None
+    latest_rate: float | None = None
+    #: Acceptance rate of the side's latest window (an SD side's current regime).
+    latest_acceptance: float | None = None
+    bins: dict[tuple[int, str, int], deque[_Segment]] = field(default_factory=dict)
+
+
+class PairTracker:
+    """Segments of every pair side, fed by a target hook; renders the pair families."""
+
+    def __init__(self, pairs: Sequence[PairConfig], settings: PairSettings,
+                 window_seconds: float) -> None:
+        self.pairs = tuple(pairs)
+        self.settings = settings
+        self.window_seconds = float(window_seconds)
+        self._lock = threading.Lock()
+        self._sides: dict[tuple[str, str], _Side] = {}
+        self._targets = {t for p in self.pairs for t in (p.sd, p.baseline)}
+        # The other side(s) of each target: a segment is binned by the larger of its own
+        # arrival rate and its partners' over the same time (see _context).
+        self._partners: dict[str, set[str]] = {}
+        # The regime sources of each target: the SD side of every pair it is in (itself
+        # when it is one), whose acceptance band its segments are filed under.
+        self._sources: dict[str, set[str]] = {}
+        for p in self.pairs:
+            self._partners.setdefault(p.sd, set()).add(p.baseline)
+            self._partners.setdefault(p.baseline, set()).add(p.sd)
+            for t in (p.sd, p.baseline):
+                self._sources.setdefault(t, set()).add(p.sd)
+
+    # -- feeding (poll threads) -------------------------------------------------------------
+    def observe(self, target: TargetSnapshot) -> TargetSnapshot:
+        """Target hook: fold the window of each model of a paired target; returns it as is."""
+        if target.name not in self._targets or not target.up:
+            return target
+        end = target.last_success_timestamp
+        if end is None:
+            return target
+        for mname, model in target.models.items():
+            w = model.window(self.settings.window)
+            if w is None:
+                continue
+            self._fold(target.name, mname, end, w, SideConfiguration.of(model))
+        return target
+
+    def _fold(self, tname: str, mname: str, end: float, w: derive.WindowSignals,
+              config: SideConfiguration | None = None) -> None:
+        own = w.values.get(derive.ARRIVAL_RATE)
+        edges = self.settings.bins_for(mname)
+        start = end - w.span_seconds
+        with self._lock:
+            side = self._sides.setdefault((tname, mname), _Side())
+            side.latest_rate = own
+            side.latest_acceptance = w.values.get(derive.ACCEPTANCE_RATE)
+            # A bin describes one configuration of the side: after a restart with another
+            # configuration the older segments measure another system, so the side starts
+            # over (its bins refill).
+            if config is not None:
+                if side.config is not None and config.differs(side.config):
+                    side.bins.clear()
+                    side.before = side.held = None
+                    log.info("pair side %s/%s: configuration %s -> %s; its bins start over",
+                             tname, mname, side.config, config)
+                if side.config is not None and config.k is None:
+                    config = SideConfiguration(config.engine, config.sd, side.config.k)
+                side.config = config
+            # The bin the pair is at now (sd_pair_current_arrival_rate_bin): by the larger of
+            # the two sides' latest rates, as segments are binned (see _context).
+            rates = [own] + [other.latest_rate for p in self._partners.get(tname, ())
+                             if (other := self._sides.get((p, mname))) is not None]
+            rates = [r for r in rates if r is not None]
+            rate = max(rates) if rates else None
+            idx = bin_index(edges, rate) if rate is not None else None
+            side.current_bin = idx
+            horizon = end - self.settings.retention_seconds
+            for segs in side.bins.values():
+                while segs and segs[0].end < horizon:
+                    segs.popleft()
+            # A young window (shorter than nominal) is not a segment yet: segments have the
+            # nominal length so that their arrival rates are comparable.
+            if w.span_seconds < self.window_seconds - 1e-6 or start < side.last_end - 1e-6:
+                return
+            side.last_end = end
+            mean = w.values.get(derive.MEAN_LATENCY_SECONDS)
+            e2e = w.histograms.get("e2e_latency_seconds")
+            n_lat = e2e[-1][1] if e2e else 0.0
+            vals = w.values
+            seg = _Segment(end, float(own if own is not None else (rate or 0.0)), w.requests,
+                           mean * n_lat if mean is not None and n_lat > 0 else None,
+                           {k: v for k, v in w.histograms.items() if k in RATIO_METRICS},
+                           vals.get(derive.MEAN_PROMPT_TOKENS),
+                           vals.get(derive.MEAN_GENERATION_TOKENS),
+                           vals.get(derive.ACCEPTANCE_LENGTH), vals.get(derive.DRAFT_LENGTH),
+                           w.drafts)
+            side.recent.append((end, own, side.latest_acceptance))
+            # Every segment waits for the next one of its side: by then its partners'
+            # segments of the same time are in (whatever order the two were polled in), and
+            # the next segment says whether a segment unlike its previous one was steady.
+            if side.held is not None:
+                self._decide(tname, mname, side, side.before, side.held, seg)
+            side.before, side.held = side.held, seg
+
+    def _at(self, tname: str, mname: str, end: float) -> tuple[float | None, float | None]:
+        """(arrival rate, acceptance rate) of a side's segment that ended at ``end``
+        (within half a window; the two sides are polled at slightly different times)."""
+        side = self._sides.get((tname, mname))
+        best: tuple[float, float | None, float | None] | None = None
+        for rec in side.recent if side is not None else ():
+            if abs(rec[0] - end) <= self.window_seconds / 2 and \
+                    (best is None or abs(rec[0] - end) < abs(best[0] - end)):
+                best = rec
+        return (best[1], best[2]) if best is not None else (None, None)
+
+    def _context(self, tname: str, mname: str, seg: _Segment
+                 ) -> tuple[float | None, dict[str, float | None]]:
+        """A segment's load and, per regime source, that source's acceptance at the time.
+
+        Both sides take the same offered load; what a window measures is the rate of
+        *finished* requests, which lags arrivals on a side that is building a queue (the
+        slower side past break-even). The larger of the two sides' rates over the same
+        time is the better estimate of the load both are at, so both bin by it."""
+        rates = [seg.rate] + [self._at(p, mname, seg.end)[0]
+                              for p in self._partners.get(tname, ())]
+        rates = [r for r in rates if r is not None]
+        regimes = {src: self._at(src, mname, seg.end)[1]
+                   for src in self._sources.get(tname, ())}
+        return (max(rates) if rates else None), regimes
+
+    def _close(self, tname: str, mname: str, a: _Segment, b: _Segment) -> bool:
+        """Are two segments of a side at one load and in one acceptance regime?"""
+        if abs(a.rate - b.rate) > TRANSITION_TOLERANCE * max(a.rate, b.rate):
+            return False
+        ra, rb = self._context(tname, mname, a)[1], self._context(tname, mname, b)[1]
+        for src, acc in ra.items():
+            other = rb.get(src)
+            if acc is not None and other is not None and abs(acc - other) > ACCEPTANCE_TOLERANCE:
+                return False
+        return True
+
+    def _decide(self, tname: str, mname: str, side: _Side, before: _Segment | None,
+                seg: _Segment, after: _Segment) -> None:
+        """File ``seg`` under its bin if it is steady (like the segment before it or the one
+        after it); one like neither straddles a change of load or regime: dropped."""
+        steady = (before is not None and self._close(tname, mname, seg, before)) or \
+            self._close(tname, mname, seg, after)
+        if not steady or seg.requests <= 0:
+            return
+        rate, regimes = self._context(tname, mname, seg)
+        idx = bin_index(self.settings.bins_for(mname), rate) if rate is not None else None
+        if idx is None:
+            return
+        maxlen = int(self.settings.retention_seconds / max(self.window_seconds, 1e-3)) + 2
+        for src, acc in regimes.items():
+            band = bin_index(self.settings.acceptance_bands, acc) if acc is not None else None
+            if band is None:
+                continue  # no acceptance known for the pair: no regime to file it under
+            side.bins.setdefault((idx, src, band), deque(maxlen=maxlen)).append(seg)
+
+    # -- rendering (scrapes) -------------------------------------------------------------------
+    def _models(self, pair: PairConfig) -> list[str]:
+        if pair.model is not None:
+            return [pair.model]
+        sd = {m for (t, m) in self._sides if t == pair.sd}
+        base = {m for (t, m) in self._sides if t == pair.baseline}
+        return sorted(sd & base)
+
+    def families(self, _snap: Snapshot | None = None) -> Iterator[Metric]:
+        """The measured-pair families (collector family builder; see the module docstring)."""
+        # `target` is the pair's SD side: the measured points sit beside that target's
+        # predicted speedup (and dashboards filter by target like every exporter series).
+        # Names, labels and HELP come from the metric table (specwatch.expose.metricdefs).
+        fams = {name: metricdefs.gauge(name) for name in (
+            *RATIO_METRICS.values(), "sd_measured_speedup_lower", "sd_measured_speedup_upper",
+            "sd_measured_arrival_rate", "sd_measured_requests",
+            "sd_pair_current_arrival_rate_bin", *SIDE_METRICS)}
+        with self._lock:
+            for pair in self.pairs:
+                for model in self._models(pair):
+                    self._render(pair, model, fams)
+        for fam in fams.values():
+            if fam.samples:
+                yield fam
+
+    def _render(self, pair: PairConfig, model: str, fams: dict[str, GaugeMetricFamily]) -> None:
+        sd = self._sides.get((pair.sd, model))
+        base = self._sides.get((pair.baseline, model))
+        names = bin_labels(self.settings.bins_for(model))
+        bands = bin_labels(self.settings.acceptance_bands, top="1")
+        if sd is not None and sd.current_bin is not None and sd.latest_acceptance is not None:
+            band = bin_index(self.settings.acceptance_bands, sd.latest_acceptance)
+            if band is not None:
+                fams["sd_pair_current_arrival_rate_bin"].add_metric(
+                    [pair.name, pair.sd, model, names[sd.current_bin], bands[band]], 1.0)
+        if sd is None or base is None:
+            return
+        keys = sorted({(i, b) for (i, src, b) in (*sd.bins, *base.bins) if src == pair.sd})
+        need = max(self.settings.min_requests, 1)
+        for idx, band in keys:
+            segs = {"sd": list(sd.bins.get((idx, pair.sd, band), ())),
+                    "baseline": list(base.bins.get((idx, pair.sd, band), ()))}
+            key = [pair.name, pair.sd, model, names[idx], bands[band]]
+            counts = {s: sum(g.requests for g in segs[s]) for s in SIDES}
+            for s in SIDES:
+                if counts[s] > 0:
+                    fams["sd_measured_requests"].add_metric([*key, s], counts[s])
+                if counts[s] >= need:
+                    for name, value in _side_means(segs[s]).items():
+                        fams[name].add_metric([*key, s], value)
+            if min(counts.values()) < need:
+                continue
+            all_segs = segs["sd"] + segs["baseline"]
+            fams["sd_measured_arrival_rate"].add_metric(
+                key, sum(g.rate for g in all_segs) / len(all_segs))
+            for hname, metric in RATIO_METRICS.items():
+                for stat, value in _ratios(hname, segs["sd"], segs["baseline"]).items():
+                    fams[metric].add_metric([*key, stat], value)
+            interval = mean_ratio_interval(segs["sd"], segs["baseline"])
+            if interval is not None:
+                fams["sd_measured_speedup_lower"].add_metric([*key, "mean"], interval[0])
+                fams["sd_measured_speedup_upper"].add_metric([*key, "mean"], interval[1])
+
+
+def _weighted(pairs_: Sequence[tuple[float | None, float]]) -> float | None:
+    """Weighted mean over the (value, weight) pairs that have a value and weight."""
+    num = sum(v * w for v, w in pairs_ if v is not None and w > 0)
+    den = sum(w for v, w in pairs_ if v is not None and w > 0)
+    return num / den if den > 0 else None
+
+
+def _side_means(segs: Sequence[_Segment]) -> dict[str, float]:
+    """One side's absolute figures in a bin: what calibration turns into (λ, L) points.
+
+    Latency is exact (sum over count); rates and lengths are weighted by requests, the
+    acceptance and draft lengths by drafts (a side without drafts has none)."""
+    mean = _mean_latency(segs)
+    out = {
+        "sd_measured_latency_seconds": mean,
+        "sd_measured_side_arrival_rate": sum(g.rate for g in segs) / len(segs) if segs
+        else None,
+        "sd_measured_prompt_tokens": _weighted([(g.prompt_tokens, g.requests) for g in segs]),
+        "sd_measured_generation_tokens": _weighted([(g.generation_tokens, g.requests)
+                                                    for g in segs]),
+        "sd_measured_acceptance_length": _weighted([(g.acceptance_length, g.drafts)
+                                                    for g in segs]),
+        "sd_measured_draft_length": _weighted([(g.draft_length, g.drafts) for g in segs]),
+    }
+    return {k: v for k, v in out.items() if v is not None and math.isfinite(v)}
+
+
+def _mean_latency(segs: Sequence[_Segment]) -> float | None:
+    """Exact mean e2e latency of the segments' requests: their sums over their counts."""
+    with_sum = [g for g in segs if g.e2e_sum is not None and g.e2e_count > 0]
+    n = sum(g.e2e_count for g in with_sum)
+    return sum(g.e2e_sum or 0.0 for g in with_sum) / n if n > 0 else None
+
+
+def _variance_of_mean(segs: Sequence[_Segment], mean: float) -> float | None:
+    """Variance of one side's mean e2e latency in a bin, the larger of two estimates.
+
+    * From the buckets: :func:`pairstats.max_variance` (the requests' variance can be no larger,
+      whatever they are inside their buckets) over the number of requests. A bound, not a
+      guess: latencies inside vLLM's 0-0.3 s first bucket cannot be resolved, and the
+      interval is as wide as that leaves it.
+    * From the segments: the scatter of the segments' own means over their number, which
+      holds what the buckets cannot (requests of one batch are not independent; the load
+      moves inside a bin). Taken when there are two segments or more.
+    """
+    with_sum = [g for g in segs if g.e2e_sum is not None and g.e2e_count > 0]
+    n = sum(g.e2e_count for g in with_sum)
+    if n <= 0:
+        return None
+    merged = pairstats.merge([g.histograms["e2e_latency_seconds"] for g in with_sum])
+    spread = pairstats.max_variance(merged, mean)
+    if spread is None:
+        return None
+    var = spread / n
+    means = [(g.e2e_sum or 0.0) / g.e2e_count for g in with_sum]
+    if len(means) >= 2:
+        m = sum(means) / len(means)
+        scatter = sum((x - m) ** 2 for x in means) / (len(means) - 1)
+        var = max(var, scatter / len(means))
+    return var
+
+
+def mean_ratio_interval(sd: Sequence[_Segment], base: Sequence[_Segment]
+                        ) -> tuple[float, float] | None:
+    """90% interval of a bin's mean ratio (baseline mean / SD mean): the two sides' means
+    and :func:`_variance_of_mean` into :func:`pairstats.ratio_interval`."""
+    ms, mb = _mean_latency(sd), _mean_latency(base)
+    if not ms or not mb or ms <= 0 or mb <= 0:
+        return None
+    vs, vb = _variance_of_mean(sd, ms), _variance_of_mean(base, mb)
+    if vs is None or vb is None:
+        return None
+    return pairstats.ratio_interval(mb, vb, ms, vs)
+
+
+def _ratios(hname: str, sd: Sequence[_Segment], base: Sequence[_Segment]) -> dict[str, float]:
+    """baseline / SD of one histogram's statistics (only those both sides have, finite and
+    positive, and for quantiles only those the buckets resolve)."""
+    out: dict[str, float] = {}
+    if hname == "e2e_latency_seconds":
+        ms, mb = _mean_latency(sd), _mean_latency(base)
+        if ms and mb is not None and ms > 0:
+            out["mean"] = mb / ms
+    merged = []
+    for segs in (sd, base):
+        hists = [g.histograms[hname] for g in segs if hname in g.histograms]
+        merged.append(pairstats.merge(hists) if hists else ())
+    for stat, q in _QUANTILES.items():
+        r = pairstats.quantile_ratio(q, merged[0], merged[1])
+        if r is not None:
+            out[stat] = r
+    return {k: v for k, v in out.items() if math.isfinite(v) and v > 0}
+
+
+def install(pipeline: object, collector: object, pairs: Sequence[PairConfig],
+            settings: PairSettings, window_seconds: float) -> PairTracker | None:
+    """Hook a tracker into a pipeline (target hook) and a collector (family builder)."""
+    if not pairs:
+        return None
+    tracker = PairTracker(pairs, settings, window_seconds)
+    pipeline.add_target_hook(tracker.observe)  # type: ignore[attr-defined]
+    collector.add_family_builder(tracker.families)  # type: ignore[attr-defined]
+    return tracker

@@ -1,0 +1,251 @@
+"""The model judged on the user's path: every run of the public Qwen3-32B / H100
+sweep predicted by `specwatch predict --json` from its measured arrival rate (req_tp), k,
+acceptance length and mean prompt/output tokens, with the parameters `make calibrate-examples`
+writes, against its measured mean latency (e2e_latency_s_est).
+
+The figures are computed here, never written in: each acceptance target is one assertion on
+them. A target the model does not reach is an xfail(strict=True) whose reason states the
+figure reached and why, so it fails loudly the day it starts passing; docs/model.md quotes
+these numbers ("On the user's path").
+"""
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from specwatch import model
+from specwatch.calibrate import evidence
+from specwatch.calibrate.fit import FitOptions, fit_system
+from specwatch.calibrate.inputs import read_inputs
+from specwatch.calibrate.load_range import fit_system_saturation
+from specwatch.cli import main
+from specwatch.model.params import load_params
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEP = ROOT / "tests" / "fixtures" / "sd-validation" / "tomasruizt_qwen3-32b_1xH100_vllm-bench.csv"
+DRAFTERS = {
+    "eagle3": ("Qwen3-32B-speculator.eagle3", "Qwen3-32B+Qwen3-32B-speculator.eagle3"),
+    "qwen3-1.7b": ("Qwen3-1.7B", "Qwen3-32B+Qwen3-1.7B"),
+    "qwen3-4b": ("Qwen3-4B", "Qwen3-32B+Qwen3-4B"),
+}
+
+
+def _params(name: str) -> Path:
+    return ROOT / "examples" / "params" / f"qwen3-32b-h100-{name}.yaml"
+
+
+def _rows(draft: str) -> list[dict[str, str]]:
+    """The drafter's SD runs and the no-SD runs (they belong to every drafter's system)."""
+    with SWEEP.open(encoding="utf-8") as fh:
+        return [r for r in csv.DictReader(fh)
+                if r["draft"].strip() == draft or float(r["k"]) == 0]
+
+
+def _predict(capsys, params: Path, row: dict[str, str]) -> dict:
+    k = float(row["k"])
+    argv = ["predict", "--params", str(params), "--arrival-rate", row["req_tp"],
+            "--draft-length", row["k"], "--prompt-tokens", row["mean_prompt_tok"],
+            "--generation-tokens", row["mean_out_tok"], "--json"]
+    if k > 0:
+        argv += ["--acceptance-length", row["acc_len"]]
+    rc = main(argv)
+    out = json.loads(capsys.readouterr().out)
+    assert rc == (0 if out["valid"] else 2)
+    return out
+
+
+def _judge(capsys, name: str) -> dict:
+    draft, _ = DRAFTERS[name]
+    runs = []
+    for row in _rows(draft):
+        out = _predict(capsys, _params(name), row)
+        measured = float(row["e2e_latency_s_est"])
+        lat = out["latency_sd_s"]
+        iv = out["latency_interval"]
+        runs.append({
+            "source": f"row {row['dataset']} c={row['conc']} k={row['k']}",
+            "concurrency": float(row["conc"]), "k": float(row["k"]),
+            "measured_s": measured,
+            "error": lat / measured - 1.0 if lat is not None else None,
+            "batch_path_error": None, "valid": out["valid"],
+            "reasons": out["validity_reasons"],
+            "interval": iv, "interval_halfwidth": out["interval_halfwidth"],
+        })
+    return evidence.summarise(runs)
+
+
+#: name -> summary: 119 `predict` calls per drafter, made once for every test of this module.
+_CACHE: dict[str, dict] = {}
+
+
+def _summary(capsys, name: str) -> dict:
+    if name not in _CACHE:
+        _CACHE[name] = _judge(capsys, name)
+    return _CACHE[name]
+
+
+def _miss(reason: str):
+    return pytest.mark.xfail(strict=True, reason=reason)
+
+
+_BURST = ("EAGLE-3: 1 of the 101 valid predictions is off by more than 15%: mt-bench k = 4 at"
+          " c = 80, 18.7% low (6.21 s against 7.63 s, interval ±12.6%, 52 requests in flight"
+          " predicted, under the 62 the runs with headroom held). That run is an 80-prompt"
+          " burst, not a steady state: n = c = 80, so every request is sent at once and"
+          " req_tp = n / duration (8.41 req/s) is set by the slowest request (9.51 s); the"
+          " fixed point at that rate describes a steady load the run never had. The other"
+          " drafters' files decline their mt-bench c = 80 k = 4 run (4B beyond the headroom,"
+          " 1.7B within 11.3%); a file fitted without the stated KV caches declines it too"
+          " (sensitive)")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param("eagle3", marks=_miss(_BURST)), "qwen3-1.7b", "qwen3-4b",
+])
+def test_no_valid_prediction_is_off_by_more_than_15_percent(capsys, name):
+    sm = _summary(capsys, name)
+    assert sm["runs"] == 119
+    assert sm["valid_off_by_more_than_15pct"] == []
+
+
+@pytest.mark.parametrize("name", list(DRAFTERS))
+def test_mape_over_the_valid_predictions_at_most_4_percent(capsys, name):
+    assert _summary(capsys, name)["mape_valid"] <= 0.04
+
+
+@pytest.mark.parametrize("name", list(DRAFTERS))
+def test_every_run_at_concurrency_32_or_less_is_valid(capsys, name):
+    sm = _summary(capsys, name)
+    assert sm["runs_at_concurrency_le_32"] == 84
+    assert sm["valid_at_concurrency_le_32"] == sm["runs_at_concurrency_le_32"]
+
+
+_SHARE = ("the 13 runs at c >= 128 are all declined (saturated, past the 0.9 ceiling or beyond"
+          " the in-flight count the runs with throughput headroom held), so 85% (102 of"
+          " 119) leaves room for 4 declines among the 22 runs at c = 64 and 80")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param("eagle3", marks=_miss(
+        "EAGLE-3: 101 of 119 valid (84.9%), one run short; " + _SHARE + ", and 5 are declined:"
+        " InstructCoder c = 64 k = 5 and mt-bench c = 80 k = 6 sensitive (interval ±15.0% and"
+        " ±15.8%), mt-bench c = 80 k = 1, 2, 5 beyond the headroom (62 requests in flight);"
+        " one more needs σ of L(B) near 5% at utilisation 0.75-0.9 or a run with headroom"
+        " past 62 in flight")),
+    pytest.param("qwen3-1.7b", marks=_miss(
+        "Qwen3-1.7B: 101 of 119 valid (84.9%), one run short; " + _SHARE + ", and 5 are"
+        " declined: InstructCoder c = 64 k = 5, 6 and mt-bench c = 80 k = 2, 5 above the"
+        " 0.9 utilisation ceiling, mt-bench c = 80 k = 6 beyond the headroom")),
+    pytest.param("qwen3-4b", marks=_miss(
+        "Qwen3-4B: 92 of 119 valid (77.3%), 10 runs short; " + _SHARE + ", and 14 are"
+        " declined: all six InstructCoder c = 64 SD runs (the throughput ceilings the runs"
+        " measured: c = 128 serves 8.1-9.5 req/s as c = 64 does at twice the latency, so"
+        " saturated; k = 1 above the ceiling), mt-bench c = 80 k = 1, 2, 3, 5 above the"
+        " ceiling and k = 4 beyond"
+        " the headroom, mt-bench c = 64 k = 5, 6 and c = 80 k = 6 sensitive (±15.4-15.8%)")),
+])
+def test_at_least_85_percent_of_the_runs_are_valid(capsys, name):
+    assert _summary(capsys, name)["valid_share"] >= 0.85
+
+
+@pytest.mark.parametrize("name", list(DRAFTERS))
+def test_the_90_percent_interval_holds_the_measured_latency(capsys, name):
+    """For >= 85% of the valid runs, and narrower than ±10% for the median one."""
+    sm = _summary(capsys, name)
+    assert sm["interval_coverage"] >= 0.85
+    assert sm["median_interval_halfwidth"] < 0.10
+
+
+def test_declined_runs_are_counted_by_reason_not_as_errors(capsys):
+    sm = _summary(capsys, "qwen3-4b")
+    assert sum(sm["declined"].values()) == sm["runs"] - sm["valid"] > 0
+    assert set(sm["declined"]) <= {"saturated", "above_utilization_ceiling", "sensitive",
+                                   "beyond_calibrated_load"}
+
+
+# ------------------------------------------------------------- what calibrate writes and says
+
+
+@pytest.fixture(scope="module")
+def points():
+    return read_inputs([SWEEP])
+
+
+def test_calibrate_reports_the_user_path_per_run(capsys):
+    """`specwatch calibrate --json` carries the same judgement per run (error, valid,
+    reasons, interval, beside the batch-path error) and per drafter."""
+    rc = main(["calibrate", str(SWEEP), "--system", "Qwen3-1.7B", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    up = next(iter(doc["systems"].values()))["user_path"]
+    sm = up["summary"]
+    assert sm["runs"] == len(up["runs"]) == 119
+    assert sm["valid"] == sum(r["valid"] for r in up["runs"])
+    for r in up["runs"]:
+        assert r["batch_path_error"] is not None
+        assert r["valid"] == (r["reasons"] == [])
+        if r["valid"]:
+            assert abs(r["error"]) <= 0.15 and r["interval"][0] <= r["interval"][1]
+
+
+# ------------------------------------------------------------- fits on a part of the load range
+
+
+def _far_path(system: str, pts: list, cap: float, fitter) -> dict:
+    fit = fitter(system, pts, FitOptions(max_concurrency=cap))
+    assert fit.coefficients is not None and fit.calibrated_range is not None
+    assert fit.uncertainty is not None
+    far = [p for p in pts if p.concurrency > cap]
+    batch = np.array([float(model.batch_latency(fit.coefficients, p.in_flight, p.draft_length,
+                                                p.acceptance_length, p.prompt_tokens,
+                                                p.generation_tokens)) for p in far])
+    return evidence.user_path(evidence.params_of(fit, 0.9), far, batch)["summary"]
+
+
+@pytest.mark.parametrize("fitter", [fit_system_saturation, fit_system],
+                         ids=["saturation", "linear"])
+@pytest.mark.parametrize("name", list(DRAFTERS))
+def test_fit_on_concurrency_32_never_vouches_for_a_bad_higher_prediction(points, name,
+                                                                          fitter):
+    """Either mode writes a calibrated range, so the runs past it are declined
+    (beyond_calibrated_load) instead of confidently wrong."""
+    _, system = DRAFTERS[name]
+    sm = _far_path(system, [p for p in points if p.system == system], 32, fitter)
+    assert sm["runs"] == 35
+    assert sm["valid_off_by_more_than_15pct"] == []
+
+
+@pytest.mark.parametrize("name", list(DRAFTERS))
+def test_fit_on_concurrency_64_never_vouches_for_a_bad_higher_prediction(points, name):
+    """The c <= 64 runs' tops are unconfirmed: at c = 64 the 4B drafter already served its
+    ceiling (9.50 req/s at c = 64, 9.45 at c = 128 with twice the latency), which no run up
+    to 64 can show. Only loads a run with throughput headroom held are vouched for, so the
+    higher runs are declined (beyond_calibrated_load), not predicted from the rising branch."""
+    _, system = DRAFTERS[name]
+    sm = _far_path(system, [p for p in points if p.system == system], 64,
+                   fit_system_saturation)
+    assert sm["runs"] == 21
+    assert sm["valid_off_by_more_than_15pct"] == []
+    assert sm["declined"].get("beyond_calibrated_load", 0) > 0
+
+
+def test_a_c64_fit_declines_the_4b_plateau_on_the_users_path(capsys, tmp_path):
+    """The user's path end to end: `calibrate --max-concurrency 64` writes the file, and
+    `predict` at the 4B drafter's c = 128 k = 2 run (9.45 req/s, measured 12.9 s, the fit's
+    fixed point 6.4 s) declines it as beyond_calibrated_load instead of a number 50% low."""
+    out = tmp_path / "c64.yaml"
+    assert main(["calibrate", str(SWEEP), "--system", "Qwen3-4B", "--max-concurrency", "64",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    cal = load_params(out).calibrated_range
+    assert cal is not None and cal.headroom_in_flight_sd is not None
+    # The c = 64 runs sit on the plateau: the headroom is that of the lower runs.
+    assert cal.headroom_in_flight_sd < 0.9 * cal.max_in_flight
+    row = next(r for r in _rows("Qwen3-4B") if r["dataset"] == "InstructCoder"
+               and r["conc"] == "128" and float(r["k"]) == 2)
+    res = _predict(capsys, out, row)
+    assert res["valid"] is False
+    assert "beyond_calibrated_load" in res["validity_reasons"]
+    assert "throughput headroom held up to" in res["reason"]

@@ -1,0 +1,105 @@
+"""Configuration: strict validation with one message naming file and key, exit code 2."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import testsecrets
+
+from specwatch.cli import main
+from specwatch.common.errors import ConfigError
+from specwatch.poll import config
+
+
+def _write(tmp_path, text: str) -> str:
+    p = tmp_path / "specwatch.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("targets:\n  - url: http://a:8000/metrics\n    colour: blue\n",
+     "targets[0].colour: unknown key"),
+    ("global:\n  poll_interval: [1]\n", "global.poll_interval: expected a number or a string"),
+    ("global:\n  count_window: fast\n", "global.count_window: expected a number, got a string"),
+    ("targets:\n  - url: http://a:8000/\n  - url: foo\n",
+     "targets[1].url: expected an http(s) URL like http://host:8000/metrics, got 'foo'"),
+    ("targets:\n  - {name: a, url: 'http://x:1/metrics'}\n  - {name: a, url: 'http://y:1/'}\n",
+     "targets[1].name: duplicate target name 'a'"),
+    ("targets:\n  - url: http://a:8000/\n    engine: tgi\n",
+     "targets[0].engine: expected one of vllm, sglang, auto, got 'tgi'"),
+    ("global:\n  windows: [1m, 2x]\n", "global.windows[1]: expected a duration"),
+    ("targets:\n  - name: a\n", "targets[0]: missing required key 'url'"),
+    ("targets:\n  - url: http://a:1/\n    auth: {type: bearer, token_env: SPECWATCH_NO_SUCH}\n",
+     "targets[0].auth.token_env: environment variable 'SPECWATCH_NO_SUCH' is not set"),
+    ("targets: [\n", "not valid YAML"),
+])
+def test_bad_config_exits_2_naming_file_and_key(tmp_path, capsys, body, message):
+    """Each kind of bad config gives one line with the file name and the key path, exit 2."""
+    path = _write(tmp_path, body)
+    assert main(["serve", "--config", path]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}" in err and message in err, err
+    assert "Traceback" not in err
+
+
+def test_duplicate_name_between_file_and_flag_is_rejected(tmp_path):
+    path = _write(tmp_path, "targets:\n  - {name: a, url: 'http://x:1/metrics'}\n")
+    with pytest.raises(ConfigError, match="duplicate target name 'a'"):
+        config.build_config(path, ["a=http://y:2/metrics"], None, None)
+
+
+def test_no_target_is_an_error():
+    with pytest.raises(ConfigError, match="no targets"):
+        config.build_config(None, [], None, None)
+
+
+def test_flags_defaults_and_secrets(tmp_path, monkeypatch):
+    """Defaults (port 10440, 5 s, 1m/5m/15m, 1000req), /metrics appended to a bare URL,
+    bearer token read from a file into a header, basic auth from an environment variable."""
+    token = tmp_path / "token"
+    token.write_text(testsecrets.GENERIC_SECRET + "\n")
+    monkeypatch.setenv("SW_PW", "pw")
+    path = _write(tmp_path, f"""
+global:
+  windows: [30s, 90s]
+targets:
+  - name: bearer
+    url: https://vllm.example:8443
+    auth: {{type: bearer, token_file: {token}}}
+  - url: http://b:8000/metrics
+    auth: {{type: basic, username: u, password_env: SW_PW}}
+""")
+    cfg = config.build_config(path, ["http://c:9000"], None, None)
+    assert cfg.listen == "0.0.0.0:10440" and cfg.poll_interval == 5.0
+    assert cfg.windows == (("30s", 30.0), ("1m30s", 90.0))
+    assert cfg.count_window == 1000
+    a, b, c = cfg.targets
+    assert a.url == "https://vllm.example:8443/metrics"
+    assert a.headers["Authorization"] == f"Bearer {testsecrets.GENERIC_SECRET}"
+    assert testsecrets.GENERIC_SECRET not in repr(a)
+    assert b.name == "b:8000" and b.basic_auth == ("u", "pw")
+    assert c.name == "c:9000" and c.url == "http://c:9000/metrics"
+    default = config.build_config(None, ["x=http://x:1/"], "127.0.0.1:0", 2.5)
+    assert default.windows == (("1m", 60.0), ("5m", 300.0), ("15m", 900.0))
+    assert default.poll_interval == 2.5 and default.listen == "127.0.0.1:0"
+
+
+def test_example_config_file_is_valid(monkeypatch):
+    """examples/specwatch.yaml, the documented complete example, loads without error."""
+    from pathlib import Path
+
+    monkeypatch.setenv("VLLM_B_PASSWORD", "example")
+    example = Path(__file__).resolve().parents[2] / "examples" / "specwatch.yaml"
+    raw = config.load_file(str(example))
+    assert raw["targets"]
+    for key in ("listen", "poll_interval", "windows", "count_window", "min_drafts_per_sample",
+                "max_body_bytes", "timeout", "min_bimodality_samples"):
+        assert key in raw["global"], f"example does not document global.{key}"
+
+
+def test_durations():
+    assert config.parse_duration("1h30m") == 5400
+    assert config.parse_duration("500ms") == 0.5
+    assert config.format_duration(5400) == "1h30m"
+    with pytest.raises(config.CheckError):
+        config.parse_duration("0s")

@@ -1,0 +1,200 @@
+"""An invalid counter invalidates only the signals that read it.
+
+A real vLLM 0.32 recording is polled in order twice through what the pipeline runs on every
+poll (parse, history, derive): once as recorded, once with every sample of one counter
+family made NaN on one page. On that page and after it, the model stays; each signal that
+does not read the family has the value it has on the unmodified sequence; a signal that
+reads it is absent at the bad poll and, later, absent or equal to the unmodified value,
+never a different (biased) value; windows that start after it are all back, exact. One case
+per family the exporter reads, histograms included (one with an unknown bucket is left out).
+SGLang (the constructed 0.5 page, grown poll by poll): NaN in the verify calls, or in one of
+the two series summed into the generation tokens, leaves out only what reads them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from specwatch.poll import derive, history, sources
+
+RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
+BAD = 20  # the page (poll index) that carries the invalid family
+CFG = derive.DeriveConfig(windows=(("10s", 10.0), ("1m", 60.0)), count_window=20,
+                          min_drafts_per_sample=5.0)
+
+S = sources
+#: Canonical counters each derived signal reads (the specification under test).
+READS: dict[str, frozenset[str]] = {
+    derive.ACCEPTANCE_RATE: frozenset({S.DRAFT_TOKENS, S.ACCEPTED_TOKENS}),
+    derive.DRAFT_LENGTH: frozenset({S.DRAFT_TOKENS, S.DRAFTS}),
+    derive.ACCEPTANCE_LENGTH: frozenset({S.DRAFT_TOKENS, S.ACCEPTED_TOKENS, S.DRAFTS}),
+    derive.TOKEN_ACCEPTANCE_PROBABILITY: frozenset({S.DRAFT_TOKENS, S.ACCEPTED_TOKENS,
+                                                    S.DRAFTS}),
+    derive.ACCEPTANCE_HETEROGENEITY: frozenset({S.DRAFTS, S.ACCEPTED_PER_POSITION}),
+    derive.ARRIVAL_RATE: frozenset({S.REQUESTS_FINISHED}),
+    derive.MEAN_LATENCY_SECONDS: frozenset({S.E2E_LATENCY_SUM, S.E2E_LATENCY_COUNT}),
+    derive.EFFECTIVE_BATCH_SIZE: frozenset({S.REQUESTS_FINISHED, S.E2E_LATENCY_SUM,
+                                            S.E2E_LATENCY_COUNT}),
+    derive.MEAN_PROMPT_TOKENS: frozenset({S.PROMPT_LEN_SUM, S.PROMPT_LEN_COUNT}),
+    derive.MEAN_GENERATION_TOKENS: frozenset({S.GENERATION_LEN_SUM, S.GENERATION_LEN_COUNT}),
+}
+#: Read through the per-poll acceptance samples: a poll whose sample reads an invalid counter
+#: (the bad one and the one after it) has none, so the coefficient is that of the samples
+#: taken, compared only where no sample is missing.
+SAMPLE_READS = frozenset({S.DRAFT_TOKENS, S.ACCEPTED_TOKENS, S.DRAFTS})
+READS[derive.BIMODALITY_COEFFICIENT] = SAMPLE_READS
+POSITION_READS = frozenset({S.DRAFTS, S.ACCEPTED_PER_POSITION})
+#: The count window's base is found from the finished requests.
+COUNT_WINDOW_READS = frozenset({S.REQUESTS_FINISHED})
+
+#: Each counter family the exporter reads on a vLLM v1 page (source sample name).
+FAMILIES = sorted(name for name in sources._VLLM_COUNTERS
+                  if name not in ("vllm:spec_decode_num_emitted_tokens_total",))
+
+
+def pages() -> list[tuple[float, str]]:
+    files = sorted(RECORDING.glob("snap_*.prom"))
+    t0 = int(files[0].stem.split("_")[1])
+    return [((int(f.stem.split("_")[1]) - t0) / 1000.0, f.read_text()) for f in files]
+
+
+def with_nan(text: str, family: str) -> str:
+    """Every sample of ``family`` on the page made NaN (the rest as recorded)."""
+    pattern = re.compile(rf"^({re.escape(family)}(?:\{{[^}}]*\}})?) \S+$", re.MULTILINE)
+    out, n = pattern.subn(r"\1 NaN", text)
+    assert n, family
+    return out
+
+
+def run(seq: list[tuple[float, str]]) -> list[dict]:
+    """The derived model of each poll: {window label: (values, positions, histograms)},
+    or None."""
+    hist = history.TargetHistory(3600.0, 2000, CFG.min_drafts_per_sample)
+    out: list[dict] = []
+    for t, text in seq:
+        page = sources.parse_page(text)
+        hist.update(page, t)
+        snaps = derive.derive_models(
+            [hist.models[m] for m in sorted(hist.present_models)], CFG, page.engine)
+        models = dict(snaps)
+        assert len(models) <= 1
+        snap = next(iter(models.values()), None)
+        out.append(None if snap is None else {
+            w.window: (dict(w.values), {k: dict(v) for k, v in w.positions.items()},
+                       dict(w.histograms))
+            for w in snap.windows})
+    return out
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nan_in_one_family_keeps_the_signals_that_do_not_read_it(family):
+    seq = pages()
+    bad_sig = sources._VLLM_COUNTERS[family]
+    bad_histogram = next((name for name, sig in derive.LATENCY_HISTOGRAMS.items()
+                          if sig == bad_sig), None)
+    if bad_sig in S.BUCKET_SIGNALS:
+        bad_sig = {S.E2E_LATENCY_BUCKET: S.E2E_LATENCY_SUM,  # a bucket: no window reads it
+                   S.TTFT_BUCKET: S.TTFT_SUM, S.ITL_BUCKET: S.TTFT_SUM}[bad_sig]
+        reads_bad = frozenset()
+    else:
+        reads_bad = frozenset({bad_sig})
+    want = run(seq)
+    bad_seq = list(seq)
+    bad_seq[BAD] = (seq[BAD][0], with_nan(seq[BAD][1], family))
+    got = run(bad_seq)
+    assert got[:BAD] == want[:BAD]
+    checked = 0
+    for i in range(BAD, len(seq)):
+        assert got[i] is not None, f"poll {i}: the model lost every series"
+        for label, (values, positions, histograms) in want[i].items():
+            if label == CFG.count_window_label and COUNT_WINDOW_READS & reads_bad \
+                    and label not in got[i]:
+                continue  # its base is not known
+            assert label in got[i], (i, label)
+            got_values, got_positions, got_histograms = got[i][label]
+            # A histogram with an unknown bucket is left out, never a partial one.
+            for name, buckets in histograms.items():
+                if name == bad_histogram and name not in got_histograms:
+                    continue
+                assert not (name == bad_histogram and i == BAD), (i, label, name)
+                assert got_histograms[name] == buckets, (i, label, name)
+            assert got_histograms.keys() <= histograms.keys()
+            for name, x in values.items():
+                if name == derive.BIMODALITY_COEFFICIENT and SAMPLE_READS & reads_bad:
+                    continue
+                reads = READS[name] & reads_bad
+                if name not in got_values:
+                    assert reads, (i, label, name, "lost though it does not read", family)
+                    continue
+                assert not (reads and i == BAD), (i, label, name, "reads the invalid counter")
+                assert close(got_values[name], x), (i, label, name, got_values[name], x)
+                checked += 1
+            for name, per in positions.items():
+                got_per = got_positions.get(name, {})
+                for p, x in per.items():
+                    if p not in got_per:
+                        assert POSITION_READS & reads_bad, (i, label, name, p)
+                        continue
+                    assert close(got_per[p], x), (i, label, name, p)
+            # Nothing appears that the unmodified sequence does not have.
+            assert got_values.keys() <= values.keys(), (i, label)
+    assert checked
+    if bad_histogram is not None:
+        assert bad_histogram in {n for label in want[BAD] for n in want[BAD][label][2]}
+    # Windows that start after the bad poll: every signal is back, as in the unmodified run
+    # (the series' next valid value is measured from its last valid one).
+    last_values = {label: values for label, (values, _p, _h) in got[-1].items()}
+    assert last_values.keys() == want[-1].keys()
+    for label, (values, _positions, _histograms) in want[-1].items():
+        assert last_values[label].keys() == values.keys(), (label, family)
+        for name, x in values.items():
+            assert close(last_values[label][name], x), (label, name, family)
+
+
+SGLANG_PAGE = Path(__file__).resolve().parents[1] / "fixtures" / "constructed" / "sglang-0.5.23-spec.prom"
+_COUNTER_LINE = re.compile(r"^(sglang:\w+(?:_total|_sum|_count|_bucket)(?:\{[^}]*\})?) (\S+)$",
+                           re.MULTILINE)
+
+
+def sglang_pages(n: int = 8) -> list[tuple[float, str]]:
+    """The constructed SGLang 0.5 page as a server whose counters grow 10% of their
+    recorded value every 5 s poll."""
+    text = SGLANG_PAGE.read_text()
+    return [(5.0 * i, _COUNTER_LINE.sub(
+        lambda m, f=1.0 + 0.1 * i: f"{m[1]} {float(m[2]) * f!r}", text)) for i in range(n)]
+
+
+@pytest.mark.parametrize(("family", "reads"), [
+    ("sglang:spec_verify_calls_total", {derive.ACCEPTANCE_LENGTH, derive.ACCEPTANCE_RATE,
+                                        derive.TOKEN_ACCEPTANCE_PROBABILITY}),
+    # One of the two is_streaming series: the model's sum is unknown, not one term short.
+    ('sglang:generation_tokens_total{engine_type="unified",is_streaming="false"',
+     {derive.ACCEPTANCE_LENGTH, derive.ACCEPTANCE_RATE, derive.TOKEN_ACCEPTANCE_PROBABILITY,
+      derive.MEAN_GENERATION_TOKENS}),
+])
+def test_sglang_nan_leaves_out_only_what_reads_it(family, reads):
+    seq = sglang_pages()
+    bad = 4
+    want = run(seq)
+    text = seq[bad][1]
+    start = text.index("\n" + family) + 1
+    end = text.index("\n", start)
+    line = text[start:end]
+    bad_seq = list(seq)
+    bad_seq[bad] = (seq[bad][0], text[:start] + line.rsplit(" ", 1)[0] + " NaN" + text[end:])
+    got = run(bad_seq)
+    for label, (values, _positions, _histograms) in want[bad].items():
+        assert reads <= values.keys()
+        got_values = got[bad][label][0]
+        assert not reads & got_values.keys(), (label, got_values)
+        assert values.keys() - reads == got_values.keys()
+        for name in got_values:
+            assert close(got_values[name], values[name]), (label, name)
