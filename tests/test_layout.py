@@ -8,6 +8,7 @@ test runs them too, so a layering break fails the default suite, not only the li
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
 from pathlib import Path
@@ -68,3 +69,78 @@ def test_no_module_is_too_long_without_a_reason() -> None:
             long.append(f"{path.relative_to(ROOT)} ({lines} lines)")
     assert long == [], ("modules over ~600 lines need a 'Size:' paragraph in their docstring "
                         f"saying why they are one module: {long}")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its ``__init__``)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, str, int]]:
+    """(imported module, imported name or "", line) for every specwatch import in a module:
+    top level, in functions and under ``if TYPE_CHECKING:`` alike."""
+    out = []
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            if base.split(".")[0] != "specwatch":
+                continue
+            for alias in node.names:
+                member = f"{base}.{alias.name}"
+                out.append((member if member in modules else base, alias.name
+                            if member not in modules else "", node.lineno))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, "", node.lineno) for a in node.names
+                    if a.name.split(".")[0] == "specwatch"]
+    return out
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """A name with a leading underscore is its module's own: a module that needs it from
+    elsewhere means it is public API in the wrong place. Covers ``from m import _x`` and
+    ``m._x`` on an imported specwatch module."""
+    modules = _modules()
+    offenders = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                for a in node.names:
+                    target = (f"{node.module}.{a.name}" if isinstance(node, ast.ImportFrom)
+                              else a.name)
+                    if target in modules and target != name:
+                        aliases[a.asname or a.name.split(".")[0]] = target
+        for imported, member, line in _imports(name, path, modules):
+            if member.startswith("_") and not member.startswith("__") and imported != name:
+                offenders.append(f"{name}:{line} imports {imported}.{member}")
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                offenders.append(f"{name}:{node.lineno} uses {aliases[node.value.id]}"
+                                 f".{node.attr}")
+    assert offenders == [], offenders
+
+
+def test_no_import_cycles_of_any_kind() -> None:
+    """No cycle between modules, counting lazy imports and annotation-only imports too (the
+    import-linter contracts ignore the latter): each module can be read knowing only the
+    modules below it."""
+    modules = _modules()
+    graph = {name: {m for m, _, _ in _imports(name, path, modules) if m in modules and m != name}
+             for name, path in modules.items()}
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as cycle:
+        pytest.fail(f"import cycle: {' -> '.join(cycle.args[1])}")
