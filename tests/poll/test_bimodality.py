@@ -15,9 +15,9 @@ from helpers import reference_derive
 
 from specwatch.poll import bimodality, derive
 from specwatch.poll.pipeline import Pipeline, PollResult
-from specwatch.sim.engine import Simulation
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.server import render_page
+from specwatch.sim.simulation import Simulation
 
 THRESHOLD = derive.BIMODALITY_THRESHOLD
 N = 180  # a 15-minute window of 5 s polls

@@ -15,9 +15,9 @@ import pytest
 from specwatch.poll import derive
 from specwatch.poll.pipeline import Pipeline, PollResult
 from specwatch.poll.snapshot import WindowSignals
-from specwatch.sim.engine import Simulation
 from specwatch.sim.scenario import Scenario, load_scenario
 from specwatch.sim.server import render_page
+from specwatch.sim.simulation import Simulation
 
 POLL = 10.0
 T0 = 1_800_000_000.0

@@ -15,12 +15,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch import model
 from specwatch.model.closed_form import Coefficients, ExpertCoefficients, MoECoefficients
-from specwatch.sim.engine import Simulation
+from specwatch.sim.distributions import AcceptanceDist, LengthDist
 from specwatch.sim.scenario import (
-    AcceptanceDist,
-    LengthDist,
     ModelSpec,
     Phase,
     RateProfile,
@@ -28,6 +27,7 @@ from specwatch.sim.scenario import (
     Scenario,
 )
 from specwatch.sim.server import render_page
+from specwatch.sim.simulation import Simulation
 
 K = 3
 ALPHA = 0.7

@@ -16,11 +16,10 @@ from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as om_families,
 )
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch.model.closed_form import Coefficients
-from specwatch.sim.engine import Simulation
+from specwatch.sim.distributions import AcceptanceDist, LengthDist
 from specwatch.sim.scenario import (
-    AcceptanceDist,
-    LengthDist,
     ModelSpec,
     Phase,
     RateProfile,
@@ -28,6 +27,7 @@ from specwatch.sim.scenario import (
     load_scenario,
 )
 from specwatch.sim.server import render_page
+from specwatch.sim.simulation import Simulation
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CONSTRUCTED = FIXTURES / "constructed" / "vllm-0.33-spec-decode.prom"

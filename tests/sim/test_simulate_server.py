@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.scrape import parse_exposition
+
 from specwatch.sim.scenario import Restart, load_scenario
 from specwatch.sim.server import SimulatorServer
 

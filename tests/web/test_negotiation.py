@@ -11,9 +11,9 @@ import pytest
 
 from specwatch.app.serve import ServeApp
 from specwatch.poll import config
-from specwatch.sim.engine import Simulation
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.server import render_page
+from specwatch.sim.simulation import Simulation
 from specwatch.web.negotiate import accepts_gzip, by_preference
 from specwatch.web.server import Response, WebServer
 

@@ -1,76 +1,21 @@
-"""Discrete-event simulation of vLLM's continuous batching with speculative decoding.
+"""One simulated vLLM engine core: continuous batching with speculative decoding.
 
-The simulated system's ground truth is the latency model's six coefficients (README "Latency
-model"; a_p, b_p prefill, a_v, b_v verify, a_d, b_d one draft token; optional context slope
-and MoE split). This module turns them into engine costs such that, with no noise and no
-non-linear term, the long-run mean latency of the simulation is what the model's closed form
-L = C1 / (1 − λ·C2) predicts, up to effects the model deliberately ignores (listed below).
+`Engine` is a discrete-event loop over arrivals (a non-homogeneous Poisson process by
+thinning), prefill completions and verify-step completions, whose handlers share the
+engine's state: the waiting queue, the prefills in flight, the decode batch and the KV-cache
+blocks. Costs come from `specwatch.sim.costs.StepCosts`; counters and histograms go to
+`specwatch.sim.stats.EngineStats`, following vLLM's definitions (one draft per request and
+step, k draft tokens, accepted tokens without the bonus token, per-position counts).
 
-Step-cost mapping
------------------
-The model prices a request as ``L = a_p + b_p·B + (g/E)·[(a_v + k·a_d) + B·(b_v + k·b_d)]``
-with B = λ·L requests in flight. The simulator realises each term physically:
+Each request draws α from its phase's distribution at arrival; a verify cycle accepts a
+prefix of its k drafts (position i with probability α if positions 0..i−1 were) and commits
+accepted + 1 tokens, truncated to what the request still needs. Requests join the batch
+and are admitted only at step boundaries, as vLLM's scheduler runs once per step.
 
-* **Verify cycles.** Requests in decode advance together in engine steps. A step with n
-  requests admitted to the batch (decoding and prefilling, i.e. ``num_requests_running``)
-  lasts ``(a_v + k·a_d) + (n − 1)·(b_v + k·b_d)``: a_v + k·a_d is the batch-of-one cost (one
-  verify pass plus k drafter steps, as measured at batch 1) and each *other* request in the
-  batch adds its marginal b_v + k·b_d. A tagged request takes about g/E such steps and sees,
-  on average, the B other requests the model counts. (Charging n instead of n − 1 would
-  count the request against itself: the model's zero-load latency would then be wrong by
-  (g/E)·(b_v + k·b_d).) With the context slope, each other request adds
-  ``b_v_context·(its prompt + generated tokens)``, whose mean over a request's life is the
-  model's ``b_v_context·(p + g/2)``.
-* **Prefill, and how it delays others.** In a continuous batch a newly admitted prompt is
-  computed alongside the running decodes (chunked prefill), so it slows the requests already
-  in flight. The model's ``b_p·B`` term has two equivalent readings in the mean: my prefill
-  costs b_p per request in flight, or each of the B requests that arrive during my lifetime
-  (λ·L = B of them, Poisson arrivals) delays me by b_p with its prefill. The simulator uses
-  the second, physical reading: admitting a request stalls every request already admitted
-  (the current decode step and other prefills) by b_p, and the new request itself waits a_p
-  for its first token (its zero-load time to first token). Charging the whole prefill a_p
-  to every running request instead would make the marginal prefill cost a_p, not b_p: a
-  system the six-coefficient form cannot represent with these coefficients.
-* **MoE.** With an MoE block, the verify and prefill costs add their expert part times
-  φ(T) = 1 − (1 − m/M)^T, T = n·(k + 1) tokens routed through the verifier in the step (n
-  without SD), the model's φ with T = B·(k + 1).
-* **Compute-bound steps (saturation regime).** With ``c_v``/``knee_v`` (and ``c_d``/
-  ``knee_d``) set, a step whose other requests put more than knee_v tokens through the
-  verifier (``(n − 1)·(k + 1)``; n − 1 without SD) costs ``c_v`` per token past the knee,
-  and each of the k drafter steps ``c_d`` per request past knee_d: the model's roofline
-  terms with B = n − 1 others. SD reaches the knee at a (k + 1)-times smaller batch, so its
-  speedup collapses past break-even (``make demo``), as on real hardware.
-* **Perturbations (off by default).** ``step_noise_cv`` multiplies each step and prefill
-  by an independent mean-one lognormal factor; ``nonlinear_s`` adds
-  ``nonlinear_s·(n − 1)²`` seconds per step (attention and memory traffic that grow faster
-  than linearly), so the linear model becomes an approximation, not an identity.
-
-What the model ignores and the simulator keeps (the sources of the small residual error):
-requests join the batch and are admitted only at step boundaries (as vLLM's scheduler runs
-once per step); the first token comes from the prefill, so decode needs g − 1 tokens; the
-last verify cycle of a request is truncated (its extra accepted tokens are counted by the
-SD counters but not emitted, as in vLLM); the batch and KV-cache limits (past them requests
-queue in ``num_requests_waiting`` and latency explodes, as in vLLM, while the model only
-sees λ·C2 → 1).
-
-Acceptance
-----------
-Each request draws α from its phase's distribution at arrival. Every verify cycle drafts k
-tokens; position i is accepted with probability α if positions 0..i−1 were (acceptance is a
-prefix); the cycle commits accepted + 1 tokens (the bonus token), truncated to what the
-request still needs. Counters follow vLLM's definitions exactly: one draft per (request,
-step), k draft tokens, accepted tokens without the bonus, per-position counts.
-
-Time
-----
-Everything here runs in simulated seconds. `time_scale` multiplies every duration put into
-the histograms: `specwatch simulate --speed X` uses 1/X, so that the page describes a
-consistent server X times faster than the scenario (Little's law and the model still hold
-on the page with every coefficient divided by X).
-
-Size: one discrete-event loop (arrivals, scheduling, prefill, drafting, verification,
-restarts) whose handlers share the engine's state; split across modules they would each
-need all of it.
+Everything runs in simulated seconds; `time_scale` multiplies every duration put into the
+histograms (`specwatch simulate --speed X` uses 1/X). The mapping from the model's
+coefficients to these mechanisms, and what the model ignores, are in docs/simulator.md
+("The simulated system"). May import the sim's costs, scenario and stats modules.
 """
 
 from __future__ import annotations
@@ -79,93 +24,20 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
-from specwatch.sim.scenario import AcceptanceDist, ModelSpec, Restart, Scenario
+from specwatch.sim.costs import StepCosts
+from specwatch.sim.distributions import AcceptanceDist
+from specwatch.sim.scenario import ModelSpec
 from specwatch.sim.stats import EngineStats
 
-__all__ = ["Engine", "Simulation", "StepCosts"]
+__all__ = ["Engine"]
 
 _INF = float("inf")
 _POOL = 64  # arrivals' lengths and α are drawn in blocks of this many (per phase)
 _VECTOR_MIN = 6  # below this many, observing value by value is cheaper than with arrays
 _VECTOR_BATCH = 48  # from this batch size on, a step runs as numpy array operations
-
-
-# --------------------------------------------------------------------------- costs
-
-
-class StepCosts:
-    """The coefficient → engine-cost mapping described in the module docstring.
-
-    `coef` is a `specwatch.model.Coefficients` or `MoECoefficients` (duck-typed: dense
-    coefficients a_p, b_p, a_v, b_v, a_d, b_d, b_v_context; MoE adds dense, expert,
-    experts, active_experts).
-    """
-
-    def __init__(self, coef: Any, k: int, nonlinear_s: float = 0.0) -> None:
-        moe = hasattr(coef, "expert")
-        dense = coef.dense if moe else coef
-        self.k = k
-        self.c0 = dense.a_v + k * dense.a_d
-        self.c1 = dense.b_v + k * dense.b_d
-        self.ctx = float(getattr(dense, "b_v_context", 0.0))
-        self.a_p = dense.a_p
-        self.b_p = dense.b_p
-        self.nonlinear = nonlinear_s
-        # Saturation regime (model.md): compute-bound cost past the verifier's and the
-        # drafter's knee, in tokens per step; zero for the linear model and MoE.
-        self.c_v = float(getattr(dense, "c_v", 0.0))
-        self.knee_v = float(getattr(dense, "knee_v", 0.0))
-        self.c_d = float(getattr(dense, "c_d", 0.0))
-        self.knee_d = float(getattr(dense, "knee_d", 0.0))
-        self.moe = moe
-        if moe:
-            self.s_c0 = coef.expert.a_v
-            self.s_c1 = coef.expert.b_v
-            self.s_a_p = coef.expert.a_p
-            self.s_b_p = coef.expert.b_p
-            self._log_keep = (
-                math.log(1.0 - coef.active_experts / coef.experts)
-                if coef.active_experts < coef.experts
-                else -_INF
-            )
-
-    def phi(self, n: int) -> float:
-        """Share of experts the step's n·(k+1) routed tokens touch (0 for dense models)."""
-        if not self.moe or n <= 0:
-            return 0.0
-        if self._log_keep == -_INF:
-            return 1.0
-        return -math.expm1(n * (self.k + 1) * self._log_keep)
-
-    def step(self, n: int, total_context: float) -> float:
-        """Duration of one verify step with n requests in the batch (n >= 1)."""
-        others = n - 1
-        cost = self.c0 + others * self.c1
-        if self.ctx:
-            cost += self.ctx * total_context * others / n
-        if self.moe:
-            cost += self.phi(n) * (self.s_c0 + others * self.s_c1)
-        if self.nonlinear:
-            cost += self.nonlinear * others * others
-        if self.c_v:
-            cost += self.c_v * max(0.0, others * (self.k + 1) - self.knee_v)
-        if self.c_d:
-            cost += self.k * self.c_d * max(0.0, others - self.knee_d)
-        return cost
-
-    def prefill(self, n: int) -> float:
-        """The admitted request's own prefill time (to its first token); n includes it."""
-        return self.a_p + (self.phi(n) * self.s_a_p if self.moe else 0.0)
-
-    def stall(self, n: int) -> float:
-        """How long admitting one prefill delays every request already in the batch."""
-        return self.b_p + (self.phi(n) * self.s_b_p if self.moe else 0.0)
 
 
 # --------------------------------------------------------------------------- requests
@@ -257,7 +129,7 @@ class Engine:
         self._noise_sigma = math.sqrt(math.log1p(spec.step_noise_cv**2))
         self._enter_phase(start)
         self.next_arrival = self._next_arrival(start)
-        #: Ground-truth latency records (issue 16): when the simulation keeps them, each
+        #: Ground-truth latency records: when the simulation keeps them, each
         #: finished request appends (finish time, e2e, TTFT) in page seconds (simulated
         #: seconds x time scale; finish time in simulated seconds).
         self.records: deque[tuple[float, float, float]] | None = None
@@ -692,177 +564,3 @@ class Engine:
                 self._finish_prefill()
             else:
                 self._arrive()
-
-
-# --------------------------------------------------------------------------- whole server
-
-
-@dataclass
-class _Slot:
-    model_index: int
-    engine: int
-    generation: int
-    engine_obj: Engine
-
-
-class Simulation:
-    """Every engine of every model of a scenario, with scripted restarts.
-
-    `wall_time(sim_t)` maps simulated time to the Unix time used for ``_created`` samples;
-    the HTTP driver passes its own, tests can leave the default (start now, speed 1).
-    """
-
-    def __init__(self, scenario: Scenario, *, seed: int | None = None, time_scale: float = 1.0,
-                 wall_time: Callable[[float], float] | None = None,
-                 record_latencies: int = 0) -> None:
-        """``record_latencies``: keep the last N finished requests' (finish time, e2e,
-        TTFT) in :attr:`records` (the ground truth of measured-speedup tests; 0: none)."""
-        import time
-
-        for i, m in enumerate(scenario.models):
-            if m.coefficients is None:
-                raise ValueError(f"models[{i}] ({m.model_name}): coefficients not loaded")
-        self.scenario = scenario
-        self.specs = list(scenario.models)  # current configuration (restarts may change k)
-        self.seed = scenario.seed if seed is None else seed
-        self.time_scale = time_scale
-        start_wall = time.time()
-        self.wall_time = wall_time or (lambda t: start_wall + t)
-        self.now = 0.0
-        self.down_until = -1.0
-        self.up_since = 0.0
-        self.restarts_done = 0
-        self._requested: list[Restart] = []
-        self.records: deque[tuple[float, float, float]] | None = (
-            deque(maxlen=record_latencies) if record_latencies > 0 else None)
-        self.costs = [StepCosts(m.coefficients, m.num_speculative_tokens, m.nonlinear_s)
-                      for m in scenario.models]
-        self.slots: list[_Slot] = []
-        for mi, m in enumerate(scenario.models):
-            for e in range(m.engines):
-                self.slots.append(_Slot(mi, e, 0, self._new_engine(mi, e, 0, 0.0)))
-
-    def _new_engine(self, mi: int, e: int, generation: int, start: float) -> Engine:
-        spec = self.specs[mi]
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed, mi, e, generation]))
-        created = self.wall_time(start)
-        stats = EngineStats(spec.model_name, e, spec.num_speculative_tokens,
-                            spec.max_model_len, created)
-        engine = Engine(spec, e, self.costs[mi], rng, stats, start, self.scenario.loop,
-                        self.time_scale, mix_seed=(self.seed, mi))
-        engine.records = getattr(self, "records", None)
-        return engine
-
-    @property
-    def up(self) -> bool:
-        """Whether the server answers (false during a whole-server restart's downtime)."""
-        return self.now >= self.down_until
-
-    def request_restart(self, restart: Restart) -> None:
-        """Restart at the current simulated time (its `at_s` is ignored), e.g. with another
-        `num_speculative_tokens`, as a deployer does to switch SD off or change k."""
-        self._requested.append(restart)
-
-    def advance_to(self, t: float) -> None:
-        """Advance every engine to simulated time t, applying restarts on the way."""
-        for r in self._requested:
-            self._restart(r, self.now)
-        self._requested = []
-        restarts = self.scenario.restarts
-        while self.restarts_done < len(restarts) and restarts[self.restarts_done].at_s <= t:
-            r = restarts[self.restarts_done]
-            self.restarts_done += 1
-            self._restart(r, r.at_s)
-        self._advance_engines(t)
-
-    def _restart(self, r: Restart, at: float) -> None:
-        self._advance_engines(at)
-        back = at + r.downtime_s
-        targeted = {mi for mi, spec in enumerate(self.specs)
-                    if r.model_name is None or spec.model_name == r.model_name}
-        if r.num_speculative_tokens is not None:
-            for mi in targeted:
-                spec = replace(self.specs[mi], num_speculative_tokens=r.num_speculative_tokens)
-                self.specs[mi] = spec
-                self.costs[mi] = StepCosts(spec.coefficients, spec.num_speculative_tokens,
-                                           spec.nonlinear_s)
-        whole = r.model_name is None and r.engine is None
-        for slot in self.slots:
-            if not whole and slot.model_index not in targeted:
-                continue
-            if r.engine is not None and slot.engine != r.engine:
-                continue
-            slot.generation += 1
-            slot.engine_obj = self._new_engine(slot.model_index, slot.engine,
-                                               slot.generation, back)
-        if whole:
-            self.down_until = back
-            self.up_since = back
-
-    def _advance_engines(self, t: float) -> None:
-        for slot in self.slots:
-            slot.engine_obj.advance_to(t)
-        self.now = max(self.now, t)
-
-    def engine_stats(self) -> list[EngineStats]:
-        """Stats of engines that exist now (a restarting server has none until it is back),
-        gauges refreshed to the current instant."""
-        out = []
-        for slot in self.slots:
-            eng = slot.engine_obj
-            if self.now >= eng.now:
-                eng.refresh_gauges()
-                out.append(eng.stats)
-        return out
-
-    def cache_config(self) -> list[dict[str, str]]:
-        """``vllm:cache_config_info`` labels per engine (vLLM 0.32's CacheConfig fields)."""
-        out = []
-        for slot in self.slots:
-            spec = self.specs[slot.model_index]
-            blocks = spec.kv_cache_tokens // spec.block_size
-            out.append(_cache_config_labels(spec, slot.engine, blocks))
-        return out
-
-
-def _cache_config_labels(spec: ModelSpec, engine: int, blocks: int) -> dict[str, str]:
-    tokens = blocks * spec.block_size
-    return {
-        "_block_size_resolved": "True",
-        "block_size": str(spec.block_size),
-        "cache_dtype": "auto",
-        "cache_hit_alignment_tokens": "None",
-        "effective_attention_block_size": str(spec.block_size),
-        "enable_mamba_shared_prefix_checkpoint": "False",
-        "enable_prefix_caching": "True",
-        "engine": str(engine),
-        "gpu_memory_utilization": "0.9",
-        "hash_block_size": "None",
-        "is_attention_free": "False",
-        "kv_cache_dtype_skip_layers": "[]",
-        "kv_cache_layout": "None",
-        "kv_cache_max_concurrency": str(round(tokens / spec.max_model_len, 2)),
-        "kv_cache_memory_bytes": "None",
-        "kv_cache_size_tokens": str(tokens),
-        "kv_offloading_backend": "native",
-        "kv_offloading_size": "None",
-        "kv_sharing_fast_prefill": "False",
-        "mamba_block_size": "None",
-        "mamba_cache_dtype": "auto",
-        "mamba_cache_mode": "none",
-        "mamba_page_size_padded": "None",
-        "mamba_ssm_cache_dtype": "auto",
-        "num_cpu_blocks": "None",
-        "num_gpu_blocks": str(blocks),
-        "num_gpu_blocks_override": "None",
-        "prefix_cache_retention_interval": "0",
-        "prefix_caching_hash_algo": "sha256",
-        "prefix_match_unit": "None",
-        "replayssm_buffer_len": "16",
-        "skip_page_size_padded": "None",
-        "sliding_window": "None",
-        "swa_bounded_replay": "True",
-        "use_kda_recoverssm": "False",
-        "use_replayssm": "False",
-        "user_specified_block_size": "False",
-    }

@@ -40,8 +40,8 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.common.errors import ConfigError
-from specwatch.sim.engine import Simulation
 from specwatch.sim.scenario import Restart, Scenario, load_scenario
+from specwatch.sim.simulation import Simulation
 from specwatch.sim.stats import vllm_families
 from specwatch.web.negotiate import by_preference
 from specwatch.web.server import Request, Response, WebServer, only_get, parse_listen

@@ -249,67 +249,101 @@ def vllm_families(engines: Sequence[EngineStats], cache_config: Sequence[dict[st
     Engines with k = 0 (SD off) contribute no speculative-decoding series, and when no engine
     has SD the four families are absent, as in vLLM without ``--speculative-config``.
     """
-    spec = [st for st in engines if st.k > 0]
-    if spec:
-        for name, doc, attr in _SPEC_COUNTERS:
-            fam = _counter(name, doc, _EM)
-            for st in spec:
-                fam.add_metric([st.engine, st.model_name], getattr(st, attr), created=st.created)
-            yield fam
-        fam = _counter("vllm:spec_decode_num_accepted_tokens_per_pos",
-                       "Accepted tokens per draft position.", (*_EM, "position"))
-        for st in spec:
-            for pos, value in enumerate(st.accepted_per_pos):
-                fam.add_metric([st.engine, st.model_name, str(pos)], value, created=st.created)
+    yield from _spec_decode_families([st for st in engines if st.k > 0])
+    yield from _scheduler_gauges(engines)
+    yield from _cache_and_token_counters(engines)
+    yield from _request_families(engines)
+    for name, doc, attr in _HISTOGRAMS:
+        yield _histogram_family(name, doc, engines, attr)
+    if cache_config:
+        labels = sorted(cache_config[0])
+        fam = GaugeMetricFamily("vllm:cache_config_info",
+                                "Information of the LLMEngine CacheConfig", labels=labels)
+        for info in cache_config:
+            fam.add_metric([info[name] for name in labels], 1.0)
+        yield fam
+    # prometheus-fastapi-instrumentator (API server): one series per handler/method/status seen
+    total = sum(st.http_2xx for st in engines)
+    if total and http_created is not None:
+        fam = _counter("http_requests", "Total number of requests by method, status and handler.",
+                       ("handler", "method", "status"))
+        fam.add_metric([COMPLETIONS_HANDLER, "POST", "2xx"], total, created=http_created)
         yield fam
 
-    def gauge(name: str, doc: str, values: Iterable[tuple[list[str], float]],
-              extra: Sequence[str] = ()) -> GaugeMetricFamily:
-        fam = GaugeMetricFamily(name, doc, labels=[*_EM, *extra])
-        for labels, value in values:
-            fam.add_metric(labels, value)
-        return fam
 
-    yield gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                (([st.engine, st.model_name], st.running) for st in engines))
-    yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                (([st.engine, st.model_name], st.waiting) for st in engines))
-    yield gauge("vllm:num_requests_waiting_by_reason", _WAITING_BY_REASON_HELP,
-                (([st.engine, st.model_name, r], st.waiting if r == "capacity" else 0)
-                 for st in engines for r in WAITING_REASONS), ("reason",))
-    yield gauge("vllm:engine_sleep_state", _SLEEP_HELP,
-                (([st.engine, st.model_name, s], 1 if s == "awake" else 0)
-                 for st in engines for s in SLEEP_STATES), ("sleep_state",))
-    yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                (([st.engine, st.model_name], st.kv_cache_usage) for st in engines))
-
-    def simple_counter(name: str, doc: str, attr: str | None) -> CounterMetricFamily:
+def _spec_decode_families(spec: Sequence[EngineStats]) -> Iterator[Metric]:
+    """The speculative-decoding counters of the engines running SD (none: no families)."""
+    if not spec:
+        return
+    for name, doc, attr in _SPEC_COUNTERS:
         fam = _counter(name, doc, _EM)
-        for st in engines:
-            fam.add_metric([st.engine, st.model_name], getattr(st, attr) if attr else 0,
-                           created=st.created)
-        return fam
+        for st in spec:
+            fam.add_metric([st.engine, st.model_name], getattr(st, attr), created=st.created)
+        yield fam
+    fam = _counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                   "Accepted tokens per draft position.", (*_EM, "position"))
+    for st in spec:
+        for pos, value in enumerate(st.accepted_per_pos):
+            fam.add_metric([st.engine, st.model_name, str(pos)], value, created=st.created)
+    yield fam
 
-    yield simple_counter("vllm:prefix_cache_queries",
-                         "Prefix cache queries, in terms of number of queried tokens.",
-                         "prefix_cache_queries")
-    yield simple_counter("vllm:prefix_cache_hits",
-                         "Prefix cache hits, in terms of number of cached tokens.",
-                         "prefix_cache_hits")
-    yield simple_counter("vllm:external_prefix_cache_queries",
-                         "External prefix cache queries from KV connector cross-instance cache "
-                         "sharing, in terms of number of queried tokens.", None)
-    yield simple_counter("vllm:external_prefix_cache_hits",
-                         "External prefix cache hits from KV connector cross-instance cache "
-                         "sharing, in terms of number of cached tokens.", None)
-    yield simple_counter("vllm:mm_cache_queries",
-                         "Multi-modal cache queries, in terms of number of queried items.", None)
-    yield simple_counter("vllm:mm_cache_hits",
-                         "Multi-modal cache hits, in terms of number of cached items.", None)
-    yield simple_counter("vllm:num_preemptions",
-                         "Cumulative number of preemption from the engine.", "num_preemptions")
-    yield simple_counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
-                         "prompt_tokens")
+
+def _gauge(name: str, doc: str, values: Iterable[tuple[list[str], float]],
+           extra: Sequence[str] = ()) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily(name, doc, labels=[*_EM, *extra])
+    for labels, value in values:
+        fam.add_metric(labels, value)
+    return fam
+
+
+def _scheduler_gauges(engines: Sequence[EngineStats]) -> Iterator[Metric]:
+    """The scheduler's gauges: running, waiting (by reason), sleep state, KV-cache usage."""
+    yield _gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+                 (([st.engine, st.model_name], st.running) for st in engines))
+    yield _gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                 (([st.engine, st.model_name], st.waiting) for st in engines))
+    yield _gauge("vllm:num_requests_waiting_by_reason", _WAITING_BY_REASON_HELP,
+                 (([st.engine, st.model_name, r], st.waiting if r == "capacity" else 0)
+                  for st in engines for r in WAITING_REASONS), ("reason",))
+    yield _gauge("vllm:engine_sleep_state", _SLEEP_HELP,
+                 (([st.engine, st.model_name, s], 1 if s == "awake" else 0)
+                  for st in engines for s in SLEEP_STATES), ("sleep_state",))
+    yield _gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                 (([st.engine, st.model_name], st.kv_cache_usage) for st in engines))
+
+
+def _simple_counter(engines: Sequence[EngineStats], name: str, doc: str,
+                    attr: str | None) -> CounterMetricFamily:
+    """One counter per engine from `attr` of its stats (None: always 0)."""
+    fam = _counter(name, doc, _EM)
+    for st in engines:
+        fam.add_metric([st.engine, st.model_name], getattr(st, attr) if attr else 0,
+                       created=st.created)
+    return fam
+
+
+def _cache_and_token_counters(engines: Sequence[EngineStats]) -> Iterator[Metric]:
+    """Prefix and multi-modal cache counters, preemptions, prompt and generation tokens."""
+    yield _simple_counter(engines, "vllm:prefix_cache_queries",
+                          "Prefix cache queries, in terms of number of queried tokens.",
+                          "prefix_cache_queries")
+    yield _simple_counter(engines, "vllm:prefix_cache_hits",
+                          "Prefix cache hits, in terms of number of cached tokens.",
+                          "prefix_cache_hits")
+    yield _simple_counter(engines, "vllm:external_prefix_cache_queries",
+                          "External prefix cache queries from KV connector cross-instance cache "
+                          "sharing, in terms of number of queried tokens.", None)
+    yield _simple_counter(engines, "vllm:external_prefix_cache_hits",
+                          "External prefix cache hits from KV connector cross-instance cache "
+                          "sharing, in terms of number of cached tokens.", None)
+    yield _simple_counter(engines, "vllm:mm_cache_queries",
+                          "Multi-modal cache queries, in terms of number of queried items.", None)
+    yield _simple_counter(engines, "vllm:mm_cache_hits",
+                          "Multi-modal cache hits, in terms of number of cached items.", None)
+    yield _simple_counter(engines, "vllm:num_preemptions",
+                          "Cumulative number of preemption from the engine.", "num_preemptions")
+    yield _simple_counter(engines, "vllm:prompt_tokens", "Number of prefill tokens processed.",
+                          "prompt_tokens")
     fam = _counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
                    (*_EM, "source"))
     for st in engines:
@@ -318,9 +352,9 @@ def vllm_families(engines: Sequence[EngineStats], cache_config: Sequence[dict[st
         for src in PROMPT_SOURCES:
             fam.add_metric([st.engine, st.model_name, src], split[src], created=st.created)
     yield fam
-    yield simple_counter("vllm:prompt_tokens_cached",
-                         "Number of cached prompt tokens (local + external).",
-                         "prompt_tokens_cached")
+    yield _simple_counter(engines, "vllm:prompt_tokens_cached",
+                          "Number of cached prompt tokens (local + external).",
+                          "prompt_tokens_cached")
     fam = _counter("vllm:prompt_tokens_cached_by_source", _CACHED_BY_SOURCE_HELP,
                    (*_EM, "source"))
     for st in engines:
@@ -328,8 +362,12 @@ def vllm_families(engines: Sequence[EngineStats], cache_config: Sequence[dict[st
             value = st.prompt_tokens_cached if src == "device" else 0
             fam.add_metric([st.engine, st.model_name, src], value, created=st.created)
     yield fam
-    yield simple_counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                         "generation_tokens")
+    yield _simple_counter(engines, "vllm:generation_tokens",
+                          "Number of generation tokens processed.", "generation_tokens")
+
+
+def _request_families(engines: Sequence[EngineStats]) -> Iterator[Metric]:
+    """Finished requests by reason (per engine) and admission rejections (per model)."""
     fam = _counter("vllm:request_success", "Count of successfully processed requests.",
                    ("engine", "finished_reason", "model_name"))
     for st in engines:
@@ -349,19 +387,3 @@ def vllm_families(engines: Sequence[EngineStats], cache_config: Sequence[dict[st
         for reason in ADMISSION_REASONS:
             fam.add_metric([st.model_name, reason], 0, created=st.created)
     yield fam
-    for name, doc, attr in _HISTOGRAMS:
-        yield _histogram_family(name, doc, engines, attr)
-    if cache_config:
-        labels = sorted(cache_config[0])
-        fam = GaugeMetricFamily("vllm:cache_config_info",
-                                "Information of the LLMEngine CacheConfig", labels=labels)
-        for info in cache_config:
-            fam.add_metric([info[name] for name in labels], 1.0)
-        yield fam
-    # prometheus-fastapi-instrumentator (API server): one series per handler/method/status seen
-    total = sum(st.http_2xx for st in engines)
-    if total and http_created is not None:
-        fam = _counter("http_requests", "Total number of requests by method, status and handler.",
-                       ("handler", "method", "status"))
-        fam.add_metric([COMPLETIONS_HANDLER, "POST", "2xx"], total, created=http_created)
-        yield fam
