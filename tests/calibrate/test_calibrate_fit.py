@@ -7,14 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from specwatch import model
-from specwatch.calibrate.fit import (
-    FitOptions,
-    design_matrix,
-    fit_system,
-    variance_inflation,
-)
+from specwatch.calibrate.fit import FitOptions, fit_system
 from specwatch.calibrate.inputs import Point, read_inputs
+from specwatch.calibrate.leastsq import design_matrix, variance_inflation
 
 SWEEP = (
     Path(__file__).resolve().parents[1]

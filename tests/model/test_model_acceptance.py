@@ -11,9 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from specwatch import model
-from specwatch.calibrate.fit import FitOptions, r_squared
+from specwatch.calibrate.fit import FitOptions
 from specwatch.calibrate.inputs import read_inputs
+from specwatch.calibrate.leastsq import r_squared
 from specwatch.calibrate.load_range import fit_system_saturation
 from specwatch.calibrate.saturation import predicted_latency
 from specwatch.model.validity import range_reasons

@@ -27,18 +27,27 @@ from specwatch.calibrate import evidence
 from specwatch.calibrate import fit as linear
 from specwatch.calibrate import saturation as sat
 from specwatch.calibrate.inputs import Point
+from specwatch.calibrate.leastsq import (
+    k_key,
+    mean_absolute_percentage_error,
+    r_squared,
+    variance_inflation,
+    workload_labels,
+)
+from specwatch.calibrate.results import Excluded, SystemFit
+from specwatch.calibrate.summaries import acceptance_profile, summarize_six
 
 __all__ = ["fit_system_saturation", "plot_load_range"]
 
 
 #: The calibration's one MAPE (NaN predictions, i.e. points called saturated, count as 100%).
-_mape = linear.mean_absolute_percentage_error
+_mape = mean_absolute_percentage_error
 
 
 def _usable(points: Sequence[Point], options: linear.FitOptions
-            ) -> tuple[list[Point], list[linear.Excluded]]:
+            ) -> tuple[list[Point], list[Excluded]]:
     used: list[Point] = []
-    excluded: list[linear.Excluded] = []
+    excluded: list[Excluded] = []
     for p in points:
         why = None
         if p.generation_tokens is None:
@@ -54,7 +63,7 @@ def _usable(points: Sequence[Point], options: linear.FitOptions
         if why is None:
             used.append(p)
         else:
-            excluded.append(linear.Excluded(p, why))
+            excluded.append(Excluded(p, why))
     return used, excluded
 
 
@@ -64,7 +73,7 @@ def _measured(points: Sequence[Point]) -> np.ndarray:
 
 def fit_system_saturation(
     system: str, points: Sequence[Point], options: linear.FitOptions | None = None
-) -> linear.SystemFit:
+) -> SystemFit:
     """Fit the saturation form on every usable point; the linear path when it cannot."""
     options = options or linear.FitOptions()
     used, excluded = _usable(points, options)
@@ -82,7 +91,7 @@ def fit_system_saturation(
                           coef.knee_d if coef.c_d else math.inf, coef.capacity(p, g, k))
     live = [i for i in range(x.shape[1]) if np.any(x[:, i] != 0)]
     vif = np.full(x.shape[1], np.inf)
-    vif[live] = linear.variance_inflation(x[:, live])
+    vif[live] = variance_inflation(x[:, live])
     vif_map = {n: float(v) for n, v in zip(sat.SATURATION_COEFFICIENTS, vif, strict=True)}
     not_identifiable = [n for n, v in vif_map.items() if not v <= options.vif_limit]
     base = [n for n in not_identifiable if n not in ("c_v", "c_d")]
@@ -90,22 +99,22 @@ def fit_system_saturation(
         # The linear part itself is not separable: the linear path says why and falls back
         # to per-configuration (C1, C2) instead of writing coefficients the data cannot carry.
         return linear.fit_system(system, points, options)
-    fit = linear.SystemFit(
+    fit = SystemFit(
         system=system,
         mode="saturation",
         points=used,
         excluded=excluded,
         predicted=predicted,
         utilization=util,
-        r2=linear.r_squared(measured, predicted),
+        r2=r_squared(measured, predicted),
         mape=_mape(measured, predicted),
         coefficients=coef,
         vif=vif_map,
         not_identifiable=not_identifiable,
     )
     _leave_one_k_out(fit)
-    linear._summaries_six(fit)  # zero-load speedup, break-even per k, measured speedups
-    fit.acceptance_profile = linear._profile(used)
+    summarize_six(fit)  # zero-load speedup, break-even per k, measured speedups
+    fit.acceptance_profile = acceptance_profile(used)
     fit.calibrated_range = evidence.calibrated_range(coef, used)
     fit.uncertainty = evidence.residual_spread(coef, used, predicted)
     fit.user_path = evidence.user_path(evidence.params_of(fit, options.max_utilization),
@@ -114,12 +123,12 @@ def fit_system_saturation(
     return fit
 
 
-def _leave_one_k_out(fit: linear.SystemFit) -> None:
-    keys = sorted({linear.k_key(p) for p in fit.points})
+def _leave_one_k_out(fit: SystemFit) -> None:
+    keys = sorted({k_key(p) for p in fit.points})
     errors: list[float] = []
     for key in keys:
-        train = [p for p in fit.points if linear.k_key(p) != key]
-        test = [p for p in fit.points if linear.k_key(p) == key]
+        train = [p for p in fit.points if k_key(p) != key]
+        test = [p for p in fit.points if k_key(p) == key]
         if len(train) < len(sat.SATURATION_COEFFICIENTS) or not any(p.sd for p in train):
             continue
         coef = sat.fit_saturation(train).coefficients
@@ -132,7 +141,7 @@ def _leave_one_k_out(fit: linear.SystemFit) -> None:
         fit.leave_one_k_out_note = "needs at least two draft lengths"
 
 
-def _per_concurrency(fit: linear.SystemFit) -> list[dict[str, Any]]:
+def _per_concurrency(fit: SystemFit) -> list[dict[str, Any]]:
     rel = fit.predicted / _measured(fit.points) - 1.0
     by_c: dict[float, list[float]] = defaultdict(list)
     for p, r in zip(fit.points, rel, strict=True):
@@ -145,7 +154,7 @@ def _per_concurrency(fit: linear.SystemFit) -> list[dict[str, Any]]:
     ]
 
 
-def _leave_one_concurrency_out(fit: linear.SystemFit) -> list[dict[str, Any]]:
+def _leave_one_concurrency_out(fit: SystemFit) -> list[dict[str, Any]]:
     out = []
     for c in sorted({p.concurrency for p in fit.points if p.concurrency is not None}):
         train = [p for p in fit.points if p.concurrency != c]
@@ -158,10 +167,10 @@ def _leave_one_concurrency_out(fit: linear.SystemFit) -> list[dict[str, Any]]:
     return out
 
 
-def _breakevens(fit: linear.SystemFit) -> list[dict[str, Any]]:
+def _breakevens(fit: SystemFit) -> list[dict[str, Any]]:
     coef = fit.coefficients
     assert coef is not None
-    groups = sat.group_by_workload(fit.points, linear.workload_labels(fit.points))
+    groups = sat.group_by_workload(fit.points, workload_labels(fit.points))
     cells = [(w, k, by_k[k], by_k.get(0.0, [])) for w, by_k in sorted(groups.items())
              for k in sorted(x for x in by_k if x > 0)]
     if not cells:
@@ -190,12 +199,12 @@ def _breakevens(fit: linear.SystemFit) -> list[dict[str, Any]]:
     return out
 
 
-def _best_k(fit: linear.SystemFit) -> list[dict[str, Any]]:
+def _best_k(fit: SystemFit) -> list[dict[str, Any]]:
     """Measured vs predicted best SD draft length at each concurrency and workload: at equal
     concurrency (closed loop) the lower latency is also the higher throughput."""
     coef = fit.coefficients
     assert coef is not None
-    labels = linear.workload_labels(fit.points)
+    labels = workload_labels(fit.points)
     cells: dict[tuple[str, float], list[Point]] = defaultdict(list)
     for q, w in zip(fit.points, labels, strict=True):
         if q.sd and q.concurrency is not None:
@@ -211,7 +220,7 @@ def _best_k(fit: linear.SystemFit) -> list[dict[str, Any]]:
     return out
 
 
-def _report(fit: linear.SystemFit, found: sat.SaturationFit) -> dict[str, Any]:
+def _report(fit: SystemFit, found: sat.SaturationFit) -> dict[str, Any]:
     coef = fit.coefficients
     assert coef is not None
     hi = [i for i, p in enumerate(fit.points) if (p.concurrency or 0) >= 80]
@@ -237,7 +246,7 @@ def _report(fit: linear.SystemFit, found: sat.SaturationFit) -> dict[str, Any]:
     }
 
 
-def plot_load_range(fit: linear.SystemFit, path: Any) -> None:
+def plot_load_range(fit: SystemFit, path: Any) -> None:
     """Measured (dots) vs predicted (lines) latency against arrival rate, every k and no SD,
     whole range: the predicted curve is λ(B) = B/L(B) against L(B), both branches of it."""
     import matplotlib
@@ -247,7 +256,7 @@ def plot_load_range(fit: linear.SystemFit, path: Any) -> None:
 
     coef = fit.coefficients
     assert coef is not None
-    groups = sat.group_by_workload(fit.points, linear.workload_labels(fit.points))
+    groups = sat.group_by_workload(fit.points, workload_labels(fit.points))
     fig, axes = plt.subplots(1, len(groups), figsize=(6.5 * len(groups), 5), squeeze=False)
     cmap = plt.get_cmap("viridis")
     for ax, (workload, by_k) in zip(axes[0], sorted(groups.items()), strict=True):

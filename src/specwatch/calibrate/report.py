@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from specwatch import __version__, model
-from specwatch.calibrate.fit import COEFFICIENTS, SystemFit, k_key, workload_labels
+from specwatch.calibrate.leastsq import COEFFICIENTS, k_key, workload_labels
+from specwatch.calibrate.results import SystemFit
 from specwatch.calibrate.saturation import stated_capacity
 from specwatch.model.params import Params, params_from_mapping
 
