@@ -8,12 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from specwatch.calibrate.inputs import (
-    BenchOptions,
-    detect_format,
-    read_inputs,
-    read_text,
-)
+
+from specwatch.calibrate.inputfiles import detect_format, read_text
+from specwatch.calibrate.inputs import BenchOptions, read_inputs
 from specwatch.cli import main
 from specwatch.common.errors import ConfigError
 

@@ -1,29 +1,33 @@
 """Readers for `specwatch calibrate`: turn benchmark files into measurement points.
 
 Every reader returns :class:`Point` objects, one per steady measurement (a benchmark run, a CSV
-row, a Prometheus window), so the fitting code never sees a file format. Formats are detected
-by CONTENT, not by extension, because operators rename files freely (`run-3.txt`, `out.log`).
+row, a Prometheus window), so the fitting code never sees a file format. The file-level
+parsing (text, format by content, number fields) is `calibrate.inputfiles`; every reader
+applies `validate_point`, so each format is held to the same checks in the same words.
 
 Bad input never becomes a silent gap in the fit: every reader raises
 :class:`specwatch.common.errors.ConfigError` naming the file, the row and what was expected.
-
-Size: one module for every input format (vllm bench JSON, CSV, the common point
-validation) because each reader must apply the same checks in the same words; split by
-format, the rules would drift apart.
+May import `specwatch.common` and `calibrate.inputfiles`.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specwatch.calibrate.inputfiles import (
+    CSV_REQUIRED,
+    detect_format,
+    json_documents,
+    need,
+    number,
+    read_text,
+)
 from specwatch.common.errors import ConfigError
 
 #: Name given to the system of inputs that do not say which system they measured.
@@ -33,30 +37,6 @@ DEFAULT_SYSTEM = "default"
 #: two decimals, and the runtime counts the bonus token of a truncated final step.
 _ACCEPTANCE_SLACK = 1e-6
 
-#: Columns of the plain CSV format (documented in the README).
-CSV_REQUIRED = ("arrival_rate", "latency_s", "draft_length")
-CSV_OPTIONAL = (
-    "system",
-    "acceptance_length",
-    "prompt_tokens",
-    "generation_tokens",
-    "concurrency",
-    "dataset",
-    "ttft_s",
-)
-
-#: Columns that identify the public Qwen3-32B sweep layout (tests/fixtures/sd-validation/).
-SWEEP_REQUIRED = (
-    "req_tp",
-    "e2e_latency_s_est",
-    "k",
-    "acc_len",
-    "mean_prompt_tok",
-    "mean_out_tok",
-    "method",
-    "draft",
-    "conc",
-)
 
 #: Methods of the sweep layout that mean "SD off".
 _SWEEP_NO_SD = {"nosd", "none", "no_sd", "baseline", ""}
@@ -111,40 +91,7 @@ class BenchOptions:
 
 
 # --------------------------------------------------------------------------------------------
-# validation helpers
-
-
-#: Largest magnitude of any input number: far above any real latency (s or ms), rate or token
-#: count, far below what overflows when the fit squares and sums values.
-MAX_MAGNITUDE = 1e12
-
-
-def _number(raw: Any, where: str, name: str, *, required: bool) -> float | None:
-    """Parse one numeric field; empty means absent. Rejects NaN and infinities by name."""
-    if raw is None or (isinstance(raw, str) and raw.strip() == ""):
-        if required:
-            raise ConfigError(f"{where}: {name} is empty (expected a number)")
-        return None
-    if isinstance(raw, bool):
-        raise ConfigError(f"{where}: {name} must be a number, got {raw!r}")
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: {name} must be a number, got {raw!r}") from None
-    if not math.isfinite(value):
-        raise ConfigError(f"{where}: {name} must be finite, got {raw!r}")
-    if abs(value) > MAX_MAGNITUDE:
-        # 1e308 is finite, but the fit squares and sums such values into infinities.
-        raise ConfigError(f"{where}: {name} {value:g} is out of range (at most "
-                          f"{MAX_MAGNITUDE:g} in magnitude)")
-    return value
-
-
-def _need(raw: Any, where: str, name: str) -> float:
-    """A required number (see `_number`)."""
-    value = _number(raw, where, name, required=True)
-    assert value is not None
-    return value
+# validation
 
 
 def validate_point(point: Point) -> Point:
@@ -190,56 +137,6 @@ def validate_point(point: Point) -> Point:
 
 
 # --------------------------------------------------------------------------------------------
-# format detection
-
-
-def read_text(path: Path) -> str:
-    """Read a file as UTF-8 text; binary garbage becomes a ConfigError, not a traceback."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if b"\x00" in data:
-        raise ConfigError(f"{path}: binary data; expected a vllm bench serve JSON or a CSV file")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte {exc.start}); expected JSON or CSV"
-        ) from None
-
-
-def detect_format(path: Path, text: str) -> str:
-    """Return "bench-json", "csv" or "sweep-csv" from the content of a file."""
-    stripped = text.lstrip()
-    if not stripped:
-        raise ConfigError(f"{path}: empty file; expected a vllm bench serve JSON or a CSV file")
-    if stripped[0] in "{[":
-        return "bench-json"
-    header = _csv_header(text)
-    names = {h.strip() for h in header}
-    if set(CSV_REQUIRED) <= names:
-        return "csv"
-    if set(SWEEP_REQUIRED) <= names:
-        return "sweep-csv"
-    shown = ", ".join(h for h in header[:8] if h) or "nothing"
-    raise ConfigError(
-        f"{path}: neither a vllm bench serve result (JSON) nor a calibration CSV: the first line"
-        f" has {shown}; a CSV needs the columns {', '.join(CSV_REQUIRED)}"
-        f" (optional: {', '.join(CSV_OPTIONAL)})"
-    )
-
-
-def _csv_header(text: str) -> list[str]:
-    first = next(csv.reader(io.StringIO(text)), [])
-    return [c.strip() for c in first]
-
-
-# --------------------------------------------------------------------------------------------
 # plain CSV
 
 
@@ -263,9 +160,9 @@ def read_csv(path: Path, text: str, default_system: str | None) -> list[Point]:
             raise ConfigError(f"{where}: more cells than header columns")
         if all((v or "").strip() == "" for v in row.values()):
             continue
-        k = _number(row.get("draft_length"), where, "draft_length", required=True)
+        k = number(row.get("draft_length"), where, "draft_length", required=True)
         assert k is not None
-        e = _number(row.get("acceptance_length"), where, "acceptance_length", required=False)
+        e = number(row.get("acceptance_length"), where, "acceptance_length", required=False)
         if k == 0 and e is None:
             e = 1.0
         system_cell = (row.get("system") or "").strip()
@@ -276,13 +173,13 @@ def read_csv(path: Path, text: str, default_system: str | None) -> list[Point]:
             latency_s=_req(row, where, "latency_s"),
             draft_length=k,
             acceptance_length=e,
-            prompt_tokens=_number(row.get("prompt_tokens"), where, "prompt_tokens", required=False),
-            generation_tokens=_number(
+            prompt_tokens=number(row.get("prompt_tokens"), where, "prompt_tokens", required=False),
+            generation_tokens=number(
                 row.get("generation_tokens"), where, "generation_tokens", required=False
             ),
-            concurrency=_number(row.get("concurrency"), where, "concurrency", required=False),
+            concurrency=number(row.get("concurrency"), where, "concurrency", required=False),
             dataset=(row.get("dataset") or "").strip() or None,
-            ttft_s=_number(row.get("ttft_s"), where, "ttft_s", required=False),
+            ttft_s=number(row.get("ttft_s"), where, "ttft_s", required=False),
         )
         raw_points.append((validate_point(point), bool(system_cell)))
     if not raw_points:
@@ -298,7 +195,7 @@ def read_csv(path: Path, text: str, default_system: str | None) -> list[Point]:
 
 
 def _req(row: Mapping[str, str], where: str, name: str) -> float:
-    value = _number(row.get(name), where, name, required=True)
+    value = number(row.get(name), where, name, required=True)
     assert value is not None
     return value
 
@@ -332,10 +229,10 @@ def read_sweep_csv(path: Path, text: str, default_system: str | None) -> list[Po
             raise ConfigError(f"{where}: method {method!r} is SD but k = {k:g}; expected k >= 1")
         if not sd and k != 0:
             raise ConfigError(f"{where}: method {method!r} is no-SD but k = {k:g}; expected 0")
-        n = _number(row.get("n"), where, "n", required=False)
-        dur = _number(row.get("dur"), where, "dur", required=False)
+        n = number(row.get("n"), where, "n", required=False)
+        dur = number(row.get("dur"), where, "dur", required=False)
         rate = n / dur if n is not None and dur else _req(row, where, "req_tp")
-        ttft_ms = _number(row.get("ttft"), where, "ttft", required=False)
+        ttft_ms = number(row.get("ttft"), where, "ttft", required=False)
         target = (row.get("target") or "").strip()
         draft = (row.get("draft") or "").strip()
         short_target = target.rsplit("/", 1)[-1] if target else ""
@@ -376,7 +273,7 @@ def _sweep_profile(raw: str | None, where: str, k: float) -> tuple[float, ...] |
         return None
     values = []
     for cell in raw.split(";"):
-        value = _number(cell, where, "per_pos", required=True)
+        value = number(cell, where, "per_pos", required=True)
         assert value is not None
         values.append(value / 100.0)
     return _check_profile(tuple(values), where, k)
@@ -399,37 +296,6 @@ def _check_profile(values: tuple[float, ...], where: str, k: float) -> tuple[flo
 # vllm bench serve --save-result JSON
 
 
-def _json_documents(path: Path, text: str) -> list[tuple[str, Any]]:
-    """Parse one JSON document, a list of runs, or `--append-result` output (one per line)."""
-    try:
-        doc = json.loads(text)
-    except RecursionError:
-        raise ConfigError(f"{path}: JSON nested too deeply to be a benchmark result") from None
-    except json.JSONDecodeError as first_error:
-        docs: list[tuple[str, Any]] = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                docs.append((f"{path} line {number}", json.loads(line)))
-            except RecursionError:
-                raise ConfigError(f"{path} line {number}: JSON nested too deeply to be a "
-                                  f"benchmark result") from None
-            except json.JSONDecodeError as exc:
-                if number == 1 and not docs:
-                    raise ConfigError(
-                        f"{path}: invalid JSON at line {first_error.lineno} column"
-                        f" {first_error.colno}: {first_error.msg}"
-                    ) from None
-                raise ConfigError(
-                    f"{path} line {number}: invalid JSON at column {exc.colno}: {exc.msg}"
-                ) from None
-        return docs
-    if isinstance(doc, list):
-        return [(f"{path} entry {i}", d) for i, d in enumerate(doc, start=1)]
-    return [(str(path), doc)]
-
-
 def read_bench_json(
     path: Path, text: str, default_system: str | None, options: BenchOptions | None = None
 ) -> list[Point]:
@@ -442,7 +308,7 @@ def read_bench_json(
     exposes SD metrics. `--metadata draft_length=K`, `system=NAME`, `dataset=NAME` are read too.
     """
     options = options or BenchOptions()
-    docs = _json_documents(path, text)
+    docs = json_documents(path, text)
     if not docs:
         raise ConfigError(f"{path}: empty JSON; expected vllm bench serve results")
     return [
@@ -463,23 +329,23 @@ def _bench_point(where: str, doc: Any, default_system: str | None, options: Benc
             f"{where}: not a vllm bench serve result: missing {', '.join(missing)}"
             " (save it with `vllm bench serve --save-result`)"
         )
-    completed = _number(doc["completed"], where, "completed", required=True)
+    completed = number(doc["completed"], where, "completed", required=True)
     assert completed is not None
     if completed <= 0:
         raise ConfigError(f"{where}: completed = {completed:g}; a run without finished requests")
-    rate = _number(doc["request_throughput"], where, "request_throughput", required=True)
+    rate = number(doc["request_throughput"], where, "request_throughput", required=True)
     assert rate is not None
     latency_s = _bench_latency(where, doc)
-    p = _number(doc["total_input_tokens"], where, "total_input_tokens", required=True)
-    g = _number(doc["total_output_tokens"], where, "total_output_tokens", required=True)
+    p = number(doc["total_input_tokens"], where, "total_input_tokens", required=True)
+    g = number(doc["total_output_tokens"], where, "total_output_tokens", required=True)
     assert p is not None and g is not None
     k, e, notes = _bench_sd(where, doc, options)
     profile = None
     positions = doc.get("spec_decode_per_position_acceptance_rates")
     if k > 0 and isinstance(positions, list) and positions:
         name = "spec_decode_per_position_acceptance_rates[]"
-        profile = _check_profile(tuple(_need(v, where, name) for v in positions), where, k)
-    ttft_ms = _number(doc.get("mean_ttft_ms"), where, "mean_ttft_ms", required=False)
+        profile = _check_profile(tuple(need(v, where, name) for v in positions), where, k)
+    ttft_ms = number(doc.get("mean_ttft_ms"), where, "mean_ttft_ms", required=False)
     system = str(doc.get("system") or "").strip() or default_system or DEFAULT_SYSTEM
     return Point(
         source=where,
@@ -490,7 +356,7 @@ def _bench_point(where: str, doc: Any, default_system: str | None, options: Benc
         acceptance_length=e,
         prompt_tokens=p / completed,
         generation_tokens=g / completed,
-        concurrency=_number(doc.get("max_concurrency"), where, "max_concurrency", required=False),
+        concurrency=number(doc.get("max_concurrency"), where, "max_concurrency", required=False),
         dataset=str(doc.get("dataset") or doc.get("dataset_name") or "").strip() or None,
         ttft_s=ttft_ms / 1000.0 if ttft_ms is not None else None,
         per_position=profile,
@@ -501,7 +367,7 @@ def _bench_point(where: str, doc: Any, default_system: str | None, options: Benc
 def _bench_latency(where: str, doc: Mapping[str, Any]) -> float:
     """Mean end-to-end latency in seconds: mean_e2el_ms, else the mean of successful latencies."""
     if doc.get("mean_e2el_ms") is not None:
-        value = _number(doc["mean_e2el_ms"], where, "mean_e2el_ms", required=True)
+        value = number(doc["mean_e2el_ms"], where, "mean_e2el_ms", required=True)
         assert value is not None
         return value / 1000.0
     latencies = doc.get("latencies")
@@ -510,7 +376,7 @@ def _bench_latency(where: str, doc: Mapping[str, Any]) -> float:
             f"{where}: no end-to-end latency: neither mean_e2el_ms (add e2el to"
             " `--percentile-metrics`) nor per-request `latencies`"
         )
-    values = [_number(v, where, "latencies[]", required=True) for v in latencies]
+    values = [number(v, where, "latencies[]", required=True) for v in latencies]
     errors = doc.get("errors")
     if isinstance(errors, list) and len(errors) == len(values):
         # --save-detailed: keep exactly the successful requests.
@@ -536,13 +402,13 @@ def _bench_sd(
     if isinstance(positions, list) and positions:
         file_k = len(positions)
     elif doc.get("spec_decode_num_drafts") and doc.get("spec_decode_draft_tokens") is not None:
-        drafts = _need(doc["spec_decode_num_drafts"], where, "spec_decode_num_drafts")
-        tokens = _need(doc["spec_decode_draft_tokens"], where, "spec_decode_draft_tokens")
+        drafts = need(doc["spec_decode_num_drafts"], where, "spec_decode_num_drafts")
+        tokens = need(doc["spec_decode_draft_tokens"], where, "spec_decode_draft_tokens")
         file_k = round(tokens / drafts) if drafts > 0 else None
     meta_k: int | None = None
     for key in BENCH_META_DRAFT_LENGTH:
         if doc.get(key) not in (None, ""):
-            value = _number(doc[key], where, f"metadata {key}", required=True)
+            value = number(doc[key], where, f"metadata {key}", required=True)
             assert value is not None
             if value < 0 or value != int(value):
                 raise ConfigError(f"{where}: metadata {key} must be an integer >= 0, got {value:g}")
@@ -578,7 +444,7 @@ def _bench_sd(
         return 0, 1.0, notes
     e = None
     if has_sd_fields:
-        e = _need(doc["spec_decode_acceptance_length"], where, "spec_decode_acceptance_length")
+        e = need(doc["spec_decode_acceptance_length"], where, "spec_decode_acceptance_length")
     return k, e, notes
 
 
