@@ -304,34 +304,10 @@ def fit_saturation(points: Sequence[Point]) -> SaturationFit:
     known_sd = stated.kv_cache_tokens_sd if has_sd else None
     caps_sd = (_capacity_candidates(b[sd], hold[sd], levels[sd], len(points), floor_sd)
                if has_sd and known_sd is None else [])
-    # (knee_v, knee_d, SD capacity) -> relative RMS; math.inf = no capacity.
-    grid: dict[tuple[float, float, float], tuple[np.ndarray, float]] = {}  # (sol, rms)
-    for kv in KNEES_V:
-        for kd in knees_d:
-            for cap in (math.inf, *caps_sd, *([known_sd] if known_sd else [])):
-                grid[(kv, kd, cap)] = _solve(arrays, kv, kd, _per_point(sd, hold, cap, seqs))
-
-    def best_of(keys: Sequence[tuple[float, float, float]]
-                ) -> tuple[float, tuple[float, float, float]]:
-        found: tuple[float, tuple[float, float, float]] | None = None
-        for key in keys:  # grid order: a later key must be strictly better (ties: first)
-            rms = grid[key][1]
-            if found is None or rms < found[0] * (1 - 1e-9):
-                found = (rms, key)
-        assert found is not None
-        return found
-
-    rms_all, key_all = best_of(list(grid))
-    rms_none, key_none = best_of([key for key in grid if math.isinf(key[2])])
-    by_cap: dict[float, float] = {}  # the best RMS over the knees at each SD capacity
-    for key, (_, r) in grid.items():
-        by_cap[key[2]] = min(r, by_cap.get(key[2], math.inf))
-    if known_sd:  # a fact: the best knees at it, no decision
-        rms_known, (kv, kd, cap_sd) = best_of([key for key in grid if key[2] == known_sd])
-        cap_sd_fit = _stated_fit(known_sd, rms_known, rms_none, b[sd], hold[sd], seqs)
-    else:
-        cap_sd_fit, (kv, kd, cap_sd) = _decide_capacity(
-            rms_all, key_all, rms_none, key_none, by_cap, caps_sd, hold[sd], b[sd])
+    caps = (math.inf, *caps_sd, *([known_sd] if known_sd else []))
+    grid = _knee_grid(arrays, knees_d, caps, sd, hold, seqs)
+    cap_sd_fit, (kv, kd, cap_sd), by_cap = _choose_knees(grid, known_sd, caps_sd, b[sd],
+                                                         hold[sd], seqs)
     sol, rms = grid[(kv, kd, cap_sd)]
     # Knee ranges at the chosen capacity: the knee pairs within the tolerance of the best.
     per_knee = {(kv_, kd_): r for (kv_, kd_, c), (_, r) in grid.items() if c == cap_sd}
@@ -340,12 +316,84 @@ def fit_saturation(points: Sequence[Point]) -> SaturationFit:
                                          math.inf, True, floor_sd, seqs)
         cap_sd_fit = _with_value(cap_sd_fit, cap_sd, rms, b[sd], hold[sd], by_cap, fine,
                                  floor_sd)
-    # The no-SD capacity at the chosen knees and SD capacity.
+    cap_nosd, cap_nosd_fit, sol, rms = _nosd_capacity(
+        arrays, (kv, kd, cap_sd), sd, b, hold, levels, stated.kv_cache_tokens, floor_nosd,
+        seqs, (sol, rms))
+    best_knee_rms = min(per_knee.values())
+    good = [key for key, r in per_knee.items() if r <= best_knee_rms * KNEE_TOLERANCE]
+    cap_sd_fit = dataclasses.replace(cap_sd_fit, floor_tokens=floor_sd)
+    cap_nosd_fit = dataclasses.replace(cap_nosd_fit, floor_tokens=floor_nosd)
+    return SaturationFit(
+        coefficients=_coefficients(sol, kv, kd, cap_sd if math.isfinite(cap_sd) else None,
+                                   cap_nosd if math.isfinite(cap_nosd) else None,
+                                   seqs if math.isfinite(seqs) else None),
+        rms=rms,
+        knee_range_v=(min(x[0] for x in good), max(x[0] for x in good)),
+        knee_range_d=(min(x[1] for x in good), max(x[1] for x in good)),
+        profile=per_knee,
+        capacity_sd=cap_sd_fit if has_sd else None,
+        capacity_nosd=cap_nosd_fit,
+    )
+
+
+_Key = tuple[float, float, float]  # (knee_v, knee_d, SD capacity); math.inf = no capacity
+_Grid = dict[_Key, tuple[np.ndarray, float]]  # key -> (solution, relative RMS)
+
+
+def _knee_grid(arrays: tuple[np.ndarray, ...], knees_d: Sequence[float], caps: Sequence[float],
+               sd: np.ndarray, hold: np.ndarray, seqs: float) -> _Grid:
+    """NNLS at every (knee_v, knee_d, SD capacity) of the grid."""
+    grid: _Grid = {}
+    for kv in KNEES_V:
+        for kd in knees_d:
+            for cap in caps:
+                grid[(kv, kd, cap)] = _solve(arrays, kv, kd, _per_point(sd, hold, cap, seqs))
+    return grid
+
+
+def _best_of(grid: _Grid, keys: Sequence[_Key]) -> tuple[float, _Key]:
+    """(RMS, key) of the best of `keys`, in grid order: a later key must be strictly better
+    (ties: the first)."""
+    found: tuple[float, _Key] | None = None
+    for key in keys:
+        rms = grid[key][1]
+        if found is None or rms < found[0] * (1 - 1e-9):
+            found = (rms, key)
+    assert found is not None
+    return found
+
+
+def _choose_knees(grid: _Grid, known_sd: float | None, caps_sd: Sequence[float],
+                  b_sd: np.ndarray, hold_sd: np.ndarray, seqs: float
+                  ) -> tuple[CapacityFit, _Key, dict[float, float]]:
+    """The knees and the SD capacity: at a stated capacity (a fact) the best knees there,
+    no decision; otherwise the capacity only when the data show it (`_decide_capacity`).
+    Also the best RMS over the knees at each SD capacity."""
+    rms_all, key_all = _best_of(grid, list(grid))
+    rms_none, key_none = _best_of(grid, [key for key in grid if math.isinf(key[2])])
+    by_cap: dict[float, float] = {}
+    for key, (_, r) in grid.items():
+        by_cap[key[2]] = min(r, by_cap.get(key[2], math.inf))
+    if known_sd:
+        rms_known, chosen = _best_of(grid, [key for key in grid if key[2] == known_sd])
+        cap_sd_fit = _stated_fit(known_sd, rms_known, rms_none, b_sd, hold_sd, seqs)
+    else:
+        cap_sd_fit, chosen = _decide_capacity(
+            rms_all, key_all, rms_none, key_none, by_cap, caps_sd, hold_sd, b_sd)
+    return cap_sd_fit, chosen, by_cap
+
+
+def _nosd_capacity(arrays: tuple[np.ndarray, ...], chosen: _Key, sd: np.ndarray, b: np.ndarray,
+                   hold: np.ndarray, levels: np.ndarray, known_nosd: float | None,
+                   floor_nosd: float, seqs: float, current: tuple[np.ndarray, float]
+                   ) -> tuple[float, CapacityFit, np.ndarray, float]:
+    """The no-SD capacity at the chosen knees and SD capacity: stated, or decided from the
+    RMS profile over the candidates and refined. Returns (capacity, its fit, solution, RMS)."""
+    kv, kd, cap_sd = chosen
+    sol, rms = current
     nosd = ~sd
-    known_nosd = stated.kv_cache_tokens
     caps_nosd = ([] if known_nosd else
-                 _capacity_candidates(b[nosd], hold[nosd], levels[nosd], len(points),
-                                      floor_nosd))
+                 _capacity_candidates(b[nosd], hold[nosd], levels[nosd], len(b), floor_nosd))
     prof_nosd = {math.inf: rms}
     for cap in (*caps_nosd, *([known_nosd] if known_nosd else [])):
         sol_c, prof_nosd[cap] = _solve(
@@ -364,21 +412,7 @@ def fit_saturation(points: Sequence[Point]) -> SaturationFit:
                                            cap_nosd, False, floor_nosd, seqs)
         cap_nosd_fit = _with_value(cap_nosd_fit, cap_nosd, rms, b[nosd], hold[nosd],
                                    prof_nosd, fine, floor_nosd)
-    best_knee_rms = min(per_knee.values())
-    good = [key for key, r in per_knee.items() if r <= best_knee_rms * KNEE_TOLERANCE]
-    cap_sd_fit = dataclasses.replace(cap_sd_fit, floor_tokens=floor_sd)
-    cap_nosd_fit = dataclasses.replace(cap_nosd_fit, floor_tokens=floor_nosd)
-    return SaturationFit(
-        coefficients=_coefficients(sol, kv, kd, cap_sd if math.isfinite(cap_sd) else None,
-                                   cap_nosd if math.isfinite(cap_nosd) else None,
-                                   seqs if math.isfinite(seqs) else None),
-        rms=rms,
-        knee_range_v=(min(x[0] for x in good), max(x[0] for x in good)),
-        knee_range_d=(min(x[1] for x in good), max(x[1] for x in good)),
-        profile=per_knee,
-        capacity_sd=cap_sd_fit if has_sd else None,
-        capacity_nosd=cap_nosd_fit,
-    )
+    return cap_nosd, cap_nosd_fit, sol, rms
 
 
 def _top(b: np.ndarray) -> float:
