@@ -1,14 +1,14 @@
-"""Calibrating one system over its whole load range with the saturation regime (issue 14).
+"""Calibrating one system over its whole load range with the saturation regime.
 
 `fit_system_saturation` is the default of `specwatch calibrate` (`--model saturation`): it
-fits the eight coefficients, two knees and (where the data show them) the KV-cache capacities
-of `calibrate.saturation` on every usable point,
-then measures what the acceptance targets are stated in (model.md, "Measured figures"):
-per-concurrency error, leave-one-k-out and leave-one-concurrency-out error, measured vs
-predicted break-even per draft length and workload, measured vs predicted best k at each
-concurrency, and the calibrated range the parameters file records for validity.
+fits the eight coefficients, two knees and (where the data show them) the KV-cache
+capacities of `calibrate.saturation` on every usable point, then measures what the
+acceptance targets are stated in (model.md, "Measured figures"): per-concurrency error,
+leave-one-k-out and leave-one-concurrency-out error, measured vs predicted break-even per
+draft length and workload, measured vs predicted best k at each concurrency, and the
+calibrated range the parameters file records for validity.
 
-Kept apart from `fit.py` (the linear six-coefficient path, still `--model linear`) because
+Kept apart from `fit.py` (the linear six-coefficient path, `--model linear`) because
 it judges the fit with L(B) at the measured batch, not with the open-loop fixed point: past
 the throughput peak a closed-loop run has no open-loop counterpart.
 """

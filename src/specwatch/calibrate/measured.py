@@ -1,36 +1,19 @@
-"""Calibration points the exporter measured: A/B pairs and switch records (issue 16).
+"""Calibration points the exporter measured: A/B pairs and switch records.
 
-Why: a deployment measures its own latency at several loads and configurations without a
-benchmark sweep. Two exporter features record such measurements, and both become (λ, L)
-points of the system (the model name):
+A deployment measures its own latency at several loads and configurations without a
+benchmark sweep; both exporter features become (λ, L) points of the system (the model
+name), read from Prometheus history over ``--start..--end`` at ``--step`` (query_range),
+selected by ``--selector``:
 
-* **Pairs** (``pairs:`` in the serve config): per pair, arrival-rate bin and side, the
-  side's finished requests per second (λ), mean e2e latency (L), mean prompt and generation
-  lengths and, on an SD side, draft and acceptance length (a side without drafts is a no-SD
-  point, k = 0).
-* **Switch records** (the controller): around every SD switch, the decision window before
-  and the first complete one after, each with the same figures (``sd_switch_window_*``),
-  and the switch time (``sd_switch_timestamp_seconds``).
+* **Pairs**: one point per *visit* of a pair's arrival-rate bin and side, the first run of
+  samples of one presence of the series with one integral draft length and one workload,
+  at its sample with the most finished requests; what follows in the same presence is a
+  mixture and gives none.
+* **Switch records** (the controller): two points (before and after) the first time a
+  switch time appears; the same record seen at later steps is not counted again.
 
-Both are read from Prometheus history over ``--start..--end`` at ``--step`` (query_range),
-selected by ``--selector`` (exporter labels, e.g. ``pair="canary"``):
-
-* A bin of a pair describes the bin's recent windows (``pair_options.retention``), so its
-  series lasts as long as the load visits the bin and for the retention after. One
-  *visit* is the first run of samples of a presence of the series with one draft length
-  (integral: a fractional one mixes two configurations) and one workload (mean prompt and
-  generation lengths within 5% of the run's first sample); the visit's point is its sample
-  with the most finished requests (the bin at its fullest); a run of fewer than three
-  samples (a bin that was a mixture from its first visible sample) gives none. What
-  follows in the same presence is the bin after windows of other loads or workloads joined
-  it (a load change passes through the bins between two levels): a mixture, not a point.
-  Only the point's own bin matters: λ and L of a visit are its side's, so a pair gives
-  points at every load it visited, and the calibration needs k, workload and load to vary
-  (docs/calibration.md). A bin visited again
-  after its retention gives another point, so a walk through the loads once per
-  configuration and workload gives one point per (configuration, workload, load).
-* A switch record gives two points (before and after) the first time its switch time
-  appears; the same record seen at later steps is not counted again.
+The rules (what a visit is, why, and how to size a pair's history for a fit) are in
+docs/calibration.md, "Calibrating from what the exporter measured".
 """
 
 from __future__ import annotations
@@ -144,7 +127,7 @@ def visits(fields: dict[str, dict[float, float]], step: float) -> list[list[floa
         k = _integral_k(fields.get("draft_length", {}).get(t))
         now = {"k": k, "p": fields.get("prompt_tokens", {}).get(t),
                "g": fields.get("generation_tokens", {}).get(t)}
-        if k is None:  # a mix of two draft lengths (an exporter older than the reset)
+        if k is None:  # a mix of two draft lengths: not one configuration
             same = False
         elif not run:
             run, first = [t], now
