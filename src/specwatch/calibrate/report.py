@@ -14,7 +14,7 @@ import datetime as _dt
 import math
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -406,36 +406,32 @@ def _summary_table(fit: SystemFit, written: Mapping[str, str]) -> Any:
 
 
 def _draft_length_table(fit: SystemFit) -> Any:
-    from rich.table import Table
-
-    t = Table(title="per draft length")
-    for col in ("k", "E", "zero-load speedup", "break-even λ* (req/s)", "kind"):
-        t.add_column(col, justify="right")
-    for d in fit.draft_lengths:
-        t.add_row(
-            k_label(d.k),
-            f"{d.acceptance_length:.2f}",
-            f"{d.zero_load_speedup:.3f}",
-            rate_text(d.breakeven_arrival_rate),
-            d.breakeven_kind,
-        )
-    return t
+    return _right_aligned_table(
+        "per draft length",
+        ("k", "E", "zero-load speedup", "break-even λ* (req/s)", "kind"),
+        ((k_label(d.k), f"{d.acceptance_length:.2f}", f"{d.zero_load_speedup:.3f}",
+          rate_text(d.breakeven_arrival_rate), d.breakeven_kind) for d in fit.draft_lengths),
+    )
 
 
 def _speedup_table(fit: SystemFit) -> Any:
+    return _right_aligned_table(
+        "speedup at the lowest common concurrency: measured vs predicted",
+        ("k", "workload", "concurrency", "measured", "predicted (λ=0)"),
+        ((k_label(m.k), m.workload, f"{m.concurrency:g}", f"{m.measured:.3f}",
+          f"{m.predicted:.3f}") for m in fit.measured_speedups),
+    )
+
+
+def _right_aligned_table(title: str, columns: Sequence[str],
+                         rows: Iterable[Sequence[str]]) -> Any:
     from rich.table import Table
 
-    t = Table(title="speedup at the lowest common concurrency: measured vs predicted")
-    for col in ("k", "workload", "concurrency", "measured", "predicted (λ=0)"):
+    t = Table(title=title)
+    for col in columns:
         t.add_column(col, justify="right")
-    for m in fit.measured_speedups:
-        t.add_row(
-            k_label(m.k),
-            m.workload,
-            f"{m.concurrency:g}",
-            f"{m.measured:.3f}",
-            f"{m.predicted:.3f}",
-        )
+    for row in rows:
+        t.add_row(*row)
     return t
 
 
