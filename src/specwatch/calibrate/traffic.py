@@ -29,8 +29,8 @@ import requests
 
 from specwatch.calibrate.prometheus import (
     PrometheusError,
-    _promql_duration,
     parse_duration,
+    promql_duration,
     unreachable,
 )
 from specwatch.common.errors import ConfigError
@@ -130,9 +130,9 @@ def read_traffic(q: TrafficQuery) -> TrafficReading:
     """Every input of the advice from Prometheus (PrometheusError when a required one is
     missing: no request series, no length histograms)."""
     at = q.at if q.at is not None else time.time()
-    rng = _promql_duration(q.range_s)
-    win = _promql_duration(q.rate_window_s)
-    step = _promql_duration(q.step_s)
+    rng = promql_duration(q.range_s)
+    win = promql_duration(q.rate_window_s)
+    step = promql_duration(q.step_s)
     where = f"{{{q.selector}}}" if q.selector else "(no selector)"
     with requests.Session() as s:
         rate = f"sum(rate({q.sel(REQUESTS)}[{win}]))"

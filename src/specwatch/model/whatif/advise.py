@@ -31,13 +31,19 @@ from specwatch.model.closed_form import (
     latency,
     optimal_draft_length,
 )
+from specwatch.model.schedule import (
+    SCHEDULE_GRID,
+    Workload,
+    batch_schedule,
+    best_path,
+    schedule_k,
+)
 from specwatch.model.whatif import common
 from specwatch.model.whatif.predict import KIND_NAMES
 
 PERCENTILES = ("p50", "p95", "p99")
 # Share of time the load spends up to each percentile (the top 1% goes with p99).
 WEIGHTS = np.array([0.50, 0.45, 0.05])
-SCHEDULE_GRID = 4000
 EMPTY: dict[str, Any] = {"enable": None, "draft_length": None, "schedule": None}
 DEFAULT_MIN_GAIN = 1.1
 DEFAULT_PREFILL_RATIO = 4.0
@@ -89,41 +95,6 @@ def add_arguments(parser: argparse.ArgumentParser, required: bool = True) -> Non
                         help="vLLM max_num_seqs: the schedule's last range ends here "
                              "(default 256)")
     common.add_json_argument(parser)
-
-
-def _schedule(model: Any, acc: common.Acceptance, p: float, g: float, k_max: int,
-              ceiling: float, max_num_seqs: int) -> tuple[list[list[int]], float | None]:
-    """[[start_bs, end_bs, K], ...] from B(λ) = λ·L_best(λ) along the best-k path.
-
-    L is continuous where the best k switches (the two candidates tie there), so B grows
-    continuously with λ and each batch size maps to one best k. Beyond the last valid load
-    the last K is kept, as vLLM does for batch sizes past the last range. Returns the
-    schedule and the batch size from which the best choice is SD off (None if never).
-    """
-    nosd_c2 = latency(model, 1.0, 0, 1.0, p, g, max_utilization=1.0).utilization  # C2_D
-    lam_top = float(1.0 / nosd_c2) if float(nosd_c2) > 0 else 1000.0
-    lams = np.linspace(0.0, lam_top, SCHEDULE_GRID)
-    opt = optimal_draft_length(model, lams, p=p, g=g, k_max=k_max, max_utilization=ceiling,
-                               **acc.optimal_kwargs())
-    ok = opt.valid
-    lams, ks, lat = lams[ok], opt.k[ok], opt.latency[ok]
-    batch = lams * lat
-    on = np.flatnonzero(ks > 0)
-    b_off = None
-    if on.size and on[-1] + 1 < ks.size:
-        b_off = float(batch[on[-1] + 1])
-    elif not on.size:
-        b_off = 0.0
-    ranges: list[list[int]] = []
-    last_k = int(ks[-1]) if ks.size else 0
-    for bs in range(1, max_num_seqs + 1):
-        idx = np.searchsorted(batch, bs)
-        k = int(ks[idx]) if idx < ks.size else last_k
-        if ranges and ranges[-1][2] == k:
-            ranges[-1][1] = bs
-        else:
-            ranges.append([bs, bs, k])
-    return ranges, b_off
 
 
 def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[str, Any]:
@@ -218,8 +189,9 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
     if static_k and 1.0 / float(relative[static_k - 1]) < min_gain:
         below_min_gain = (static_k, 1.0 / float(relative[static_k - 1]))
         static_k = 0
-    schedule, b_off = _schedule(model, acc, p, g, k_max, ceiling, args.max_num_seqs)
-    schedule_k = max(r[2] for r in schedule)
+    sched = batch_schedule(model, _workload(acc, p, g, k_max, ceiling), args.max_num_seqs)
+    schedule, b_off = sched.ranges, sched.sd_off_above_batch_size
+    num_tokens = max(r[2] for r in schedule)
     peak = None
     sized_by_peak = False
     prefill_ratio = getattr(args, "prefill_ratio", DEFAULT_PREFILL_RATIO)
@@ -252,7 +224,7 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
         # Requests in flight at this load (Little's law) and the schedule's k for it.
         per_q[q]["batch_size"] = rates[q] * lat if lat is not None else None
         per_q[q]["schedule_draft_length"] = (
-            _schedule_k(schedule, per_q[q]["batch_size"]) if lat is not None else None)
+            schedule_k(schedule, per_q[q]["batch_size"]) if lat is not None else None)
     # The 90% intervals of the advised configuration at each percentile (the fit's residual
     # spread through the fixed point): the advice says when a speedup's interval straddles 1.
     k_adv = float(static_k)
@@ -303,7 +275,7 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
         "enable": static_k > 0,
         "draft_length": static_k,
         "load_weighted_speedup": float(1.0 / relative[static_k - 1]) if static_k else 1.0,
-        "num_speculative_tokens": schedule_k,
+        "num_speculative_tokens": num_tokens,
         "schedule": schedule,
         "sd_off_above_batch_size": b_off,
         "max_num_seqs": args.max_num_seqs,
@@ -341,26 +313,18 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
     return out
 
 
-def _schedule_k(schedule: list[list[int]], batch: float) -> int:
-    """The schedule's k at a batch size (the last range's beyond it)."""
-    b = max(1, round(batch))
-    for start, end, k in schedule:
-        if start <= b <= end:
-            return k
-    return schedule[-1][2]
+def _workload(acc: common.Acceptance, p: float, g: float, k_max: int,
+              ceiling: float) -> Workload:
+    return Workload(p, g, k_max, ceiling, alpha=acc.alpha if acc.profile is None else None,
+                    profile=acc.profile)
 
 
 def _peak(model: Any, acc: common.Acceptance, p: float, g: float, k_max: int,
           ceiling: float, peak_batch: float, ks: np.ndarray, es: np.ndarray) -> dict[str, Any]:
     """The decision at the peak batch: the arrival rate whose best-path requests in flight
     λ·L equal it (Little's law), and the best k and speedup there."""
-    nosd_c2 = float(latency(model, 1.0, 0, 1.0, p, g, max_utilization=1.0).utilization)
-    lam_top = 1.0 / nosd_c2 if nosd_c2 > 0 else 1000.0
-    lams = np.linspace(0.0, lam_top, SCHEDULE_GRID)
-    opt = optimal_draft_length(model, lams, p=p, g=g, k_max=k_max, max_utilization=ceiling,
-                               **acc.optimal_kwargs())
-    ok = opt.valid
-    batch = lams[ok] * opt.latency[ok]
+    path = best_path(model, _workload(acc, p, g, k_max, ceiling))
+    batch = path.batch
     out: dict[str, Any] = {"batch": peak_batch, "arrival_rate": None, "valid": False,
                            "optimal_draft_length": None, "optimal_speedup": None}
     if not batch.size or peak_batch > float(batch.max()):
@@ -368,7 +332,7 @@ def _peak(model: Any, acc: common.Acceptance, p: float, g: float, k_max: int,
                          f"validity ceiling {ceiling:g} (largest valid batch "
                          f"{float(batch.max()) if batch.size else 0:.3g})")
         return out
-    lam = float(np.interp(peak_batch, batch, lams[ok]))
+    lam = float(np.interp(peak_batch, batch, path.arrival_rates))
     best = optimal_draft_length(model, np.array([lam]), p=p, g=g, k_max=k_max,
                                 max_utilization=ceiling, **acc.optimal_kwargs())
     out.update(arrival_rate=lam, valid=bool(best.valid[0]),
