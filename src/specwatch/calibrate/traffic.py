@@ -1,7 +1,7 @@
 """The load and workload of a deployment, read from Prometheus (``advise --prometheus``).
 
 Why here: it is Prometheus reading, like calibration's history pull (same client rules, same
-errors), and the latency model must not import an HTTP client; ``specwatch.app.advise``
+errors), and the latency model must not import an HTTP client; ``specwatch.cli.advise``
 hands the result to the pure advise core as a :class:`~specwatch.model.whatif.advise.Traffic`.
 
 What is read over ``--range`` (default 7d), for the series matching ``--selector``, with
