@@ -17,14 +17,14 @@ from specwatch.common.errors import SpecwatchError
 # command name -> (module, one-line help). Keep in the order a new user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("specwatch.app.demo", "simulated vLLM + exporter (+ Prometheus with the rules)"),
-    "serve": ("specwatch.app.serve", "poll vLLM/SGLang /metrics, derive SD signals, serve them"),
+    "serve": ("specwatch.cli.serve", "poll vLLM/SGLang /metrics, derive SD signals, serve them"),
     "predict": ("specwatch.cli.predict", "predict SD and no-SD latency, speedup, break-even"),
     "sweep": ("specwatch.cli.sweep", "speedup vs arrival rate for each draft length"),
     "advise": ("specwatch.cli.advise", "enable SD or not, which k, at your load percentiles"),
     "calibrate": ("specwatch.calibrate.command",
                   "fit the latency model from benchmarks or Prometheus"),
-    "simulate": ("specwatch.sim.server", "a simulated vLLM with speculative decoding (/metrics)"),
-    "mixin": ("specwatch.mixin.command",
+    "simulate": ("specwatch.cli.simulate", "a simulated vLLM with speculative decoding (/metrics)"),
+    "mixin": ("specwatch.cli.mixin",
               "render the rules and dashboards with your selectors and thresholds"),
 }
 
