@@ -16,7 +16,7 @@ from specwatch.common.errors import SpecwatchError
 
 # command name -> (module, one-line help). Keep in the order a new user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("specwatch.app.demo", "simulated vLLM + exporter (+ Prometheus with the rules)"),
+    "demo": ("specwatch.cli.demo", "simulated vLLM + exporter (+ Prometheus with the rules)"),
     "serve": ("specwatch.cli.serve", "poll vLLM/SGLang /metrics, derive SD signals, serve them"),
     "predict": ("specwatch.cli.predict", "predict SD and no-SD latency, speedup, break-even"),
     "sweep": ("specwatch.cli.sweep", "speedup vs arrival rate for each draft length"),
