@@ -1,4 +1,4 @@
-"""Calibration points the exporter measured: A/B pairs and switch records (issue 16).
+"""Calibration points the exporter measured: A/B pairs and switch records.
 
 Why: a deployment measures its own latency at several loads and configurations without a
 benchmark sweep. Two exporter features record such measurements, and both become (λ, L)
