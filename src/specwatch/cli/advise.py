@@ -90,10 +90,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.json:
                 print(_traffic_line(traffic, reading))
                 sys.stdout.flush()
-        if args.json:
-            common.print_json(out)
-        else:
-            advise.render(out)
+        common.print_result(out, args.json, advise.render)
         return 0
 
     return common.run_guarded(args.json, body, advise.EMPTY)

@@ -13,40 +13,35 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 
 from specwatch.calibrate.workflow import CalibrateRequest, calibrate
+
+
+def _number(text: str, expected: str, ok: Callable[[float], bool]) -> float:
+    """``text`` as a float that satisfies ``ok``; else argparse's error saying what was
+    expected."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
 
 
 def _ratio_or_off(text: str) -> float | None:
     if text.strip().lower() in ("off", "none", "0"):
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 1 or 'off', got {text!r}") from None
-    if not value > 1:
-        raise argparse.ArgumentTypeError(f"expected a number > 1 or 'off', got {text!r}")
-    return value
+    return _number(text, "a number > 1 or 'off'", lambda v: v > 1)
 
 
 def _ceiling(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
-    return value
+    return _number(text, "a number in (0, 1]", lambda v: 0 < v <= 1)
 
 
 def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+    return _number(text, "a positive number", lambda v: v > 0 and math.isfinite(v))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import signal
 import threading
 import time
 from collections.abc import Iterator
 
 from specwatch.app import demo
+from specwatch.cli import logs
 from specwatch.common.errors import ConfigError
 
 
@@ -44,8 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-pair", dest="pair", action="store_false",
                         help="do not run the A/B baseline (a second simulated vLLM with SD "
                              "off, paired with the first: sd_measured_speedup)")
-    parser.add_argument("--log-level", default="warning",
-                        choices=["debug", "info", "warning", "error"])
+    logs.add_log_level_argument(parser, default="warning")
 
 
 def options(args: argparse.Namespace) -> demo.DemoOptions:
@@ -70,8 +69,7 @@ def _signals_stop(stop: threading.Event) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level)
     if not args.speed > 0:
         raise ConfigError(f"--speed: expected a positive number, got {args.speed}")
     stop = threading.Event()

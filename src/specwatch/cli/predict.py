@@ -39,10 +39,7 @@ def inputs(args: argparse.Namespace) -> predict.PredictInputs:
 def run(args: argparse.Namespace) -> int:
     def body() -> int:
         out = predict.compute(inputs(args))
-        if args.json:
-            common.print_json(out)
-        else:
-            predict.render(out)
+        common.print_result(out, args.json, predict.render)
         if not out["valid"]:
             if args.json:
                 return 2

@@ -15,6 +15,7 @@ import threading
 
 from specwatch import __version__
 from specwatch.app.serve import ServeApp
+from specwatch.cli import logs
 from specwatch.common import redact
 from specwatch.poll import config
 
@@ -40,13 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard-count", type=int, metavar="N",
                         help="number of exporters sharing the targets (hashmod of the target "
                              "name, as Prometheus' relabel hashmod)")
-    parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
+    logs.add_log_level_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level)
     redact.install()
     cfg = config.build_config(args.config, args.target, args.listen, args.poll_interval,
                               web_config=args.web_config, shard_index=args.shard_index,

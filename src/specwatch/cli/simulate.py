@@ -11,6 +11,7 @@ import logging
 import signal
 import threading
 
+from specwatch.cli import logs
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.server import (
     DEFAULT_LISTEN,
@@ -42,13 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline-listen", default=None, metavar="HOST:PORT",
                         help="address of the --pair baseline (default: the port after "
                              "--listen's; port 0 picks a free one)")
-    parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
+    logs.add_log_level_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level)
     scenario = load_scenario(args.scenario)
     server = SimulatorServer(scenario, args.listen, args.speed, args.seed)
     baseline = None

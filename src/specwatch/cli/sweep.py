@@ -40,10 +40,7 @@ def run(args: argparse.Namespace) -> int:
             sweep.write_csv(out, args.csv)
         if args.plot:
             sweep.write_plot(out, args.plot)
-        if args.json:
-            common.print_json(out)
-        else:
-            sweep.render(out)
+        common.print_result(out, args.json, sweep.render)
         return 0
 
     return common.run_guarded(args.json, body, sweep.EMPTY)

@@ -189,6 +189,15 @@ def print_json(obj: dict[str, Any]) -> None:
     print(json.dumps(clean(obj), indent=2, allow_nan=False, ensure_ascii=False))
 
 
+def print_result(out: dict[str, Any], as_json: bool,
+                 render: Callable[[dict[str, Any]], None]) -> None:
+    """The result as one JSON object (``--json``), else as the command's table."""
+    if as_json:
+        print_json(out)
+    else:
+        render(out)
+
+
 def invalid_reason(code: int, utilization: float | None = None, ceiling: float | None = None,
                    arrival_option: str = "--arrival-rate") -> str:
     """A reason string with the numbers that make it actionable."""
