@@ -1,42 +1,17 @@
-"""`specwatch demo`: a simulated vLLM, the exporter on it, and Prometheus with the rules.
+"""The demo (`specwatch demo`): a simulated vLLM, the exporter on it, and Prometheus with the
+rules, for a laptop without a GPU (the README Quickstart's ``make demo``).
 
-One command for a laptop without a GPU (the README Quickstart's ``make demo``):
+:class:`Demo` starts the simulator (`specwatch.sim.server`, the packaged ``demo`` scenario)
+and its SD-off A/B baseline, the exporter (``ServeApp``, in this process, on the simulated
+clock) and, when a ``prometheus`` binary is found, a Prometheus with a temporary data
+directory scraping both and loading the generated rules; ``stop()`` ends all three and
+removes the temporary directory (Prometheus also gets a parent-death signal).
 
-1. the simulator (`specwatch.sim.server`) runs the packaged ``demo`` scenario: quiet traffic,
-   load rising past the break-even arrival rate, an acceptance drop, bimodal traffic;
-2. the exporter (`specwatch serve`, in this process) polls it, with the scenario's
-   parameters file as its latency model when the exporter supports per-target parameters;
-3. when a ``prometheus`` binary is on the PATH (Debian's package, installed by
-   ``make setup``), a Prometheus with a temporary data directory on a free port scrapes the
-   exporter (job ``specwatch``) and the simulator (job ``vllm``) and loads the project's
-   generated recording and alerting rules.
-
-It prints the URLs and what to look at, reports each scenario phase as it begins, and on
-Ctrl-C (or SIGTERM, or after ``--duration``) stops Prometheus, the exporter and the
-simulator, and removes its temporary directory. Prometheus runs with a parent-death signal,
-so even a killed demo leaves no orphan behind.
-
-By default the scenario runs :data:`DEFAULT_SPEED` times faster than real time, so its whole
-story (every alert of it pending, firing and resolved) plays in a few minutes of wall time;
-``--speed 1`` runs it in real time. At any ``--speed X`` every panel tells the same story,
-in the scenario's own units:
-
-* the exporter runs on the simulated clock (``ServeApp(clock=...)``) and the page it polls
-  is in simulated seconds, so its windows (1m, 5m, 15m), rates, latency model (the
-  scenario's parameters, unscaled), A/B pair segments and controller timers are the
-  scenario's; the timestamps on its page (``*_timestamp_seconds``: last successful poll,
-  controller transitions) are served mapped back to the wall clock, so the ages Prometheus
-  computes from them (``time() - ...``) are real wall seconds, never negative;
-* Prometheus runs on the wall clock: it scrapes the simulator's wall-time view
-  (``/metrics?timebase=wall``, cumulative samples divided by X), so ``rate()`` over vLLM's
-  counters reads the scenario's per-second rates, as the exporter does; the demo renders
-  the mixin's rules with every duration Prometheus counts on the wall clock (``for``,
-  ``keep_firing_for``, range windows) divided by X (:mod:`specwatch.app.demo_time`): at
-  ``--speed 20`` SDAcceptanceRateLow waits 30 wall seconds, 10 scenario minutes, and the
-  recording rules' 5m is 5 scenario minutes.
-
-Grafana's ``$__rate_interval`` is a wall-time window too: with the demo's 1 s scrape
-interval it spans a few wall seconds, about a scenario minute or two at the default speed.
+Invariant: at any ``--speed X`` every panel tells the scenario's story in its own units: the
+exporter runs on the simulated clock and serves its timestamps mapped back to wall time;
+Prometheus scrapes the simulator's wall-time view and loads the rules with every wall-clock
+duration divided by X (:mod:`specwatch.app.demo_time`). The whole story: docs/simulator.md,
+"specwatch demo". Options and the run loop: :mod:`specwatch.cli.demo`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the controller sees and how the model judges it: :class:`Observation` (one poll of one
 model, built from the exporter's snapshot by :func:`observe`), the remembered acceptance
 profile, and the assessors that ask the latency model for the best predicted speedup and k at
-the live load (and the batch-size schedule the what-if ``advise`` code computes).
+the live load (and the batch-size schedule of :mod:`specwatch.model.schedule`).
 """
 
 from __future__ import annotations
