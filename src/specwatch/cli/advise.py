@@ -14,7 +14,7 @@ import sys
 from specwatch.calibrate.prometheus import parse_time
 from specwatch.calibrate.traffic import TrafficQuery, TrafficReading, read_traffic
 from specwatch.cli import whatif_options as opts
-from specwatch.model.whatif import advise, common
+from specwatch.model.whatif import advice_text, advise, common
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.json:
                 print(_traffic_line(traffic, reading))
                 sys.stdout.flush()
-        common.print_result(out, args.json, advise.render)
+        common.print_result(out, args.json, advice_text.render)
         return 0
 
     return common.run_guarded(args.json, body, advise.EMPTY)
