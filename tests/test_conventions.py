@@ -13,7 +13,7 @@ import pytest
 from helpers.certs import make_pki
 
 from specwatch import cli
-from specwatch.app import serve
+from specwatch.cli import serve
 from specwatch.common.errors import ConfigError
 from specwatch.plugins.live import plugin as live
 from specwatch.poll import config

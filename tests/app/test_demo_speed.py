@@ -19,12 +19,14 @@ import time
 import pytest
 import yaml
 from helpers.scrape import scrape
+
 from specwatch.app import demo, demo_time
+from specwatch.cli import demo as demo_cli
 
 
 def demo_args(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    demo.add_arguments(parser)
+    demo_cli.add_arguments(parser)
     return parser.parse_args(list(argv))
 
 

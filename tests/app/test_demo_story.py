@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 from mixin_helpers import load_dashboards, panels
+
 from specwatch.app import demo as demo_app
+from specwatch.cli import demo as demo_cli
 from specwatch.common.schema import parse_duration
 
 pytestmark = [
@@ -86,7 +88,7 @@ class Run:
 @pytest.fixture(scope="module")
 def run() -> Iterator[Run]:
     parser = argparse.ArgumentParser()
-    demo_app.add_arguments(parser)
+    demo_cli.add_arguments(parser)
     # The user's command, `specwatch demo`, on free ports.
     args = parser.parse_args(["--exporter-listen", "127.0.0.1:0"])
     assert args.speed == demo_app.DEFAULT_SPEED

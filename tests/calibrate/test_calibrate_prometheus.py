@@ -208,14 +208,14 @@ def test_unreadable_stated_capacity_is_fitted_not_fatal(history, monkeypatch, ca
     they state none, and a note says so."""
     from specwatch.calibrate import prometheus as prom
 
-    real = prom._query_range
+    real = prom.query_range
 
     def refuse_capacity(session, q, expr, start, end):
         if prom.CACHE_CONFIG in expr:
             raise prom.PrometheusError("Prometheus refused it: many-to-many matching")
         return real(session, q, expr, start, end)
 
-    monkeypatch.setattr(prom, "_query_range", refuse_capacity)
+    monkeypatch.setattr(prom, "query_range", refuse_capacity)
     points = read_prometheus(_query(history), progress=False)
     assert len(points) == 18 and all(p.kv_cache_tokens is None for p in points)
     assert "stated KV cache could not be read" in capsys.readouterr().err

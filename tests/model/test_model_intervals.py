@@ -15,7 +15,7 @@ from specwatch.common.errors import ConfigError
 from specwatch.model import breakeven, latency
 from specwatch.model.params import dump_params, load_params
 from specwatch.model.uncertainty import Band, Uncertainty, scaled_latency
-from specwatch.model.whatif.advise import advice_lines
+from specwatch.model.whatif.advice_text import advice_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 EAGLE = ROOT / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"

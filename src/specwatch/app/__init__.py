@@ -1,6 +1,6 @@
 """The runnable services, assembled from the subsystems: ``serve`` (the exporter process: poll
 path, exposition and the plug-ins it registers), ``demo`` (simulator + exporter + Prometheus
-with the packaged rules), ``advise`` (advice from a live Prometheus).
+with the packaged rules). Their command-line options live in :mod:`specwatch.cli`.
 
 May import: every subpackage below the command line. It is the only layer that wires the poll
 path to the plug-ins.

@@ -1,47 +1,21 @@
-"""`specwatch demo`: a simulated vLLM, the exporter on it, and Prometheus with the rules.
+"""The demo (`specwatch demo`): a simulated vLLM, the exporter on it, and Prometheus with the
+rules, for a laptop without a GPU (the README Quickstart's ``make demo``).
 
-One command for a laptop without a GPU (the README Quickstart's ``make demo``):
+:class:`Demo` starts the simulator (`specwatch.sim.server`, the packaged ``demo`` scenario)
+and its SD-off A/B baseline, the exporter (``ServeApp``, in this process, on the simulated
+clock) and, when a ``prometheus`` binary is found, a Prometheus with a temporary data
+directory scraping both and loading the generated rules; ``stop()`` ends all three and
+removes the temporary directory (Prometheus also gets a parent-death signal).
 
-1. the simulator (`specwatch.sim.server`) runs the packaged ``demo`` scenario: quiet traffic,
-   load rising past the break-even arrival rate, an acceptance drop, bimodal traffic;
-2. the exporter (`specwatch serve`, in this process) polls it, with the scenario's
-   parameters file as its latency model when the exporter supports per-target parameters;
-3. when a ``prometheus`` binary is on the PATH (Debian's package, installed by
-   ``make setup``), a Prometheus with a temporary data directory on a free port scrapes the
-   exporter (job ``specwatch``) and the simulator (job ``vllm``) and loads the project's
-   generated recording and alerting rules.
-
-It prints the URLs and what to look at, reports each scenario phase as it begins, and on
-Ctrl-C (or SIGTERM, or after ``--duration``) stops Prometheus, the exporter and the
-simulator, and removes its temporary directory. Prometheus runs with a parent-death signal,
-so even a killed demo leaves no orphan behind.
-
-By default the scenario runs :data:`DEFAULT_SPEED` times faster than real time, so its whole
-story (every alert of it pending, firing and resolved) plays in a few minutes of wall time;
-``--speed 1`` runs it in real time. At any ``--speed X`` every panel tells the same story,
-in the scenario's own units:
-
-* the exporter runs on the simulated clock (``ServeApp(clock=...)``) and the page it polls
-  is in simulated seconds, so its windows (1m, 5m, 15m), rates, latency model (the
-  scenario's parameters, unscaled), A/B pair segments and controller timers are the
-  scenario's; the timestamps on its page (``*_timestamp_seconds``: last successful poll,
-  controller transitions) are served mapped back to the wall clock, so the ages Prometheus
-  computes from them (``time() - ...``) are real wall seconds, never negative;
-* Prometheus runs on the wall clock: it scrapes the simulator's wall-time view
-  (``/metrics?timebase=wall``, cumulative samples divided by X), so ``rate()`` over vLLM's
-  counters reads the scenario's per-second rates, as the exporter does; the demo renders
-  the mixin's rules with every duration Prometheus counts on the wall clock (``for``,
-  ``keep_firing_for``, range windows) divided by X (:mod:`specwatch.app.demo_time`): at
-  ``--speed 20`` SDAcceptanceRateLow waits 30 wall seconds, 10 scenario minutes, and the
-  recording rules' 5m is 5 scenario minutes.
-
-Grafana's ``$__rate_interval`` is a wall-time window too: with the demo's 1 s scrape
-interval it spans a few wall seconds, about a scenario minute or two at the default speed.
+Invariant: at any ``--speed X`` every panel tells the scenario's story in its own units: the
+exporter runs on the simulated clock and serves its timestamps mapped back to wall time;
+Prometheus scrapes the simulator's wall-time view and loads the rules with every wall-clock
+duration divided by X (:mod:`specwatch.app.demo_time`). The whole story: docs/simulator.md,
+"specwatch demo". Options and the run loop: :mod:`specwatch.cli.demo`.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import logging
@@ -52,11 +26,9 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,36 +50,22 @@ MIN_WALL_POLL_INTERVAL = 0.25
 DEFAULT_SPEED = 20.0
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenario", default="demo", metavar="FILE|NAME",
-                        help="scenario to simulate (default: the packaged demo)")
-    parser.add_argument("--speed", type=float, default=DEFAULT_SPEED, metavar="X",
-                        help=f"run the scenario X times faster than real time (default "
-                             f"{DEFAULT_SPEED:g}: the packaged demo's whole story in under 4 "
-                             "minutes; 1 runs it in real time)")
-    parser.add_argument("--seed", type=int, default=None, metavar="N", help="random seed")
-    parser.add_argument("--simulator-listen", default="127.0.0.1:0", metavar="HOST:PORT",
-                        help="simulated vLLM address (default: a free port on 127.0.0.1)")
-    parser.add_argument("--exporter-listen", default=DEFAULT_EXPORTER_LISTEN,
-                        metavar="HOST:PORT",
-                        help=f"exporter address (default {DEFAULT_EXPORTER_LISTEN})")
-    parser.add_argument("--poll-interval", type=float, default=5.0, metavar="SECONDS",
-                        help="exporter poll interval (default 5)")
-    parser.add_argument("--prometheus", default="auto", metavar="auto|off|PATH",
-                        help="Prometheus binary: auto (the one on PATH, if any), off, or a path")
-    parser.add_argument("--prometheus-port", type=int, default=0, metavar="PORT",
-                        help="Prometheus web port (default: a free one)")
-    parser.add_argument("--rules", action="append", default=None, metavar="FILE",
-                        help="rule files for Prometheus (default: the bundle's generated "
-                             "alerts/*.yaml)")
-    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
-                        help="stop by itself after this many seconds (default: run until "
-                             "Ctrl-C)")
-    parser.add_argument("--no-pair", dest="pair", action="store_false",
-                        help="do not run the A/B baseline (a second simulated vLLM with SD "
-                             "off, paired with the first: sd_measured_speedup)")
-    parser.add_argument("--log-level", default="warning",
-                        choices=["debug", "info", "warning", "error"])
+@dataclass(frozen=True)
+class DemoOptions:
+    """What the demo runs: the scenario, its speed, the three parts' addresses and rules
+    (``rules`` None: the bundle's generated alerts/*.yaml; ``pair``: also the SD-off
+    baseline)."""
+
+    scenario: str = "demo"
+    speed: float = DEFAULT_SPEED
+    seed: int | None = None
+    simulator_listen: str = "127.0.0.1:0"
+    exporter_listen: str = DEFAULT_EXPORTER_LISTEN
+    poll_interval: float = 5.0
+    prometheus: str = "auto"  # auto (on PATH), off, or a path
+    prometheus_port: int = 0  # 0: a free one
+    rules: list[str] | None = None
+    pair: bool = False
 
 
 # --------------------------------------------------------------------------- helpers
@@ -225,9 +183,9 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None
 class Demo:
     """The three parts and their lifecycle; `start()` then `stop()` (idempotent)."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.scenario = load_scenario(args.scenario)
+    def __init__(self, options: DemoOptions) -> None:
+        self.options = options
+        self.scenario = load_scenario(options.scenario)
         self.tmp = Path(tempfile.mkdtemp(prefix="specwatch-demo-"))
         self.simulator: Any = None
         self.baseline: Any = None
@@ -236,8 +194,8 @@ class Demo:
         self.prometheus_url: str | None = None
         self.rule_files: list[Path] = []
         self.prometheus_note = ""
-        self.sim_listen = args.simulator_listen
-        self.exp_listen = args.exporter_listen
+        self.sim_listen = options.simulator_listen
+        self.exp_listen = options.exporter_listen
 
     # ----------------------------------------------------------------- parts
 
@@ -245,16 +203,16 @@ class Demo:
         from specwatch.sim.server import SimulatorServer
 
         self.simulator = SimulatorServer(self.scenario, self.sim_listen,
-                                         self.args.speed, self.args.seed,
+                                         self.options.speed, self.options.seed,
                                          simulated_clock=True,
                                          listen_option="--simulator-listen")
-        if getattr(self.args, "pair", False):
-            # The A/B baseline (issue 16): the same scenario and traffic with SD off, on the
+        if getattr(self.options, "pair", False):
+            # The A/B baseline: the same scenario and traffic with SD off, on the
             # same clock, so the exporter measures the speedup beside the predicted one.
             from specwatch.sim.server import baseline_scenario
 
             self.baseline = SimulatorServer(baseline_scenario(self.scenario), "127.0.0.1:0",
-                                            self.args.speed, self.args.seed,
+                                            self.options.speed, self.options.seed,
                                             simulated_clock=True)
             self.baseline.wall0 = self.simulator.wall0
         self.simulator.start()
@@ -265,14 +223,14 @@ class Demo:
         """Wall seconds between polls: ``--poll-interval`` simulated seconds, but no less
         than :data:`MIN_WALL_POLL_INTERVAL` (then the polls are further apart in simulated
         time; the windows stay right, they are measured on the simulated clock)."""
-        return max(self.args.poll_interval / self.args.speed, MIN_WALL_POLL_INTERVAL)
+        return max(self.options.poll_interval / self.options.speed, MIN_WALL_POLL_INTERVAL)
 
     def start_exporter(self) -> None:
         from specwatch.app.serve import ServeApp
         from specwatch.poll import config
         from specwatch.web.server import parse_listen
 
-        parse_listen(self.args.exporter_listen, "--exporter-listen")
+        parse_listen(self.options.exporter_listen, "--exporter-listen")
         target: dict[str, Any] = {"name": "vllm-sim", "url": f"{self.simulator.url}/metrics",
                                   "engine": "vllm"}
         # The exporter runs on the simulated clock and the page is in simulated seconds,
@@ -301,7 +259,7 @@ class Demo:
         cfg = config.build_config(str(path), [], None, None)
         self.exporter = ServeApp(cfg, clock=self.simulator.simulated_now,
                                  listen_option="--exporter-listen")
-        if self.args.speed != 1.0:
+        if self.options.speed != 1.0:
             self.exporter.web.routes["/metrics"] = wall_timestamps(
                 self.exporter.web.routes["/metrics"], self.simulator.wall_time)
         self.exporter.start()
@@ -312,7 +270,7 @@ class Demo:
         return f"http://{host}:{port}"
 
     def prometheus_binary(self) -> str | None:
-        choice = self.args.prometheus
+        choice = self.options.prometheus
         if choice == "off":
             self.prometheus_note = "Prometheus: off (--prometheus off)"
             return None
@@ -330,9 +288,9 @@ class Demo:
         binary = self.prometheus_binary()
         if binary is None:
             return
-        if self.args.rules:
-            rules = [Path(r) for r in self.args.rules]
-        elif self.args.speed != 1.0:
+        if self.options.rules:
+            rules = [Path(r) for r in self.options.rules]
+        elif self.options.speed != 1.0:
             rules = self.scaled_rule_files()
         else:
             rules = default_rule_files()
@@ -340,7 +298,7 @@ class Demo:
             if not r.is_file():
                 raise ConfigError(f"--rules {r}: no such file")
         self.rule_files = rules
-        port = self.args.prometheus_port or free_port()
+        port = self.options.prometheus_port or free_port()
         interval = max(1, min(15, round(self.exporter_poll_interval())))
         sim_host, exp_host = _scrape_address(self.sim_listen), _scrape_address(self.exp_listen)
         prom_cfg = {
@@ -385,11 +343,11 @@ class Demo:
         try:
             from specwatch.mixin.render import default_config, dump_rules, render_rules
 
-            overrides = scaled_alert_durations(default_config(), self.args.speed)
-            text = dump_rules(scaled_rules(render_rules(overrides), self.args.speed))
+            overrides = scaled_alert_durations(default_config(), self.options.speed)
+            text = dump_rules(scaled_rules(render_rules(overrides), self.options.speed))
         except Exception as exc:  # no checkout, no jsonnet: keep the demo running
             log.warning("rules not rendered for --speed %g (%s): alert `for` durations and "
-                        "rule windows are not scaled", self.args.speed, exc)
+                        "rule windows are not scaled", self.options.speed, exc)
             return default_rule_files()
         path = self.tmp / "rules.yaml"
         path.write_text(text, encoding="utf-8")
@@ -401,8 +359,8 @@ class Demo:
         """Prometheus first (on the addresses the others will take), then the simulator and
         the exporter: the scenario's clock starts with the simulator, so Prometheus, which can
         take seconds to start on a busy machine, misses none of the story."""
-        self.sim_listen = _fixed_port(self.args.simulator_listen, "--simulator-listen")
-        self.exp_listen = _fixed_port(self.args.exporter_listen, "--exporter-listen")
+        self.sim_listen = _fixed_port(self.options.simulator_listen, "--simulator-listen")
+        self.exp_listen = _fixed_port(self.options.exporter_listen, "--exporter-listen")
         self.start_prometheus()
         self.start_simulator()
         self.start_exporter()
@@ -432,7 +390,7 @@ class Demo:
 
     def banner(self) -> str:
         sc = self.scenario
-        speed = self.args.speed
+        speed = self.options.speed
         lines = ["", "specwatch demo is running. Ctrl-C stops everything.", ""]
         lines.append(f"  simulated vLLM  {self.simulator.url}/metrics")
         if self.baseline is not None:
@@ -506,45 +464,3 @@ def _clock(seconds: float) -> str:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} minutes" if seconds < 7200 else f"{seconds / 3600:.1f} hours"
-
-
-@contextlib.contextmanager
-def _signals_stop(stop: threading.Event) -> Iterator[None]:
-    def on_signal(_signum: int, _frame: object) -> None:
-        stop.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.speed > 0:
-        raise ConfigError(f"--speed: expected a positive number, got {args.speed}")
-    stop = threading.Event()
-    with _signals_stop(stop):
-        demo = Demo(args)
-        try:
-            demo.start()
-            print(demo.banner(), flush=True)
-            seen = demo.phases_now()
-            deadline = None if args.duration is None else time.monotonic() + args.duration
-            while not stop.wait(0.5):
-                now = demo.phases_now()
-                for (model, phase), (_, before) in zip(now, seen, strict=True):
-                    if phase != before:
-                        print(f"[{time.strftime('%H:%M:%S')}] {model}: phase {phase!r} "
-                              "begins", flush=True)
-                seen = now
-                if deadline is not None and time.monotonic() >= deadline:
-                    break
-        finally:
-            print("specwatch demo: stopping", flush=True)
-            demo.stop()
-    print("specwatch demo: stopped", flush=True)
-    return 0

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 import requests
 
 from specwatch.calibrate.inputs import Point, validate_point
-from specwatch.calibrate.prometheus import PrometheusError, PrometheusQuery, _query_range
+from specwatch.calibrate.prometheus import PrometheusError, PrometheusQuery, query_range
 from specwatch.common.errors import ConfigError
 
 #: exporter pair series -> Point field (per pair, model_name, arrival_rate_bin,
@@ -76,7 +76,7 @@ def _pull(q: PrometheusQuery, metrics: dict[str, str], key: tuple[str, ...]) -> 
     with requests.Session() as session:
         for metric, fieldname in metrics.items():
             for start, end in q.chunks():
-                for row in _query_range(session, q, f"{metric}{sel}", start, end):
+                for row in query_range(session, q, f"{metric}{sel}", start, end):
                     labels = row.get("metric") or {}
                     k = tuple(labels.get(n, "") for n in key)
                     for ts, value in row.get("values") or []:

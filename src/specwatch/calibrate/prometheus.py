@@ -168,13 +168,13 @@ class PrometheusQuery:
     def expr(self, metric: str) -> str:
         """PromQL for one series: per-second rate per step, summed by model."""
         sel = f"{{{self.selector}}}" if self.selector else ""
-        return f"sum by (model_name) (rate({metric}{sel}[{_promql_duration(self.step)}]))"
+        return f"sum by (model_name) (rate({metric}{sel}[{promql_duration(self.step)}]))"
 
     def per_position_expr(self) -> str:
         sel = f"{{{self.selector}}}" if self.selector else ""
         return (
             f"sum by (model_name, position) (rate({PER_POSITION}{sel}"
-            f"[{_promql_duration(self.step)}]))"
+            f"[{promql_duration(self.step)}]))"
         )
 
     def cache_config_expr(self) -> str:
@@ -199,7 +199,8 @@ class PrometheusQuery:
         return out
 
 
-def _promql_duration(seconds: float) -> str:
+def promql_duration(seconds: float) -> str:
+    """Seconds as a PromQL duration: whole seconds as ``30s``, else milliseconds."""
     if seconds == int(seconds):
         return f"{int(seconds)}s"
     return f"{round(seconds * 1000)}ms"
@@ -245,9 +246,11 @@ def _root_cause(exc: BaseException) -> str:
     return str(found.strerror).lower()
 
 
-def _query_range(
+def query_range(
     session: requests.Session, q: PrometheusQuery, expr: str, start: float, end: float
 ) -> list[dict]:
+    """The ``result`` of one ``/api/v1/query_range`` at ``q``'s step (PrometheusError on an
+    unreachable server or a refused query)."""
     try:
         resp = session.get(
             f"{q.url}/api/v1/query_range",
@@ -301,7 +304,7 @@ def pull(
         for name, expr in jobs:
             for start, end in chunks:
                 try:
-                    results = _query_range(session, q, expr, start, end)
+                    results = query_range(session, q, expr, start, end)
                 except PrometheusError as exc:
                     if name != "cache_config":
                         raise

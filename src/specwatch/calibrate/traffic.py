@@ -1,7 +1,7 @@
 """The load and workload of a deployment, read from Prometheus (``advise --prometheus``).
 
 Why here: it is Prometheus reading, like calibration's history pull (same client rules, same
-errors), and the latency model must not import an HTTP client; ``specwatch.app.advise``
+errors), and the latency model must not import an HTTP client; ``specwatch.cli.advise``
 hands the result to the pure advise core as a :class:`~specwatch.model.whatif.advise.Traffic`.
 
 What is read over ``--range`` (default 7d), for the series matching ``--selector``, with
@@ -29,8 +29,8 @@ import requests
 
 from specwatch.calibrate.prometheus import (
     PrometheusError,
-    _promql_duration,
     parse_duration,
+    promql_duration,
     unreachable,
 )
 from specwatch.common.errors import ConfigError
@@ -130,9 +130,9 @@ def read_traffic(q: TrafficQuery) -> TrafficReading:
     """Every input of the advice from Prometheus (PrometheusError when a required one is
     missing: no request series, no length histograms)."""
     at = q.at if q.at is not None else time.time()
-    rng = _promql_duration(q.range_s)
-    win = _promql_duration(q.rate_window_s)
-    step = _promql_duration(q.step_s)
+    rng = promql_duration(q.range_s)
+    win = promql_duration(q.rate_window_s)
+    step = promql_duration(q.step_s)
     where = f"{{{q.selector}}}" if q.selector else "(no selector)"
     with requests.Session() as s:
         rate = f"sum(rate({q.sel(REQUESTS)}[{win}]))"

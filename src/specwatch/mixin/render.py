@@ -14,7 +14,7 @@ a silently ignored setting.
 
 The Jsonnet sources live at the top of the repository and, in an installed wheel, in the
 packaged bundle (`specwatch.common.bundle` finds either); ``specwatch mixin render`` (module
-`specwatch.mixin.command`) is the user's way in.
+`specwatch.mixin.overrides`) is the user's way in.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ What is checked, by key:
 - enumerations (``severity``, ``source``, ``statistic``): one of the known words.
 
 Keys the table does not know (dashboard titles, tags, URLs) keep only the type check of
-`specwatch.mixin.command`.
+`specwatch.mixin.overrides`.
 """
 
 from __future__ import annotations

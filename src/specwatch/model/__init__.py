@@ -1,10 +1,11 @@
 """The latency model: interpretable closed forms for speculative decoding under load, the
-parameter files that carry fitted coefficients, and the what-if commands built on them.
+parameter files that carry fitted coefficients, and the what-if computations built on them.
 
 Owns: ``closed_form`` (per-system fixed points, speedup, break-even, best draft length; pure,
 vectorised numpy), ``params`` (parameters files: load, validate, dump), ``naive`` (the scalar
-reference the tests and benchmarks compare against), ``whatif`` (``specwatch predict | sweep |
-advise``).
+reference the tests and benchmarks compare against), ``schedule`` (the batch-size → k
+schedule), ``whatif`` (what ``specwatch predict | sweep | advise`` compute and print; their
+options are in ``specwatch.cli``).
 
 May import: ``specwatch.common``, numpy and PyYAML. Never the exporter, the controller, the
 simulator or calibration: they use the model, the model knows none of them (checked by the

@@ -1,4 +1,5 @@
-"""`specwatch simulate`: a vLLM-shaped /metrics server driven by a discrete-event simulation.
+"""A vLLM-shaped /metrics server driven by a discrete-event simulation (`specwatch simulate`,
+whose options are in :mod:`specwatch.cli.simulate`).
 
 The physics is `specwatch.sim.engine` (continuous batching, speculative decoding, queueing),
 the page is `specwatch.sim.stats` (vLLM 0.33's families, rendered by prometheus_client), the
@@ -23,11 +24,9 @@ clock and serves it:
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +39,7 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.common.errors import ConfigError
-from specwatch.sim.scenario import Restart, Scenario, load_scenario
+from specwatch.sim.scenario import Restart, Scenario
 from specwatch.sim.simulation import Simulation
 from specwatch.sim.stats import vllm_families
 from specwatch.web.negotiate import by_preference
@@ -50,30 +49,6 @@ log = logging.getLogger("specwatch.sim.server")
 
 DEFAULT_LISTEN = "127.0.0.1:8000"  # vLLM's default port; loopback unless asked otherwise
 DEFAULT_TICK = 0.05
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
-                        help=f"address to serve /metrics on (default {DEFAULT_LISTEN}; "
-                             "port 0 picks a free one)")
-    parser.add_argument("--scenario", default="demo", metavar="FILE|NAME",
-                        help="scenario YAML file, or the name of a packaged scenario "
-                             "(default: demo)")
-    parser.add_argument("--speed", type=float, default=1.0, metavar="X",
-                        help="run simulated time X times faster than the wall clock; durations "
-                             "on the page are divided by X so the page stays self-consistent "
-                             "(default 1)")
-    parser.add_argument("--seed", type=int, default=None, metavar="N",
-                        help="random seed (default: the scenario's)")
-    parser.add_argument("--pair", action="store_true",
-                        help="also run the scenario's A/B baseline: a second server with SD "
-                             "off for every model (num_speculative_tokens 0), same traffic, "
-                             "on --baseline-listen; pair them in the serve config (pairs:)")
-    parser.add_argument("--baseline-listen", default=None, metavar="HOST:PORT",
-                        help="address of the --pair baseline (default: the port after "
-                             "--listen's; port 0 picks a free one)")
-    parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
 
 
 def baseline_scenario(scenario: Scenario) -> Scenario:
@@ -412,40 +387,3 @@ def _restart_request(body: Any, models: list[str], engines: dict[str, int],
     if downtime and model is not None:
         raise ValueError("downtime_s: only a whole-server restart closes the port")
     return Restart(0.0, float(downtime) * speed, model, engine, k)
-
-
-def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    scenario = load_scenario(args.scenario)
-    server = SimulatorServer(scenario, args.listen, args.speed, args.seed)
-    baseline = None
-    if args.pair:
-        baseline = SimulatorServer(baseline_scenario(scenario),
-                                   args.baseline_listen or default_baseline_listen(args.listen),
-                                   args.speed, args.seed)
-        baseline.wall0 = server.wall0  # one clock: both sides see the same phase
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    server.start()
-    if baseline is not None:
-        baseline.start()
-        log.info("A/B baseline (SD off) on %s/metrics", baseline.url)
-    models = ", ".join(f"{m.model_name} (k={m.num_speculative_tokens}, {m.engines} engine(s))"
-                       for m in scenario.models)
-    log.info("simulated vLLM on %s/metrics (%s; scenario %s, %gx real time)",
-             server.url, models, scenario.source, server.speed)
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        server.stop()
-        if baseline is not None:
-            baseline.stop()
-    return 0

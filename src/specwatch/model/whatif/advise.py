@@ -1,4 +1,4 @@
-"""`specwatch advise`: turn the model into the decision an operator has to make.
+"""The advice behind `specwatch advise`: the model turned into the decision an operator makes.
 
 Input: the arrival rate at the p50, p95 and p99 of the operator's load (req/s), acceptance,
 lengths. Output, in plain language: enable SD or not, with which static k, the expected gain
@@ -12,13 +12,17 @@ among the k that stay valid at every percentile and do not make p99 slower than 
 tail regression is the failure operators notice). The schedule maps the model's mean number
 of requests in flight B = λ·L (Little's law) to the best k at that load; vLLM caps its batch
 at max_num_seqs, so where the model would switch SD off beyond that cap the schedule cannot
-express it and the advice says so.
+express it and the advice says so (the schedule itself: :mod:`specwatch.model.schedule`).
+
+Pure: the load comes as typed inputs or a measured :class:`Traffic`. The words of the advice
+are :mod:`specwatch.model.whatif.advice_text`'s; the options are declared in
+:mod:`specwatch.cli.advise`, which also reads Traffic from Prometheus.
 """
 
 from __future__ import annotations
 
-import argparse
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -26,18 +30,28 @@ import numpy as np
 from specwatch.model import uncertainty, validity
 from specwatch.model.closed_form import (
     BreakEvenKind,
+    OptimalDraft,
     Reason,
     breakeven,
     latency,
     optimal_draft_length,
 )
+from specwatch.model.params import Params
+from specwatch.model.schedule import (
+    SCHEDULE_GRID,
+    Schedule,
+    Workload,
+    batch_schedule,
+    best_path,
+    schedule_k,
+)
 from specwatch.model.whatif import common
+from specwatch.model.whatif.advice_text import advice_lines
 from specwatch.model.whatif.predict import KIND_NAMES
 
 PERCENTILES = ("p50", "p95", "p99")
 # Share of time the load spends up to each percentile (the top 1% goes with p99).
 WEIGHTS = np.array([0.50, 0.45, 0.05])
-SCHEDULE_GRID = 4000
 EMPTY: dict[str, Any] = {"enable": None, "draft_length": None, "schedule": None}
 DEFAULT_MIN_GAIN = 1.1
 DEFAULT_PREFILL_RATIO = 4.0
@@ -45,8 +59,8 @@ DEFAULT_PREFILL_RATIO = 4.0
 
 @dataclass(frozen=True)
 class Traffic:
-    """Load and workload measured elsewhere (``advise --prometheus``, issue 16), in place of
-    the typed flags: the core stays pure (no I/O); the reader lives in the calibrate layer."""
+    """Load and workload measured elsewhere (``advise --prometheus``), in place of the typed
+    inputs: the core stays pure (no I/O); the reader lives in the calibrate layer."""
 
     arrival_rates: dict[str, float]  # p50, p95, p99 (req/s)
     prompt_tokens: float
@@ -60,91 +74,111 @@ class Traffic:
     source: str = ""
 
 
-def add_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    """The options; ``required=False`` when another source (Prometheus) fills the load."""
-    common.add_params_argument(parser)
-    for q in PERCENTILES:
-        parser.add_argument(f"--arrival-rate-{q}", type=float, required=required, metavar="R",
-                            help=f"arrival rate at the {q} of your load (req/s)")
-    acc = parser.add_mutually_exclusive_group()
-    acc.add_argument("--alpha", type=float, metavar="A",
-                     help="per-token acceptance probability of the i.i.d. model, in [0, 1)")
-    acc.add_argument("--acceptance-length", type=float, metavar="E",
-                     help="measured tokens per verify cycle at --draft-length")
-    parser.add_argument("--draft-length", type=float, metavar="K",
-                        help="the k --acceptance-length was measured at")
-    if required:
-        common.add_length_arguments(parser)
-    else:
-        parser.add_argument("--prompt-tokens", type=float, metavar="P",
-                            help="mean prompt tokens per request")
-        parser.add_argument("--generation-tokens", type=float, metavar="G",
-                            help="mean generated tokens per request")
-    parser.add_argument("--min-gain", type=float, default=DEFAULT_MIN_GAIN, metavar="X",
-                        help="recommend SD only at or above this load-weighted predicted "
-                             f"speedup (default {DEFAULT_MIN_GAIN:g})")
-    common.add_interval_argument(parser)
-    common.add_k_max_argument(parser)
-    parser.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
-                        help="vLLM max_num_seqs: the schedule's last range ends here "
-                             "(default 256)")
-    common.add_json_argument(parser)
+@dataclass(frozen=True)
+class AdviseInputs:
+    """The advice's inputs as the command line gives them (validated by :func:`compute`);
+    None: not given (then a :class:`Traffic` must fill it)."""
+
+    model: common.ModelOptions
+    acceptance: common.AcceptanceOptions
+    arrival_rates: Mapping[str, float | None]  # p50, p95, p99 (req/s)
+    draft_length: float | None = None  # the k acceptance_length was measured at
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    min_gain: float = DEFAULT_MIN_GAIN
+    max_num_seqs: int = 256
+    prefill_ratio: float = DEFAULT_PREFILL_RATIO
 
 
-def _schedule(model: Any, acc: common.Acceptance, p: float, g: float, k_max: int,
-              ceiling: float, max_num_seqs: int) -> tuple[list[list[int]], float | None]:
-    """[[start_bs, end_bs, K], ...] from B(λ) = λ·L_best(λ) along the best-k path.
+@dataclass(frozen=True)
+class Setup:
+    """The validated inputs and what the parameters file makes of them."""
 
-    L is continuous where the best k switches (the two candidates tie there), so B grows
-    continuously with λ and each batch size maps to one best k. Beyond the last valid load
-    the last K is kept, as vLLM does for batch sizes past the last range. Returns the
-    schedule and the batch size from which the best choice is SD off (None if never).
-    """
-    nosd_c2 = latency(model, 1.0, 0, 1.0, p, g, max_utilization=1.0).utilization  # C2_D
-    lam_top = float(1.0 / nosd_c2) if float(nosd_c2) > 0 else 1000.0
-    lams = np.linspace(0.0, lam_top, SCHEDULE_GRID)
-    opt = optimal_draft_length(model, lams, p=p, g=g, k_max=k_max, max_utilization=ceiling,
-                               **acc.optimal_kwargs())
-    ok = opt.valid
-    lams, ks, lat = lams[ok], opt.k[ok], opt.latency[ok]
-    batch = lams * lat
-    on = np.flatnonzero(ks > 0)
-    b_off = None
-    if on.size and on[-1] + 1 < ks.size:
-        b_off = float(batch[on[-1] + 1])
-    elif not on.size:
-        b_off = 0.0
-    ranges: list[list[int]] = []
-    last_k = int(ks[-1]) if ks.size else 0
-    for bs in range(1, max_num_seqs + 1):
-        idx = np.searchsorted(batch, bs)
-        k = int(ks[idx]) if idx < ks.size else last_k
-        if ranges and ranges[-1][2] == k:
-            ranges[-1][1] = bs
-        else:
-            ranges.append([bs, bs, k])
-    return ranges, b_off
+    params: Params
+    rates: dict[str, float]
+    p: float
+    g: float
+    min_gain: float
+    max_num_seqs: int
+    prefill_ratio: float
+    acc: common.Acceptance
+    ceiling: float
+    k_max: int
+    limit: float  # widest relative half-width of a vouched-for latency interval
+
+    @property
+    def workload(self) -> Workload:
+        """The best-k path's inputs (the acceptance model as alpha or profile)."""
+        return Workload(self.p, self.g, self.k_max, self.ceiling,
+                        alpha=self.acc.alpha if self.acc.profile is None else None,
+                        profile=self.acc.profile)
 
 
-def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[str, Any]:
-    """The advice; ``traffic`` (measured load) replaces the rate and length flags."""
-    params = common.load(args)
+@dataclass(frozen=True)
+class Grid:
+    """Every k at every percentile, judged as predict judges it, and the best k there."""
+
+    lam: np.ndarray  # the percentiles' arrival rates
+    ks: np.ndarray  # 1..k_max
+    es: np.ndarray  # E(k)
+    judged: validity.Assessment
+    best: OptimalDraft
+    best_ok: np.ndarray  # the best k's own prediction is vouched for
+
+    @property
+    def valid(self) -> np.ndarray:
+        return self.judged.valid
+
+    @property
+    def speedup(self) -> np.ndarray:
+        """Speedup where the prediction is vouched for, NaN elsewhere."""
+        return np.where(self.judged.valid, self.judged.prediction.speedup, np.nan)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The static k and why: k = 0 keeps SD off."""
+
+    k: int
+    relative: np.ndarray  # load-weighted L_SD/L_D per k (inf where not eligible)
+    declined: dict[int, list[str]]  # k the model alone would allow, and the reasons
+    below_min_gain: tuple[int, float] | None  # (k, gain) of a best k under --min-gain
+    peak: dict[str, Any] | None = None
+    sized_by_peak: bool = False
+
+
+def compute(inputs: AdviseInputs, traffic: Traffic | None = None) -> dict[str, Any]:
+    """The advice; ``traffic`` (measured load) replaces the rate and length inputs."""
+    st = setup(inputs, traffic)
+    grid = judge_grid(st)
+    choice = choose_static_k(st, grid)
+    sched = batch_schedule(st.params.model(), st.workload, st.max_num_seqs)
+    if traffic is not None and traffic.peak_batch is not None:
+        choice = size_by_peak(st, grid, choice, traffic.peak_batch)
+    per_q = percentile_rows(st, grid, choice.k, sched.ranges)
+    out = _summary(st, grid, choice, sched, per_q, traffic)
+    out["advice"] = advice_lines(out)
+    return out
+
+
+def setup(inputs: AdviseInputs, traffic: Traffic | None) -> Setup:
+    """Validate the inputs in the order the options are reported (InputError names one)."""
+    params = common.load(inputs.model)
     if traffic is not None:
         rates = dict(traffic.arrival_rates)
-        args.prompt_tokens = traffic.prompt_tokens
-        args.generation_tokens = traffic.generation_tokens
+        p_in, g_in = traffic.prompt_tokens, traffic.generation_tokens
     else:
-        for flag in ("prompt_tokens", "generation_tokens",
-                     *(f"arrival_rate_{q}" for q in PERCENTILES)):
-            if getattr(args, flag, None) is None:
+        given = {"prompt_tokens": inputs.prompt_tokens,
+                 "generation_tokens": inputs.generation_tokens,
+                 **{f"arrival_rate_{q}": inputs.arrival_rates.get(q) for q in PERCENTILES}}
+        for flag, value in given.items():
+            if value is None:
                 raise common.InputError(f"--{flag.replace('_', '-')}: required (or read the "
                                         "load from --prometheus URL)")
-        rates = {
-            q: common.finite_nonnegative(f"--arrival-rate-{q}",
-                                         getattr(args, f"arrival_rate_{q}"))
-            for q in PERCENTILES
-        }
-    min_gain = getattr(args, "min_gain", DEFAULT_MIN_GAIN)
+        rates = {q: common.finite_nonnegative(f"--arrival-rate-{q}", inputs.arrival_rates[q])
+                 for q in PERCENTILES}
+        p_in, g_in = inputs.prompt_tokens, inputs.generation_tokens
+    min_gain = inputs.min_gain
     if not (np.isfinite(min_gain) and min_gain > 0):
         raise common.InputError(f"--min-gain: expected a positive number, got {min_gain}")
     if not rates["p50"] <= rates["p95"] <= rates["p99"]:
@@ -152,114 +186,134 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
             "--arrival-rate-p95: percentiles must not decrease: expected p50 <= p95 <= p99, "
             f"got {rates['p50']:g}, {rates['p95']:g}, {rates['p99']:g}"
         )
-    p = common.finite_nonnegative("--prompt-tokens", args.prompt_tokens)
-    g = common.finite_nonnegative("--generation-tokens", args.generation_tokens)
-    if args.max_num_seqs < 1:
+    p = common.finite_nonnegative("--prompt-tokens", p_in)
+    g = common.finite_nonnegative("--generation-tokens", g_in)
+    if inputs.max_num_seqs < 1:
         raise common.InputError(
-            f"--max-num-seqs: expected an integer >= 1, got {args.max_num_seqs}"
+            f"--max-num-seqs: expected an integer >= 1, got {inputs.max_num_seqs}"
         )
     k_meas = None
-    if args.draft_length is not None:
-        k_meas = common.finite_nonnegative("--draft-length", args.draft_length)
+    if inputs.draft_length is not None:
+        k_meas = common.finite_nonnegative("--draft-length", inputs.draft_length)
     if traffic is not None and traffic.acceptance_profile:
         acc = common.Acceptance("measured profile", None, traffic.acceptance_profile)
     else:
-        acc = common.acceptance_from(args, params, k_meas)
-    ceiling = common.ceiling_of(args, params)
-    k_max = common.k_max_of(args, params)
+        acc = common.acceptance_from(inputs.acceptance, params, k_meas)
+    ceiling = common.ceiling_of(inputs.model, params)
+    k_max = common.k_max_of(inputs.model, params)
     if acc.profile is not None:
         k_max = min(k_max, len(acc.profile))
-    model = params.model()
+    limit = common.halfwidth_of(inputs.model, params)
+    return Setup(params, rates, p, g, min_gain, inputs.max_num_seqs, inputs.prefill_ratio,
+                 acc, ceiling, k_max, limit)
 
-    lam = np.array([rates[q] for q in PERCENTILES])
-    ks = np.arange(1, k_max + 1, dtype=float)
-    es = acc.length(ks)
-    limit = common.halfwidth_of(args, params)
-    # Every k at every percentile judged as predict judges it: a k whose prediction is
-    # declined (sensitive, beyond the calibrated load, at a measured ceiling) is not advised.
-    judged_grid = validity.assess(params, lam[:, None], ks[None, :], es[None, :], p, g,
-                                  max_utilization=ceiling, max_halfwidth=limit)
-    grid = judged_grid.prediction
-    grid_valid = judged_grid.valid
-    best = optimal_draft_length(model, lam, p=p, g=g, k_max=k_max, max_utilization=ceiling,
-                                **acc.optimal_kwargs())
+
+def judge_grid(st: Setup) -> Grid:
+    """Every k at every percentile judged as predict judges it: a k whose prediction is
+    declined (sensitive, beyond the calibrated load, at a measured ceiling) is not advised.
+    A percentile with no valid operating point at all is a capacity problem (InputError)."""
+    params, p, g, ceiling = st.params, st.p, st.g, st.ceiling
+    lam = np.array([st.rates[q] for q in PERCENTILES])
+    ks = np.arange(1, st.k_max + 1, dtype=float)
+    es = st.acc.length(ks)
+    judged = validity.assess(params, lam[:, None], ks[None, :], es[None, :], p, g,
+                             max_utilization=ceiling, max_halfwidth=st.limit)
+    best = optimal_draft_length(params.model(), lam, p=p, g=g, k_max=st.k_max,
+                                max_utilization=ceiling, **st.acc.optimal_kwargs())
     best_ok = best.valid & validity.vouched(
-        params, lam, best.k, acc.length(np.maximum(best.k, 0).astype(float)), p, g,
-        max_utilization=ceiling, max_halfwidth=limit)
-    nosd = grid.nosd
+        params, lam, best.k, st.acc.length(np.maximum(best.k, 0).astype(float)), p, g,
+        max_utilization=ceiling, max_halfwidth=st.limit)
+    nosd = judged.prediction.nosd
     for i, q in enumerate(PERCENTILES):
         if not bool(best.valid[i]):
             util = float(nosd.utilization[i, 0])
             raise common.InputError(
-                f"--arrival-rate-{q}: {rates[q]:g} req/s leaves no valid operating point with "
-                f"or without SD (no-SD utilisation λ·C2 = {util:.3g}, ceiling {ceiling:g}): "
-                "this is a capacity problem SD cannot fix; add replicas"
+                f"--arrival-rate-{q}: {st.rates[q]:g} req/s leaves no valid operating point "
+                f"with or without SD (no-SD utilisation λ·C2 = {util:.3g}, ceiling "
+                f"{ceiling:g}): this is a capacity problem SD cannot fix; add replicas"
             )
+    return Grid(lam, ks, es, judged, best, best_ok)
 
-    # Static k: the lowest load-weighted relative latency among the k valid at every
-    # percentile that do not make p99 slower than no SD; SD off (relative latency 1) unless
-    # some k beats it.
-    s = np.where(grid_valid, grid.speedup, np.nan)
-    eligible = np.all(grid_valid, axis=0) & (s[2] >= 1.0)
+
+def choose_static_k(st: Setup, grid: Grid) -> Choice:
+    """The lowest load-weighted relative latency among the k valid at every percentile that
+    do not make p99 slower than no SD; SD off (relative latency 1) unless some k beats it,
+    and off when the best gain is under ``min_gain``."""
+    s = grid.speedup
+    eligible = np.all(grid.valid, axis=0) & (s[2] >= 1.0)
     # The k the model alone would have let compete, left out because a prediction of theirs
     # is declined: the advice names them and why.
-    model_s = np.where(grid.valid, grid.speedup, np.nan)
-    declined_ks = {
-        int(ks[j]): sorted({r for i in range(lam.size) if not grid_valid[i, j]
-                            for r in judged_grid.names((i, j))})
-        for j in np.flatnonzero(np.all(grid.valid, axis=0) & (model_s[2] >= 1.0) & ~eligible)
+    pred = grid.judged.prediction
+    model_s = np.where(pred.valid, pred.speedup, np.nan)
+    declined = {
+        int(grid.ks[j]): sorted({r for i in range(grid.lam.size) if not grid.valid[i, j]
+                                 for r in grid.judged.names((i, j))})
+        for j in np.flatnonzero(np.all(pred.valid, axis=0) & (model_s[2] >= 1.0) & ~eligible)
     }
     with np.errstate(invalid="ignore", divide="ignore"):
         relative = WEIGHTS @ np.where(eligible[None, :], 1.0 / s, np.inf)
     static_k = 0
     if eligible.any() and float(np.min(relative)) < 1.0:
-        static_k = int(ks[int(np.argmin(relative))])
+        static_k = int(grid.ks[int(np.argmin(relative))])
     below_min_gain = None
-    if static_k and 1.0 / float(relative[static_k - 1]) < min_gain:
+    if static_k and 1.0 / float(relative[static_k - 1]) < st.min_gain:
         below_min_gain = (static_k, 1.0 / float(relative[static_k - 1]))
         static_k = 0
-    schedule, b_off = _schedule(model, acc, p, g, k_max, ceiling, args.max_num_seqs)
-    schedule_k = max(r[2] for r in schedule)
-    peak = None
-    sized_by_peak = False
-    prefill_ratio = getattr(args, "prefill_ratio", DEFAULT_PREFILL_RATIO)
-    if traffic is not None and traffic.peak_batch is not None:
-        peak = _peak(model, acc, p, g, k_max, ceiling, traffic.peak_batch, ks, es)
-        if g > 0 and p / g >= prefill_ratio and peak["valid"]:
-            # Prefill-heavy: the batch swings with long prompts; size by the peak batch.
-            sized_by_peak = True
-            k_peak = int(peak["optimal_draft_length"])
-            static_k = k_peak if k_peak and peak["optimal_speedup"] >= min_gain else 0
-            if static_k and not bool(np.all(grid_valid[:, static_k - 1])):
-                static_k = 0
+    return Choice(static_k, relative, declined, below_min_gain)
 
+
+def size_by_peak(st: Setup, grid: Grid, choice: Choice, peak_batch: float) -> Choice:
+    """The decision at the peak batch; prefill-heavy traffic (the batch swings with long
+    prompts) is sized by it rather than by the mean load."""
+    peak = _peak(st, peak_batch)
+    static_k, sized = choice.k, False
+    if st.g > 0 and st.p / st.g >= st.prefill_ratio and peak["valid"]:
+        sized = True
+        k_peak = int(peak["optimal_draft_length"])
+        static_k = k_peak if k_peak and peak["optimal_speedup"] >= st.min_gain else 0
+        if static_k and not bool(np.all(grid.valid[:, static_k - 1])):
+            static_k = 0
+    return replace(choice, k=static_k, peak=peak, sized_by_peak=sized)
+
+
+def percentile_rows(st: Setup, grid: Grid, static_k: int,
+                    schedule: list[list[int]]) -> dict[str, Any]:
+    """At each percentile: the advised configuration's latency, speedup and utilisation, the
+    best k there, the requests in flight (Little's law) and the schedule's k for them."""
+    pred, s, valid, best, best_ok = (grid.judged.prediction, grid.speedup, grid.valid,
+                                     grid.best, grid.best_ok)
+    nosd = pred.nosd
     per_q: dict[str, Any] = {}
+    j = static_k - 1
     for i, q in enumerate(PERCENTILES):
-        j = static_k - 1
         per_q[q] = {
-            "arrival_rate": rates[q],
+            "arrival_rate": st.rates[q],
             "latency_nosd_s": float(nosd.latency[i, 0]) if bool(nosd.valid[i, 0]) else None,
-            "latency_sd_s": float(grid.sd.latency[i, j]) if static_k and bool(grid_valid[i, j])
+            "latency_sd_s": float(pred.sd.latency[i, j]) if static_k and bool(valid[i, j])
             else None,
             "speedup": float(s[i, j]) if static_k else 1.0,
             "optimal_draft_length": int(best.k[i]) if bool(best_ok[i]) else None,
             "optimal_speedup": float(best.speedup[i]) if bool(best_ok[i]) else None,
-            "utilization": float(grid.sd.utilization[i, j]) if static_k
+            "utilization": float(pred.sd.utilization[i, j]) if static_k
             else float(nosd.utilization[i, 0]),
-            "valid": bool(grid_valid[i, j]) if static_k else bool(nosd.valid[i, 0]),
+            "valid": bool(valid[i, j]) if static_k else bool(nosd.valid[i, 0]),
         }
         lat = per_q[q]["latency_sd_s"] if static_k else per_q[q]["latency_nosd_s"]
-        # Requests in flight at this load (Little's law) and the schedule's k for it.
-        per_q[q]["batch_size"] = rates[q] * lat if lat is not None else None
+        per_q[q]["batch_size"] = st.rates[q] * lat if lat is not None else None
         per_q[q]["schedule_draft_length"] = (
-            _schedule_k(schedule, per_q[q]["batch_size"]) if lat is not None else None)
-    # The 90% intervals of the advised configuration at each percentile (the fit's residual
-    # spread through the fixed point): the advice says when a speedup's interval straddles 1.
-    k_adv = float(static_k)
-    judged = validity.assess(params, lam, k_adv, float(es[static_k - 1]) if static_k else 1.0,
-                             p, g, max_utilization=ceiling, max_halfwidth=limit)
+            schedule_k(schedule, per_q[q]["batch_size"]) if lat is not None else None)
+    _add_intervals(st, grid, static_k, per_q)
+    return per_q
+
+
+def _add_intervals(st: Setup, grid: Grid, static_k: int, per_q: dict[str, Any]) -> None:
+    """The 90% intervals of the advised configuration at each percentile (the fit's residual
+    spread through the fixed point): the advice says when a speedup's interval straddles 1."""
+    e_adv = float(grid.es[static_k - 1]) if static_k else 1.0
+    judged = validity.assess(st.params, grid.lam, float(static_k), e_adv, st.p, st.g,
+                             max_utilization=st.ceiling, max_halfwidth=st.limit)
+    iv = judged.intervals
     for i, q in enumerate(PERCENTILES):
-        iv = judged.intervals
         item = per_q[q]
         item["validity_reasons"] = [r for r in judged.names(i)
                                     if r != validity.NO_CALIBRATED_RANGE]
@@ -268,57 +322,85 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
             item["latency_interval"] = uncertainty.as_pair(iv.latency_sd[0][i],
                                                            iv.latency_sd[1][i])
             item["speedup_interval"] = uncertainty.as_pair(iv.speedup[0][i], iv.speedup[1][i])
-    off_rate = None
-    be_kind = None
+
+
+def breakeven_of(st: Setup, grid: Grid, static_k: int
+                 ) -> tuple[float | None, str | None, tuple[float, float] | None]:
+    """The advised k's break-even: (rate above which SD stops paying, kind, its interval)."""
+    if not static_k:
+        return None, None, None
+    model = st.params.model()
+    e = float(grid.es[static_k - 1])
+    be = breakeven(model, static_k, e, st.p, st.g)
+    kind = KIND_NAMES[int(be.kind)]
+    if int(be.kind) != BreakEvenKind.PAYS_BELOW:
+        return None, kind, None
+    off_rate = float(be.rate)
     be_iv = None
-    if static_k:
-        be = breakeven(model, static_k, float(es[static_k - 1]), p, g)
-        be_kind = KIND_NAMES[int(be.kind)]
-        if int(be.kind) == BreakEvenKind.PAYS_BELOW:
-            off_rate = float(be.rate)
-            if params.uncertainty is not None:
-                be_iv = uncertainty.breakeven_interval(model, params.uncertainty, k_adv,
-                                                       float(es[static_k - 1]), p, g, off_rate)
+    if st.params.uncertainty is not None:
+        be_iv = uncertainty.breakeven_interval(model, st.params.uncertainty, float(static_k),
+                                               e, st.p, st.g, off_rate)
+    return off_rate, kind, be_iv
 
-    # The arrival rate from which the best choice is SD off (any k), if below saturation.
-    nosd_c2 = float(latency(model, 1.0, 0, 1.0, p, g, max_utilization=1.0).utilization)
-    lam_top = ceiling / nosd_c2 if nosd_c2 > 0 else 1000.0
+
+def sd_off_above_rate(st: Setup) -> float | None:
+    """The arrival rate from which the best choice is SD off (any k), if below saturation."""
+    model = st.params.model()
+    nosd_c2 = float(latency(model, 1.0, 0, 1.0, st.p, st.g, max_utilization=1.0).utilization)
+    lam_top = st.ceiling / nosd_c2 if nosd_c2 > 0 else 1000.0
     scan = np.linspace(0.0, lam_top, SCHEDULE_GRID)
-    scan_best = optimal_draft_length(model, scan, p=p, g=g, k_max=k_max,
-                                     max_utilization=ceiling, **acc.optimal_kwargs())
+    scan_best = optimal_draft_length(model, scan, p=st.p, g=st.g, k_max=st.k_max,
+                                     max_utilization=st.ceiling, **st.acc.optimal_kwargs())
     on = scan_best.valid & (scan_best.k > 0)
-    any_off_rate = None
     if on.any() and int(np.flatnonzero(on)[-1]) + 1 < scan.size:
-        any_off_rate = float(scan[int(np.flatnonzero(on)[-1]) + 1])
-    elif not on.any():
-        any_off_rate = 0.0
+        return float(scan[int(np.flatnonzero(on)[-1]) + 1])
+    if not on.any():
+        return 0.0
+    return None
 
-    out = {
+
+def _load_weighted_speedup(grid: Grid, choice: Choice) -> float | None:
+    k = choice.k
+    if not k:
+        return 1.0
+    if not bool(np.all(grid.valid[:, k - 1])):
+        return None
+    return float(WEIGHTS @ (1.0 / np.where(grid.valid[:, k - 1], grid.speedup[:, k - 1],
+                                           np.inf))) ** -1
+
+
+def _summary(st: Setup, grid: Grid, choice: Choice, sched: Schedule, per_q: dict[str, Any],
+             traffic: Traffic | None) -> dict[str, Any]:
+    """The JSON-ready advice (without its lines of text)."""
+    params, static_k = st.params, choice.k
+    off_rate, be_kind, be_iv = breakeven_of(st, grid, static_k)
+    below = choice.below_min_gain
+    return {
         "system": params.system,
-        "acceptance_source": acc.source,
-        "alpha": acc.alpha,
-        "prompt_tokens": p,
-        "generation_tokens": g,
-        "max_utilization": ceiling,
+        "acceptance_source": st.acc.source,
+        "alpha": st.acc.alpha,
+        "prompt_tokens": st.p,
+        "generation_tokens": st.g,
+        "max_utilization": st.ceiling,
         "enable": static_k > 0,
         "draft_length": static_k,
-        "load_weighted_speedup": float(1.0 / relative[static_k - 1]) if static_k else 1.0,
-        "num_speculative_tokens": schedule_k,
-        "schedule": schedule,
-        "sd_off_above_batch_size": b_off,
-        "max_num_seqs": args.max_num_seqs,
+        "load_weighted_speedup": _load_weighted_speedup(grid, choice),
+        "num_speculative_tokens": max(r[2] for r in sched.ranges),
+        "schedule": sched.ranges,
+        "sd_off_above_batch_size": sched.sd_off_above_batch_size,
+        "max_num_seqs": st.max_num_seqs,
         "percentiles": per_q,
         "breakeven_arrival_rate": off_rate,
         "breakeven_interval": list(be_iv) if be_iv is not None else None,
         "breakeven_kind": be_kind,
-        "sd_off_above_arrival_rate": any_off_rate,
-        "min_gain": min_gain,
-        "declined_draft_lengths": {str(k): r for k, r in declined_ks.items()},
-        "below_min_gain": None if below_min_gain is None else {
-            "draft_length": below_min_gain[0], "load_weighted_speedup": below_min_gain[1]},
-        "peak": peak,
-        "sized_by_peak_batch": sized_by_peak,
-        "prefill_ratio": prefill_ratio,
+        "sd_off_above_arrival_rate": sd_off_above_rate(st),
+        "min_gain": st.min_gain,
+        "declined_draft_lengths": {str(k): r for k, r in choice.declined.items()},
+        "below_min_gain": None if below is None else {
+            "draft_length": below[0], "load_weighted_speedup": below[1]},
+        "peak": choice.peak,
+        "sized_by_peak_batch": choice.sized_by_peak,
+        "prefill_ratio": st.prefill_ratio,
         "traffic": None if traffic is None else {
             "source": traffic.source, "prompt_tokens_p95": traffic.prompt_tokens_p95,
             "generation_tokens_p95": traffic.generation_tokens_p95,
@@ -329,186 +411,31 @@ def compute(args: argparse.Namespace, traffic: Traffic | None = None) -> dict[st
                              if params.calibrated_range is not None else None),
         # The loads advised on, judged against the calibrated range (empty: all inside).
         "validity_reasons": sorted({
-            r for q, lam in rates.items()
+            r for lam in st.rates.values()
             for r in validity.range_reasons(params.calibrated_range, lam, None, static_k)
         }) or ([validity.NO_CALIBRATED_RANGE] if params.calibrated_range is None else []),
     }
-    if static_k:
-        out["load_weighted_speedup"] = float(
-            WEIGHTS @ (1.0 / np.where(grid_valid[:, static_k - 1], s[:, static_k - 1], np.inf))
-        ) ** -1 if bool(np.all(grid_valid[:, static_k - 1])) else None
-    out["advice"] = advice_lines(out)
-    return out
 
 
-def _schedule_k(schedule: list[list[int]], batch: float) -> int:
-    """The schedule's k at a batch size (the last range's beyond it)."""
-    b = max(1, round(batch))
-    for start, end, k in schedule:
-        if start <= b <= end:
-            return k
-    return schedule[-1][2]
-
-
-def _peak(model: Any, acc: common.Acceptance, p: float, g: float, k_max: int,
-          ceiling: float, peak_batch: float, ks: np.ndarray, es: np.ndarray) -> dict[str, Any]:
+def _peak(st: Setup, peak_batch: float) -> dict[str, Any]:
     """The decision at the peak batch: the arrival rate whose best-path requests in flight
     λ·L equal it (Little's law), and the best k and speedup there."""
-    nosd_c2 = float(latency(model, 1.0, 0, 1.0, p, g, max_utilization=1.0).utilization)
-    lam_top = 1.0 / nosd_c2 if nosd_c2 > 0 else 1000.0
-    lams = np.linspace(0.0, lam_top, SCHEDULE_GRID)
-    opt = optimal_draft_length(model, lams, p=p, g=g, k_max=k_max, max_utilization=ceiling,
-                               **acc.optimal_kwargs())
-    ok = opt.valid
-    batch = lams[ok] * opt.latency[ok]
+    path = best_path(st.params.model(), st.workload)
+    batch = path.batch
     out: dict[str, Any] = {"batch": peak_batch, "arrival_rate": None, "valid": False,
                            "optimal_draft_length": None, "optimal_speedup": None}
     if not batch.size or peak_batch > float(batch.max()):
         out["reason"] = (f"a batch of {peak_batch:g} requests in flight is past the model's "
-                         f"validity ceiling {ceiling:g} (largest valid batch "
+                         f"validity ceiling {st.ceiling:g} (largest valid batch "
                          f"{float(batch.max()) if batch.size else 0:.3g})")
         return out
-    lam = float(np.interp(peak_batch, batch, lams[ok]))
-    best = optimal_draft_length(model, np.array([lam]), p=p, g=g, k_max=k_max,
-                                max_utilization=ceiling, **acc.optimal_kwargs())
+    lam = float(np.interp(peak_batch, batch, path.arrival_rates))
+    best = optimal_draft_length(st.params.model(), np.array([lam]), p=st.p, g=st.g,
+                                k_max=st.k_max, max_utilization=st.ceiling,
+                                **st.acc.optimal_kwargs())
     out.update(arrival_rate=lam, valid=bool(best.valid[0]),
                optimal_draft_length=int(best.k[0]), optimal_speedup=float(best.speedup[0]))
     return out
 
 
-def _gain(item: dict[str, Any]) -> str:
-    s = item["speedup"]
-    if item["latency_sd_s"] is None or item["latency_nosd_s"] is None:
-        return "no valid prediction"
-    change = (1.0 - 1.0 / s) * 100.0
-    verb = "lower" if change >= 0 else "higher"
-    return (f"{item['latency_nosd_s']:.3g} s → {item['latency_sd_s']:.3g} s mean latency "
-            f"({s:.2f}x, {abs(change):.0f}% {verb})")
-
-
-def advice_lines(out: dict[str, Any]) -> list[str]:
-    lines: list[str] = []
-    k = out["draft_length"]
-    pq = out["percentiles"]
-    if k:
-        lines.append(
-            f"Enable speculative decoding with k = {k} (num_speculative_tokens={k}): "
-            f"{out['load_weighted_speedup']:.2f}x load-weighted speedup."
-        )
-        for q in PERCENTILES:
-            lines.append(f"  at {q} load ({pq[q]['arrival_rate']:g} req/s): {_gain(pq[q])}")
-            iv = pq[q].get("speedup_interval")
-            if iv is not None:
-                lo, hi = iv
-                straddles = lo is not None and lo < 1.0 and (hi is None or hi > 1.0)
-                lines.append(
-                    f"    90% interval of the speedup: {lo:.2f}x–"
-                    f"{'∞' if hi is None else format(hi, '.2f')}x"
-                    + (": it straddles 1, so the data cannot tell whether SD helps or hurts"
-                       " at this load" if straddles else ""))
-        if out["breakeven_arrival_rate"] is not None:
-            biv = out.get("breakeven_interval")
-            lines.append(
-                f"With k = {k}, SD stops paying above {out['breakeven_arrival_rate']:.3g} req/s"
-                + (f" (90% interval {biv[0]:.3g}–{biv[1]:.3g})" if biv else "")
-                + ": above that arrival rate turn it off (or use the schedule below)."
-            )
-        elif out["breakeven_kind"] == "pays_everywhere":
-            lines.append(f"With k = {k}, SD pays at every load below saturation.")
-    else:
-        best50 = pq["p50"]["optimal_draft_length"]
-        below = out.get("below_min_gain")
-        if below is not None:
-            lines.append(
-                f"Keep speculative decoding off: the best static k = {below['draft_length']} "
-                f"gains only {below['load_weighted_speedup']:.2f}x load-weighted, below "
-                f"--min-gain {out['min_gain']:g}x."
-            )
-        elif out.get("declined_draft_lengths"):
-            named = "; ".join(f"k = {k}: {', '.join(r)}"
-                              for k, r in out["declined_draft_lengths"].items())
-            lines.append(
-                "Keep speculative decoding off for now: no draft length's prediction is vouched "
-                f"for at every percentile ({named}); re-calibrate with runs at these loads."
-            )
-        elif best50 == 0:
-            lines.append("Keep speculative decoding off: at your p50 load no draft length beats "
-                         "plain decoding.")
-        else:
-            lines.append(
-                "No single draft length helps at p50 without slowing down p99: keep SD off, or "
-                "use the batch-size schedule below so drafting stops as the batch grows."
-            )
-    peak = out.get("peak")
-    if peak is not None:
-        if peak["valid"]:
-            lines.append(
-                f"At the peak batch ({peak['batch']:g} requests in flight, ≈ "
-                f"{peak['arrival_rate']:.3g} req/s): best k = {peak['optimal_draft_length']}, "
-                f"{peak['optimal_speedup']:.2f}x predicted."
-            )
-        else:
-            lines.append(f"At the peak batch: no valid prediction ({peak['reason']}).")
-    if out.get("sized_by_peak_batch"):
-        lines.append(
-            f"Prefill-heavy traffic (prompt/generation = "
-            f"{out['prompt_tokens'] / out['generation_tokens']:.1f} >= "
-            f"{out['prefill_ratio']:g}): the decision is sized by the peak batch, not the "
-            "mean load."
-        )
-    if out["sd_off_above_arrival_rate"] is not None and out["sd_off_above_arrival_rate"] > 0:
-        lines.append(f"Whatever k: above {out['sd_off_above_arrival_rate']:.3g} req/s the best "
-                     "choice is SD off.")
-    if out["num_speculative_tokens"] > 0:
-        sched = ", ".join(f"[{a}, {b}, {c}]" for a, b, c in out["schedule"])
-        lines.append(
-            "Batch-size schedule for vLLM (speculative config, batch size = requests in "
-            f'flight B = λ·L): "num_speculative_tokens": {out["num_speculative_tokens"]}, '
-            f'"num_speculative_tokens_per_batch_size": [{sched}]'
-        )
-        b_off = out["sd_off_above_batch_size"]
-        if b_off is not None and b_off > out["max_num_seqs"]:
-            lines.append(
-                f"  Caution: the model turns SD off only at B ≈ {b_off:.0f} requests in flight, "
-                f"beyond max_num_seqs = {out['max_num_seqs']}; vLLM queues the rest, so a "
-                "batch-size schedule cannot express it: switch on the arrival rate instead "
-                "(specwatch controller)."
-            )
-    return lines
-
-
-def render(out: dict[str, Any]) -> None:
-    f = common.fmt
-    rows = []
-    for q in PERCENTILES:
-        item = out["percentiles"][q]
-        rows.append([q, f(item["arrival_rate"], ".4g"), f(item["latency_nosd_s"], ".3f"),
-                     f(item["latency_sd_s"], ".3f"), f(item["speedup"], ".3f"),
-                     "—" if item["optimal_draft_length"] is None
-                     else str(item["optimal_draft_length"]),
-                     f(item["optimal_speedup"], ".3f")])
-    k = out["draft_length"]
-    title = (f"specwatch advise · {out['system']} · p = {f(out['prompt_tokens'])}, "
-             f"g = {f(out['generation_tokens'])}")
-    common.render_table(
-        title,
-        ["load", "λ (req/s)", "L no SD (s)", f"L k={k} (s)" if k else "L SD (s)",
-         "speedup", "best k here", "best S here"],
-        rows,
-        ["", *out["advice"]],
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    def body() -> int:
-        out = compute(args)
-        if args.json:
-            common.print_json(out)
-        else:
-            render(out)
-        return 0
-
-    return common.run_guarded(args, body, EMPTY)
-
-
-__all__ = ["Reason", "add_arguments", "run"]
+__all__ = ["AdviseInputs", "Reason", "Traffic", "compute"]

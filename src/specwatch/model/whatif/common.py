@@ -1,14 +1,14 @@
-"""Shared plumbing of the what-if commands (predict, sweep, advise).
+"""Shared plumbing of the what-if computations (predict, sweep, advise).
 
-Why one module: the three commands take the same parameters file, acceptance and length
-options, validate them the same way (an error names the option, exit 2, and `--json`
-still prints a machine-readable `valid: false` object), and print tables the same way
-(rich when installed, plain aligned text otherwise).
+The three take the same parameters file, acceptance and length inputs (typed here as
+:class:`ModelOptions` and :class:`AcceptanceOptions`), validate them the same way (an error
+names the option, exit 2, and `--json` still prints a machine-readable `valid: false` object),
+and print tables the same way (rich when installed, plain aligned text otherwise). Their
+options are declared in :mod:`specwatch.cli.whatif_options`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -35,39 +35,22 @@ class InputError(ConfigError):
     """A bad command-line value; the message starts with the option name."""
 
 
-# --------------------------------------------------------------------------- arguments
+@dataclass(frozen=True)
+class ModelOptions:
+    """The parameters file and the overrides of its defaults (None: the file's)."""
+
+    params: str
+    max_utilization: float | None = None
+    k_max: int | None = None
+    max_interval: float | None = None
 
 
-def add_params_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", required=True, metavar="FILE|NAME",
-                        help="parameters file (YAML) with the fitted coefficients, or the name "
-                             "of a shipped example (qwen3-32b-h100-eagle3, ...)")
-    parser.add_argument("--max-utilization", type=float, metavar="U",
-                        help="validity ceiling on λ·C2 (default: the file's, else 0.9)")
+@dataclass(frozen=True)
+class AcceptanceOptions:
+    """Acceptance as given on the command line (None: not given)."""
 
-
-def add_length_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompt-tokens", type=float, required=True, metavar="P",
-                        help="mean prompt tokens per request")
-    parser.add_argument("--generation-tokens", type=float, required=True, metavar="G",
-                        help="mean generated tokens per request")
-
-
-def add_json_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object instead of a table")
-
-
-def add_interval_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-interval", type=float, metavar="F",
-                        help="widest relative half-width of the 90%% latency interval a valid "
-                             "prediction may have (0.15 = ±15%%; default: the file's, else "
-                             "0.15); wider is `sensitive`")
-
-
-def add_k_max_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--k-max", type=int, metavar="K",
-                        help="largest draft length considered (default: the file's, else 8)")
+    alpha: float | None = None
+    acceptance_length: float | None = None
 
 
 # --------------------------------------------------------------------------- validation
@@ -98,26 +81,26 @@ def check_acceptance_length(option: str, value: float, k: float) -> float:
     return float(value)
 
 
-def load(args: argparse.Namespace) -> Params:
-    """Load the parameters file and apply the command-line overrides."""
-    params = load_params(resolve_params(args.params))
-    ceiling = getattr(args, "max_utilization", None)
+def load(opts: ModelOptions) -> Params:
+    """Load the parameters file and check the overrides."""
+    params = load_params(resolve_params(opts.params))
+    ceiling = opts.max_utilization
     if ceiling is not None and not (math.isfinite(ceiling) and 0.0 < ceiling <= 1.0):
         raise InputError(f"--max-utilization: expected a number in (0, 1], got {ceiling}")
-    k_max = getattr(args, "k_max", None)
+    k_max = opts.k_max
     if k_max is not None and not 1 <= k_max <= 64:
         raise InputError(f"--k-max: expected an integer in [1, 64], got {k_max}")
     return params
 
 
-def ceiling_of(args: argparse.Namespace, params: Params) -> float:
-    value = getattr(args, "max_utilization", None)
+def ceiling_of(opts: ModelOptions, params: Params) -> float:
+    value = opts.max_utilization
     return params.max_utilization if value is None else float(value)
 
 
-def halfwidth_of(args: argparse.Namespace, params: Params) -> float:
+def halfwidth_of(opts: ModelOptions, params: Params) -> float:
     """The `sensitive` limit: --max-interval, else the file's, else ±15%."""
-    value = getattr(args, "max_interval", None)
+    value = opts.max_interval
     if value is not None:
         if not (math.isfinite(value) and value > 0):
             raise InputError(f"--max-interval: expected a fraction > 0 (0.15 = ±15%), got "
@@ -128,8 +111,8 @@ def halfwidth_of(args: argparse.Namespace, params: Params) -> float:
     return DEFAULT_MAX_HALFWIDTH
 
 
-def k_max_of(args: argparse.Namespace, params: Params) -> int:
-    value = getattr(args, "k_max", None)
+def k_max_of(opts: ModelOptions, params: Params) -> int:
+    value = opts.k_max
     return params.k_max if value is None else int(value)
 
 
@@ -159,10 +142,10 @@ class Acceptance:
         return f"i.i.d. α = {self.alpha:.4g}"
 
 
-def acceptance_from(args: argparse.Namespace, params: Params, k: float | None) -> Acceptance:
+def acceptance_from(opts: AcceptanceOptions, params: Params, k: float | None) -> Acceptance:
     """α from --alpha, or from --acceptance-length at draft length k, or the file's profile."""
-    alpha = getattr(args, "alpha", None)
-    e = getattr(args, "acceptance_length", None)
+    alpha = opts.alpha
+    e = opts.acceptance_length
     if alpha is not None:
         return Acceptance("alpha", check_alpha("--alpha", alpha), None)
     if e is not None:
@@ -206,6 +189,15 @@ def print_json(obj: dict[str, Any]) -> None:
     print(json.dumps(clean(obj), indent=2, allow_nan=False, ensure_ascii=False))
 
 
+def print_result(out: dict[str, Any], as_json: bool,
+                 render: Callable[[dict[str, Any]], None]) -> None:
+    """The result as one JSON object (``--json``), else as the command's table."""
+    if as_json:
+        print_json(out)
+    else:
+        render(out)
+
+
 def invalid_reason(code: int, utilization: float | None = None, ceiling: float | None = None,
                    arrival_option: str = "--arrival-rate") -> str:
     """A reason string with the numbers that make it actionable."""
@@ -219,16 +211,16 @@ def invalid_reason(code: int, utilization: float | None = None, ceiling: float |
     return reason_text(code)
 
 
-def run_guarded(args: argparse.Namespace, body: Callable[[], int],
-                empty: dict[str, Any]) -> int:
+def run_guarded(as_json: bool, body: Callable[[], int], empty: dict[str, Any]) -> int:
     """Run a command body; with --json a bad input still prints `valid: false` + reason.
 
-    Without --json the error propagates to cli.py, which prints it and exits 2.
+    Without --json the error propagates to :func:`specwatch.cli.main`, which prints it and
+    exits 2.
     """
     try:
         return body()
     except ConfigError as exc:
-        if not getattr(args, "json", False):
+        if not as_json:
             raise
         print_json({**empty, "valid": False, "reason": str(exc)})
         print(f"error: {exc}", file=sys.stderr)

@@ -1,15 +1,16 @@
-"""`specwatch predict`: SD and no-SD latency, speedup, utilisation, break-even, best k.
+"""The prediction behind `specwatch predict`: SD and no-SD latency, speedup, utilisation,
+break-even, best k.
 
 One operating point in, every number the model knows about it out, so an operator can
-answer "does SD make my requests faster at this load?" from the parameters file alone.
-Exit 0 when the prediction is valid; exit 2 (with `valid: false` and a reason under
-`--json`) on bad input, at or past saturation, or above the validity ceiling.
+answer "does SD make my requests faster at this load?" from the parameters file alone. A
+declined prediction carries a ``reason`` naming the option to change. The options are
+declared in :mod:`specwatch.cli.predict`.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from specwatch.model import uncertainty, validity
@@ -19,6 +20,7 @@ from specwatch.model.closed_form import (
     breakeven,
     optimal_draft_length,
 )
+from specwatch.model.params import Params
 from specwatch.model.whatif import common
 
 KIND_NAMES = {
@@ -45,23 +47,6 @@ EMPTY: dict[str, Any] = {
 }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common.add_params_argument(parser)
-    parser.add_argument("--arrival-rate", type=float, required=True, metavar="R",
-                        help="request arrival rate λ (req/s)")
-    parser.add_argument("--draft-length", type=float, required=True, metavar="K",
-                        help="draft length k (tokens proposed per draft; 0 = SD off)")
-    acc = parser.add_mutually_exclusive_group()
-    acc.add_argument("--acceptance-length", type=float, metavar="E",
-                     help="mean tokens committed per verify cycle, bonus token included")
-    acc.add_argument("--alpha", type=float, metavar="A",
-                     help="per-token acceptance probability of the i.i.d. model, in [0, 1)")
-    common.add_length_arguments(parser)
-    common.add_k_max_argument(parser)
-    common.add_interval_argument(parser)
-    common.add_json_argument(parser)
-
-
 def breakeven_text(rate: float, kind: int) -> str:
     kind = BreakEvenKind(int(kind))
     if kind == BreakEvenKind.PAYS_BELOW:
@@ -75,39 +60,31 @@ def breakeven_text(rate: float, kind: int) -> str:
     return "undefined"
 
 
-def compute(args: argparse.Namespace) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PredictInputs:
+    """One operating point as the command line gives it (validated by :func:`compute`)."""
+
+    model: common.ModelOptions
+    acceptance: common.AcceptanceOptions
+    arrival_rate: float
+    draft_length: float
+    prompt_tokens: float
+    generation_tokens: float
+
+
+def compute(inputs: PredictInputs) -> dict[str, Any]:
     """The prediction as a JSON-ready dict (raises InputError on bad input)."""
-    params = common.load(args)
-    lam = common.finite_nonnegative("--arrival-rate", args.arrival_rate)
-    k = common.finite_nonnegative("--draft-length", args.draft_length)
-    p = common.finite_nonnegative("--prompt-tokens", args.prompt_tokens)
-    g = common.finite_nonnegative("--generation-tokens", args.generation_tokens)
-    ceiling = common.ceiling_of(args, params)
-    k_max = common.k_max_of(args, params)
-    if k == 0:
-        if args.acceptance_length is not None:
-            common.check_acceptance_length("--acceptance-length", args.acceptance_length, 0)
-        if args.alpha is not None:
-            common.check_alpha("--alpha", args.alpha)
-        acc = None
-        e = 1.0
-    else:
-        acc = common.acceptance_from(args, params, k)
-        if args.acceptance_length is not None:
-            e = float(args.acceptance_length)
-        else:
-            if acc.profile is not None and (k != round(k) or k > len(acc.profile)):
-                raise common.InputError(
-                    f"--draft-length: the parameters file's acceptance_profile covers k <= "
-                    f"{len(acc.profile)} (integers); give --alpha or --acceptance-length"
-                )
-            e = float(acc.length(k))
-    model = params.model()
-    limit = common.halfwidth_of(args, params)
+    params = common.load(inputs.model)
+    lam = common.finite_nonnegative("--arrival-rate", inputs.arrival_rate)
+    k = common.finite_nonnegative("--draft-length", inputs.draft_length)
+    p = common.finite_nonnegative("--prompt-tokens", inputs.prompt_tokens)
+    g = common.finite_nonnegative("--generation-tokens", inputs.generation_tokens)
+    ceiling = common.ceiling_of(inputs.model, params)
+    k_max = common.k_max_of(inputs.model, params)
+    acc, e = _acceptance_at(inputs.acceptance, params, k)
+    limit = common.halfwidth_of(inputs.model, params)
     judged = validity.assess(params, lam, k, e, p, g, max_utilization=ceiling,
                              max_halfwidth=limit)
-    pred = judged.prediction
-    be = breakeven(model, k, e, p, g)
     out: dict[str, Any] = {
         "system": params.system,
         "arrival_rate": lam,
@@ -119,19 +96,50 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "generation_tokens": g,
         "max_utilization": ceiling,
     }
+    out.update(_prediction(params, judged, lam, k, e, p, g, limit))
+    out.update(_optimal(params, acc, lam, p, g, k_max, ceiling, limit))
+    reason = _reason(params, judged, k, ceiling, limit, out["interval_halfwidth"])
+    if reason is not None:
+        out["reason"] = reason
+    return out
+
+
+def _acceptance_at(opts: common.AcceptanceOptions, params: Params,
+                   k: float) -> tuple[common.Acceptance | None, float]:
+    """The acceptance model and E(k); (None, 1) for k = 0 (SD off)."""
+    if k == 0:
+        if opts.acceptance_length is not None:
+            common.check_acceptance_length("--acceptance-length", opts.acceptance_length, 0)
+        if opts.alpha is not None:
+            common.check_alpha("--alpha", opts.alpha)
+        return None, 1.0
+    acc = common.acceptance_from(opts, params, k)
+    if opts.acceptance_length is not None:
+        return acc, float(opts.acceptance_length)
+    if acc.profile is not None and (k != round(k) or k > len(acc.profile)):
+        raise common.InputError(
+            f"--draft-length: the parameters file's acceptance_profile covers k <= "
+            f"{len(acc.profile)} (integers); give --alpha or --acceptance-length"
+        )
+    return acc, float(acc.length(k))
+
+
+def _prediction(params: Params, judged: validity.Assessment, lam: float, k: float, e: float,
+                p: float, g: float, limit: float) -> dict[str, Any]:
+    """Latencies, speedup, their intervals, utilisation, validity and break-even."""
+    model = params.model()
+    pred = judged.prediction
+    be = breakeven(model, k, e, p, g)
     model_ok = bool(pred.valid)
     usable_sd = bool(pred.sd.valid)
     usable_nosd = bool(pred.nosd.valid)
-    reasons = judged.names()
-    range_bad = [r for r in reasons if r in (validity.BEYOND_CALIBRATED_LOAD,
-                                             validity.EXTRAPOLATED_K)]
     valid = bool(judged.valid)
     iv = judged.intervals
     be_rate = float(be.rate)
     be_iv = None
     if iv is not None and params.uncertainty is not None and math.isfinite(be_rate):
         be_iv = uncertainty.breakeven_interval(model, params.uncertainty, k, e, p, g, be_rate)
-    out.update(
+    return dict(
         latency_sd_s=float(pred.sd.latency) if usable_sd else None,
         latency_nosd_s=float(pred.nosd.latency) if usable_nosd else None,
         speedup=float(pred.speedup) if valid else None,
@@ -147,36 +155,51 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         utilization=float(pred.sd.utilization),
         utilization_nosd=float(pred.nosd.utilization),
         valid=valid,
-        validity_reasons=reasons,
+        validity_reasons=judged.names(),
         calibrated_range=(params.calibrated_range.to_mapping()
                           if params.calibrated_range is not None else None),
         breakeven_arrival_rate=be_rate if math.isfinite(be_rate) else None,
         breakeven_interval=list(be_iv) if be_iv is not None else None,
         breakeven_kind=KIND_NAMES[BreakEvenKind(int(be.kind))],
     )
-    if acc is not None:
-        opt = optimal_draft_length(model, lam, p=p, g=g, k_max=k_max,
-                                   max_utilization=ceiling, **acc.optimal_kwargs())
-        # Shown only where the best k's own prediction is vouched for (validity.vouched).
-        ok = bool(opt.valid) and bool(validity.vouched(
-            params, lam, opt.k, acc.length(max(int(opt.k), 0)), p, g,
-            max_utilization=ceiling, max_halfwidth=limit))
-        out["optimal_draft_length"] = int(opt.k) if ok else None
-        out["optimal_speedup"] = float(opt.speedup) if ok else None
-    else:
-        out["optimal_draft_length"] = None
-        out["optimal_speedup"] = None
+
+
+def _optimal(params: Params, acc: common.Acceptance | None, lam: float, p: float, g: float,
+             k_max: int, ceiling: float, limit: float) -> dict[str, Any]:
+    """The best k at this load, shown only where its own prediction is vouched for
+    (validity.vouched); none with SD off."""
+    if acc is None:
+        return {"optimal_draft_length": None, "optimal_speedup": None}
+    opt = optimal_draft_length(params.model(), lam, p=p, g=g, k_max=k_max,
+                               max_utilization=ceiling, **acc.optimal_kwargs())
+    ok = bool(opt.valid) and bool(validity.vouched(
+        params, lam, opt.k, acc.length(max(int(opt.k), 0)), p, g,
+        max_utilization=ceiling, max_halfwidth=limit))
+    return {"optimal_draft_length": int(opt.k) if ok else None,
+            "optimal_speedup": float(opt.speedup) if ok else None}
+
+
+def _reason(params: Params, judged: validity.Assessment, k: float, ceiling: float, limit: float,
+            half: float | None) -> str | None:
+    """Why the prediction is declined, in words naming the option to change (None: valid
+    and inside the calibrated range)."""
+    pred = judged.prediction
+    reasons = judged.names()
+    model_ok = bool(pred.valid)
+    valid = bool(judged.valid)
+    range_bad = [r for r in reasons if r in (validity.BEYOND_CALIBRATED_LOAD,
+                                             validity.EXTRAPOLATED_K)]
     if validity.SATURATED in reasons and int(pred.reason) != Reason.SATURATED:
-        out["reason"] = (
+        return (
             f"--arrival-rate: at or past the throughput ceiling measured for k = {k:g} on "
             "a workload of these lengths (more requests in flight brought no more "
             "throughput there): the latency is not a function of the arrival rate, the "
             "queue sets it (saturated)"
         )
-    elif model_ok and range_bad:
+    if model_ok and range_bad:
         cal = params.calibrated_range
         assert cal is not None
-        out["reason"] = (
+        return (
             f"--arrival-rate/--draft-length: outside the calibrated range "
             f"({', '.join(range_bad)}; calibrated up to {cal.max_arrival_rate:g} req/s, "
             f"{cal.max_in_flight:g} requests in flight"
@@ -188,9 +211,8 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             + f", k in {list(cal.draft_lengths)}): re-calibrate with data "
             "at this load before trusting it"
         )
-    elif model_ok and not valid:
-        half = out["interval_halfwidth"]
-        out["reason"] = (
+    if model_ok and not valid:
+        return (
             f"--arrival-rate: the 90% latency interval is ±{half:.0%} (limit "
             f"±{limit:.0%}): this close to the throughput ceiling the fit's residual spread "
             "moves the latency more than the number can carry (sensitive)"
@@ -198,14 +220,12 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             "--arrival-rate: the pessimistic fit saturates at this load: the latency has no "
             "upper bound (sensitive)"
         )
-    elif not valid:
+    if not valid:
         sd_bad = int(pred.sd.reason) != Reason.OK
         util = float(pred.sd.utilization if sd_bad else pred.nosd.utilization)
         which = "with SD" if sd_bad else "without SD"
-        out["reason"] = (
-            f"{common.invalid_reason(int(pred.reason), util, ceiling)} ({which})"
-        )
-    return out
+        return f"{common.invalid_reason(int(pred.reason), util, ceiling)} ({which})"
+    return None
 
 
 def interval_text(pair: list[float | None] | None, spec: str) -> str:
@@ -247,19 +267,3 @@ def render(out: dict[str, Any]) -> None:
         )
     notes.append("valid: yes" if out["valid"] else f"valid: NO: {out['reason']}")
     common.render_table(title, ["", "with SD", "without SD"], rows, notes)
-
-
-def run(args: argparse.Namespace) -> int:
-    def body() -> int:
-        out = compute(args)
-        if args.json:
-            common.print_json(out)
-        else:
-            render(out)
-        if not out["valid"]:
-            if args.json:
-                return 2
-            raise common.InputError(out["reason"])
-        return 0
-
-    return common.run_guarded(args, body, EMPTY)

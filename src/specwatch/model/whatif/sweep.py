@@ -1,17 +1,18 @@
-"""`specwatch sweep`: predicted speedup against arrival rate for each draft length.
+"""The sweep behind `specwatch sweep`: predicted speedup against arrival rate for each k.
 
 Draws the whole picture `predict` gives one point of: where each k stops paying (its
 break-even), which k is best at each load, and from which load on SD should be off. The
 table goes to stdout; `--csv` writes every (λ, k) point in long form for other tools, and
-`--plot` a PNG (matplotlib, Agg backend: no display needed).
+`--plot` a PNG (matplotlib, Agg backend: no display needed). The options are declared in
+:mod:`specwatch.cli.sweep`.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,28 +25,12 @@ from specwatch.model.closed_form import (
     reason_text,
     speedup,
 )
+from specwatch.model.params import Params
 from specwatch.model.whatif import common
 from specwatch.model.whatif.predict import KIND_NAMES
 
 MAX_POINTS = 10_000
 EMPTY: dict[str, Any] = {"arrival_rates": [], "curves": [], "best_draft_length": []}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common.add_params_argument(parser)
-    parser.add_argument("--alpha", type=float, metavar="A",
-                        help="per-token acceptance probability (i.i.d.), in [0, 1); default: "
-                             "the parameters file's acceptance_profile")
-    common.add_length_arguments(parser)
-    parser.add_argument("--draft-lengths", default="1-8", metavar="LIST",
-                        help="draft lengths to draw: '1-8', '1,2,4' or '1-3,6' (default 1-8)")
-    parser.add_argument("--arrival-rates", required=True, metavar="START:STOP:N",
-                        help="N evenly spaced arrival rates from START to STOP req/s, "
-                             "e.g. 0:40:81")
-    parser.add_argument("--csv", metavar="OUT", help="write every (λ, k) point as CSV")
-    parser.add_argument("--plot", metavar="OUT.png", help="write a speedup plot (PNG)")
-    common.add_interval_argument(parser)
-    common.add_json_argument(parser)
 
 
 def parse_draft_lengths(text: str) -> list[int]:
@@ -102,46 +87,88 @@ def _sd_off_above(lams: np.ndarray, best: np.ndarray, valid: np.ndarray) -> floa
     return float(lams[after[0]]) if after.size else None
 
 
-def compute(args: argparse.Namespace) -> dict[str, Any]:
-    params = common.load(args)
-    p = common.finite_nonnegative("--prompt-tokens", args.prompt_tokens)
-    g = common.finite_nonnegative("--generation-tokens", args.generation_tokens)
-    ks = parse_draft_lengths(args.draft_lengths)
-    lams = parse_arrival_rates(args.arrival_rates)
-    ceiling = common.ceiling_of(args, params)
-    acc = common.acceptance_from(args, params, None)
+@dataclass(frozen=True)
+class SweepInputs:
+    """The sweep as the command line gives it (validated by :func:`compute`)."""
+
+    model: common.ModelOptions
+    alpha: float | None
+    prompt_tokens: float
+    generation_tokens: float
+    draft_lengths: str  # '1-8', '1,2,4' or '1-3,6'
+    arrival_rates: str  # 'START:STOP:N'
+
+
+def compute(inputs: SweepInputs) -> dict[str, Any]:
+    params = common.load(inputs.model)
+    p = common.finite_nonnegative("--prompt-tokens", inputs.prompt_tokens)
+    g = common.finite_nonnegative("--generation-tokens", inputs.generation_tokens)
+    ks = parse_draft_lengths(inputs.draft_lengths)
+    lams = parse_arrival_rates(inputs.arrival_rates)
+    ceiling = common.ceiling_of(inputs.model, params)
+    acc = common.acceptance_from(common.AcceptanceOptions(alpha=inputs.alpha), params, None)
     if acc.profile is not None and max(ks) > len(acc.profile):
         raise common.InputError(
             f"--draft-lengths: the parameters file's acceptance_profile covers k <= "
             f"{len(acc.profile)}; give --alpha to extrapolate with the i.i.d. model"
         )
-    model = params.model()
     k_arr = np.asarray(ks, dtype=float)
     e_arr = acc.length(k_arr)
-    limit = common.halfwidth_of(args, params)
+    limit = common.halfwidth_of(inputs.model, params)
     judged = validity.assess(params, lams[:, None], k_arr[None, :], e_arr[None, :], p, g,
                              max_utilization=ceiling, max_halfwidth=limit)
-    pred = judged.prediction
-    be = breakeven(model, k_arr, e_arr, p, g)
-    s0 = speedup(model, 0.0, k_arr, e_arr, p, g)
-    best = optimal_draft_length(model, lams, p=p, g=g, draft_lengths=ks,
+    best = optimal_draft_length(params.model(), lams, p=p, g=g, draft_lengths=ks,
                                 max_utilization=ceiling, **acc.optimal_kwargs())
     # The best k is the model's fastest; it is shown only where its own prediction is
     # vouched for (the same judgement as its column), never next to a blank column.
     best_ok = best.valid & validity.vouched(
         params, lams, best.k, acc.length(np.maximum(best.k, 0).astype(float)), p, g,
         max_utilization=ceiling, max_halfwidth=limit)
-    curves = []
+    pred = judged.prediction
+    nosd_valid = pred.nosd.valid[:, 0]
     cal = params.calibrated_range
-    grid = (lams.size, len(ks))
+    return {
+        "system": params.system,
+        "acceptance_source": acc.source,
+        "alpha": acc.alpha,
+        "acceptance_profile": list(acc.profile) if acc.profile else None,
+        "prompt_tokens": p,
+        "generation_tokens": g,
+        "max_utilization": ceiling,
+        "arrival_rates": lams,
+        "draft_lengths": ks,
+        "latency_nosd_s": np.where(nosd_valid, pred.nosd.latency[:, 0], np.nan),
+        "utilization_nosd": pred.nosd.utilization[:, 0],
+        "curves": _curves(params, judged, lams.size, ks, e_arr, p, g),
+        "best_draft_length": np.where(best_ok, best.k, -1),
+        "best_speedup": np.where(best_ok, best.speedup, np.nan),
+        "sd_off_above_arrival_rate": _sd_off_above(lams, best.k, best_ok),
+        "valid": True,
+        "calibrated_range": cal.to_mapping() if cal is not None else None,
+        "max_interval_halfwidth": limit,
+        "interval_level": params.uncertainty.level if params.uncertainty is not None else None,
+    }
+
+
+def _curves(params: Params, judged: validity.Assessment, n_lams: int, ks: list[int],
+            e_arr: np.ndarray, p: float, g: float) -> list[dict[str, Any]]:
+    """One curve per draft length: speedup, latency and their intervals at every swept λ
+    (NaN where declined), with the draft length's break-even."""
+    model = params.model()
+    k_arr = np.asarray(ks, dtype=float)
+    be = breakeven(model, k_arr, e_arr, p, g)
+    s0 = speedup(model, 0.0, k_arr, e_arr, p, g)
+    pred = judged.prediction
+    grid = (n_lams, len(ks))
     iv = judged.intervals
     nan = np.full(grid, np.nan)
     s_lo, s_hi = (np.broadcast_to(x, grid) for x in iv.speedup) if iv is not None else (nan,
                                                                                       nan)
     l_lo, l_hi = ((np.broadcast_to(x, grid) for x in iv.latency_sd) if iv is not None
                   else (nan, nan))
+    curves = []
     for j, k in enumerate(ks):
-        reasons = [judged.names((i, j)) for i in range(lams.size)]
+        reasons = [judged.names((i, j)) for i in range(n_lams)]
         valid = judged.valid[:, j]
         be_iv = None
         if params.uncertainty is not None:
@@ -165,28 +192,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             "reason": [reason_text(r) for r in pred.reason[:, j]],
             "validity_reasons": reasons,
         })
-    nosd_valid = pred.nosd.valid[:, 0]
-    return {
-        "system": params.system,
-        "acceptance_source": acc.source,
-        "alpha": acc.alpha,
-        "acceptance_profile": list(acc.profile) if acc.profile else None,
-        "prompt_tokens": p,
-        "generation_tokens": g,
-        "max_utilization": ceiling,
-        "arrival_rates": lams,
-        "draft_lengths": ks,
-        "latency_nosd_s": np.where(nosd_valid, pred.nosd.latency[:, 0], np.nan),
-        "utilization_nosd": pred.nosd.utilization[:, 0],
-        "curves": curves,
-        "best_draft_length": np.where(best_ok, best.k, -1),
-        "best_speedup": np.where(best_ok, best.speedup, np.nan),
-        "sd_off_above_arrival_rate": _sd_off_above(lams, best.k, best_ok),
-        "valid": True,
-        "calibrated_range": cal.to_mapping() if cal is not None else None,
-        "max_interval_halfwidth": limit,
-        "interval_level": params.uncertainty.level if params.uncertainty is not None else None,
-    }
+    return curves
 
 
 def write_csv(out: dict[str, Any], path: str) -> None:
@@ -348,20 +354,4 @@ def render(out: dict[str, Any]) -> None:
     common.render_table(title, headers, rows, notes)
 
 
-def run(args: argparse.Namespace) -> int:
-    def body() -> int:
-        out = compute(args)
-        if args.csv:
-            write_csv(out, args.csv)
-        if args.plot:
-            write_plot(out, args.plot)
-        if args.json:
-            common.print_json(out)
-        else:
-            render(out)
-        return 0
-
-    return common.run_guarded(args, body, EMPTY)
-
-
-__all__ = ["Reason", "add_arguments", "run"]
+__all__ = ["Reason", "SweepInputs", "compute", "render", "write_csv", "write_plot"]

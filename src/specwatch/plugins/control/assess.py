@@ -1,7 +1,7 @@
 """What the controller sees and how the model judges it: :class:`Observation` (one poll of one
 model, built from the exporter's snapshot by :func:`observe`), the remembered acceptance
 profile, and the assessors that ask the latency model for the best predicted speedup and k at
-the live load (and the batch-size schedule the what-if ``advise`` code computes).
+the live load (and the batch-size schedule of :mod:`specwatch.model.schedule`).
 """
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from specwatch.model import extend_profile, optimal_draft_length, reason_text
-from specwatch.plugins.control.settings import _EPS, LATENCIES, QUANTILES
+from specwatch.model.schedule import Workload, batch_schedule
+from specwatch.plugins.control.jsonview import iso_time, json_number
+from specwatch.plugins.control.settings import EPS, LATENCIES, QUANTILES
 from specwatch.poll import derive, sources
 from specwatch.poll.snapshot import ModelSnapshot, TargetSnapshot
 
@@ -82,10 +83,10 @@ class AcceptanceProfile:
         return self.acceptance_rate
 
     def as_json(self) -> dict[str, Any]:
-        return {"source": self.source, "rate": _num(self.acceptance_rate),
+        return {"source": self.source, "rate": json_number(self.acceptance_rate),
                 "per_position": [round(p, 6) for p in self.positions] or None,
-                "alpha": _num(self.alpha), "draft_length": _num(self.draft_length),
-                "measured_at": _iso(self.measured_at)}
+                "alpha": json_number(self.alpha), "draft_length": json_number(self.draft_length),
+                "measured_at": iso_time(self.measured_at)}
 
 
 @dataclass(frozen=True)
@@ -107,16 +108,6 @@ class Assessment:
 
 Assessor = Callable[[Observation, AcceptanceProfile], Assessment]
 Scheduler = Callable[[Observation, AcceptanceProfile], list[list[int]] | None]
-
-
-def _num(x: float | None, digits: int = 6) -> float | None:
-    return None if x is None or not math.isfinite(x) else round(float(x), digits)
-
-
-def _iso(t: float | None) -> str | None:
-    if t is None or not math.isfinite(t):
-        return None
-    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
 
 
 def admissible_k_max(profile: AcceptanceProfile, k_max: int, min_acceptance_rate: float) -> int:
@@ -206,11 +197,8 @@ def _speedup_interval(judged: Any) -> tuple[float, float] | None:
 
 def model_scheduler(params: Params, max_num_seqs: int,
                     min_acceptance_rate: float = 0.0) -> Scheduler:
-    """The batch-size schedule of the what-if `advise` command for a profile and load
-    (k limited as in :func:`model_assessor`)."""
-    from specwatch.model.whatif.advise import _schedule
-    from specwatch.model.whatif.common import Acceptance
-
+    """The batch-size schedule (:mod:`specwatch.model.schedule`, as `advise` gives it) for a
+    profile and load (k limited as in :func:`model_assessor`)."""
     coef = params.model()
 
     def schedule(obs: Observation, profile: AcceptanceProfile) -> list[list[int]] | None:
@@ -220,11 +208,10 @@ def model_scheduler(params: Params, max_num_seqs: int,
         kwargs = _profile_kwargs(profile, max(k_max, 1))
         if kwargs is None or k_max < 1:
             return None
-        acc = Acceptance(source="profile" if "profile" in kwargs else "alpha",
-                         alpha=kwargs.get("alpha"), profile=kwargs.get("profile"))
-        ranges, _ = _schedule(coef, acc, obs.prompt_tokens, obs.generation_tokens,
-                              k_max, params.max_utilization, max_num_seqs)
-        return ranges
+        workload = Workload(obs.prompt_tokens, obs.generation_tokens, k_max,
+                            params.max_utilization, alpha=kwargs.get("alpha"),
+                            profile=kwargs.get("profile"))
+        return batch_schedule(coef, workload, max_num_seqs).ranges
 
     return schedule
 
@@ -280,7 +267,7 @@ def observe(target: TargetSnapshot, model_name: str, window: str,
     v = w.values
     rates = w.positions.get(derive.POSITION_ACCEPTANCE_RATE, {})
     positions = tuple(r for _, r in sorted(rates.items(), key=lambda kv: _pos_key(kv[0])))
-    complete = True if window_seconds is None else w.span_seconds >= window_seconds - _EPS
+    complete = True if window_seconds is None else w.span_seconds >= window_seconds - EPS
     live = m.predictions
     live_speedup = getattr(live, "speedup", None) if getattr(live, "valid", False) else None
     live_k = getattr(live, "optimal_draft_length", None) if getattr(live, "valid", False) \

@@ -72,13 +72,12 @@ from specwatch.plugins.control.assess import (
     AcceptanceProfile,
     Assessor,
     Scheduler,
-    _iso,
-    _num,
     model_assessor,
     model_scheduler,
     observe,
     params_profile,
 )
+from specwatch.plugins.control.jsonview import iso_time, json_number
 from specwatch.plugins.control.machine import ControllerStatus, ModelController
 from specwatch.plugins.control.receiver import parse_alertmanager
 from specwatch.plugins.control.settings import (
@@ -370,9 +369,9 @@ class Controller:
                         "state": st.state, "observed_sd": st.observed_sd,
                         "recommended_draft_length": st.recommended_draft_length,
                         "transitions": st.transitions,
-                        "last_transition": _iso(st.last_transition_timestamp),
+                        "last_transition": iso_time(st.last_transition_timestamp),
                         "actuation_errors": st.actuation_errors,
-                        "latency_ratios": {f"{a}/{lat}/p{q}": _num(v) for (a, lat, q), v
+                        "latency_ratios": {f"{a}/{lat}/p{q}": json_number(v) for (a, lat, q), v
                                            in st.latency_ratios.items()},
                         **st.detail}
             out[tc.name] = {"mode": tc.settings.mode, "window": tc.settings.window,

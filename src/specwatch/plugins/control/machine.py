@@ -25,14 +25,13 @@ from specwatch.plugins.control.assess import (
     Assessor,
     Observation,
     Scheduler,
-    _iso,
-    _num,
     window_figures,
     window_quantiles,
 )
+from specwatch.plugins.control.jsonview import iso_time, json_number
 from specwatch.plugins.control.settings import (
-    _EPS,
     ACTIONS,
+    EPS,
     Settings,
 )
 
@@ -135,7 +134,7 @@ class ModelController:
 
     # -- events ------------------------------------------------------------------------------
     def _emit(self, event: str, t: float, **fields: Any) -> None:
-        self.events.append({"event": event, "time": _iso(t), "target": self.target,
+        self.events.append({"event": event, "time": iso_time(t), "target": self.target,
                             "model": self.model, **fields})
 
     def take_events(self) -> list[dict[str, Any]]:
@@ -192,7 +191,7 @@ class ModelController:
             # Bounded whatever Alertmanager sends: the oldest notification goes first.
             self.alerts.pop(next(iter(self.alerts)))
         self.alerts[fingerprint] = _Alert(alertname, min(starts_at, now), now)
-        self._emit("alert_firing", now, alertname=alertname, starts_at=_iso(starts_at))
+        self._emit("alert_firing", now, alertname=alertname, starts_at=iso_time(starts_at))
 
     def finished(self, decision: Decision, outcome: Outcome, now: float) -> None:
         """The actuator's outcome: a failure leaves pending at once and is counted."""
@@ -242,7 +241,7 @@ class ModelController:
         self.observed_sd, self.observed_k = sd, k
         self.config_since = now
         self._reset_condition()
-        self.alerts = {f: a for f, a in self.alerts.items() if a.starts_at >= now - _EPS}
+        self.alerts = {f: a for f, a in self.alerts.items() if a.starts_at >= now - EPS}
         if not changed_sd:
             self.last_switch_at = now
             self._emit("draft_length_changed", now, configured_k=k, previous=old_k)
@@ -288,7 +287,7 @@ class ModelController:
         if for_decision and not obs.window_complete:
             return f"window {s.window} is not complete yet"
         if for_decision and (obs.window_start is None
-                             or obs.window_start < self.config_since - _EPS):
+                             or obs.window_start < self.config_since - EPS):
             return f"window {s.window} still spans the last configuration change"
         if self.observed_sd:
             if obs.drafts < s.min_drafts_per_window:
@@ -318,7 +317,7 @@ class ModelController:
         self.cond, self.cond_since, self.cond_reasons = None, None, []
 
     def _active_alert(self) -> tuple[float | None, str | None]:
-        live = [a for a in self.alerts.values() if a.starts_at >= self.config_since - _EPS]
+        live = [a for a in self.alerts.values() if a.starts_at >= self.config_since - EPS]
         if not live:
             return None, None
         first = min(live, key=lambda a: a.starts_at)
@@ -441,7 +440,7 @@ class ModelController:
             self.strikes += 1
         self._reset_condition()
         self.last_decision = {"decision_id": decision.id, "action": action, "reason_code": code,
-                              "reason": text, "at": _iso(now)}
+                              "reason": text, "at": iso_time(now)}
         if self.s.mode == "recommend":
             self.state = "disabled" if action == "disable" else "enabled"
             self._emit("recommendation", now, **decision.payload)
@@ -477,15 +476,15 @@ class ModelController:
             "action": d.action,
             "reason_code": d.reason_code,
             "reason": d.reason,
-            "decided_at": _iso(d.decided_at),
+            "decided_at": iso_time(d.decided_at),
             "mode": self.s.mode,
             "predicted_speedup": {
-                "current": _num(a.current_speedup) if a else None,
-                "best": _num(a.best_speedup) if a and a.valid else None,
+                "current": json_number(a.current_speedup) if a else None,
+                "best": json_number(a.best_speedup) if a and a.valid else None,
                 "thresholds": {"disable_below": self.s.disable_below_speedup,
                                "enable_above": self.s.enable_above_speedup}},
             "acceptance": prof.as_json() if prof else None,
-            "arrival_rate": _num(obs.arrival_rate),
+            "arrival_rate": json_number(obs.arrival_rate),
             "configured_draft_length": self.observed_k,
             "recommended_draft_length": k,
             "schedule": schedule,
@@ -500,7 +499,7 @@ class ModelController:
             return
         rec = self.record
         if rec is not None and obs.window_start is not None \
-                and obs.window_start >= rec.switched_at - _EPS:
+                and obs.window_start >= rec.switched_at - EPS:
             ratios = {}
             if rec.before:
                 for key, after in quantiles.items():
@@ -513,11 +512,11 @@ class ModelController:
                                   "before": rec.before_figures or {},
                                   "after": window_figures(obs)}
             self._emit("switch_latency", obs.t, action=rec.action,
-                       switched_at=_iso(rec.switched_at), window=self.s.window,
-                       before={f"{lat}_p{q}": _num(v) for (lat, q), v in
+                       switched_at=iso_time(rec.switched_at), window=self.s.window,
+                       before={f"{lat}_p{q}": json_number(v) for (lat, q), v in
                                (rec.before or {}).items()} or None,
-                       after={f"{lat}_p{q}": _num(v) for (lat, q), v in quantiles.items()},
-                       ratio={f"{lat}_p{q}": _num(v) for (_a, lat, q), v in ratios.items()})
+                       after={f"{lat}_p{q}": json_number(v) for (lat, q), v in quantiles.items()},
+                       ratio={f"{lat}_p{q}": json_number(v) for (_a, lat, q), v in ratios.items()})
         self.before = quantiles
         self.before_figures = window_figures(obs)
 
@@ -564,18 +563,18 @@ class ModelController:
             "blocked": self.blocked,
             "waiting": self.waiting,
             "condition": self.cond,
-            "condition_since": _iso(self.cond_since),
+            "condition_since": iso_time(self.cond_since),
             "condition_reasons": [r for _, r in self.cond_reasons],
             "pending": None if self.pending is None else {
                 "decision_id": self.pending.decision.id,
-                "action": self.pending.decision.action, "since": _iso(self.pending.since),
+                "action": self.pending.decision.action, "since": iso_time(self.pending.since),
                 "delivered": self.pending.delivered},
             "last_decision": self.last_decision,
             "acceptance_profile": self.profile.as_json() if self.profile else None,
             "assessment": None if a is None else {
                 "valid": a.valid, "reason": a.reason, "best_draft_length": a.best_draft_length,
-                "best_speedup": _num(a.best_speedup),
-                "current_speedup": _num(a.current_speedup)},
+                "best_speedup": json_number(a.best_speedup),
+                "current_speedup": json_number(a.current_speedup)},
             "reenable_delay_seconds": self.reenable_delay(),
             "reason": self.reason(),
             "configured_k": self.observed_k,

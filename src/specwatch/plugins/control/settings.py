@@ -46,7 +46,8 @@ QUANTILES = (("50", 0.5), ("99", 0.99))
 DEFAULT_ALERTS = ("SDAcceptanceRateLow",)
 ALERTMANAGER_PATH = "/controller/alertmanager"
 STATUS_PATH = "/controller"
-_EPS = 1e-6
+#: Tolerance (seconds) of time comparisons against window starts and switch times.
+EPS = 1e-6
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
-"""Command-line entry point: `specwatch <command> ...`.
+"""Command-line entry point: `specwatch <command> ...`, the top layer.
 
-Each command lives in its own module exposing ``add_arguments(parser)`` and ``run(args) -> int``.
-Modules are imported lazily so that `specwatch serve` never pays for matplotlib or scipy, and so
-that one command's optional dependency cannot break another command.
+Each command has one module here exposing ``add_arguments(parser)`` and ``run(args) -> int``:
+it parses and checks its options and calls typed functions of the layers below, which never
+see an argparse namespace. Modules are imported lazily so that `specwatch serve` never pays
+for matplotlib or scipy, and so that one command's optional dependency cannot break another
+command. ``whatif_options`` holds the options predict, sweep and advise share.
 """
 
 from __future__ import annotations
@@ -16,18 +18,14 @@ from specwatch.common.errors import SpecwatchError
 
 # command name -> (module, one-line help). Keep in the order a new user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("specwatch.app.demo", "simulated vLLM + exporter (+ Prometheus with the rules)"),
-    "serve": ("specwatch.app.serve", "poll vLLM/SGLang /metrics, derive SD signals, serve them"),
-    "predict": ("specwatch.model.whatif.predict",
-                "predict SD and no-SD latency, speedup, break-even"),
-    "sweep": ("specwatch.model.whatif.sweep",
-              "speedup vs arrival rate for each draft length"),
-    "advise": ("specwatch.app.advise",
-               "enable SD or not, which k, at your load percentiles"),
-    "calibrate": ("specwatch.calibrate.command",
-                  "fit the latency model from benchmarks or Prometheus"),
-    "simulate": ("specwatch.sim.server", "a simulated vLLM with speculative decoding (/metrics)"),
-    "mixin": ("specwatch.mixin.command",
+    "demo": ("specwatch.cli.demo", "simulated vLLM + exporter (+ Prometheus with the rules)"),
+    "serve": ("specwatch.cli.serve", "poll vLLM/SGLang /metrics, derive SD signals, serve them"),
+    "predict": ("specwatch.cli.predict", "predict SD and no-SD latency, speedup, break-even"),
+    "sweep": ("specwatch.cli.sweep", "speedup vs arrival rate for each draft length"),
+    "advise": ("specwatch.cli.advise", "enable SD or not, which k, at your load percentiles"),
+    "calibrate": ("specwatch.cli.calibrate", "fit the latency model from benchmarks or Prometheus"),
+    "simulate": ("specwatch.cli.simulate", "a simulated vLLM with speculative decoding (/metrics)"),
+    "mixin": ("specwatch.cli.mixin",
               "render the rules and dashboards with your selectors and thresholds"),
 }
 

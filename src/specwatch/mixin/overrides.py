@@ -1,17 +1,10 @@
-"""`specwatch mixin`: the bundle's rules and dashboards with the user's selectors and
-thresholds, for a user who installed the wheel and has no Jsonnet tooling.
+"""The bundle's rules and dashboards with the user's selectors and thresholds, for a user who
+installed the wheel and has no Jsonnet tooling (`specwatch mixin`, whose options are in
+:mod:`specwatch.cli.mixin`).
 
-    specwatch mixin render --out DIR [--set KEY=VALUE ...]
-    specwatch mixin test [DIR]
-
-    specwatch mixin render --out out --set vllmSelector='job="vllm"' \\
-        --set exporterSelector='job="specwatch"'
-    specwatch mixin render --out out --set vllmSelector='job="inference", namespace="llm"' \\
-        --set alerts.SDAcceptanceRateLow.threshold=0.35 --set showMultiCluster=true
-
-KEY is a dotted path into the mixin's ``_config`` (config.libsonnet: the same keys, the same
-meaning), so a ``--set`` is what a Jsonnet user writes as ``_config+:: {...}``. The two
-selectors are separate keys on purpose: ``vllmSelector`` picks vLLM's own series (the
+A ``--set KEY=VALUE`` names a dotted path into the mixin's ``_config`` (config.libsonnet: the
+same keys, the same meaning), so it is what a Jsonnet user writes as ``_config+:: {...}``. The
+two selectors are separate keys on purpose: ``vllmSelector`` picks vLLM's own series (the
 recording rules, the latency panels), ``exporterSelector`` picks specwatch's ``sd_*`` series
 (every SD alert); they are different scrape jobs, so one value for both leaves one side empty.
 
@@ -24,22 +17,22 @@ written when promtool is installed. The files written are the same three the rep
 commits (``alerts/specwatch-alerts.yaml``, ``alerts/specwatch-rules.yaml``, ``dashboards/*.json``),
 rendered by the same code (`specwatch.mixin.render`).
 
-``mixin test`` runs the bundle's promtool unit tests (``alerts/tests/*.yaml``: each alert
-firing and silent) against rendered rule files. The tests are written for the default
-configuration (exporter scraped as ``job="specwatch"``, vLLM as ``job="vllm"``, the default
-thresholds and durations): a render with those values passes, and a render with others shows
-which alerts now behave differently.
+The rule tests (``alerts/tests/*.yaml``: each alert firing and silent) are written for the
+default configuration (exporter scraped as ``job="specwatch"``, vLLM as ``job="vllm"``, the
+default thresholds and durations): a render with those values passes, and a render with others
+shows which alerts now behave differently.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,39 +47,6 @@ NOT_A_KEY = {
                 "exporterSelector picks specwatch's sd_* series (the scrape job of specwatch, "
                 "default job=\"specwatch\"); set the one you mean",
 }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of `specwatch mixin` (render, test)."""
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    r = actions.add_parser(
-        "render",
-        help="write the rules and dashboards with your selectors and thresholds",
-        description="Write alerts/specwatch-alerts.yaml, alerts/specwatch-rules.yaml and "
-        "dashboards/*.json under --out, rendered from the packaged Jsonnet mixin with the "
-        "--set overrides (keys of config.libsonnet's _config). Every value is checked first "
-        "and the rule files with `promtool check rules` when promtool is installed; a bad "
-        "value writes nothing.",
-    )
-    r.add_argument("--out", required=True, type=Path, metavar="DIR",
-                   help="output directory (created; existing files of the same name replaced)")
-    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one config key, dotted for nested keys "
-                   "(alerts.SDAcceptanceRateLow.threshold=0.35); vllmSelector (vLLM's "
-                   "series) and exporterSelector (specwatch's sd_* series) are separate; "
-                   "repeatable")
-    t = actions.add_parser(
-        "test",
-        help="run the bundled promtool rule tests against rendered rules",
-        description="Run `promtool test rules` with the bundle's unit tests "
-        "(alerts/tests/*.yaml: every alert firing and silent) against the rule files under "
-        "DIR/alerts (what `specwatch mixin render --out DIR` wrote), or the packaged rules "
-        "without DIR. The tests assume the default configuration (job=\"specwatch\", "
-        "job=\"vllm\", the default thresholds): a test that fails names an alert that "
-        "behaves differently with your values.",
-    )
-    t.add_argument("dir", nargs="?", type=Path, metavar="DIR",
-                   help="folder a `mixin render --out` wrote (default: the packaged rules)")
 
 
 def _typed(key: str, text: str, default: Any) -> Any:
@@ -179,30 +139,41 @@ def promtool_check(files: dict[str, str]) -> None:
                           "nothing written: check the --set values")
 
 
-def _render(args: argparse.Namespace) -> int:
-    overrides = parse_sets(args.sets, render.default_config())
+def render_bundle(out: Path, sets: Sequence[str]) -> list[str]:
+    """Render the rules and dashboards with the ``--set`` overrides under ``out``; the
+    relative paths written (nothing is written when a value or the rules are bad)."""
+    overrides = parse_sets(list(sets), render.default_config())
     command = "specwatch mixin render --out DIR" + "".join(
-        f" --set {shlex.quote(s)}" for s in args.sets)
+        f" --set {shlex.quote(s)}" for s in sets)
     header = (f"# Generated by `{command}` from the specwatch mixin"
               f" (specwatch {__version__}). Do not edit: render again.\n")
     files = render.render_files(overrides, header)
     promtool_check(files)
     try:
-        written = render.write_rendered(args.out, files)
+        return render.write_rendered(out, files)
     except OSError as exc:
-        raise ConfigError(f"--out {args.out}: cannot write: {exc.strerror or exc}") from exc
-    for rel in written:
-        print(args.out / rel)
-    return 0
+        raise ConfigError(f"--out {out}: cannot write: {exc.strerror or exc}") from exc
 
 
-def _test(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class RuleTests:
+    """The outcome of the bundle's promtool unit tests against one folder of rules."""
+
+    output: str  # promtool's report, temporary paths removed
+    files: int  # number of rule test files run
+    rules_dir: Path
+    passed: bool
+
+
+def run_rule_tests(folder: Path | None) -> RuleTests:
+    """``promtool test rules`` with the bundle's tests against ``folder``/alerts (a render's
+    output), or the packaged rules for None."""
     promtool = shutil.which("promtool")
     if promtool is None:
         raise ConfigError("mixin test needs promtool (Prometheus' tool; Debian/Ubuntu: apt-get "
                           "install prometheus, or from a Prometheus release) on the PATH")
     bundle = render.mixin_dir()
-    rules_dir = (args.dir / "alerts") if args.dir else (bundle / "alerts")
+    rules_dir = (folder / "alerts") if folder else (bundle / "alerts")
     tests = sorted((bundle / "alerts" / "tests").glob("*.yaml"))
     if not tests:
         raise ConfigError(f"no rule tests in {bundle / 'alerts' / 'tests'}: a bundle without "
@@ -224,13 +195,4 @@ def _test(args: argparse.Namespace) -> int:
             [promtool, "test", "rules", *sorted(str(p) for p in (alerts / "tests").glob("*"))],
             capture_output=True, text=True, timeout=300, cwd=tmp)
     output = (result.stdout + result.stderr).replace(tmp + "/", "")
-    print(output.rstrip())
-    print(f"{len(tests)} rule test files against {rules_dir}: "
-          + ("passed" if result.returncode == 0 else "FAILED"))
-    return 0 if result.returncode == 0 else 1
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.action == "test":
-        return _test(args)
-    return _render(args)
+    return RuleTests(output, len(tests), rules_dir, result.returncode == 0)
