@@ -30,12 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from specwatch.model import closed_form
-from specwatch.model.closed_form import (
-    acceptance_length_from_alpha,
-    breakeven,
-    cost_terms,
-    predict,
-)
+from specwatch.model.acceptance import acceptance_length_from_alpha
+from specwatch.model.closed_form import breakeven, predict
+from specwatch.model.costs import cost_terms
 from specwatch.model.naive import naive_speedup_scalar
 from specwatch.model.params import load_params
 from specwatch.plugins.live.plugin import predict_live

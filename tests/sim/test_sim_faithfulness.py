@@ -15,8 +15,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
 from specwatch import model
-from specwatch.model.closed_form import Coefficients, ExpertCoefficients, MoECoefficients
+from specwatch.model.coefficients import Coefficients, ExpertCoefficients, MoECoefficients
 from specwatch.sim.engine import Simulation
 from specwatch.sim.scenario import (
     AcceptanceDist,

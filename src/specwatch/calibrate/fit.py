@@ -32,7 +32,7 @@ from scipy.optimize import nnls
 from specwatch import model
 from specwatch.calibrate import evidence
 from specwatch.calibrate.inputs import Point
-from specwatch.model.params import CalibratedRange
+from specwatch.model.observed import CalibratedRange
 from specwatch.model.uncertainty import Uncertainty
 
 #: Design matrix column order (and the names the report uses).

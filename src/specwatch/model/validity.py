@@ -37,9 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specwatch.model.closed_form import MoECoefficients, Prediction, Reason, predict
-from specwatch.model.coefficients import ArrayLike
-from specwatch.model.params import CalibratedRange, Params
+from specwatch.model.closed_form import Prediction, Reason, predict
+from specwatch.model.coefficients import ArrayLike, MoECoefficients
+from specwatch.model.observed import CalibratedRange
+from specwatch.model.params import Params
 from specwatch.model.uncertainty import Intervals, intervals
 
 __all__ = [
