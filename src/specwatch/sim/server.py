@@ -44,7 +44,8 @@ from specwatch.sim.engine import Simulation
 from specwatch.sim.scenario import Restart, Scenario, load_scenario
 from specwatch.sim.stats import vllm_families
 from specwatch.web.negotiate import by_preference
-from specwatch.web.server import Request, Response, WebServer, only_get, parse_listen
+from specwatch.web.routing import Request, Response, only_get
+from specwatch.web.server import WebServer, parse_listen
 
 log = logging.getLogger("specwatch.sim.server")
 
