@@ -3,8 +3,8 @@ servers stated (the `calibrated_range` and `server_capacity` blocks of the param
 
 Owns `CalibratedRange` (with its `MeasuredCeiling`s) and `ServerCapacity`, their readers from
 the YAML document and their inverse (`to_mapping`). These are facts and bounds, not fitted
-coefficients: validity compares predictions against them (docs/model.md, "Validity"). May
-import: `specwatch.model.paramcheck`, `specwatch.common`.
+coefficients: `model.validity` compares predictions against them (docs/model.md,
+"Uncertainty"). May import: `specwatch.model.paramcheck`, `specwatch.common`.
 """
 
 from __future__ import annotations
