@@ -38,7 +38,7 @@ from specwatch.app.serve import ServeApp
 from specwatch.expose.collector import render_target
 from specwatch.poll import config, sources
 from specwatch.poll.pipeline import PollResult
-from specwatch.web.server import Request
+from specwatch.web.routing import Request
 
 OPENMETRICS = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
 

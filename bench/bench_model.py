@@ -15,9 +15,10 @@ Break-even of the saturation regime (what the exporter asks once per model per p
 exact piecewise closed form (`breakeven`) against the grid scan and bisection it replaced
 (`closed_form._numeric_breakeven`, still the tests' reference), on the same inputs in the
 same run: per scalar call (the exporter's case) and per point of one vectorised call (the
-sweep's case). Then the whole live prediction of one model (`app.live.predict_live`: predict,
-break-even, best k), per call. These two parts time process CPU (`--breakeven-only` runs
-them alone). Run: `python bench/bench_model.py [--points N] [--breakeven-only]`.
+sweep's case). Then the whole live prediction of one model
+(`plugins.live.plugin.predict_live`: predict, break-even, best k), per call. These two parts
+time process CPU (`--breakeven-only` runs them alone).
+Run: `python bench/bench_model.py [--points N] [--breakeven-only]`.
 """
 
 from __future__ import annotations
@@ -30,12 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from specwatch.model import closed_form
-from specwatch.model.closed_form import (
-    acceptance_length_from_alpha,
-    breakeven,
-    cost_terms,
-    predict,
-)
+from specwatch.model.acceptance import acceptance_length_from_alpha
+from specwatch.model.closed_form import breakeven, predict
+from specwatch.model.costs import cost_terms
 from specwatch.model.naive import naive_speedup_scalar
 from specwatch.model.params import load_params
 from specwatch.plugins.live.plugin import predict_live

@@ -38,7 +38,10 @@ from typing import Any
 
 import requests
 import yaml
-from specwatch.model.closed_form import Coefficients, acceptance_length_from_alpha, latency
+
+from specwatch.model.acceptance import acceptance_length_from_alpha
+from specwatch.model.closed_form import latency
+from specwatch.model.coefficients import Coefficients
 
 SCRAPE_S = 15.0
 MODEL = "qwen-sim"

@@ -134,7 +134,7 @@ def test_exporter_timestamps_are_served_on_the_wall_clock() -> None:
     """The demo's exporter runs on the simulated clock; Prometheus reads its timestamps as
     ages against the wall clock (time() - ...): they are mapped back, whatever the
     encoding the scraper asks for."""
-    from specwatch.web.server import Request, Response
+    from specwatch.web.routing import Request, Response
 
     page = (b'# TYPE specwatch_target_last_success_timestamp_seconds gauge\n'
             b'specwatch_target_last_success_timestamp_seconds{target="a"} 2000.0\n'

@@ -14,10 +14,11 @@ import math
 
 import numpy as np
 import pytest
+
 from specwatch import model
 from specwatch.calibrate.inputs import Point
 from specwatch.calibrate.saturation import fit_saturation, predicted_latency, stated_capacity
-from specwatch.model.params import ServerCapacity
+from specwatch.model.observed import ServerCapacity
 
 #: The planted model: a 4B-drafter-like system (seconds; knees in tokens per step).
 TRUE = dict(a_p=0.2, b_p=0.02, a_v=0.033, b_v=2e-5, a_d=0.006, b_d=3e-5,

@@ -20,10 +20,12 @@ import time
 
 import pytest
 from promsim import ALPHA, TRUE, backfill, running_prometheus
+
 from specwatch.calibrate import measured
 from specwatch.calibrate.prometheus import PrometheusQuery
 from specwatch.cli import main
-from specwatch.model.closed_form import acceptance_length_from_alpha, latency
+from specwatch.model.acceptance import acceptance_length_from_alpha
+from specwatch.model.closed_form import latency
 from specwatch.model.params import load_params
 
 MODEL = "qwen-pair"

@@ -158,7 +158,7 @@ def test_serve_metrics_handler_equals_the_registry(accept, encoding):
     they move between two calls), gzip or not, text or OpenMetrics."""
     from specwatch.app.serve import ServeApp
     from specwatch.poll import config
-    from specwatch.web.server import Request
+    from specwatch.web.routing import Request
 
     cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     app = ServeApp(cfg)
@@ -430,7 +430,7 @@ def test_serve_renders_published_targets_after_the_pollers_run(monkeypatch):
     worker's run of polls (its ``after_run``), not to the publish."""
     from specwatch.app.serve import ServeApp
     from specwatch.poll import config
-    from specwatch.web.server import Request
+    from specwatch.web.routing import Request
 
     cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     app = ServeApp(cfg)

@@ -15,25 +15,26 @@ import math
 
 import numpy as np
 import pytest
-from specwatch.model.closed_form import (
-    BreakEvenKind,
-    Coefficients,
-    ExpertCoefficients,
-    MoECoefficients,
-    Reason,
+
+from specwatch.model.acceptance import (
     acceptance_length_from_alpha,
     acceptance_length_from_profile,
     alpha_from_acceptance_length,
+    extend_profile,
+)
+from specwatch.model.breakeven import BreakEvenKind
+from specwatch.model.closed_form import (
+    Reason,
     breakeven,
     breakeven_arrival_rate,
-    cost_terms,
-    extend_profile,
     latency,
     optimal_draft_length,
     predict,
     reason_text,
     speedup,
 )
+from specwatch.model.coefficients import Coefficients, ExpertCoefficients, MoECoefficients
+from specwatch.model.costs import cost_terms
 from specwatch.model.naive import naive_speedup_scalar
 
 COEF = Coefficients(a_p=0.1, b_p=0.01, a_v=0.02, b_v=0.001, a_d=0.002, b_d=0.0005)

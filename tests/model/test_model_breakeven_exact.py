@@ -1,7 +1,7 @@
 """The saturation regime's exact break-even against the numeric scan it replaces (issue 14).
 
 Protects: `breakeven` on saturating coefficients (closed form over the pieces of L,
-`closed_form._saturation_breakeven`) gives the kind and λ* of `_numeric_breakeven` (grid scan
+`breakeven.saturation_breakeven`) gives the kind and λ* of `_numeric_breakeven` (grid scan
 and bisection of S(λ), kept as the reference) on random coefficients, workloads and
 capacities, and on the shipped parameters files; it broadcasts like the other model
 functions (scalars, arrays, bad points UNDEFINED without poisoning the others).
@@ -23,8 +23,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from specwatch.model import closed_form, saturation
-from specwatch.model.closed_form import BreakEvenKind, Coefficients, breakeven, cost_terms
+from specwatch.model.breakeven import BreakEvenKind
+from specwatch.model.closed_form import breakeven
+from specwatch.model.coefficients import Coefficients
+from specwatch.model.costs import cost_terms
 from specwatch.model.params import load_params
 
 EXAMPLES = int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "50"))

@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from specwatch import model
 from specwatch.model import saturation
-from specwatch.model.closed_form import Coefficients, cost_terms
+from specwatch.model.coefficients import Coefficients
+from specwatch.model.costs import cost_terms
 from specwatch.model.params import load_params, params_from_mapping
 
 FAST = settings(max_examples=int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "50")),

@@ -8,15 +8,11 @@ functions agree with the coefficient-level ones on the worked example of test_mo
 
 import numpy as np
 import pytest
-from specwatch.model.closed_form import (
-    BreakEvenKind,
-    Coefficients,
-    breakeven,
-    breakeven_from_costs,
-    cost_terms,
-    latency,
-    latency_from_costs,
-)
+
+from specwatch.model.breakeven import BreakEvenKind, breakeven_from_costs
+from specwatch.model.closed_form import breakeven, latency
+from specwatch.model.coefficients import Coefficients
+from specwatch.model.costs import cost_terms, latency_from_costs
 
 COEF = Coefficients(a_p=0.1, b_p=0.01, a_v=0.02, b_v=0.001, a_d=0.002, b_d=0.0005)
 P, G, K, E = 100.0, 100.0, 3, 1.875

@@ -7,22 +7,13 @@ import os
 import numpy as np
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
-from specwatch.model.closed_form import (
-    MOE_RESIDUAL_TOLERANCE,
-    BreakEvenKind,
-    Coefficients,
-    ExpertCoefficients,
-    MoECoefficients,
-    acceptance_length_from_alpha,
-    alpha_from_acceptance_length,
-    breakeven,
-    cost_terms,
-    latency,
-    moe_cost_terms,
-    optimal_draft_length,
-    solve_moe_latency,
-    speedup,
-)
+
+from specwatch.model.acceptance import acceptance_length_from_alpha, alpha_from_acceptance_length
+from specwatch.model.breakeven import BreakEvenKind
+from specwatch.model.closed_form import breakeven, latency, optimal_draft_length, speedup
+from specwatch.model.coefficients import Coefficients, ExpertCoefficients, MoECoefficients
+from specwatch.model.costs import cost_terms, moe_cost_terms
+from specwatch.model.moe import MOE_RESIDUAL_TOLERANCE, solve_moe_latency
 
 # SPECWATCH_HYPOTHESIS_EXAMPLES=5000 for a long run; the default keeps the suite fast.
 FAST = settings(max_examples=int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "60")),

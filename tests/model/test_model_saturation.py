@@ -13,16 +13,12 @@ import numpy as np
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq
+
 from specwatch.model import saturation
-from specwatch.model.closed_form import (
-    BreakEvenKind,
-    Coefficients,
-    Reason,
-    breakeven,
-    cost_terms,
-    latency,
-    throughput_ceiling,
-)
+from specwatch.model.breakeven import BreakEvenKind
+from specwatch.model.closed_form import Reason, breakeven, latency
+from specwatch.model.coefficients import Coefficients
+from specwatch.model.costs import cost_terms, throughput_ceiling
 
 FAST = settings(max_examples=int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "50")),
                 deadline=None)

@@ -4,8 +4,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from specwatch.common.errors import ConfigError
-from specwatch.model.closed_form import Coefficients, MoECoefficients
+from specwatch.model.coefficients import Coefficients, MoECoefficients
 from specwatch.model.params import Params, dump_params, load_params, params_from_mapping
 
 ROOT = Path(__file__).resolve().parents[2]

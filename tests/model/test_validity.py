@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from specwatch.cli import main
-from specwatch.model.params import CalibratedRange
+from specwatch.model.observed import CalibratedRange
 from specwatch.model.validity import range_reasons
 
 EAGLE = Path(__file__).resolve().parents[2] / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch import model
-from specwatch.model.closed_form import Coefficients, ExpertCoefficients, MoECoefficients
+from specwatch.model.coefficients import Coefficients, ExpertCoefficients, MoECoefficients
 from specwatch.sim.distributions import AcceptanceDist, LengthDist
 from specwatch.sim.scenario import (
     ModelSpec,

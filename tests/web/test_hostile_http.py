@@ -29,7 +29,9 @@ import pytest
 from helpers import testsecrets
 from helpers.certs import PKI, make_pki
 from specwatch.common import redact
-from specwatch.web.server import Response, ServerLimits, WebServer
+from specwatch.web.limits import ServerLimits
+from specwatch.web.routing import Response
+from specwatch.web.server import WebServer
 
 OTHER_CLIENT = "127.0.0.2"
 

@@ -15,7 +15,8 @@ from specwatch.sim.scenario import load_scenario
 from specwatch.sim.server import render_page
 from specwatch.sim.simulation import Simulation
 from specwatch.web.negotiate import accepts_gzip, by_preference
-from specwatch.web.server import Response, WebServer
+from specwatch.web.routing import Response
+from specwatch.web.server import WebServer
 
 # (Accept-Encoding, gzip expected)
 ENCODINGS = [

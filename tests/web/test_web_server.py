@@ -32,7 +32,9 @@ from helpers.scrape import parse_exposition
 
 from specwatch.app.serve import ServeApp
 from specwatch.poll import config
-from specwatch.web.server import Request, Response, ServerLimits, WebServer
+from specwatch.web.limits import ServerLimits
+from specwatch.web.routing import Request, Response
+from specwatch.web.server import WebServer
 from specwatch.web.webconfig import BasicAuth
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from specwatch.common.schema import parse_duration
-from specwatch.web.server import Handler, Request, Response
+from specwatch.web.routing import Handler, Request, Response
 
 #: A sample of a timestamp series (``*_timestamp_seconds``) in a text or OpenMetrics page.
 _TIMESTAMP_SAMPLE = re.compile(

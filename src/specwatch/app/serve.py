@@ -32,15 +32,10 @@ from specwatch.poll.discovery import TargetSource
 from specwatch.poll.pipeline import DEFAULT_MAX_MODELS, Pipeline, PollResult
 from specwatch.poll.poller import Poller, PollTarget
 from specwatch.poll.snapshot import Snapshot
+from specwatch.web.limits import REJECT_REASONS, ServerLimits
 from specwatch.web.negotiate import accepts_gzip, by_preference
-from specwatch.web.server import (
-    REJECT_REASONS,
-    Request,
-    Response,
-    ServerLimits,
-    WebServer,
-    only_get,
-)
+from specwatch.web.routing import Request, Response, only_get
+from specwatch.web.server import WebServer
 
 log = logging.getLogger("specwatch.serve")
 

@@ -33,7 +33,8 @@ from specwatch import model
 from specwatch.calibrate.inputs import Point
 from specwatch.calibrate.saturation import point_arrays
 from specwatch.model import validity
-from specwatch.model.params import CalibratedRange, MeasuredCeiling, Params
+from specwatch.model.observed import CalibratedRange, MeasuredCeiling
+from specwatch.model.params import Params
 from specwatch.model.uncertainty import Band, Uncertainty
 
 __all__ = ["BAND_EDGES", "MIN_BAND_RUNS", "WRONG", "calibrated_range", "headroom",

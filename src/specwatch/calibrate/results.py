@@ -15,7 +15,7 @@ import numpy as np
 
 from specwatch import model
 from specwatch.calibrate.inputs import Point
-from specwatch.model.params import CalibratedRange
+from specwatch.model.observed import CalibratedRange
 from specwatch.model.uncertainty import Uncertainty
 
 __all__ = ["ConfigurationFit", "DraftLengthSummary", "Excluded", "MeasuredSpeedup", "SystemFit"]

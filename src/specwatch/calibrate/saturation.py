@@ -47,7 +47,7 @@ from scipy.optimize import nnls
 
 from specwatch import model
 from specwatch.calibrate.inputs import Point
-from specwatch.model.params import ServerCapacity
+from specwatch.model.observed import ServerCapacity
 
 __all__ = [
     "CAPACITY_GRID",

@@ -1,9 +1,9 @@
 """The interpretable speculative-decoding latency model (pure, vectorised numpy).
 
-Every formula here is the one in the project's model reference (README "Latency model"),
-with its symbols: λ arrival rate, p/g mean prompt/generated tokens, k draft length, E mean
-acceptance length (tokens committed per verify cycle, bonus token included), α the per-token
-acceptance probability of the i.i.d. model.
+Every formula here is the one in the project's model reference (docs/model.md), with its
+symbols: λ arrival rate, p/g mean prompt/generated tokens, k draft length, E mean acceptance
+length (tokens committed per verify cycle, bonus token included), α the per-token acceptance
+probability of the i.i.d. model.
 
 Why closed forms: with the linear cost model L = C1 + B·C2 and Little's law B = λ·L, the
 fixed point is L = C1 / (1 − λ·C2). Solving it exactly (instead of iterating on a batch
@@ -17,21 +17,11 @@ on bad numbers: it returns NaN there with a `Reason` code, so one bad point in a
 target with missing inputs cannot poison the others. Latencies are never negative or
 infinite: past saturation they are NaN with `Reason.SATURATED`.
 
-The mixture-of-experts form (share of experts touched φ(T) = 1 − (1 − m/M)^T) has no closed
-form; `solve_moe_latency` brackets the smallest fixed point and bisects a fixed number of
-times, so it always terminates and says when it did not converge or when no stable operating
-point exists.
-
-Layout: the coefficients (`coefficients`), acceptance (`acceptance`), the MoE solver (`moe`)
-and the saturation regime's fixed point (`saturation`) live in their own modules; this one
-holds the per-system latency, both systems, break-even and the best draft length, and
-re-exports the rest so `specwatch.model.closed_form` stays the one import.
-
-Size: about 700 lines: latency, break-even (linear closed form, the saturation regime's
-piecewise closed form, the numeric scan for MoE and as the reference) and the best draft
-length share the input checks and the per-system dispatch (linear closed form, saturation
-fixed point, MoE solver); they are one derivation, read with docs/model.md. The piecewise
-algebra itself lives in `saturation`.
+Owns the input checks (`Reason`), one system's latency at its fixed point (dispatching to the
+linear closed form, the saturation regime's fixed point or the MoE solver), both systems and
+their speedup, the break-even entry point (closed forms in `breakeven`, the numeric scan for
+MoE here) and the best draft length. May import: the model's coefficients, acceptance, costs,
+breakeven, moe and saturation modules, numpy.
 """
 
 from __future__ import annotations
@@ -47,49 +37,34 @@ from specwatch.model.acceptance import (
     acceptance_length_from_alpha,
     acceptance_length_from_profile,
     alpha_from_acceptance_length,
-    extend_profile,
 )
-from specwatch.model.coefficients import (
-    ArrayLike,
-    Coefficients,
-    ExpertCoefficients,
-    Model,
-    MoECoefficients,
+from specwatch.model.breakeven import (
+    BreakEven,
+    BreakEvenKind,
+    breakeven_from_costs,
+    breakeven_of,
+    saturation_breakeven,
 )
-from specwatch.model.moe import MOE_RESIDUAL_TOLERANCE, MoESolution, solve_moe_latency
+from specwatch.model.coefficients import ArrayLike, Coefficients, Model, MoECoefficients
+from specwatch.model.costs import cost_terms, moe_cost_terms
+from specwatch.model.moe import solve_moe_latency
 
 __all__ = [
     "DEFAULT_K_MAX",
     "DEFAULT_MAX_UTILIZATION",
-    "MOE_RESIDUAL_TOLERANCE",
-    "BreakEven",
-    "BreakEvenKind",
-    "Coefficients",
-    "ExpertCoefficients",
-    "MoECoefficients",
-    "MoESolution",
     "OptimalDraft",
     "Prediction",
     "Reason",
     "SystemLatency",
-    "acceptance_length_from_alpha",
-    "acceptance_length_from_profile",
+    # Imported from here by specwatch.model.whatif.common; its home is model.acceptance.
     "alpha_from_acceptance_length",
-    "batch_latency",
     "breakeven",
     "breakeven_arrival_rate",
-    "breakeven_from_costs",
-    "cost_terms",
-    "extend_profile",
     "latency",
-    "latency_from_costs",
-    "moe_cost_terms",
     "optimal_draft_length",
     "predict",
     "reason_text",
-    "solve_moe_latency",
     "speedup",
-    "throughput_ceiling",
 ]
 
 DEFAULT_MAX_UTILIZATION = 0.9
@@ -131,42 +106,8 @@ def reason_text(reason: int) -> str:
     return _REASON_TEXT[Reason(int(reason))]
 
 
-
 def _dense(coef: Model) -> Coefficients:
     return coef.dense if isinstance(coef, MoECoefficients) else coef
-
-
-# --------------------------------------------------------------------------- cost terms
-
-
-def cost_terms(
-    coef: Coefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
-) -> tuple[np.ndarray, np.ndarray]:
-    """(C1, C2) of one system: C1 = a_p + (g/E)(a_v + k·a_d), C2 = b_p + (g/E)(b_v + k·b_d).
-
-    g/E verify cycles per request, each one verify pass plus k draft steps; prefill once per
-    request. k = 0 with E = 1 is the no-SD system. For an MoE model use `moe_cost_terms`.
-    """
-    if isinstance(coef, MoECoefficients):
-        raise TypeError("cost_terms prices a dense model; use moe_cost_terms for MoE")
-    kk, ee, pp, gg = (np.asarray(x, dtype=float) for x in (k, e, p, g))
-    cycles = gg / ee
-    b_v = coef.b_v + coef.b_v_context * (pp + gg / 2.0)
-    c1 = coef.a_p + cycles * (coef.a_v + kk * coef.a_d)
-    c2 = coef.b_p + cycles * (b_v + kk * coef.b_d)
-    return c1, c2
-
-
-def moe_cost_terms(
-    coef: MoECoefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(C1_u, C2_u, C1_s, C2_s): dense part (drafter included) and expert part of one system."""
-    c1_u, c2_u = cost_terms(coef.dense, k, e, p, g)
-    ee, gg = np.asarray(e, dtype=float), np.asarray(g, dtype=float)
-    cycles = gg / ee
-    c1_s = coef.expert.a_p + cycles * coef.expert.a_v
-    c2_s = coef.expert.b_p + cycles * coef.expert.b_v
-    return c1_u, c2_u, c1_s, c2_s
 
 
 # --------------------------------------------------------------------------- one system
@@ -327,24 +268,6 @@ def predict(
     return Prediction(sd=sd, nosd=nosd, speedup=s, valid=reason == Reason.OK, reason=reason)
 
 
-class BreakEvenKind(IntEnum):
-    """How the speedup relates to 1 below saturation (the usual case is PAYS_BELOW)."""
-
-    PAYS_BELOW = 0  # S > 1 for λ < λ*, S < 1 above: SD should be off above λ*
-    PAYS_EVERYWHERE = 1  # S > 1 at every load below saturation: λ* = +inf
-    NEVER_PAYS = 2  # S <= 1 at every load: λ* = 0
-    PAYS_ABOVE = 3  # S < 1 below λ*, > 1 above (SD slower in isolation, cheaper under load)
-    UNDEFINED = 4  # invalid inputs, or SD and no-SD cost exactly the same: λ* = NaN
-
-
-@dataclass(frozen=True)
-class BreakEven:
-    """λ* (req/s) where S(λ*) = 1 and which side of it SD pays on (arrays)."""
-
-    rate: np.ndarray
-    kind: np.ndarray
-
-
 def breakeven(
     coef: Model, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike,
     scale_sd: float = 1.0, scale_nosd: float = 1.0,
@@ -354,8 +277,8 @@ def breakeven(
     Computed as λ* = (C1_D − C1_SD)/(C1_D·C2_SD − C1_SD·C2_D), the same value without the
     divisions by C1_D and C2_D (so a load-free system, C2_D = 0, still has a break-even), and
     kept only when it lies below saturation of both systems. The saturation regime has one
-    closed form per linear piece of L(B) (`_saturation_breakeven`); MoE models have none: the
-    crossing is found numerically along λ.
+    closed form per linear piece of L(B) (`breakeven.saturation_breakeven`); MoE models have
+    none: the crossing is found numerically along λ.
 
     `scale_sd` / `scale_nosd` multiply every cost of one system (its whole L(B)): the
     break-even of a fit whose SD latency is off by that factor and its no-SD latency by the
@@ -366,9 +289,9 @@ def breakeven(
         if scaled:
             raise TypeError("breakeven: scale_sd/scale_nosd price a dense model")
         return _numeric_breakeven(coef, k, e, p, g)
-    if coef.saturates:
-        return _saturation_breakeven(coef, k, e, p, g, scale_sd, scale_nosd)
     ok, s_k, s_e, s_p, s_g = _breakeven_inputs(k, e, p, g)
+    if coef.saturates:
+        return saturation_breakeven(coef, ok, s_k, s_e, s_p, s_g, scale_sd, scale_nosd)
     c1_sd, c2_sd = cost_terms(coef, s_k, s_e, s_p, s_g)
     c1_d, c2_d = cost_terms(coef, 0.0, 1.0, s_p, s_g)
     if scaled:
@@ -389,98 +312,6 @@ def _breakeven_inputs(k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
     s_e = np.where(ok, np.clip(ee, 1.0, s_k + 1.0), 1.0)
     return ok, s_k, s_e, np.where(ok, pp, 0.0), np.where(ok, gg, 0.0)
 
-
-def _breakeven_of(kind: np.ndarray, cross: np.ndarray) -> BreakEven:
-    """The rate each kind reports: the crossing for PAYS_BELOW/PAYS_ABOVE, +inf when SD
-    pays everywhere, 0 when it never pays, NaN when undefined (one rule for every solver)."""
-    rate = np.select(
-        [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,
-         kind == BreakEvenKind.PAYS_EVERYWHERE, kind == BreakEvenKind.NEVER_PAYS],
-        [cross, cross, np.inf, 0.0],
-        default=np.nan,
-    )
-    return BreakEven(rate=rate, kind=kind.astype(np.int8))
-
-
-def breakeven_from_costs(
-    c1_d: ArrayLike, c2_d: ArrayLike, c1_sd: ArrayLike, c2_sd: ArrayLike
-) -> BreakEven:
-    """Break-even from the cost terms (C1, C2) of the no-SD and the SD system directly.
-
-    What `breakeven` computes once it has priced both systems. Calibration needs it on its
-    own: when the data cannot separate the six coefficients it fits (C1, C2) per
-    configuration, and break-even must still come from this one formula. UNDEFINED where a
-    cost term is negative or not finite, or an isolated latency is zero.
-    """
-    c1_d, c2_d, c1_sd, c2_sd = np.broadcast_arrays(
-        *(np.asarray(x, dtype=float) for x in (c1_d, c2_d, c1_sd, c2_sd))
-    )
-    with np.errstate(invalid="ignore"):
-        ok = np.isfinite(c1_d) & np.isfinite(c2_d) & np.isfinite(c1_sd) & np.isfinite(c2_sd)
-        ok &= (c2_d >= 0) & (c2_sd >= 0)
-    num = c1_d - c1_sd
-    den = c1_d * c2_sd - c1_sd * c2_d
-    c2_max = np.maximum(c2_d, c2_sd)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        cross = num / den
-        lam_lim = np.where(c2_max > 0, 1.0 / c2_max, np.inf)
-        # A crossing at saturation itself (to rounding) is no crossing: S is undefined there.
-        crosses = (den != 0) & (cross > 0) & (cross < lam_lim * (1 - 1e-9))
-        pays_at_zero = (num > 0) | ((num == 0) & (den < 0))
-        kind = np.where(
-            crosses,
-            np.where(num > 0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
-            np.where(pays_at_zero, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
-        )
-        identical = (num == 0) & (den == 0)
-        kind = np.where(ok & ~identical & (c1_d > 0) & (c1_sd > 0), kind, BreakEvenKind.UNDEFINED)
-    return _breakeven_of(kind, cross)
-
-
-def batch_latency(
-    coef: Coefficients, in_flight: ArrayLike, k: ArrayLike, e: ArrayLike, p: ArrayLike,
-    g: ArrayLike,
-) -> np.ndarray:
-    """L(B): mean latency (s) with B requests in flight, before the fixed point B = λ·L.
-
-    What a closed-loop benchmark measures directly (it fixes B, Little's law gives λ = B/L),
-    so calibration judges the fit with it over the whole load range, past the throughput
-    peak included. Linear model: C1 + C2·B; the saturation regime adds the knee terms; past
-    the capacity N, N run and B − N wait: L = (B/N)·L(N) (`saturation.closed_loop_latency`).
-    """
-    if isinstance(coef, MoECoefficients):
-        raise TypeError("batch_latency prices a dense model")
-    kk, ee, pp, gg, bb = (np.asarray(x, dtype=float) for x in (k, e, p, g, in_flight))
-    c1, c2 = cost_terms(coef, kk, ee, pp, gg)
-    return _saturation.closed_loop_latency(bb, c1, c2, gg / ee, kk, coef.c_v, coef.knee_v,
-                                           coef.c_d, coef.knee_d, coef.capacity(pp, gg, kk))
-
-
-def throughput_ceiling(
-    coef: Coefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike
-) -> np.ndarray:
-    """λ_max (req/s): the highest arrival rate with a fixed point (1/C2 in the linear model)."""
-    if isinstance(coef, MoECoefficients):
-        raise TypeError("throughput_ceiling prices a dense model")
-    kk, ee, pp, gg = (np.asarray(x, dtype=float) for x in (k, e, p, g))
-    c1, c2 = cost_terms(coef, kk, ee, pp, gg)
-    return _saturation.ceiling(c1, c2, gg / ee, kk, coef.c_v, coef.knee_v, coef.c_d,
-                               coef.knee_d, coef.capacity(pp, gg, kk))[0]
-
-
-def latency_from_costs(c1: ArrayLike, c2: ArrayLike, arrival_rate: ArrayLike) -> np.ndarray:
-    """L = C1 / (1 − λ·C2) from one dense system's cost terms; NaN at or past saturation.
-
-    The fixed point without coefficients: calibration's per-configuration fallback fits
-    (C1, C2) directly and predicts with this (never with a copy of the formula).
-    """
-    c1, c2, lam = np.broadcast_arrays(
-        *(np.asarray(x, dtype=float) for x in (c1, c2, arrival_rate))
-    )
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        util = lam * c2
-        ok = np.isfinite(c1) & (c1 >= 0) & np.isfinite(util) & (util < 1.0) & (lam >= 0)
-        return np.where(ok, c1 / (1.0 - util), np.nan)
 
 
 def breakeven_arrival_rate(
@@ -506,61 +337,6 @@ def _saturation_rate_bound(coef: Model, k: np.ndarray, e: np.ndarray, p: np.ndar
     with np.errstate(divide="ignore"):
         return np.where(c2 > 0, 1.0 / c2, np.inf)
 
-
-def _saturation_breakeven(
-    coef: Coefficients, k: ArrayLike, e: ArrayLike, p: ArrayLike, g: ArrayLike,
-    scale_sd: float = 1.0, scale_nosd: float = 1.0,
-) -> BreakEven:
-    """Break-even of the saturation regime, exact over the pieces of L (model.md).
-
-    Why not the scan: `_numeric_breakeven` prices both systems ~100 times per point (60-130
-    ms a scalar call), and the exporter asks once per model per poll. Each system's latency
-    along λ is a few hyperbolas α_j/(1 − λβ_j) (`saturation.pieces`), so the first crossing is
-    one linear root per interval (`saturation.first_crossing`). The rules are the scan's
-    (kept as the reference; tests/model/test_model_breakeven_exact.py): the first crossing below
-    the lower ceiling, PAYS_BELOW at SD's ceiling when SD is faster up to it and it lies
-    below no-SD's, UNDEFINED for bad inputs or S(0) = 1. Only the scan's blind spots differ:
-    it misses two crossings inside one of its 48 cells and one in the last 1/49 before the
-    ceiling; this finds both.
-    """
-    ok, s_k, s_e, s_p, s_g = _breakeven_inputs(k, e, p, g)
-    # Both systems in one call along a leading axis of 2 (SD first): half the numpy calls.
-    both_k = np.stack([s_k, np.zeros_like(s_k)])
-    both_e = np.stack([s_e, np.ones_like(s_e)])
-    c1, c2 = cost_terms(coef, both_k, both_e, s_p, s_g)
-    c1_sd, c1_d = c1[0], c1[1]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        starts, alpha, beta, ceilings = _saturation.pieces(
-            c1, c2, s_g / both_e, both_k, coef.c_v, coef.knee_v, coef.c_d, coef.knee_d,
-            coef.capacity(s_p, s_g, both_k))
-        if scale_sd != 1.0 or scale_nosd != 1.0:
-            # L(B) scaled by s: every piece α + β·B becomes s·α + s·β·B, and the λ = B/L(B)
-            # where a piece starts (and the ceiling) is divided by s; the knees stay put.
-            s = np.array([scale_sd, scale_nosd]).reshape((2,) + (1,) * (alpha.ndim - 1))
-            starts, alpha, beta = starts / s, alpha * s, beta * s
-            ceilings = ceilings / s.reshape((2,) + (1,) * (ceilings.ndim - 1))
-            c1_sd, c1_d = c1_sd * scale_sd, c1_d * scale_nosd
-        sd = (starts[0], alpha[0], beta[0])
-        nosd = (starts[1], alpha[1], beta[1])
-        sd_ceiling, nosd_ceiling = ceilings[0], ceilings[1]
-        # S(0) = C1_D / C1_SD (each system empty); a zero isolated latency is DEGENERATE.
-        s0 = np.where((c1_d > 0) & (c1_sd > 0), c1_d / c1_sd, np.nan)
-    above0 = s0 > 1
-    lam_hi = np.minimum(sd_ceiling, nosd_ceiling)
-    lam_hi = np.where(np.isfinite(lam_hi), lam_hi, 0.0)  # load-free: S(0) decides
-    cross, found = _saturation.first_crossing(lam_hi, sd, nosd, above0)
-    kind = np.where(
-        found,
-        np.where(above0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
-        np.where(above0, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
-    )
-    # SD faster up to its own ceiling, which lies below no-SD's: past it SD saturates while
-    # no-SD still serves, so SD stops paying at its ceiling (the measured break-even's rule).
-    capped = ~found & above0 & (sd_ceiling < nosd_ceiling)
-    cross = np.where(capped, sd_ceiling, cross)
-    kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
-    kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
-    return _breakeven_of(kind, cross)
 
 
 def _numeric_breakeven(
@@ -620,7 +396,7 @@ def _numeric_breakeven(
         cross = np.where(capped, 0.5 * (a2 + b2), cross)
     kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
     kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
-    return _breakeven_of(kind.reshape(shape), cross.reshape(shape))
+    return breakeven_of(kind.reshape(shape), cross.reshape(shape))
 
 
 # --------------------------------------------------------------------------- draft length

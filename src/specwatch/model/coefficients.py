@@ -1,8 +1,8 @@
 """The latency model's per-deployment coefficients (what calibration fits; pure dataclasses).
 
-Split from `closed_form` so the formulas read on their own: these are only the validated
-numbers, in seconds (knees in tokens per step, capacities in requests and tokens), with the
-one-line meaning of each. `closed_form` re-exports every name.
+Only the validated numbers, in seconds (knees in tokens per step, capacities in requests and
+tokens), with the one-line meaning of each; the formulas that use them are in `costs` and
+`closed_form`. May import: numpy.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import numpy as np
 __all__ = ["ArrayLike", "Coefficients", "ExpertCoefficients", "MoECoefficients", "Model"]
 
 ArrayLike = Union[float, int, np.ndarray, "list[float]"]
-
 
 
 def _check_seconds(owner: object) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from specwatch.model.closed_form import Coefficients
+from specwatch.model.coefficients import Coefficients
 
 
 def naive_latency_sd(coef: Coefficients, batch: float, k: float, alpha: float, g: float) -> float:

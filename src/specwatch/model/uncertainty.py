@@ -30,14 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.model.closed_form import (
-    BreakEvenKind,
-    Model,
-    MoECoefficients,
-    breakeven,
-    latency,
-)
-from specwatch.model.coefficients import ArrayLike
+from specwatch.model.breakeven import BreakEvenKind
+from specwatch.model.closed_form import breakeven, latency
+from specwatch.model.coefficients import ArrayLike, Model, MoECoefficients
 
 __all__ = [
     "DEFAULT_LEVEL",

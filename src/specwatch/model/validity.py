@@ -29,6 +29,8 @@ outputs (`validity_reasons`) and the exporter's `sd_model_valid{reason}` series 
   max_num_seqs) than the one the parameters file was calibrated with (`server_capacity`),
   so it is another configuration than the one the coefficients describe;
 - ``invalid_input`` and ``not_converged`` for the rest of the model's codes.
+
+May import: the model's closed form, coefficients, params, observed and uncertainty modules.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specwatch.model.closed_form import MoECoefficients, Prediction, Reason, predict
-from specwatch.model.coefficients import ArrayLike
-from specwatch.model.params import CalibratedRange, Params
+from specwatch.model.closed_form import Prediction, Reason, predict
+from specwatch.model.coefficients import ArrayLike, MoECoefficients
+from specwatch.model.observed import CalibratedRange
+from specwatch.model.params import Params
 from specwatch.model.uncertainty import Intervals, intervals
 
 __all__ = [
@@ -222,23 +225,46 @@ def assess(
     new_k = np.zeros(lam.shape, dtype=bool)
     at_ceiling = np.zeros(lam.shape, dtype=bool)
     if cal is not None:
-        f = 1.0 + cal.margin
-        with np.errstate(invalid="ignore"):
-            beyond = lam > cal.max_arrival_rate * f
-            beyond |= sd_ok & (in_flight > cal.max_in_flight * f)
-            if cal.max_tokens_per_step is not None:
-                beyond |= sd_ok & (in_flight * (kk + 1.0) > cal.max_tokens_per_step * f)
-            if cal.max_utilization_seen is not None:
-                top = cal.max_utilization_seen * f
-                beyond |= (pred.sd.utilization > top) | (pred.nosd.utilization > top)
-            beyond |= _past_headroom(cal, in_flight, in_flight_nosd, kk)
-        measured = np.array(cal.draft_lengths, dtype=float)
-        new_k = (kk != 0) & ~np.any(np.abs(kk[..., None] - measured) < 1e-9, axis=-1)
-        for c in cal.measured_ceilings:
-            # The same curve: this k, lengths within the workload tolerance (10%).
-            same = (np.abs(kk - c.k) < 1e-9) & _near(pp, c.prompt_tokens) \
-                & _near(gg, c.generation_tokens)
-            at_ceiling |= same & (lam >= c.arrival_rate)
+        beyond, new_k, at_ceiling = _range_flags(cal, pred, lam, kk, pp, gg, in_flight,
+                                                 in_flight_nosd)
+    reasons = _reason_names(pred, beyond, new_k, sensitive, at_ceiling)
+    valid = np.array([not r for r in reasons], dtype=bool).reshape(lam.shape)
+    if cal is None:
+        for r in reasons:
+            r.append(NO_CALIBRATED_RANGE)
+    return Assessment(pred, ivals, in_flight, reasons, valid)
+
+
+def _range_flags(cal: CalibratedRange, pred: Prediction, lam: np.ndarray, kk: np.ndarray,
+                 pp: np.ndarray, gg: np.ndarray, in_flight: np.ndarray,
+                 in_flight_nosd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(beyond the calibrated load, a k never measured, at or past a measured ceiling)."""
+    sd_ok = pred.sd.valid
+    at_ceiling = np.zeros(lam.shape, dtype=bool)
+    f = 1.0 + cal.margin
+    with np.errstate(invalid="ignore"):
+        beyond = lam > cal.max_arrival_rate * f
+        beyond |= sd_ok & (in_flight > cal.max_in_flight * f)
+        if cal.max_tokens_per_step is not None:
+            beyond |= sd_ok & (in_flight * (kk + 1.0) > cal.max_tokens_per_step * f)
+        if cal.max_utilization_seen is not None:
+            top = cal.max_utilization_seen * f
+            beyond |= (pred.sd.utilization > top) | (pred.nosd.utilization > top)
+        beyond |= _past_headroom(cal, in_flight, in_flight_nosd, kk)
+    measured = np.array(cal.draft_lengths, dtype=float)
+    new_k = (kk != 0) & ~np.any(np.abs(kk[..., None] - measured) < 1e-9, axis=-1)
+    for c in cal.measured_ceilings:
+        # The same curve: this k, lengths within the workload tolerance (10%).
+        same = (np.abs(kk - c.k) < 1e-9) & _near(pp, c.prompt_tokens) \
+            & _near(gg, c.generation_tokens)
+        at_ceiling |= same & (lam >= c.arrival_rate)
+    return beyond, new_k, at_ceiling
+
+
+def _reason_names(pred: Prediction, beyond: np.ndarray, new_k: np.ndarray,
+                  sensitive: np.ndarray, at_ceiling: np.ndarray) -> list[list[str]]:
+    """Each point's reasons, in order: the model's codes (SD system first), `saturated` at
+    a measured ceiling, the calibrated range's, and `sensitive` only when nothing else."""
     flat = [x.ravel() for x in (pred.sd.reason, pred.nosd.reason, beyond, new_k, sensitive,
                                 at_ceiling)]
     reasons: list[list[str]] = []
@@ -257,11 +283,7 @@ def assess(
         if s and not names:
             names.append(SENSITIVE)
         reasons.append(names)
-    valid = np.array([not r for r in reasons], dtype=bool).reshape(lam.shape)
-    if cal is None:
-        for r in reasons:
-            r.append(NO_CALIBRATED_RANGE)
-    return Assessment(pred, ivals, in_flight, reasons, valid)
+    return reasons
 
 
 def vouched(params: Params, arrival_rate: ArrayLike, k: ArrayLike, e: ArrayLike, p: ArrayLike,

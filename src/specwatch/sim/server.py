@@ -43,7 +43,8 @@ from specwatch.sim.scenario import Restart, Scenario
 from specwatch.sim.simulation import Simulation
 from specwatch.sim.stats import vllm_families
 from specwatch.web.negotiate import by_preference
-from specwatch.web.server import Request, Response, WebServer, only_get, parse_listen
+from specwatch.web.routing import Request, Response, only_get
+from specwatch.web.server import WebServer, parse_listen
 
 log = logging.getLogger("specwatch.sim.server")
 

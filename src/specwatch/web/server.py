@@ -1,51 +1,18 @@
 """The exporter's HTTP server behind a small, stable interface.
 
-``WebServer(listen, routes)`` where ``routes`` maps a path to ``handler(Request) -> Response``.
-Handlers see plain data objects, not the http.server machinery, so new routes (the
-controller's Alertmanager receiver, ``POST``) are one more dict entry and every route gets
-the same protection. A handler that raises gives a 500 for that request only.
+``WebServer(listen, routes)`` where ``routes`` maps a path to ``handler(Request) -> Response``
+(:mod:`specwatch.web.routing`). Every route gets the same protection, applied to each
+request in one order: strict framing (no request smuggling), authentication before any
+shared resource is taken, the in-flight slot, the rate limit, then the handler under the
+request's deadline. Every connection gets the connection caps (in all and per client
+address), deadlines on every read and write and a TLS handshake off the accept loop
+(:mod:`specwatch.web.transport`). The guarantees, one by one, are in docs/security.md ("What
+the HTTP server guarantees"); the limits in :mod:`specwatch.web.limits`.
 
-What the transport guarantees for every endpoint (anchors-reliability §1.2, §2.1, §3, §7):
-
-* **Slowloris-safe deadlines.** A new connection must send its request within
-  ``request_timeout``; from the first byte of a request, reading it and running the handler
-  share one deadline of ``request_timeout``, and writing the response gets another (so a
-  connection is never held longer than about twice ``request_timeout`` plus
-  ``idle_timeout`` between keep-alive requests). ``http.server`` only has per-``recv`` socket
-  timeouts (one byte every few seconds would hold a thread forever), so reads and writes go
-  through small deadline-enforcing socket adapters; parsing stays ``http.server``'s.
-* **A cap on concurrent requests** (``max_requests_in_flight``, 40 like node_exporter's
-  ``--web.max-requests``): above it a request gets ``503`` at once. A handler that overruns
-  the deadline also gets ``503`` and keeps its slot until it returns (client_golang's
-  ``Timeout`` / ``MaxRequestsInFlight``).
-* **A cap on open connections** (``max_connections``): one thread serves one connection, so
-  this bounds threads; above it new connections are closed at once. One client address may
-  hold at most ``max_connections_per_client`` of them (600 half-open sockets from one host
-  must not lock every other scraper out).
-* **Authentication before work.** With basic auth on, the credential is checked before the
-  request takes an in-flight slot or a rate-limiter token; a verified credential is answered
-  from the cache (bcrypt runs once per distinct credential), and an address that keeps
-  failing gets 429 without bcrypt running (:class:`~specwatch.web.webconfig.FailureLimiter`).
-  A wrong-password flood therefore costs the real scraper nothing but CPU share.
-* **Strict framing.** Two ``Content-Length`` headers, a non-numeric one, any
-  ``Transfer-Encoding`` and HTTP/0.9 are refused (400, connection closed): no request can be
-  smuggled behind another.
-* **TLS handshakes off the accept loop, under a deadline.** The listening socket is plain
-  TCP; each accepted socket is wrapped and its handshake driven non-blocking in the
-  connection's own thread with a total ``handshake_timeout``. prometheus_client wraps the
-  *listening* socket, so one client that never sends a ClientHello stalls every HTTPS scrape.
-* **Web config** (:mod:`specwatch.web.webconfig`): TLS, client certificates, basic auth, security
-  headers, rate limit (429). :meth:`WebServer.reload_web_config` swaps it atomically (SIGHUP):
-  requests in flight finish under the config they started with, new connections and requests
-  use the new one, and a bad new file keeps the old config. A reload that would turn TLS or
-  basic auth off is refused (error log, old config kept) unless the server started without it.
-
-Counters of what was refused (``specwatch_http_requests_rejected_total{reason}``) are in
-:meth:`WebServer.stats`.
-
-Size: one module because every protection above acts on the same connection, in one order
-(framing, authentication, in-flight slot, rate limit, deadline); split apart, a new route
-or a new check could take a shared resource before the checks that guard it.
+Web config (:mod:`specwatch.web.webconfig`): TLS, client certificates, basic auth, security
+headers, rate limit. :meth:`WebServer.reload_web_config` swaps it atomically (SIGHUP) and
+fails closed. Owns the accept loop, the request handler and the server's lifecycle. May
+import: the other ``specwatch.web`` modules, ``specwatch.common``.
 """
 
 from __future__ import annotations
@@ -56,90 +23,22 @@ import gzip
 import http.client
 import io
 import logging
-import math
-import selectors
 import socket
-import ssl
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
 from specwatch.common.errors import ConfigError
 from specwatch.web import webconfig
+from specwatch.web.limits import ConnectionCounters, ServerLimits, WebStats
 from specwatch.web.negotiate import accepts_gzip
+from specwatch.web.routing import MAX_REQUEST_BODY, Handler, Request, Response, run_handler
+from specwatch.web.transport import Deadline, DeadlineReader, DeadlineWriter, handshake
 
 log = logging.getLogger(__name__)
-
-#: Largest request body a handler may receive (the Alertmanager webhook is a few kB).
-MAX_REQUEST_BODY = 1024 * 1024
-
-#: Reasons in ``specwatch_http_requests_rejected_total{reason}``.
-REJECT_REASONS: tuple[str, ...] = ("in_flight_limit", "connection_limit", "timeout",
-                                   "tls_handshake", "unauthorized", "rate_limited",
-                                   "bad_request", "auth_rate_limited",
-                                   "client_connection_limit")
-
-
-@dataclass(frozen=True)
-class Request:
-    """One HTTP request as a handler sees it (header names lower-case).
-
-    ``user`` is the basic-auth user when the web config requires one, ``remote`` the peer's
-    ``host:port``.
-    """
-
-    method: str
-    path: str
-    query: Mapping[str, list[str]]
-    headers: Mapping[str, str]
-    body: bytes = b""
-    remote: str = ""
-    user: str | None = None
-
-
-@dataclass(frozen=True)
-class Response:
-    status: int = 200
-    body: bytes = b""
-    content_type: str = "text/plain; charset=utf-8"
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-Handler = Callable[[Request], Response]
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    """Bounds of the HTTP server (config ``global.http_server``)."""
-
-    max_requests_in_flight: int = 40
-    max_connections: int = 512
-    #: Open connections from one client address: one host (or 600 half-open sockets from
-    #: it) cannot take the whole ``max_connections``.
-    max_connections_per_client: int = 64
-    #: Failed logins one client address may make at once (then one per
-    #: ``failed_login_interval``); past them it gets 429 and bcrypt does not run.
-    failed_logins_per_client: int = 10
-    failed_login_interval: float = 1.0
-    request_timeout: float = 10.0
-    idle_timeout: float = 60.0
-    handshake_timeout: float = 5.0
-
-
-@dataclass(frozen=True)
-class WebStats:
-    """Counters and gauges of the HTTP server at one instant."""
-
-    rejected: Mapping[str, int]
-    in_flight: int
-    connections: int
-    tls: bool
-    web_config_reload_success: bool
-    web_config_reload_timestamp: float | None
 
 
 def parse_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
@@ -152,92 +51,6 @@ def parse_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
     return host, int(port)
 
 
-class _Deadline:
-    """The deadline shared by a connection's reader and writer.
-
-    ``waiting`` is True while the connection waits for the first byte of a request; the first
-    byte starts the request's own deadline.
-    """
-
-    def __init__(self) -> None:
-        self.at = math.inf
-        self.waiting = True
-        self.request_timeout = 10.0
-
-    def left(self) -> float:
-        return self.at - time.monotonic()
-
-
-class _DeadlineReader(io.RawIOBase):
-    def __init__(self, sock: socket.socket, deadline: _Deadline,
-                 on_timeout: Callable[[bool], None]) -> None:
-        self._sock = sock
-        self._d = deadline
-        self._on_timeout = on_timeout
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        left = self._d.left()
-        if left <= 0:
-            self._on_timeout(self._d.waiting)
-            raise TimeoutError("request deadline exceeded")
-        self._sock.settimeout(left)
-        try:
-            n = self._sock.recv_into(b)
-        except TimeoutError:
-            self._on_timeout(self._d.waiting)
-            raise
-        if n and self._d.waiting:
-            self._d.waiting = False
-            self._d.at = time.monotonic() + self._d.request_timeout
-        return n
-
-
-class _DeadlineWriter(io.RawIOBase):
-    """Unbuffered writer: every write completes before the deadline or raises."""
-
-    def __init__(self, sock: socket.socket, deadline: _Deadline) -> None:
-        self._sock = sock
-        self._d = deadline
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
-        view = memoryview(data).cast("B")
-        sent = 0
-        while sent < len(view):
-            left = self._d.left()
-            if left <= 0:
-                raise TimeoutError("response deadline exceeded")
-            self._sock.settimeout(left)
-            sent += self._sock.send(view[sent:sent + 65536])
-        return sent
-
-
-class _Stats:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.rejected = dict.fromkeys(REJECT_REASONS, 0)
-        self.in_flight = 0
-        self.connections = 0
-        self.per_client: dict[str, int] = {}  # open connections per client address
-
-    def closed(self, client: str) -> None:
-        with self.lock:
-            self.connections -= 1
-            n = self.per_client.get(client, 0) - 1
-            if n > 0:
-                self.per_client[client] = n
-            else:
-                self.per_client.pop(client, None)
-
-    def reject(self, reason: str) -> None:
-        with self.lock:
-            self.rejected[reason] += 1
-
 
 class _RequestHandler(BaseHTTPRequestHandler):
     """http.server's parser over deadline-enforcing socket adapters."""
@@ -248,7 +61,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     sys_version = ""
 
     def __init__(self, sock: socket.socket, addr: tuple, server: WebServer,
-                 deadline: _Deadline) -> None:
+                 deadline: Deadline) -> None:
         self._deadline = deadline
         super().__init__(sock, addr, server)  # type: ignore[arg-type]
 
@@ -257,8 +70,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
         self.rfile = io.BufferedReader(
-            _DeadlineReader(self.connection, self._deadline, self._timed_out), 65536)
-        self.wfile = _DeadlineWriter(self.connection, self._deadline)
+            DeadlineReader(self.connection, self._deadline, self._timed_out), 65536)
+        self.wfile = DeadlineWriter(self.connection, self._deadline)
         self._first = True
 
     def _timed_out(self, waiting: bool) -> None:
@@ -368,7 +181,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
                           headers=headers, body=body,
                           remote=f"{self.client_address[0]}:{self.client_address[1]}",
                           user=user)
-            fut = srv._executor.submit(_run_handler, handler, req)
+            fut = srv._executor.submit(run_handler, handler, req)
             try:
                 resp = fut.result(timeout=max(0.0, self._deadline.left()))
             except concurrent.futures.TimeoutError:
@@ -445,25 +258,6 @@ def _is_digits(text: str) -> bool:
     return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
 
 
-def _run_handler(handler: Handler, req: Request) -> Response:
-    try:
-        return handler(req)
-    except Exception:
-        log.exception("handler for %s failed", req.path)
-        return Response(500, b"internal error\n")
-
-
-def only_get(handler: Handler) -> Handler:
-    """Wrap a read-only handler: GET/HEAD pass, other methods get 405."""
-
-    def wrapped(req: Request) -> Response:
-        if req.method not in ("GET", "HEAD"):
-            return Response(405, b"method not allowed\n", headers={"Allow": "GET, HEAD"})
-        return handler(req)
-
-    return wrapped
-
-
 class WebServer:
     """A hardened threaded HTTP(S) server with a route table.
 
@@ -490,7 +284,7 @@ class WebServer:
         self._limiter: webconfig.RateLimiter | None = None
         self._auth_failures = webconfig.FailureLimiter(self.limits.failed_logins_per_client,
                                                        self.limits.failed_login_interval)
-        self._stats = _Stats()
+        self._stats = ConnectionCounters()
         self._sock: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -558,8 +352,7 @@ class WebServer:
             raise ConfigError(f"{self.listen_option} {self.listen}: cannot bind: "
                               f"{exc.strerror or exc}") from exc
         # accept() blocks: stop() shuts the socket down, which wakes it at once on Linux, so
-        # there it has no timeout (a wake-up of an idle thread costs cold caches: 0.06 ms of
-        # CPU a second for a 2 s timeout, 4% of one target polled every second; issue 15).
+        # there it has no timeout (waking an idle thread periodically costs CPU for nothing).
         # Elsewhere the timeout is the fallback: the thread wakes every 2 s to see a stop.
         self._sock.settimeout(None if sys.platform.startswith("linux") else 2.0)
         self._thread = threading.Thread(target=self._accept_loop, name="specwatch-http",
@@ -655,7 +448,7 @@ class WebServer:
             self._conns.add(conn)
         try:
             if cfg.tls is not None:
-                tls = _handshake(conn, cfg.tls, self.limits.handshake_timeout)
+                tls = handshake(conn, cfg.tls, self.limits.handshake_timeout)
                 if tls is None:
                     self._stats.reject("tls_handshake")
                     return
@@ -663,7 +456,7 @@ class WebServer:
                 with self._conns_lock:
                     self._conns.discard(conn)
                     self._conns.add(sock)
-            _RequestHandler(sock, addr, self, _Deadline())
+            _RequestHandler(sock, addr, self, Deadline())
         except Exception as exc:  # one broken connection never escapes its thread
             log.debug("connection from %s failed: %s", addr, exc)
         finally:
@@ -674,56 +467,3 @@ class WebServer:
                 self._conns.discard(conn)
             self._stats.closed(str(addr[0]))
 
-
-def _handshake(conn: socket.socket, tls: webconfig.TLSServer,
-               timeout: float) -> ssl.SSLSocket | None:
-    """A server-side TLS handshake with a total deadline; None (socket closed) when it fails
-    or overruns."""
-    deadline = time.monotonic() + timeout
-    try:
-        conn.setblocking(False)
-        s = tls.context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
-    except (OSError, ValueError) as exc:
-        log.debug("TLS setup failed: %s", exc)
-        with contextlib.suppress(OSError):
-            conn.close()
-        return None
-    try:
-        return _drive_handshake(s, tls, timeout, deadline)
-    finally:
-        if s.fileno() != -1 and s.gettimeout() == 0.0:  # failed: still non-blocking
-            with contextlib.suppress(OSError):
-                s.close()
-
-
-def _drive_handshake(s: ssl.SSLSocket, tls: webconfig.TLSServer, timeout: float,
-                     deadline: float) -> ssl.SSLSocket | None:
-    with selectors.DefaultSelector() as sel:
-        while True:
-            try:
-                s.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                events = selectors.EVENT_READ
-            except ssl.SSLWantWriteError:
-                events = selectors.EVENT_WRITE
-            except (OSError, ValueError) as exc:  # bad certificate, plain HTTP, reset...
-                log.debug("TLS handshake failed: %s", exc)
-                return None
-            left = deadline - time.monotonic()
-            if left <= 0:
-                log.debug("TLS handshake did not finish within %gs", timeout)
-                return None
-            sel.register(s, events)
-            ready = sel.select(left)
-            sel.unregister(s)
-            if not ready and deadline - time.monotonic() <= 0:
-                log.debug("TLS handshake did not finish within %gs", timeout)
-                return None
-    if tls.allowed_sans is not None:
-        sans = webconfig.peer_sans(s.getpeercert())
-        if not any(v in tls.allowed_sans for v in sans):
-            log.debug("client certificate SANs %s not in client_allowed_sans", sans)
-            return None
-    s.setblocking(True)
-    return s

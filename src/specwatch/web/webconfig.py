@@ -1,50 +1,17 @@
 """`--web-config FILE`: TLS and basic auth in the prometheus/exporter-toolkit format.
 
 Operators protect every Prometheus exporter with the same ``web-config.yml``; specwatch reads
-that schema so the file can be shared with node_exporter and friends (reference:
-exporter-toolkit ``docs/web-configuration.md``)::
+that schema (``tls_server_config``, ``http_server_config``, ``basic_auth_users``,
+``rate_limit``) so the file can be shared with node_exporter and friends. The schema, where
+Python's ``ssl`` differs from Go's ``crypto/tls``, and how basic auth resists timing and
+flooding are in docs/security.md ("Protecting the exporter").
 
-    tls_server_config:
-      cert_file: server.crt            # or inline `cert:`
-      key_file: server.key             # or inline `key:`
-      min_version: TLS12               # default TLS12 (TLS10 | TLS11 | TLS12 | TLS13)
-      max_version: TLS13
-      client_auth_type: RequireAndVerifyClientCert
-      client_ca_file: clients-ca.crt   # or inline `client_ca:`
-      client_allowed_sans: [prometheus.example.org]
-      cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]
-      prefer_server_cipher_suites: true
-      curve_preferences: [X25519]
-    http_server_config:
-      http2: false                     # accepted; specwatch serves HTTP/1.1 only
-      headers: {Strict-Transport-Security: max-age=31536000}
-    basic_auth_users:
-      prometheus: $2b$10$...           # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\\n')
-    rate_limit: {interval: 1s, burst: 10}
-
-Validation is strict (unknown keys, bad values, unreadable or mismatched certificate and key,
-client CA without a client-auth policy, non-bcrypt hashes) and every error names the file and
-the key. Relative paths are resolved against the file's directory, as the toolkit does.
-
-Where Python's ``ssl`` module differs from Go's ``crypto/tls`` (documented in the README):
-
-* ``RequestClientCert``: Go asks for a certificate and never verifies it, so it grants no
-  access either way; specwatch does not ask for one.
-* ``RequireAnyClientCert`` (alias ``RequireClientCert``): Python cannot require a certificate
-  without verifying it, so specwatch requires a certificate that *verifies* against the client
-  CA (stricter, never weaker) and logs this at load time.
-* ``curve_preferences``: Python applies one ECDH curve; the first one listed is used.
-* ``http2``: accepted for compatibility; the server speaks HTTP/1.1.
-
-Basic auth follows the toolkit's handler: an unknown user is checked against a dummy bcrypt
-hash of the same cost as the configured ones, so it takes as long as a wrong password (no
-user enumeration by timing); the dummy is built without running bcrypt (:func:`dummy_hash`),
-so a load never hashes, and costs above :data:`BCRYPT_MAX_COST` are refused at load (one
-line naming the user); bcrypt runs under a lock (it is CPU-expensive); results are
-cached keyed on (user, hash, password) (the CVE-2022-46146 fix: a key without the password
-lets one success unlock any password), successes apart from failures so wrong passwords
-cannot evict a verified credential. Failed attempts are limited per client address
-(:class:`FailureLimiter`).
+Owns loading and validating the file into a `WebConfig` (a ready `ssl.SSLContext`, the
+users, the headers, the rate limit), basic-auth checking with its cache (keyed on user, hash
+and password; successes apart from failures), the per-address limit on failed logins
+(`FailureLimiter`) and the request rate limit (`RateLimiter`). Validation is strict and
+every error names the file and the key; relative paths are resolved against the file's
+directory, as the toolkit does. May import: ``specwatch.common``, bcrypt.
 """
 
 from __future__ import annotations
@@ -270,6 +237,19 @@ def _build_tls(c: Mapping[str, Any], base: str, where: str) -> TLSServer | None:
         if not c.get(file_key) and not c.get(inline_key):
             raise ConfigError(f"{where}: {k}: missing one of {inline_key} or {file_key}")
 
+    ctx = _tls_context(c, where)
+    _load_cert_chain(ctx, c, base, where)
+    auth_type = _client_auth(ctx, c, base, where)
+    _ciphers_and_curves(ctx, c, where)
+    sans = c.get("client_allowed_sans")
+    return TLSServer(context=ctx, client_auth_type=auth_type,
+                     allowed_sans=frozenset(_norm_san(s) for s in sans)
+                     if sans is not None else None)
+
+
+def _tls_context(c: Mapping[str, Any], where: str) -> ssl.SSLContext:
+    """A server context bounded by min_version and max_version."""
+    k = "tls_server_config"
     min_v = TLS_VERSIONS[c.get("min_version", "TLS12")]
     max_v = TLS_VERSIONS[c.get("max_version", "TLS13")]
     if min_v > max_v:
@@ -282,8 +262,13 @@ def _build_tls(c: Mapping[str, Any], base: str, where: str) -> TLSServer | None:
     except (ValueError, ssl.SSLError) as exc:
         raise ConfigError(f"{where}: {k}.min_version: not supported by this OpenSSL: "
                           f"{exc}") from exc
-    _load_cert_chain(ctx, c, base, where)
+    return ctx
 
+
+def _client_auth(ctx: ssl.SSLContext, c: Mapping[str, Any], base: str, where: str) -> str:
+    """Apply client_auth_type and the client CA to the context; the policy in force
+    (RequireClientCert is its alias RequireAnyClientCert)."""
+    k = "tls_server_config"
     auth_type = c.get("client_auth_type", "NoClientCert")
     if auth_type == "RequireClientCert":
         auth_type = "RequireAnyClientCert"
@@ -323,7 +308,12 @@ def _build_tls(c: Mapping[str, Any], base: str, where: str) -> TLSServer | None:
                               f"{c.get('client_ca_file')!r}: {exc.strerror}") from exc
         if has_ca and not ctx.get_ca_certs():
             raise ConfigError(f"{where}: {k}.client_ca_file: holds no CA certificate")
+    return auth_type
 
+
+def _ciphers_and_curves(ctx: ssl.SSLContext, c: Mapping[str, Any], where: str) -> None:
+    """cipher_suites (Go's names), prefer_server_cipher_suites and curve_preferences."""
+    k = "tls_server_config"
     suites = c.get("cipher_suites") or []
     openssl_names = [CIPHER_SUITES[s] for s in suites if CIPHER_SUITES[s]]
     if openssl_names:
@@ -346,10 +336,6 @@ def _build_tls(c: Mapping[str, Any], base: str, where: str) -> TLSServer | None:
         except (ValueError, ssl.SSLError) as exc:
             raise ConfigError(f"{where}: {k}.curve_preferences: {curves[0]} is not available "
                               f"in this OpenSSL") from exc
-    sans = c.get("client_allowed_sans")
-    return TLSServer(context=ctx, client_auth_type=auth_type,
-                     allowed_sans=frozenset(_norm_san(s) for s in sans)
-                     if sans is not None else None)
 
 
 def _load_cert_chain(ctx: ssl.SSLContext, c: Mapping[str, Any], base: str, where: str) -> None:

@@ -473,7 +473,7 @@ def test_shipped_max_alerts_keeps_every_notification_under_the_body_limit(harnes
     the group's common labels and annotations, are accepted; and the answer stays short."""
     from deploytools import ALERTMANAGER_CONFIG
 
-    from specwatch.web.server import MAX_REQUEST_BODY
+    from specwatch.web.routing import MAX_REQUEST_BODY
 
     am = yaml.safe_load(ALERTMANAGER_CONFIG.read_text())
     hook = next(r for r in am["receivers"] if r["name"] == "specwatch-controller"

@@ -90,7 +90,7 @@ from specwatch.plugins.control.settings import (
     settings_from_raw,
 )
 from specwatch.poll.snapshot import Snapshot, TargetSnapshot
-from specwatch.web.server import Request, Response, only_get
+from specwatch.web.routing import Request, Response, only_get
 
 if TYPE_CHECKING:  # pragma: no cover
     from specwatch.model.params import Params
