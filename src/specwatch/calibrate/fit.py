@@ -41,8 +41,6 @@ from specwatch.calibrate.summaries import (
     summarize_per_configuration,
     summarize_six,
 )
-from specwatch.model.observed import CalibratedRange
-from specwatch.model.uncertainty import Uncertainty
 
 #: Columns whose variance inflation factor exceeds this are reported as not identifiable.
 #: VIF = 1/(1 − R²_j) of column j regressed on the others; 1000 means 99.9% of the column is
