@@ -44,7 +44,6 @@ family builder), the HTTP server (the Alertmanager receiver, ``GET /controller``
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
 import json
 import logging
@@ -59,6 +58,7 @@ from prometheus_client.core import Metric
 
 from specwatch.common.secretfile import read_secret_file
 from specwatch.expose import metricdefs
+from specwatch.plugins.control import metrics  # noqa: F401  (registers the definitions)
 from specwatch.plugins.control.actuation import (
     Actuator,
     CommandDelivery,
@@ -90,7 +90,8 @@ from specwatch.plugins.control.settings import (
     Settings,
     settings_from_raw,
 )
-from specwatch.poll.snapshot import Snapshot, TargetSnapshot
+from specwatch.plugins.host import PluginHost
+from specwatch.poll.snapshot import Slot, Snapshot, TargetSnapshot
 from specwatch.web.server import Request, Response, only_get
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -125,6 +126,17 @@ class _TargetControl:
     dropped: dict[str, int] = field(default_factory=lambda: {"retention": 0, "limit": 0})
     limit_logged: bool = False
 
+
+@dataclass(frozen=True)
+class ControllerStatuses:
+    """Every followed model's status on one target (those off the page too)."""
+
+    models: Mapping[str, ControllerStatus]
+
+
+#: The controller's slots: a target's statuses, and each model's on the page.
+STATUSES: Slot[ControllerStatuses] = Slot("control.statuses", ControllerStatuses)
+STATUS: Slot[ControllerStatus] = Slot("control.status", ControllerStatus)
 
 #: Alerts whose outcome the receiver's answer lists one by one (the counts cover them all).
 RECEIVER_ANSWERED_ALERTS = 10
@@ -263,11 +275,10 @@ class Controller:
         for d in decisions:
             if tc.actuator is not None:
                 tc.actuator.submit(d)
-        out = dataclasses.replace(target, extensions={**target.extensions,
-                                                      "controller": statuses})
+        out = target.with_slot(STATUSES, ControllerStatuses(statuses))
         for name in out.models:
             if name in statuses:
-                out = out.with_model(name, controller=statuses[name])
+                out = out.with_model_slot(name, STATUS, statuses[name])
         return out
 
     def _finished(self, tc: _TargetControl, decision: Decision, outcome: Outcome) -> None:
@@ -303,7 +314,7 @@ class Controller:
                  ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
         # A short answer whatever the notification holds: the count per outcome and the
         # first alerts' outcomes (in the notification's order), never an echo of the
-        # request's fields (a 0.94 MB notification was answered with 1.28 MB).
+        # request's fields (a large notification would be answered with a larger body).
         shown = [{k: v for k, v in r.items() if k in ("outcome", "target", "models")}
                  for r in results[:RECEIVER_ANSWERED_ALERTS]]
         body = json.dumps({"status": "ok", "received": len(results), "outcomes": counts,
@@ -393,12 +404,10 @@ class Controller:
         figures = {name: metricdefs.gauge(f"sd_switch_window_{name}") for name in SWITCH_FIGURES}
         alerts = metricdefs.counter("specwatch_controller_alerts")
         for tname, target in snap.targets.items():
-            statuses = target.extensions.get("controller")
-            if not isinstance(statuses, Mapping):
+            statuses = target.slot(STATUSES)
+            if statuses is None:
                 continue
-            for mname, st in statuses.items():
-                if not isinstance(st, ControllerStatus):
-                    continue
+            for mname, st in statuses.models.items():
                 key = [tname, mname]
                 if st.state is not None:
                     for s in STATES:
@@ -497,18 +506,17 @@ def from_config(cfg: ServeConfig, params: Mapping[str, Params],
                       wait=wait, retention=retention)
 
 
-def install(app: Any) -> Controller | None:
-    """Wire the controller into a ServeApp (hook, families, routes); None when unused."""
-    live = app.model
-    ctl = from_config(app.cfg, live.params, live.windows, clock=app.clock)
+def install(host: PluginHost, ctl: Controller | None) -> Controller | None:
+    """Register the controller (built by :func:`from_config`; None when unused): its hooks,
+    family builder, routes and actuator threads."""
     if ctl is None:
         return None
-    app.pipeline.add_target_hook(ctl.hook)
-    app.pipeline.add_forget_hook(ctl.forget_model)
-    app.collector.add_family_builder(ctl.families)
-    app.web.routes[STATUS_PATH] = only_get(ctl.status_handler)
+    host.add_target_hook(ctl.hook)
+    host.add_forget_hook(ctl.forget_model)
+    host.add_family_builder(ctl.families)
+    host.add_route(STATUS_PATH, only_get(ctl.status_handler))
     if ctl.receiver is not None:
-        app.web.routes[ALERTMANAGER_PATH] = ctl.alertmanager_handler
-        app.web.own_auth_paths.add(ALERTMANAGER_PATH)
+        host.add_route(ALERTMANAGER_PATH, ctl.alertmanager_handler, own_auth=True)
+    host.add_lifecycle(ctl.start, ctl.stop)
     return ctl
 

@@ -57,22 +57,17 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from specwatch.common.schema import parse_duration
 from specwatch.expose import metricdefs
+from specwatch.plugins.host import PluginHost
+from specwatch.plugins.pairs import metrics  # noqa: F401  (registers the definitions)
 from specwatch.plugins.pairs import stats as pairstats
+from specwatch.plugins.pairs.settings import PairConfig, Pairs, PairSettings
 from specwatch.poll import derive
 from specwatch.poll.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
 
 log = logging.getLogger(__name__)
 
-#: Default arrival-rate bin edges (requests per second): [0, 0.5), [0.5, 1), ... [32, +Inf).
-DEFAULT_BINS: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
-#: Default acceptance bands (accepted / proposed draft tokens of the SD side): [0, 0.25),
-#: [0.25, 0.5), [0.5, 0.75), [0.75, 1]. A quarter of the range: a regime change that matters
-#: to the speedup (temperature, another workload) moves acceptance by more than that.
-DEFAULT_ACCEPTANCE_BANDS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)
-DEFAULT_WINDOW = "1m"
-DEFAULT_MIN_REQUESTS = 50
-DEFAULT_RETENTION_SECONDS = 3600.0
 #: A segment whose own arrival rate differs from a neighbour segment's by more than this
 #: fraction (of the larger) is not at that neighbour's load.
 TRANSITION_TOLERANCE = 0.30
@@ -96,33 +91,6 @@ SIDE_METRICS = ("sd_measured_latency_seconds", "sd_measured_side_arrival_rate",
                 "sd_measured_acceptance_length", "sd_measured_draft_length")
 
 
-@dataclass(frozen=True)
-class PairConfig:
-    """One ``pairs:`` entry: two targets, optionally one model (default: every model both
-    sides serve)."""
-
-    name: str
-    sd: str
-    baseline: str
-    model: str | None = None
-
-
-@dataclass(frozen=True)
-class PairSettings:
-    """``pair_options:``: the window a segment is, thresholds, bins (default and per model)
-    and acceptance bands."""
-
-    window: str = DEFAULT_WINDOW
-    min_requests: float = DEFAULT_MIN_REQUESTS
-    retention_seconds: float = DEFAULT_RETENTION_SECONDS
-    bins: tuple[float, ...] = DEFAULT_BINS
-    model_bins: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    acceptance_bands: tuple[float, ...] = DEFAULT_ACCEPTANCE_BANDS
-
-    def bins_for(self, model: str) -> tuple[float, ...]:
-        return self.model_bins.get(model, self.bins)
-
-
 def bin_labels(edges: Sequence[float], top: str = "+Inf") -> list[str]:
     """``["0-0.5", "0.5-1", ..., "32-+Inf"]``: the ``arrival_rate_bin`` label values (with
     ``top="1"``: the ``acceptance_band`` ones)."""
@@ -138,30 +106,6 @@ def bin_index(edges: Sequence[float], rate: float) -> int | None:
     if not math.isfinite(rate) or rate < edges[0]:
         return None
     return bisect.bisect_right(edges, rate) - 1
-
-
-def shard_keys(pairs: Sequence[PairConfig]) -> dict[str, str]:
-    """Target name -> the name it is sharded by: the pair name for a paired target, so both
-    sides of a pair land on one exporter. Pairs that share a target are one group, sharded
-    by the group's first pair name in sorted order (every exporter computes the same)."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for p in pairs:
-        for t in (p.sd, p.baseline):
-            a, b = find("t:" + t), find("p:" + p.name)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    groups: dict[str, list[str]] = {}
-    for p in pairs:
-        groups.setdefault(find("p:" + p.name), []).append(p.name)
-    first = {root: min(names) for root, names in groups.items()}
-    return {t: first[find("t:" + t)] for p in pairs for t in (p.sd, p.baseline)}
 
 
 @dataclass(frozen=True)
@@ -536,12 +480,13 @@ def _ratios(hname: str, sd: Sequence[_Segment], base: Sequence[_Segment]) -> dic
     return {k: v for k, v in out.items() if math.isfinite(v) and v > 0}
 
 
-def install(pipeline: object, collector: object, pairs: Sequence[PairConfig],
-            settings: PairSettings, window_seconds: float) -> PairTracker | None:
-    """Hook a tracker into a pipeline (target hook) and a collector (family builder)."""
-    if not pairs:
+def install(host: PluginHost, section: Pairs) -> PairTracker | None:
+    """Register a tracker of the configured pairs (its target hook and family builder);
+    None without pairs."""
+    if not section.pairs:
         return None
-    tracker = PairTracker(pairs, settings, window_seconds)
-    pipeline.add_target_hook(tracker.observe)  # type: ignore[attr-defined]
-    collector.add_family_builder(tracker.families)  # type: ignore[attr-defined]
+    tracker = PairTracker(section.pairs, section.settings,
+                          parse_duration(section.settings.window))
+    host.add_target_hook(tracker.observe)
+    host.add_family_builder(tracker.families)
     return tracker
