@@ -1,11 +1,15 @@
 """`specwatch serve` configuration: YAML file and/or flags, strictly validated.
 
-Validation is driven by a schema table (:data:`TOP_SCHEMA`, :data:`GLOBAL_SCHEMA`,
-:data:`TARGET_SCHEMA`, :data:`AUTH_SCHEMA`) of :class:`Key` entries, not by ad-hoc checks, so a
-later feature adds its key with one line (issue 3: ``TARGET_SCHEMA["params"] = Key(...)``;
-issue 7: ``TOP_SCHEMA["controller"] = Key(...)``) and reads the validated value from
-``TargetConfig.raw`` / ``ServeConfig.raw``. Every error names the file and the key path, e.g.
+Owns the poll path's keys: validation is driven by schema tables (:data:`TOP_SCHEMA`,
+:data:`GLOBAL_SCHEMA`, :data:`TARGET_SCHEMA`, :data:`AUTH_SCHEMA`) of :class:`Key` entries, not
+by ad-hoc checks. A plug-in adds its keys as a :class:`ConfigSection` it registers
+(:func:`register_section`), reads their validated values from ``TargetConfig.raw`` /
+``ServeConfig.raw``, and its cross-key checks' value from :meth:`ServeConfig.section`. Every
+error names the file and the key path, e.g.
 ``specwatch.yaml: targets[1].url: expected an http(s) URL, got 'foo'``.
+
+May import: ``specwatch.poll`` (discovery, sources, configpaths) and ``specwatch.common``;
+never a plug-in.
 """
 
 from __future__ import annotations
@@ -237,7 +241,7 @@ class ServeConfig:
     dropped_targets: tuple[str, ...] = ()
     #: Validated ``global.http_server`` mapping (limits of the HTTP server).
     http_server: Mapping[str, Any] = field(default_factory=dict)
-    #: Sharding (issue 10): this exporter polls the targets whose shard is shard_index.
+    #: Sharding: this exporter polls the targets whose shard is shard_index.
     shard_index: int = 0
     shard_count: int = 1
     file_sd: tuple[FileSDConfig, ...] = ()
@@ -258,8 +262,16 @@ class ServeConfig:
     source: str = "command line"
 
     def section(self, section: ConfigSection[T]) -> T:
-        """The value ``section.build`` gave for this configuration."""
-        return cast(T, self.sections[section.name])
+        """The value ``section.build`` gave for this configuration (built now for a section
+        registered after it was loaded, whose keys the file therefore cannot hold)."""
+        if section.name in self.sections:
+            return cast(T, self.sections[section.name])
+        if section.build is None:
+            raise KeyError(f"config section {section.name!r} has no value")
+        context = SectionContext(self.source, tuple(t.name for t in self.targets),
+                                 bool(self.file_sd) or self.shard_count > 1,
+                                 tuple(w for w, _ in self.windows))
+        return section.build(self.raw, context)
 
     def discovered_target(self, raw: Mapping[str, Any], where: str) -> TargetConfig:
         """A file_sd target (``{"url": ...}``) validated like a configured one."""

@@ -1,45 +1,19 @@
-"""The SD controller: per target and model, keep SD, switch it off, or switch it back on.
+"""The SD controller's wiring: per target and model, keep SD, switch it off, or switch it back on.
 
 vLLM cannot toggle SD at runtime (a switch is a restart with a new ``--speculative-config``),
-so a switch is expensive and the controller is built to act rarely, visibly and reversibly
-(the Kubernetes HPA ``behavior`` model, anchors-reliability §5):
+so the controller acts rarely, visibly and reversibly: states ``enabled`` / ``disabled`` /
+``pending``, switch conditions held for ``stabilization_seconds``, a minimum interval between
+switches, a hysteresis band between the two speedup thresholds, re-enabling as a probe with a
+doubling backoff, and a before/after latency record around every switch. docs/controller.md
+specifies them.
 
-* **States** per target and model: ``enabled``, ``disabled``, ``pending`` (a switch was
-  requested and the server has not yet come back with the new configuration). The
-  configuration is read from the page: SD families present or absent, configured k = number
-  of ``position`` series; a restart shows as a counter reset.
-* **Conditions.** Switch off when the acceptance rate is below ``min_acceptance_rate``, when
-  the best predicted speedup at the live load (over every k, so a smaller k that still pays
-  is a recommendation, not a switch) is below ``disable_below_speedup``, or when a configured
-  Alertmanager alert fires. Switch on when the predicted speedup of the best k at the live
-  load, with the last known good acceptance profile, is at least ``enable_above_speedup``.
-  The gap between the two thresholds is the hysteresis band.
-* **Guards.** A condition must hold at every poll for ``stabilization_seconds``; two switches
-  are at least ``min_switch_interval_seconds`` apart; nothing happens on stale data (target
-  down, model absent), on a window that is not complete or still spans the last switch, or
-  on low traffic (``min_drafts_per_window`` with SD on, ``min_requests_per_window`` with SD
-  off); while ``pending`` nothing new is decided until the server reports the requested
-  configuration or ``pending_timeout_seconds`` passes.
-* **Re-enabling is a probe.** With SD off, acceptance cannot be measured. The decision uses
-  the model at the live load with the acceptance profile remembered from the last window
-  that was healthy while SD was on (or the parameters file's profile). After a switch-off
-  for low acceptance (or an alert), each consecutive one doubles the wait before the next
-  re-enable (``min_switch_interval_seconds`` × 2^(n−1), capped by
-  ``max_reenable_delay_seconds``; the count resets once SD stays on that long), so traffic
-  that stays hard to draft for causes a few probes, not a restart loop.
-* **Draft length.** The best k at the live load is exposed
-  (``sd_controller_recommended_draft_length``) and sent with every decision together with a
-  batch-size schedule for vLLM's ``num_speculative_tokens_per_batch_size`` (computed by the
-  what-if ``advise`` code, not duplicated here).
-* **Before/after.** Around every switch, P50 and P99 of end-to-end latency and TTFT over
-  the decision window before and after are compared (``sd_switch_latency_ratio``) and logged
-  as a JSON event.
-
-The state machine (:class:`ModelController`) is pure: it is driven by :class:`Observation`
-objects carrying the poll time, so tests script whole timelines with a fake clock. I/O lives
-elsewhere: :class:`Controller` wires it into the pipeline (a target hook), the collector (a
-family builder), the HTTP server (the Alertmanager receiver, ``GET /controller``), and
-:mod:`specwatch.plugins.control.actuation` (delivery on a separate thread).
+The state machine (:class:`~specwatch.plugins.control.machine.ModelController`) is pure,
+driven by :class:`~specwatch.plugins.control.assess.Observation` objects carrying the poll
+time. This module is the I/O around it: :class:`Controller` is the target hook (its statuses
+go in the :data:`STATUSES` and :data:`STATUS` slots), the family builder, the HTTP handlers
+(the Alertmanager receiver, ``GET /controller``) and the owner of the actuators
+(:mod:`specwatch.plugins.control.actuation`, delivery on a separate thread);
+:func:`install` registers them with a :class:`~specwatch.plugins.host.PluginHost`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""The ``controller:`` block of one target, validated across keys (thresholds, hysteresis band,
-the decision window, actuation secrets). Key-level checks are in the serve config's schema
-(:data:`CONTROLLER_SCHEMA`, registered with the serve config as :data:`SECTION`); what needs
-more than one key is here.
+"""The controller's config section: the ``controller:`` keys (:data:`CONTROLLER_SCHEMA`, and
+the top-level receiver block), registered with the serve config on import as :data:`SECTION`,
+and one target's block validated across keys (thresholds, hysteresis band, the decision
+window, actuation secrets) by :func:`settings_from_raw`.
+
+May import: ``specwatch.poll.config`` and ``specwatch.common``.
 """
 
 from __future__ import annotations

@@ -43,7 +43,25 @@ from specwatch.model import (
 )
 from specwatch.model.params import Params, load_params
 from specwatch.plugins.host import PluginHost
-from specwatch.plugins.live import metrics  # noqa: F401  (registers the definitions)
+from specwatch.plugins.live.metrics import (
+    BREAKEVEN_ARRIVAL_RATE,
+    MODEL_CONFIGURED,
+    MODEL_CURVE_ARRIVAL_RATE,
+    MODEL_LATENCY_ERROR,
+    MODEL_PROVENANCE_MISMATCH,
+    MODEL_SPEEDUP_CURVE,
+    MODEL_SPEEDUP_CURVE_LOWER,
+    MODEL_SPEEDUP_CURVE_UPPER,
+    MODEL_UTILIZATION,
+    MODEL_VALID,
+    OPTIMAL_DRAFT_LENGTH,
+    PREDICTED_LATENCY,
+    PREDICTED_LATENCY_LOWER,
+    PREDICTED_LATENCY_UPPER,
+    PREDICTED_SPEEDUP,
+    PREDICTED_SPEEDUP_LOWER,
+    PREDICTED_SPEEDUP_UPPER,
+)
 from specwatch.poll import derive, sources
 from specwatch.poll.config import ConfigSection, ServeConfig, register_section
 from specwatch.poll.snapshot import ModelSnapshot, Slot, Snapshot, TargetSnapshot
@@ -51,24 +69,6 @@ from specwatch.poll.snapshot import ModelSnapshot, Slot, Snapshot, TargetSnapsho
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_WINDOW = "5m"
-
-PREDICTED_SPEEDUP = "sd_predicted_speedup"
-PREDICTED_LATENCY = "sd_predicted_latency_seconds"
-BREAKEVEN_ARRIVAL_RATE = "sd_breakeven_arrival_rate"
-OPTIMAL_DRAFT_LENGTH = "sd_optimal_draft_length"
-MODEL_UTILIZATION = "sd_model_utilization"
-MODEL_VALID = "sd_model_valid"
-MODEL_LATENCY_ERROR = "sd_model_latency_error_ratio"
-MODEL_PROVENANCE_MISMATCH = "sd_model_provenance_mismatch"
-MODEL_CONFIGURED = "specwatch_model_configured"
-MODEL_SPEEDUP_CURVE = "sd_model_speedup_curve"
-MODEL_CURVE_ARRIVAL_RATE = "sd_model_curve_arrival_rate"
-MODEL_SPEEDUP_CURVE_LOWER = "sd_model_speedup_curve_lower"
-MODEL_SPEEDUP_CURVE_UPPER = "sd_model_speedup_curve_upper"
-PREDICTED_SPEEDUP_LOWER = "sd_predicted_speedup_lower"
-PREDICTED_SPEEDUP_UPPER = "sd_predicted_speedup_upper"
-PREDICTED_LATENCY_LOWER = "sd_predicted_latency_lower_seconds"
-PREDICTED_LATENCY_UPPER = "sd_predicted_latency_upper_seconds"
 
 #: The live model's keys of the serve config (registered on import).
 SECTION: ConfigSection[None] = ConfigSection(

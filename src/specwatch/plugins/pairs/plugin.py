@@ -1,48 +1,22 @@
 """Measured A/B pairs: SD latency beside a baseline's, binned by arrival rate and acceptance.
 
-Why: a predicted speedup is a model's word; an operator trusts a measured one. A pair names
-two targets serving the same model, one with SD (``sd``) and one without it or with another
-k (``baseline``). Comparing their latencies is only fair at the same load and in the same
-acceptance regime (a speedup depends on both), so every finished request is put in the bin
-(arrival rate x acceptance band) of the window it finished in, per side, and a bin is
-compared only when both sides have at least ``min_requests`` finished requests in it.
+A pair names two targets serving the same model, one with SD (``sd``) and one without it or
+with another k (``baseline``). :class:`PairTracker` is a target hook: after each poll of a
+side it cuts the side's ``window`` into non-overlapping segments, files each *steady* segment
+(like a neighbour in load and SD acceptance; one that straddles a change measures neither and
+is dropped) into its bin (arrival rate x acceptance band of the SD side), and compares a bin
+only when both sides have ``min_requests`` finished requests in it. Its family builder
+exposes ``sd_measured_*`` per pair, model, bin and band (definitions in
+:mod:`specwatch.plugins.pairs.metrics`); a bin without enough requests has no series, never a
+placeholder 0.
 
-How (poll path only, no model): :class:`PairTracker` is a target hook. After each poll of a
-side it looks at that model's ``window`` (e.g. ``1m``) in the freshly derived snapshot; when
-the window starts exactly where the side's previous segment ended (or later), the window is
-one new non-overlapping *segment*. Its bin: the arrival rate (the larger of the two sides'
-latest rates) and the acceptance band of the pair's SD side (its latest acceptance rate,
-``acceptance_bands``). A segment goes into its bin when it is *steady*: its arrival rate
-within 30% and its SD acceptance within 0.1 of the previous segment's, or, failing that,
-of the next one's (it is held until then). A segment like neither neighbour straddles a
-change of load or regime (its requests started under one and finished under another) and
-measures neither, so it is dropped. Segments older than ``retention`` are dropped, so a bin
-describes recent traffic.
+Invariants: a side whose configuration changes (engine, SD on or off, configured k) starts its
+bins over; segments older than ``retention`` leave their bin; state is bounded by (sides) x
+(bins) x (bands) x (retention / window) segments. docs/exporter.md, "Measured A/B pairs",
+specifies the segments, bands and statistics.
 
-A side's *configuration* is what it is configured with, not what it drafted: its engine,
-whether SD is on (vLLM's SD counters, SGLang's steps gauge) and its configured k (vLLM's
-number of per-position series, SGLang's ``speculative_num_steps``). When it comes back
-different (a restart with another ``--speculative-config``) its bins start over; the
-effective draft length moving at the same configuration (n-gram lookups, suffix decoding,
-dynamic schedules) changes nothing. State is bounded: (pairs' sides) x (bins) x (bands) x
-(retention / window) segments.
-
-Exposed per pair (``target`` is its SD side), model, bin and band (a bin where a side has
-too few requests has no series; nothing here is ever a placeholder 0):
-
-* ``sd_measured_speedup{statistic="mean|p50|p99"}``: baseline e2e latency / SD e2e latency
-  (> 1: SD is faster); ``sd_measured_speedup_lower`` / ``_upper``: the 90% interval of the
-  mean ratio (:func:`pairstats.ratio_interval`);
-* ``sd_measured_ttft_ratio`` and ``sd_measured_inter_token_latency_ratio``
-  ``{statistic="p50|p99"}``: the same ratio for TTFT and inter-token latency;
-  a quantile ratio only where the buckets resolve it (:func:`pairstats.quantile_ratio`);
-* ``sd_measured_arrival_rate``: the mean arrival rate of the bin's segments (both sides),
-  the x position of the point on a speedup-vs-arrival-rate panel;
-* ``sd_measured_requests{side}``: finished requests in the bin per side;
-* ``sd_pair_current_arrival_rate_bin``: 1 for the bin and band the pair is at now,
-  what ``SDMeasuredSlowdown`` joins on ("at the current load and acceptance") and what the
-  dashboard's measured points are filtered by (a regime that has ended is not drawn beside
-  the current model curve).
+May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.common`` and
+:mod:`specwatch.plugins.host`.
 """
 
 from __future__ import annotations
