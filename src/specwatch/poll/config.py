@@ -97,6 +97,8 @@ HTTP_SERVER_LIMITS_SCHEMA: dict[str, Key] = {
 }
 
 
+#: The poll path's keys of a target, of ``global`` and of the file; :func:`register_section`
+#: inserts each plug-in's keys into these tables.
 TARGET_SCHEMA: dict[str, Key] = {
     "name": Key(str, check=check_name, doc="label value of `target` (default: host:port)"),
     "url": Key(str, required=True, check=check_url, doc="the /metrics URL"),
