@@ -3,7 +3,9 @@
 :class:`ServeApp` wires the parts (config → poller → pipeline → snapshot → collector → web)
 and installs the plug-ins (live model, pairs, controller) through a typed
 :class:`specwatch.plugins.host.PluginHost`, in that order: hooks run and families render in
-install order, and the controller is handed the live model's parameters explicitly. Tests
+install order, and the controller is handed the live model's parameters explicitly.
+Importing this module imports the plug-ins, which registers their config sections (so
+``build_config`` accepts their keys) and their metric definitions. Tests
 build on the same parts: ``app.pipeline.add_target_hook(...)``,
 ``app.collector.add_family_builder(...)``, ``app.web.routes["/path"] = handler`` (before
 ``start()``).
