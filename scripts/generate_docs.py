@@ -7,7 +7,7 @@ that the committed pages are current (`--check`, also run by tests/test_docs_gen
     scripts/generate_docs.py --images   # also redraw docs/img/*.png (make docs-images)
 
 - docs/metrics.md: the table between the GENERATED markers comes from
-  `specwatch.expose.metricdefs.METRICS`, the table the collectors build their families from;
+  `specwatch.app.catalogue.METRICS`, the tables the collectors build their families from;
   the prose around it is hand-written and kept.
 - docs/cli.md: every command of `specwatch.cli.COMMANDS`, its options from its own argparse
   parser (`add_arguments`), so a new option appears by re-running this script.
@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from specwatch import cli  # noqa: E402
-from specwatch.expose.metricdefs import METRICS  # noqa: E402
+from specwatch.app.catalogue import METRICS  # noqa: E402
 
 METRICS_PAGE = REPO / "docs" / "metrics.md"
 CLI_PAGE = REPO / "docs" / "cli.md"

@@ -39,7 +39,7 @@ def test_reference_page_is_current(page: str) -> None:
 
 
 def test_metrics_reference_lists_every_series_of_the_table() -> None:
-    from specwatch.expose.metricdefs import METRICS
+    from specwatch.app.catalogue import METRICS
 
     table = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8").split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([a-z_]+)` \| (\w+) \|", table, flags=re.M)

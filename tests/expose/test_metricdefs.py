@@ -17,8 +17,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.app.catalogue import BY_NAME, METRICS
 from specwatch.expose import metricdefs
-from specwatch.expose.metricdefs import BY_NAME, METRICS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "src" / "specwatch"
 NAME = re.compile(r"^[a-z_][a-z0-9_]*$")

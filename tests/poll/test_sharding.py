@@ -27,7 +27,7 @@ from helpers.scrape import scrape, select
 
 from specwatch.app.serve import ServeApp
 from specwatch.common.errors import ConfigError
-from specwatch.plugins.pairs.plugin import PairConfig, shard_keys
+from specwatch.plugins.pairs.settings import PairConfig, shard_keys
 from specwatch.poll import config
 from specwatch.poll.discovery import (
     FileSDConfig,

@@ -1,7 +1,12 @@
 """`specwatch serve`: poll vLLM/SGLang targets, derive SD signals, serve them on /metrics.
 
 :class:`ServeApp` wires the parts (config → poller → pipeline → snapshot → collector → web)
-and is what tests and later features build on: ``app.pipeline.add_target_hook(...)``,
+and installs the plug-ins (live model, pairs, controller) through a typed
+:class:`specwatch.plugins.host.PluginHost`, in that order: hooks run and families render in
+install order, and the controller is handed the live model's parameters explicitly.
+Importing this module imports the plug-ins, which registers their config sections (so
+``build_config`` accepts their keys) and their metric definitions. Tests
+build on the same parts: ``app.pipeline.add_target_hook(...)``,
 ``app.collector.add_family_builder(...)``, ``app.web.routes["/path"] = handler`` (before
 ``start()``). The command's options and signal handling: :mod:`specwatch.cli.serve`.
 """
@@ -14,6 +19,7 @@ import html
 import logging
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import Metric
@@ -21,20 +27,25 @@ from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__
 from specwatch.common import memory
-from specwatch.common.schema import parse_duration
 from specwatch.expose import metricdefs
-from specwatch.expose.collector import SpecwatchCollector, gzip_join, server_families
+from specwatch.expose.collector import (
+    FamilyBuilder,
+    SpecwatchCollector,
+    gzip_join,
+    server_families,
+)
 from specwatch.plugins.control import controller
 from specwatch.plugins.live import plugin as model_live
 from specwatch.plugins.pairs import plugin as pairs
+from specwatch.plugins.pairs import settings as pair_config
 from specwatch.poll import config, derive, sources
 from specwatch.poll.discovery import TargetSource
-from specwatch.poll.pipeline import DEFAULT_MAX_MODELS, Pipeline, PollResult
+from specwatch.poll.pipeline import DEFAULT_MAX_MODELS, ForgetHook, Pipeline, PollResult, TargetHook
 from specwatch.poll.poller import Poller, PollTarget
 from specwatch.poll.snapshot import Snapshot
 from specwatch.web.limits import REJECT_REASONS, ServerLimits
 from specwatch.web.negotiate import accepts_gzip, by_preference
-from specwatch.web.routing import Request, Response, only_get
+from specwatch.web.routing import Handler, Request, Response, only_get
 from specwatch.web.server import WebServer
 
 log = logging.getLogger("specwatch.serve")
@@ -57,7 +68,7 @@ class ServeApp:
         self.targets = TargetSource(cfg.targets, cfg.file_sd, cfg.discovered_target,
                                     cfg.shard_index, cfg.shard_count, cfg.max_targets,
                                     static_dropped=len(cfg.dropped_targets),
-                                    shard_keys=pairs.shard_keys(cfg.pairs))
+                                    shard_keys=cfg.shard_keys)
         self.targets.refresh(strict=True)  # a bad file_sd file at start-up is exit 2
         targets = self.targets.targets
         g = cfg.raw.get("global", {})
@@ -93,10 +104,11 @@ class ServeApp:
             "/": only_get(self.landing_handler),
         }, web_config_file=cfg.web_config, limits=server_limits(cfg),
             listen_option=listen_option)
-        self.model = model_live.install(self)
-        self.pairs = pairs.install(self.pipeline, self.collector, cfg.pairs, cfg.pair_settings,
-                                   parse_duration(cfg.pair_settings.window))
-        self.controller = controller.install(self)
+        self._host = _Host(cfg, clock, self.pipeline, self.collector, self.web)
+        self.model = model_live.install(self._host, model_live.from_config(cfg))
+        self.pairs = pairs.install(self._host, cfg.section(pair_config.SECTION))
+        self.controller = controller.install(self._host, controller.from_config(
+            cfg, self.model.params, self.model.windows, clock=clock))
         if self.controller is None and self.pairs is None:
             # Only the controller and the A/B pairs read the windows' latency histograms: not
             # built without them.
@@ -175,8 +187,8 @@ class ServeApp:
         self.web.start()
         if self._gc_thresholds is None:
             self._gc_thresholds = memory.pace_garbage_collector()
-        if self.controller is not None:
-            self.controller.start()
+        for start, _stop in self._host.lifecycle:
+            start()
         if poll:
             self.poller.start()
             self.targets.start(self.apply_targets)
@@ -194,8 +206,8 @@ class ServeApp:
         self.web.stop()
         self.targets.stop()
         self.poller.stop(timeout=10)
-        if self.controller is not None:
-            self.controller.stop()
+        for _start, stop in self._host.lifecycle:
+            stop()
         if self._gc_thresholds is not None:
             gc.set_threshold(*self._gc_thresholds)
             self._gc_thresholds = None
@@ -203,6 +215,48 @@ class ServeApp:
     def reload(self) -> bool:
         """Re-read the web config (SIGHUP). False, with the old config kept, on error."""
         return self.web.reload_web_config()
+
+
+T = TypeVar("T")
+
+
+class _Host:
+    """The :class:`~specwatch.plugins.host.PluginHost` ServeApp hands its plug-ins: the
+    pipeline's, collector's and web server's registries, and the plug-ins' start/stop."""
+
+    def __init__(self, cfg: config.ServeConfig, clock: Callable[[], float], pipeline: Pipeline,
+                 collector: SpecwatchCollector, web: WebServer) -> None:
+        self._cfg = cfg
+        self._clock = clock
+        self._pipeline = pipeline
+        self._collector = collector
+        self._web = web
+        #: (start, stop) of each plug-in that has threads, in install order.
+        self.lifecycle: list[tuple[Callable[[], None], Callable[[], None]]] = []
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._clock
+
+    def section(self, section: config.ConfigSection[T]) -> T:
+        return self._cfg.section(section)
+
+    def add_target_hook(self, hook: TargetHook) -> None:
+        self._pipeline.add_target_hook(hook)
+
+    def add_forget_hook(self, hook: ForgetHook) -> None:
+        self._pipeline.add_forget_hook(hook)
+
+    def add_family_builder(self, builder: FamilyBuilder) -> None:
+        self._collector.add_family_builder(builder)
+
+    def add_route(self, path: str, handler: Handler, own_auth: bool = False) -> None:
+        self._web.routes[path] = handler
+        if own_auth:
+            self._web.own_auth_paths.add(path)
+
+    def add_lifecycle(self, start: Callable[[], None], stop: Callable[[], None]) -> None:
+        self.lifecycle.append((start, stop))
 
 
 def _poll_target(t: config.TargetConfig) -> PollTarget:

@@ -124,7 +124,8 @@ def check_listen(value: str) -> str:
     return value
 
 
-def _positive_int(minimum: int) -> Callable[[Any], int]:
+def positive_int(minimum: int) -> Callable[[Any], int]:
+    """Check: an integer of at least ``minimum``."""
     def check(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise CheckError(f"expected an integer >= {minimum}, got {value!r}")
@@ -132,13 +133,15 @@ def _positive_int(minimum: int) -> Callable[[Any], int]:
     return check
 
 
-def _non_negative(value: Any) -> float:
+def non_negative(value: Any) -> float:
+    """Check: a finite number >= 0."""
     if isinstance(value, bool) or not (value >= 0 and math.isfinite(value)):
         raise CheckError(f"expected a finite number >= 0, got {value!r}")
     return float(value)
 
 
-def _one_of(*choices: str) -> Callable[[Any], str]:
+def one_of(*choices: str) -> Callable[[Any], str]:
+    """Check: one of ``choices``."""
     def check(value: Any) -> str:
         if value not in choices:
             raise CheckError(f"expected one of {', '.join(choices)}, got {value!r}")
@@ -146,35 +149,33 @@ def _one_of(*choices: str) -> Callable[[Any], str]:
     return check
 
 
-def _positive_number(value: Any) -> float:
-    if isinstance(value, bool) or not value > 0:
-        raise CheckError(f"expected a number > 0, got {value!r}")
-    return float(value)
+#: The YAML kinds of a number key.
+NUM: tuple[type, ...] = (int, float)
 
 
-_NUM = (int, float)
-
-
-def _unit_interval(value: Any) -> float:
+def unit_interval(value: Any) -> float:
+    """Check: a number in [0, 1]."""
     if isinstance(value, bool) or not 0 <= value <= 1:  # nan fails too
         raise CheckError(f"expected a number in [0, 1], got {value!r}")
     return float(value)
 
 
-def _positive(value: Any) -> float:
+def positive(value: Any) -> float:
+    """Check: a finite number > 0."""
     if isinstance(value, bool) or not (value > 0 and math.isfinite(value)):
         raise CheckError(f"expected a finite number > 0, got {value!r}")
     return float(value)
 
 
-def _duration_or_zero(value: Any) -> float:
+def duration_or_zero(value: Any) -> float:
     """A duration that may be 0 (e.g. no stabilization)."""
     if not isinstance(value, bool) and isinstance(value, int | float) and value == 0:
         return 0.0
     return parse_duration(value)
 
 
-_DURATION = (*(int, float), str)
+#: The YAML kinds of a duration key: seconds as a number, or a string like "30s".
+DURATION: tuple[type, ...] = (*NUM, str)
 
 
 def validate(value: Any, key: Key, path: str, where: str) -> Any:

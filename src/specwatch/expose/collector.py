@@ -8,11 +8,11 @@ one part is logged and the rest, health series first, is still exposed (in clien
 raising collector turns the whole page into a 500).
 
 Extension point: ``add_family_builder(fn)`` with ``fn(snapshot) -> Iterable[Metric]`` renders
-data that hooks attached to the snapshot (issue 3 predictions, issue 7 controller state).
+what plug-ins' hooks put in the snapshot's slots (live predictions, controller state).
 
-Exposition rendered once per snapshot (issue 15): with 500 targets the page holds ~56,000 series
-(5 MB), and rebuilding metric objects for every scrape cost ~0.85 CPU-s a scrape.
-:meth:`SpecwatchCollector.exposition` writes the health and derived families as bytes directly:
+Exposition rendered once per snapshot: a large fleet's page holds tens of thousands of series,
+too many to rebuild as metric objects on every scrape. :meth:`SpecwatchCollector.exposition`
+writes the health and derived families as bytes directly:
 each target's sample lines are rendered once per :class:`TargetSnapshot` (at publish time when
 the pipeline calls :meth:`SpecwatchCollector.prerender` and a scrape is due before the target's
 next poll, or after the poller's run of polls with :meth:`SpecwatchCollector.prerender_later`;
@@ -132,7 +132,7 @@ class SpecwatchCollector(Collector):
         Only what a scrape will read is rendered ahead: nothing before the first scrape (an
         exporter nobody scrapes yet pays nothing), and not a snapshot that the target's
         next poll will replace before the next scrape is due (polled every 5 s and scraped
-        every 15 s, two renders in three were never served: issue 15). A scrape that comes
+        every 15 s, two renders in three would never be served). A scrape that comes
         earlier than expected renders what it finds stale itself, so the bytes served are
         the same either way; only where the CPU is spent moves."""
         try:
@@ -146,10 +146,9 @@ class SpecwatchCollector(Collector):
         listener of ``specwatch serve``, whose poller calls ``render_queued`` after each run of
         polls). Never raises.
 
-        Why later (issue 15): a poll interleaved with a render runs each on caches the other
-        has just filled with its own code and data. Measured with 500 targets
-        (``bench/bench_fleet.py``), the process used about 8% less CPU when a batch's
-        renders ran together after its polls. A snapshot replaced before the queue is
+        Why later: a poll interleaved with a render runs each on caches the other has just
+        filled with its own code and data, so a batch's renders run together after its polls
+        (``bench/bench_fleet.py`` measures it). A snapshot replaced before the queue is
         rendered is not rendered (the newest of a target is); a scrape that comes first
         renders what it finds stale itself, so the bytes served are the same either way."""
         try:
@@ -502,7 +501,7 @@ def go_float(d: float) -> str:
     A finite float below 1e6 is its ``repr``: the library checks for ±Inf and NaN, then
     rewrites positive values whose integer part has more than six digits in Go's exponent
     form, and neither applies. A render writes about a hundred values per target, and those
-    checks cost twice the ``repr`` (issue 15). Anything else (ints, ±Inf, NaN, 1e6 and up)
+    checks cost more than the ``repr``. Anything else (ints, ±Inf, NaN, 1e6 and up)
     goes to the library. ``tests/expose/test_exposition.py`` compares both on every kind of float.
     """
     if type(d) is float and -math.inf < d < 1e6:

@@ -1,29 +1,25 @@
 """The exporter's metric catalogue: every series specwatch exposes, with its type, labels, HELP
 text and the meaning the metrics reference documents. One source of truth.
 
-Why a table: the collectors (`specwatch.expose.collector`, the model's
-`specwatch.plugins.live.plugin`, the HTTP server's `specwatch.app.serve`, the controller's
-`specwatch.plugins.control.controller`) build their families from it with :func:`gauge`,
-:func:`counter` and :func:`histogram`, and scripts/generate_docs.py writes docs/metrics.md's
-table from it, so the page cannot drift from what `/metrics` serves
-(tests/test_docs_generated.py fails when the page is stale, tests/expose/test_metricdefs.py when a
-collector serves a family the table does not define).
+Why a table: the collectors build their families from it with :func:`gauge`, :func:`counter`
+and :func:`histogram`, and scripts/generate_docs.py writes docs/metrics.md's table from it
+(:data:`specwatch.app.catalogue.METRICS`: this module's :data:`METRICS`, then each plug-in's
+in the reference's order), so the page cannot drift from what `/metrics` serves
+(tests/test_docs_generated.py fails when the page is stale, tests/expose/test_metricdefs.py
+when a collector serves a family the table does not define).
 
-Adding a series: add a :class:`MetricDef` here (in the order the reference lists it), build
-the family with ``gauge(NAME)`` / ``counter(NAME)`` / ``histogram(NAME)`` in the collector,
-then run ``make generate`` (or ``python scripts/generate_docs.py``) to refresh the reference.
+Adding a series: add a :class:`MetricDef` here, or in the plug-in's ``metrics`` module (which
+:func:`register` s its definitions on import), build the family with ``gauge(NAME)`` /
+``counter(NAME)`` / ``histogram(NAME)``, then run ``make generate`` to refresh the reference.
 
-It lives in the exporter package, the layer that serves ``/metrics``; the layers above it
-(``app``, ``control``) import it to name their series. Names only: nothing here knows how a
-value is computed. ``name`` is the family name as prometheus_client takes it: a counter's
-exposed name adds ``_total`` (:attr:`MetricDef.exposed_name`).
-
-Size: one table on purpose: the reference page lists every series in this order, and most
-lines are definitions, not logic.
+Names only: nothing here knows how a value is computed. ``name`` is the family name as
+prometheus_client takes it: a counter's exposed name adds ``_total``
+(:attr:`MetricDef.exposed_name`). May import: prometheus_client only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -50,12 +46,9 @@ class MetricDef:
         return f"{self.name}_total" if self.type == "counter" else self.name
 
 
-#: Labels of the measured-pair series (issue 16).
-_PAIR = ("pair", "target", "model_name", "arrival_rate_bin", "acceptance_band")
-_PAIR_STAT = (*_PAIR, "statistic")
-_PAIR_SIDE = (*_PAIR, "side")
-_SWITCH_SIDE = ("target", "model_name", "action", "side")
-
+#: The exposition hub's own series: the poll path's derived signals, target health and the
+#: exporter's HTTP server. Plug-ins define theirs in their own modules and :func:`register`
+#: them.
 METRICS: tuple[MetricDef, ...] = (
     MetricDef(
         "sd_acceptance_rate", "gauge", ("target", "model_name", "window"),
@@ -270,309 +263,18 @@ METRICS: tuple[MetricDef, ...] = (
         "specwatch_web_config_last_reload_success_timestamp_seconds", "gauge", (),
         help="Unix time of the last successful load of the web config file.",
         doc="with `--web-config`: Unix time of the last successful load"),
-    MetricDef(
-        "sd_predicted_speedup", "gauge", ("target", "model_name", "window"),
-        help="Predicted mean-latency speedup of SD at the live load, L_noSD / L_SD, each "
-             "system at its own fixed point (present only when sd_model_valid is 1).",
-        doc="predicted L_noSD / L_SD at the live load, k, E, p, g of the model window (each "
-            "system at its own fixed point); only while `sd_model_valid` is 1"),
-    MetricDef(
-        "sd_predicted_latency_seconds", "gauge", ("target", "model_name", "window", "mode"),
-        help="Predicted mean end-to-end request latency with SD (mode=\"sd\", the running draft "
-             "length) and without (mode=\"nosd\").",
-        doc="predicted mean e2e latency with SD at the running k (`mode=\"sd\"`) and without "
-            "(`mode=\"nosd\"`); only while `sd_model_valid` is 1"),
-    MetricDef(
-        "sd_predicted_speedup_lower", "gauge", ("target", "model_name", "window"),
-        help="Lower bound of the 90% interval of sd_predicted_speedup (the fit's residual "
-             "spread carried through the fixed point); present with it.",
-        doc="lower end of the 90% interval of `sd_predicted_speedup`: the calibration's "
-            "residual spread of L(B), per utilisation band, carried through the fixed point "
-            "([model.md](model.md#uncertainty)); a separate gauge (not a `bound` label) so "
-            "that aggregating over any label stays meaningful; present with the point series"),
-    MetricDef(
-        "sd_predicted_speedup_upper", "gauge", ("target", "model_name", "window"),
-        help="Upper bound of the 90% interval of sd_predicted_speedup; present with it.",
-        doc="upper end of the 90% interval of `sd_predicted_speedup` (see the lower one)"),
-    MetricDef(
-        "sd_predicted_latency_lower_seconds", "gauge",
-        ("target", "model_name", "window", "mode"),
-        help="Lower bound of the 90% interval of sd_predicted_latency_seconds; present with it.",
-        doc="lower end of the 90% interval of `sd_predicted_latency_seconds` (per `mode`); "
-            "the bound goes before the unit suffix, which Prometheus naming keeps last"),
-    MetricDef(
-        "sd_predicted_latency_upper_seconds", "gauge",
-        ("target", "model_name", "window", "mode"),
-        help="Upper bound of the 90% interval of sd_predicted_latency_seconds; present with it.",
-        doc="upper end of the 90% interval of `sd_predicted_latency_seconds` (per `mode`); "
-            "`sd_model_valid` is 0 with `reason=\"sensitive\"` when the SD one is wider than "
-            "±15% (the parameters file's `max_relative_halfwidth`)"),
-    MetricDef(
-        "sd_breakeven_arrival_rate", "gauge", ("target", "model_name", "window"),
-        help="Arrival rate (req/s) at which the predicted speedup of the running configuration "
-             "crosses 1; +Inf: SD pays at every load below saturation, 0: it never pays.",
-        doc="arrival rate λ* where the running configuration's predicted speedup crosses 1 (SD "
-            "pays below it); `+Inf`: pays at every load below saturation; `0`: never pays; "
-            "absent when undefined. In the rare case where SD is slower alone but cheaper "
-            "under load, SD pays *above* it (`specwatch predict` says which)"),
-    MetricDef(
-        "sd_optimal_draft_length", "gauge", ("target", "model_name", "window"),
-        help="Draft length with the lowest predicted latency at the live load among 0..k_max "
-             "(0 = SD off), from the measured per-position acceptance.",
-        doc="k in 0 … `k_max` with the lowest predicted latency at the live load, 0 = SD off; "
-            "acceptance from the live per-position rates (extended geometrically past the "
-            "running k), or from α when there are none; present even when the running "
-            "configuration is saturated, absent where that k's own prediction is not valid "
-            "(sensitive, beyond the calibrated load: as `sweep`'s best k)"),
-    MetricDef(
-        "sd_model_utilization", "gauge", ("target", "model_name", "window"),
-        help="Model utilisation lambda/lambda_max of the running SD configuration (lambda*C2 "
-             "in the linear model): 1 is saturation (may exceed 1: then sd_model_valid is 0).",
-        doc="λ/λ_max of the running SD configuration (λ · C2 in the linear model; 1 = "
-            "saturation; can exceed 1, then `sd_model_valid` is 0); present whenever the "
-            "inputs are"),
-    MetricDef(
-        "sd_model_valid", "gauge", ("target", "model_name", "window", "reason"),
-        help="1 when every model input is present, both systems are below the validity "
-             "ceiling, the load is inside the calibrated range and the server is not "
-             "queueing, else 0 with reason (then speedup and latencies are absent).",
-        doc="1 (`reason=\"\"`) when every input is present, both systems are below the "
-            "validity ceiling (`max_utilization`, default 0.9), the load is inside the "
-            "parameters file's calibrated range and the server is not queueing; else 0 with "
-            "`reason` = `saturated`, `above_utilization_ceiling`, `beyond_calibrated_load`, "
-            "`extrapolated_k`, `sensitive` (90% latency interval wider than the file's limit), "
-            "`queueing` (waiting requests in the latest poll), "
-            "`capacity_mismatch` (the server states another capacity than the file's "
-            "`server_capacity`), `missing_input` or `invalid_input`"),
-    MetricDef(
-        "sd_model_latency_error_ratio", "gauge", ("target", "model_name", "window"),
-        help="Predicted mean latency at the observed load over the measured mean latency of "
-             "the window, minus 1 (signed; present when both exist). Sustained |error| means "
-             "the calibration no longer describes the server.",
-        doc="predicted mean latency at the observed load over the measured mean latency of "
-            "the window, minus 1 (signed); present when both exist; alert `SDModelDrift`"),
-    MetricDef(
-        "sd_model_provenance_mismatch", "gauge", ("target", "model_name", "window", "field"),
-        help="1 when a provenance field of the parameters file (field=model) or its "
-             "server_capacity (field=kv_cache_tokens, kv_cache_tokens_sd, max_num_seqs) "
-             "contradicts what the target states.",
-        doc="1 when the parameters file's `provenance.<field>` (`model`) contradicts the "
-            "target's `model_name`, or its `server_capacity.<field>` (`kv_cache_tokens` for "
-            "a server without SD, `kv_cache_tokens_sd` with SD, `max_num_seqs`) what the "
-            "server states (`sd_server_kv_cache_tokens` off by more than 5%, "
-            "`sd_server_max_num_seqs` different); a capacity mismatch also makes "
-            "`sd_model_valid` 0 with reason `capacity_mismatch`; also logged once"),
-    MetricDef(
-        "specwatch_model_configured", "gauge", ("target",),
-        help="1 when the target's configuration names a latency-model parameters file, else 0.",
-        doc="1 when the target names a parameters file, else 0 (then no model series exist for "
-            "it)"),
-    MetricDef(
-        "sd_model_speedup_curve", "gauge", ("target", "model_name", "window", "point"),
-        help="Predicted speedup L_noSD / L_SD at the arrival rate of grid point `point` "
-             "(sd_model_curve_arrival_rate), for the window's measured acceptance, draft "
-             "length and request lengths; only points where the prediction is valid.",
-        doc="the model's speedup curve at the window's measured k, E, p, g: the predicted "
-            "speedup at the arrival rate `sd_model_curve_arrival_rate` with the same labels; "
-            "24 grid points (`point` = `00` … `23`) from 0 up to `max_utilization` × the "
-            "lower throughput ceiling of the two systems; a point is present only where the "
-            "prediction is valid (below the ceiling, inside the calibrated range, calibrated "
-            "k; the live `queueing` state does not apply); no inputs, no curve"),
-    MetricDef(
-        "sd_model_curve_arrival_rate", "gauge", ("target", "model_name", "window", "point"),
-        help="Arrival rate (req/s) of grid point `point` of the speedup curve "
-             "(sd_model_speedup_curve); present exactly where that point is.",
-        doc="arrival rate (req/s) of the curve's grid point `point`: the x of "
-            "`sd_model_speedup_curve`, present exactly where it is"),
-    MetricDef(
-        "sd_model_speedup_curve_lower", "gauge", ("target", "model_name", "window", "point"),
-        help="Lower bound of the 90% interval of sd_model_speedup_curve at the same point.",
-        doc="lower end of the 90% interval of `sd_model_speedup_curve` (same labels): the "
-            "band the XY chart draws around the model line"),
-    MetricDef(
-        "sd_model_speedup_curve_upper", "gauge", ("target", "model_name", "window", "point"),
-        help="Upper bound of the 90% interval of sd_model_speedup_curve at the same point.",
-        doc="upper end of the 90% interval of `sd_model_speedup_curve` (same labels)"),
-    MetricDef(
-        "sd_controller_state", "gauge", ("target", "model_name", "state", "reason"),
-        help="Controller state of the target and model: 1 for the current state (enabled: SD "
-             "on, disabled: SD off, pending: a switch was requested and the server has not "
-             "come back with it yet), 0 for the others. reason: why the state and the "
-             "recommended draft length are what they are next to the model's "
-             "sd_optimal_draft_length (agrees, acceptance_guard, alert, hysteresis, "
-             "stabilization, min_interval, no_prediction, no_data, pending; more may come).",
-        doc="[controller](controller.md) state: 1 for the current one of `enabled`, "
-            "`disabled`, `pending`, 0 for the other two; only for targets with a controller. "
-            "`reason` (the same on the three series) says why the state and the recommended "
-            "k are what they are next to the model's `sd_optimal_draft_length`: `agrees`, "
-            "`acceptance_guard`, `alert`, `hysteresis`, `stabilization`, `min_interval`, "
-            "`no_prediction`, `no_data`, `pending` ([controller](controller.md#reason))"),
-    MetricDef(
-        "sd_controller_recommended_draft_length", "gauge", ("target", "model_name"),
-        help="Draft length with the lowest predicted latency at the live load (0 = SD off), "
-             "from the live or the last known good acceptance profile; absent without a valid "
-             "prediction.",
-        doc="best k at the live load (0 = SD off) among those whose expected acceptance rate "
-            "stays ≥ `min_acceptance_rate`; absent without a valid prediction"),
-    MetricDef(
-        "sd_controller_transitions", "counter", ("target", "model_name", "action"),
-        help="Switches decided by the controller, by action (in recommend mode: "
-             "recommendations).",
-        doc="switches the controller decided, `action` = `disable`, `enable` (both always "
-            "present); in `recommend` mode, recommendations"),
-    MetricDef(
-        "sd_controller_last_transition_timestamp_seconds", "gauge", ("target", "model_name"),
-        help="Unix time of the last switch the controller decided.",
-        doc="Unix time of the last decided switch"),
-    MetricDef(
-        "sd_controller_actuation_errors", "counter", ("target", "model_name"),
-        help="Decisions that did not take effect: delivery failed after its retries, or the "
-             "server did not report the requested configuration within pending_timeout_seconds.",
-        doc="decisions that did not take effect: delivery failed after its retries, or the "
-            "server did not report the switch within `pending_timeout_seconds`"),
-    MetricDef(
-        "sd_controller_models_dropped", "counter", ("target", "reason"),
-        help="Models the controller of a target forgot, by reason: retention (gone from the "
-             "page for longer than the exporter keeps history), limit (more than 100 models "
-             "at once; least recently seen first), vanished_limit or target_removed (the "
-             "exporter forgot the model for that reason, so the controller did too).",
-        doc="models the controller of a target forgot: `retention` (gone from the page longer "
-            "than the exporter keeps history), `limit` (more than 100 models at once; least "
-            "recently seen first), `vanished_limit` / `target_removed` (the exporter forgot "
-            "the model for that reason, so the controller did too)"),
-    MetricDef(
-        "sd_switch_latency_ratio", "gauge",
-        ("target", "model_name", "action", "latency", "percentile"),
-        help="Latency quantile over the decision window after the last switch divided by the "
-             "same quantile before it (below 1: the switch helped), for end-to-end latency and "
-             "TTFT at the 50th and 99th percentile.",
-        doc="quantile of e2e latency (`latency=\"e2e\"`) or TTFT (`\"ttft\"`) over the decision "
-            "window after the last switch ÷ the same before it, `percentile` = `50`, `99`. The "
-            "label is not `quantile` (architecture.md's spelling): `promtool check metrics` "
-            "reserves it for summaries"),
-    # The last switch record as calibration points (issue 16, `calibrate --point-sources
-    # switches`): the decision window before the switch and the first complete one after.
-    MetricDef(
-        "sd_switch_timestamp_seconds", "gauge", ("target", "model_name", "action"),
-        help="Unix time of the SD switch of the last complete before/after record (the "
-             "server came back with the new configuration).",
-        doc="Unix time of the switch behind the last complete before/after record (its "
-            "`sd_switch_window_*` figures); a new value is a new record"),
-    MetricDef(
-        "sd_switch_window_latency_seconds", "gauge", _SWITCH_SIDE,
-        help="Mean e2e request latency over the decision window before (side=before) or "
-             "after (side=after) the last switch.",
-        doc="mean e2e latency of the decision window before (`side=\"before\"`) or after "
-            "(`\"after\"`) the last switch (a calibration point's L)"),
-    MetricDef(
-        "sd_switch_window_arrival_rate", "gauge", _SWITCH_SIDE,
-        help="Finished requests per second over the decision window before or after the last "
-             "switch.",
-        doc="finished requests per second of that window (a calibration point's λ)"),
-    MetricDef(
-        "sd_switch_window_prompt_tokens", "gauge", _SWITCH_SIDE,
-        help="Mean prompt tokens over the decision window before or after the last switch.",
-        doc="mean prompt tokens of that window"),
-    MetricDef(
-        "sd_switch_window_generation_tokens", "gauge", _SWITCH_SIDE,
-        help="Mean generated tokens over the decision window before or after the last switch.",
-        doc="mean generated tokens of that window"),
-    MetricDef(
-        "sd_switch_window_draft_length", "gauge", _SWITCH_SIDE,
-        help="Proposed draft tokens per draft over the decision window before or after the "
-             "last switch (absent on the side with SD off).",
-        doc="proposed draft tokens per draft of that window (absent with SD off)"),
-    MetricDef(
-        "sd_switch_window_acceptance_length", "gauge", _SWITCH_SIDE,
-        help="Tokens per verify cycle over the decision window before or after the last "
-             "switch (absent on the side with SD off).",
-        doc="tokens per verify cycle of that window (absent with SD off)"),
-    # Measured A/B pairs (issue 16, specwatch.plugins.pairs.plugin): `target` is the pair's SD side.
-    MetricDef(
-        "sd_measured_speedup", "gauge", _PAIR_STAT,
-        help="Baseline e2e request latency / SD e2e request latency of a pair's targets at the "
-             "same arrival rate (> 1: SD is faster), over the finished requests of the bin.",
-        doc="measured A/B pair (`pairs:`, [exporter](exporter.md#measured-ab-pairs)): baseline "
-            "e2e latency ÷ SD e2e latency over the bin's finished requests, `statistic` = "
-            "`mean`, `p50`, `p99`; only where both sides have `pair_options.min_requests` in "
-            "the bin (absent otherwise, never 0); a quantile only where the buckets resolve it; "
-            "`acceptance_band`: the SD side's acceptance rate band the bin belongs to"),
-    MetricDef(
-        "sd_measured_speedup_lower", "gauge", _PAIR_STAT,
-        help="Lower end of the 90% interval of the measured mean speedup (statistic=mean).",
-        doc="lower end of the 90% interval of `sd_measured_speedup{statistic=\"mean\"}` "
-            "(delta method on the two means, [exporter](exporter.md#measured-ab-pairs)); a "
-            "separate series, not a `bound` label, so that aggregating over labels stays "
-            "meaningful"),
-    MetricDef(
-        "sd_measured_speedup_upper", "gauge", _PAIR_STAT,
-        help="Upper end of the 90% interval of the measured mean speedup (statistic=mean).",
-        doc="upper end of that interval (what `SDMeasuredSlowdown` compares with 1)"),
-    MetricDef(
-        "sd_measured_ttft_ratio", "gauge", _PAIR_STAT,
-        help="Baseline time to first token / SD time to first token of a pair's targets at the "
-             "same arrival rate (> 1: SD is faster), over the finished requests of the bin.",
-        doc="the same ratio for time to first token, `statistic` = `p50`, `p99` (only where "
-            "the buckets resolve them)"),
-    MetricDef(
-        "sd_measured_inter_token_latency_ratio", "gauge", _PAIR_STAT,
-        help="Baseline inter-token latency / SD inter-token latency of a pair's targets at the "
-             "same arrival rate (> 1: SD is faster), over the finished requests of the bin.",
-        doc="the same ratio for inter-token latency (`vllm:inter_token_latency_seconds`), "
-            "`statistic` = `p50`, `p99`"),
-    MetricDef(
-        "sd_measured_arrival_rate", "gauge", _PAIR,
-        help="Mean arrival rate (requests/s) of a pair's windows in the bin (both sides): where "
-             "the measured point sits.",
-        doc="mean arrival rate (req/s) of the bin's windows, both sides: the x of a measured "
-            "point"),
-    MetricDef(
-        "sd_measured_requests", "gauge", _PAIR_SIDE,
-        help="Finished requests of one side of a pair in the bin (within the retention).",
-        doc="finished requests of one side (`sd`, `baseline`) in the bin, within "
-            "`pair_options.retention`"),
-    MetricDef(
-        "sd_pair_current_arrival_rate_bin", "gauge", _PAIR,
-        help="1 for the bin and acceptance band the pair is at now (the SD side's current "
-             "arrival rate and acceptance rate).",
-        doc="1 for the bin and acceptance band of the pair's current arrival rate and "
-            "acceptance (what `SDMeasuredSlowdown` joins on and the measured points are "
-            "filtered by)"),
-    MetricDef(
-        "sd_measured_latency_seconds", "gauge", _PAIR_SIDE,
-        help="Mean e2e request latency of one side of a pair over the bin's finished requests.",
-        doc="mean e2e latency of one side in the bin (a calibration point's L)"),
-    MetricDef(
-        "sd_measured_side_arrival_rate", "gauge", _PAIR_SIDE,
-        help="Finished requests per second of one side of a pair, over the bin's windows.",
-        doc="finished requests per second of one side in the bin (a calibration point's λ)"),
-    MetricDef(
-        "sd_measured_prompt_tokens", "gauge", _PAIR_SIDE,
-        help="Mean prompt tokens of one side of a pair in the bin.",
-        doc="mean prompt tokens of one side in the bin"),
-    MetricDef(
-        "sd_measured_generation_tokens", "gauge", _PAIR_SIDE,
-        help="Mean generated tokens of one side of a pair in the bin.",
-        doc="mean generated tokens of one side in the bin"),
-    MetricDef(
-        "sd_measured_acceptance_length", "gauge", _PAIR_SIDE,
-        help="Tokens per verify cycle of one side of a pair in the bin (absent on a side "
-             "without SD).",
-        doc="tokens per verify cycle of one side in the bin (absent without SD)"),
-    MetricDef(
-        "sd_measured_draft_length", "gauge", _PAIR_SIDE,
-        help="Proposed draft tokens per draft of one side of a pair in the bin (absent on a "
-             "side without SD).",
-        doc="proposed draft tokens per draft of one side in the bin (absent without SD)"),
-    MetricDef(
-        "specwatch_controller_alerts", "counter", ("outcome",),
-        help="Alertmanager alerts received by the controller receiver, by outcome (accepted, "
-             "resolved, ignored_alertname, ignored_target, ignored_model).",
-        doc="Alertmanager alerts received: `accepted`, `resolved`, `ignored_alertname`, "
-            "`ignored_target`, `ignored_model`; only with the receiver configured"),
 )
 
+#: Every definition the builders know: :data:`METRICS`, then what plug-ins registered.
 BY_NAME: dict[str, MetricDef] = {m.name: m for m in METRICS}
+
+
+def register(defs: Iterable[MetricDef]) -> None:
+    """Add a plug-in's definitions to the catalogue (again with the same definition: no-op)."""
+    for d in defs:
+        known = BY_NAME.setdefault(d.name, d)
+        if known != d:
+            raise ValueError(f"metric {d.name!r} is defined twice, differently")
 
 
 def definition(name: str, kind: str) -> MetricDef:
@@ -581,8 +283,9 @@ def definition(name: str, kind: str) -> MetricDef:
     try:
         d = BY_NAME[name]
     except KeyError:
-        raise KeyError(f"metric {name!r} is not in specwatch.expose.metricdefs.METRICS: "
-                       "add it there (then run make generate)") from None
+        raise KeyError(f"metric {name!r} is not in specwatch.expose.metricdefs.METRICS nor "
+                       "registered by a plug-in: add it there (then run make generate)"
+                       ) from None
     if d.type != kind:
         raise TypeError(f"metric {name!r} is a {d.type} in metricdefs, built as a {kind}")
     return d

@@ -1,47 +1,44 @@
 """`specwatch serve` configuration: YAML file and/or flags, strictly validated.
 
-Validation is driven by a schema table (:data:`TOP_SCHEMA`, :data:`GLOBAL_SCHEMA`,
-:data:`TARGET_SCHEMA`, :data:`AUTH_SCHEMA`) of :class:`Key` entries, not by ad-hoc checks, so a
-later feature adds its key with one line (issue 3: ``TARGET_SCHEMA["params"] = Key(...)``;
-issue 7: ``TOP_SCHEMA["controller"] = Key(...)``) and reads the validated value from
-``TargetConfig.raw`` / ``ServeConfig.raw``. Every error names the file and the key path, e.g.
+Owns the poll path's keys: validation is driven by schema tables (:data:`TOP_SCHEMA`,
+:data:`GLOBAL_SCHEMA`, :data:`TARGET_SCHEMA`, :data:`AUTH_SCHEMA`) of :class:`Key` entries, not
+by ad-hoc checks. A plug-in adds its keys as a :class:`ConfigSection` it registers
+(:func:`register_section`), reads their validated values from ``TargetConfig.raw`` /
+``ServeConfig.raw``, and its cross-key checks' value from :meth:`ServeConfig.section`. Every
+error names the file and the key path, e.g.
 ``specwatch.yaml: targets[1].url: expected an http(s) URL, got 'foo'``.
+
+May import: ``specwatch.poll`` (discovery, sources, configpaths) and ``specwatch.common``;
+never a plug-in.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 from urllib.parse import urlsplit
 
 from specwatch.common import redact, tlsfiles
 from specwatch.common.errors import ConfigError
 from specwatch.common.schema import (
-    _DURATION,
-    _NUM,
+    NUM,
     CheckError,
     Key,
-    _duration_or_zero,
-    _non_negative,
-    _one_of,
-    _positive,
-    _positive_int,
-    _unit_interval,
     check_listen,
     check_url,
-    check_url_any_path,
     format_duration,
+    non_negative,
+    one_of,
     parse_duration,
+    positive_int,
     read_yaml,
     validate,
 )
 from specwatch.common.secretfile import read_secret_file
-from specwatch.plugins.pairs.plugin import PairConfig, PairSettings, shard_keys
 from specwatch.poll import configpaths
 from specwatch.poll.discovery import DEFAULT_REFRESH_INTERVAL, FileSDConfig, shard_of
 from specwatch.poll.sources import ENGINE_KINDS, PARSERS
@@ -64,14 +61,15 @@ SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x
 FOLLOW_REDIRECTS = ("same_host", "any", "none")
 
 
-def _name(value: str) -> str:
+def check_name(value: str) -> str:
+    """Check: a target (or pair) name, the value of a label."""
     if not value or not re.match(r"^[A-Za-z0-9_.:@/-]+$", value):
         raise CheckError(f"expected a target name of letters, digits and _.:@/-, got {value!r}")
     return value
 
 
 AUTH_SCHEMA: dict[str, Key] = {
-    "type": Key(str, required=True, check=_one_of("bearer", "basic"), doc="bearer | basic"),
+    "type": Key(str, required=True, check=one_of("bearer", "basic"), doc="bearer | basic"),
     "token_file": Key(str, doc="bearer: file holding the token"),
     "token_env": Key(str, doc="bearer: environment variable holding the token"),
     "username": Key(str, doc="basic: user name"),
@@ -85,170 +83,128 @@ TARGET_TLS_SCHEMA: dict[str, Key] = {
     "insecure_skip_verify": Key(bool, doc="do not verify the target's certificate (off)"),
 }
 HTTP_SERVER_LIMITS_SCHEMA: dict[str, Key] = {
-    "max_requests_in_flight": Key(int, check=_positive_int(1), doc="503 above (default 40)"),
-    "max_connections": Key(int, check=_positive_int(1), doc="open connections (512)"),
-    "max_connections_per_client": Key(int, check=_positive_int(1),
+    "max_requests_in_flight": Key(int, check=positive_int(1), doc="503 above (default 40)"),
+    "max_connections": Key(int, check=positive_int(1), doc="open connections (512)"),
+    "max_connections_per_client": Key(int, check=positive_int(1),
                                       doc="open connections from one address (64)"),
-    "failed_logins_per_client": Key(int, check=_positive_int(1),
+    "failed_logins_per_client": Key(int, check=positive_int(1),
                                     doc="failed logins from one address before 429 (10)"),
-    "failed_login_interval": Key((*_NUM, str), check=parse_duration,
+    "failed_login_interval": Key((*NUM, str), check=parse_duration,
                                  doc="one more failed login allowed per interval (1s)"),
-    "request_timeout": Key((*_NUM, str), check=parse_duration, doc="per request (10s)"),
-    "idle_timeout": Key((*_NUM, str), check=parse_duration, doc="keep-alive idle (60s)"),
-    "tls_handshake_timeout": Key((*_NUM, str), check=parse_duration, doc="(5s)"),
+    "request_timeout": Key((*NUM, str), check=parse_duration, doc="per request (10s)"),
+    "idle_timeout": Key((*NUM, str), check=parse_duration, doc="keep-alive idle (60s)"),
+    "tls_handshake_timeout": Key((*NUM, str), check=parse_duration, doc="(5s)"),
 }
 
 
-#: Per-target `controller:` block (semantics in specwatch.plugins.control.controller and the
-#: README, "Controller"). Cross-key rules (enable above disable, the webhook block in
-#: webhook mode...) are checked by specwatch.plugins.control.controller.settings_from_config.
-CONTROLLER_SCHEMA: dict[str, Key] = {
-    "mode": Key(str, check=_one_of("recommend", "webhook", "command"),
-                doc="recommend (default) | webhook | command"),
-    "models": Key(list, items=Key(str), doc="model names to control (default: all)"),
-    "disable_below_speedup": Key((int, float), check=_positive,
-                                 doc="switch SD off below this best predicted speedup"),
-    "enable_above_speedup": Key((int, float), check=_positive,
-                                doc="switch SD on at or above this predicted speedup"),
-    "min_acceptance_rate": Key((int, float), check=_unit_interval,
-                               doc="switch SD off below this acceptance rate"),
-    "stabilization_seconds": Key(_DURATION, check=_duration_or_zero,
-                                 doc="a condition must hold this long"),
-    "min_switch_interval_seconds": Key(_DURATION, check=_duration_or_zero,
-                                       doc="no two switches closer than this"),
-    "min_drafts_per_window": Key((int, float), check=_non_negative,
-                                 doc="drafts the window needs (SD on)"),
-    "min_requests_per_window": Key((int, float), check=_non_negative,
-                                   doc="finished requests the window needs (SD off)"),
-    "pending_timeout_seconds": Key(_DURATION, check=parse_duration,
-                                   doc="give up waiting for a requested switch"),
-    "max_reenable_delay_seconds": Key(_DURATION, check=parse_duration,
-                                      doc="cap of the re-enable backoff"),
-    "max_num_seqs": Key(int, check=_positive_int(1), doc="largest batch of the schedule"),
-    "max_attempts": Key(int, check=_positive_int(1), doc="deliveries tried per decision"),
-    "retry_backoff_seconds": Key(_DURATION, check=parse_duration,
-                                 doc="first retry delay (doubles)"),
-    "max_retry_backoff_seconds": Key(_DURATION, check=parse_duration,
-                                     doc="largest retry delay"),
-    "webhook": Key(dict, children={
-        "url": Key(str, required=True, check=check_url_any_path, doc="receiver URL"),
-        "timeout": Key(_DURATION, check=parse_duration, doc="per attempt"),
-        "headers": Key(dict, values=Key(str), doc="literal headers"),
-        "headers_from_file": Key(dict, values=Key(str), doc="header -> file with the value"),
-        "headers_from_env": Key(dict, values=Key(str), doc="header -> environment variable"),
-    }, doc="mode webhook: where decisions are POSTed"),
-    "command": Key(dict, children={
-        "argv": Key(list, required=True, items=Key(str), doc="program and arguments, no shell"),
-        "timeout": Key(_DURATION, check=parse_duration, doc="per attempt"),
-    }, doc="mode command: the program run per decision"),
-}
-#: Exporter-wide `controller:` block: the Alertmanager webhook receiver.
-CONTROLLER_GLOBAL_SCHEMA: dict[str, Key] = {
-    "alertmanager": Key(dict, children={
-        "token_file": Key(str, required=True, doc="file holding the bearer token"),
-        "alerts": Key(list, items=Key(str), doc="alert names meaning 'switch SD off'"),
-    }, doc="POST /controller/alertmanager"),
-}
-
+#: The poll path's keys of a target, of ``global`` and of the file; :func:`register_section`
+#: inserts each plug-in's keys into these tables.
 TARGET_SCHEMA: dict[str, Key] = {
-    "name": Key(str, check=_name, doc="label value of `target` (default: host:port)"),
+    "name": Key(str, check=check_name, doc="label value of `target` (default: host:port)"),
     "url": Key(str, required=True, check=check_url, doc="the /metrics URL"),
-    "engine": Key(str, check=_one_of(*ENGINE_KINDS), doc="vllm | sglang | auto"),
-    "timeout": Key((*_NUM, str), check=parse_duration, doc="total deadline of one poll"),
-    "max_body_bytes": Key(int, check=_positive_int(1024), doc="largest page accepted"),
+    "engine": Key(str, check=one_of(*ENGINE_KINDS), doc="vllm | sglang | auto"),
+    "timeout": Key((*NUM, str), check=parse_duration, doc="total deadline of one poll"),
+    "max_body_bytes": Key(int, check=positive_int(1024), doc="largest page accepted"),
     "headers": Key(dict, values=Key(str), doc="extra request headers"),
-    "follow_redirects": Key(str, check=_one_of(*FOLLOW_REDIRECTS),
+    "follow_redirects": Key(str, check=one_of(*FOLLOW_REDIRECTS),
                             doc="same_host (default) | any | none"),
     "auth": Key(dict, children=AUTH_SCHEMA, doc="bearer token or basic auth"),
-    "params": Key(str, doc="latency-model parameters file (YAML) for the sd_predicted_* series"),
-    "model_window": Key(str, doc="window whose signals feed the model (default global's, 5m)"),
-    "max_num_seqs": Key(int, check=_positive_int(1),
+    "max_num_seqs": Key(int, check=positive_int(1),
                         doc="vLLM --max-num-seqs of the server (no page states it)"),
     "tls": Key(dict, children=TARGET_TLS_SCHEMA, doc="CA, client certificate"),
-    "max_series": Key(int, check=_positive_int(1), doc="source series kept per poll"),
-    "max_models": Key(int, check=_positive_int(1),
+    "max_series": Key(int, check=positive_int(1), doc="source series kept per poll"),
+    "max_models": Key(int, check=positive_int(1),
                       doc="models followed at once, and vanished models remembered"),
-    "controller": Key(dict, children=CONTROLLER_SCHEMA, doc="SD controller (off by default)"),
 }
 GLOBAL_SCHEMA: dict[str, Key] = {
     "listen": Key(str, check=check_listen, doc="HOST:PORT of the exporter"),
-    "poll_interval": Key((*_NUM, str), check=parse_duration, doc="seconds between polls"),
-    "timeout": Key((*_NUM, str), check=parse_duration, doc="default poll deadline"),
-    "max_body_bytes": Key(int, check=_positive_int(1024), doc="default page size cap"),
-    "windows": Key(list, items=Key((*_NUM, str), check=parse_duration), doc="time windows"),
-    "count_window": Key(int, check=_positive_int(0), doc="requests in the count window"),
-    "min_drafts_per_sample": Key(_NUM, check=_non_negative, doc="drafts per sample"),
-    "min_bimodality_samples": Key(int, check=_positive_int(4), doc="samples for the BC"),
-    "model_window": Key(str, doc="window whose signals feed the latency model (default 5m)"),
+    "poll_interval": Key((*NUM, str), check=parse_duration, doc="seconds between polls"),
+    "timeout": Key((*NUM, str), check=parse_duration, doc="default poll deadline"),
+    "max_body_bytes": Key(int, check=positive_int(1024), doc="default page size cap"),
+    "windows": Key(list, items=Key((*NUM, str), check=parse_duration), doc="time windows"),
+    "count_window": Key(int, check=positive_int(0), doc="requests in the count window"),
+    "min_drafts_per_sample": Key(NUM, check=non_negative, doc="drafts per sample"),
+    "min_bimodality_samples": Key(int, check=positive_int(4), doc="samples for the BC"),
     "web_config": Key(str, doc="exporter-toolkit web config (TLS, basic auth)"),
-    "max_targets": Key(int, check=_positive_int(1), doc="targets polled (excess dropped)"),
-    "max_series": Key(int, check=_positive_int(1), doc="default of targets[].max_series"),
-    "max_models": Key(int, check=_positive_int(1), doc="default of targets[].max_models"),
-    "max_label_value_bytes": Key(int, check=_positive_int(32),
+    "max_targets": Key(int, check=positive_int(1), doc="targets polled (excess dropped)"),
+    "max_series": Key(int, check=positive_int(1), doc="default of targets[].max_series"),
+    "max_models": Key(int, check=positive_int(1), doc="default of targets[].max_models"),
+    "max_label_value_bytes": Key(int, check=positive_int(32),
                                  doc="longer label values from targets are cut (hash suffix)"),
     "http_server": Key(dict, children=HTTP_SERVER_LIMITS_SCHEMA, doc="HTTP server limits"),
-    "parser": Key(str, check=_one_of(*PARSERS),
+    "parser": Key(str, check=one_of(*PARSERS),
                   doc="fast (only the families read) | full (prometheus_client, baseline)"),
-    "shard_count": Key(int, check=_positive_int(1), doc="exporters sharing the targets"),
-    "shard_index": Key(int, check=_positive_int(0), doc="this exporter's shard, 0-based"),
-    "max_concurrent_polls": Key(int, check=_positive_int(1),
+    "shard_count": Key(int, check=positive_int(1), doc="exporters sharing the targets"),
+    "shard_index": Key(int, check=positive_int(0), doc="this exporter's shard, 0-based"),
+    "max_concurrent_polls": Key(int, check=positive_int(1),
                                 doc="polls in flight at once (default: one per target)"),
     "poll_spread": Key(bool, doc="spread targets over the interval (default true)"),
 }
-def _bin_edges(value: Any) -> tuple[float, ...]:
-    edges = []
-    for x in value:
-        if isinstance(x, bool) or not isinstance(x, int | float) or not x >= 0 \
-                or not x < float("inf"):
-            raise CheckError(f"expected non-negative numbers (requests/s), got {x!r}")
-        edges.append(float(x))
-    if len(edges) < 2 or any(b <= a for a, b in itertools.pairwise(edges)):
-        raise CheckError(f"expected at least two increasing bin edges, got {list(value)}")
-    return tuple(edges)
-
-
-def _band_edges(value: Any) -> tuple[float, ...]:
-    """Acceptance-rate band edges: increasing, from 0, each below 1 (``[0]``: one band)."""
-    edges = _bin_edges([*value, 1.0]) if value else ()
-    if not edges or edges[0] != 0:
-        raise CheckError(f"expected increasing acceptance-rate band edges from 0, each below "
-                         f"1, got {list(value)}")
-    return edges[:-1]
-
-
-#: `pairs:` entries (issue 16): an SD target and a baseline target serving the same model.
-PAIR_SCHEMA: dict[str, Key] = {
-    "name": Key(str, required=True, check=_name, doc="label value of `pair`"),
-    "sd": Key(str, required=True, doc="target name of the side running SD"),
-    "baseline": Key(str, required=True, doc="target name of the side without SD (or another k)"),
-    "model": Key(str, doc="model name to compare (default: every model both serve)"),
-}
-PAIR_OPTIONS_SCHEMA: dict[str, Key] = {
-    "window": Key(str, doc="window one segment is (one of global.windows; default 1m)"),
-    "min_requests": Key(_NUM, check=_non_negative,
-                        doc="finished requests each side needs in a bin (default 50)"),
-    "retention": Key((*_NUM, str), check=parse_duration, doc="how long segments count (1h)"),
-    "arrival_rate_bins": Key(list, check=_bin_edges, doc="bin edges in requests/s"),
-    "models": Key(dict, values=Key(dict, children={
-        "arrival_rate_bins": Key(list, required=True, check=_bin_edges, doc="bin edges"),
-    }), doc="per model: its own arrival_rate_bins"),
-    "acceptance_bands": Key(list, check=_band_edges,
-                            doc="acceptance-rate band edges, 0 first (default 0, .25, .5, .75)"),
-}
 FILE_SD_SCHEMA: dict[str, Key] = {
     "files": Key(list, required=True, items=Key(str), doc="file_sd files (globs allowed)"),
-    "refresh_interval": Key((*_NUM, str), check=parse_duration, doc="re-read period"),
+    "refresh_interval": Key((*NUM, str), check=parse_duration, doc="re-read period"),
 }
 TOP_SCHEMA: dict[str, Key] = {
     "global": Key(dict, children=GLOBAL_SCHEMA),
     "targets": Key(list, items=Key(dict, children=TARGET_SCHEMA)),
     "file_sd_configs": Key(list, items=Key(dict, children=FILE_SD_SCHEMA),
                            doc="Prometheus file_sd target files"),
-    "controller": Key(dict, children=CONTROLLER_GLOBAL_SCHEMA),
-    "pairs": Key(list, items=Key(dict, children=PAIR_SCHEMA),
-                 doc="measured A/B pairs: sd_measured_speedup"),
-    "pair_options": Key(dict, children=PAIR_OPTIONS_SCHEMA, doc="windows and bins of pairs"),
 }
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class SectionContext:
+    """What a section's check across keys may rely on: the targets this exporter polls, whether
+    more may appear at run time (file_sd or sharding), and the window labels it derives."""
+
+    where: str
+    target_names: tuple[str, ...]
+    open_target_set: bool
+    windows: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ConfigSection(Generic[T]):
+    """A plug-in's part of the file: keys at the top level, in each target and in ``global``,
+    each group placed after a key of the tables above (the order the errors list them in; at
+    the end when that key is not there yet). ``build`` checks across keys once the targets are
+    known, and its value is :meth:`ServeConfig.section`; ``shard_keys`` names targets that
+    must be sharded together (target name -> the name it is sharded by)."""
+
+    name: str
+    top: Mapping[str, Key] = field(default_factory=dict)
+    top_after: str = ""
+    target: Mapping[str, Key] = field(default_factory=dict)
+    target_after: str = ""
+    global_keys: Mapping[str, Key] = field(default_factory=dict)
+    global_after: str = ""
+    build: Callable[[Mapping[str, Any], SectionContext], T] | None = None
+    shard_keys: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None
+
+
+#: The registered sections, by name.
+SECTIONS: dict[str, ConfigSection[Any]] = {}
+
+
+def _insert_after(table: dict[str, Key], after: str, keys: Mapping[str, Key]) -> None:
+    items = list(table.items())
+    at = next((i + 1 for i, (k, _) in enumerate(items) if k == after), len(items))
+    items[at:at] = keys.items()
+    table.clear()
+    table.update(items)
+
+
+def register_section(section: ConfigSection[Any]) -> None:
+    """Add a plug-in's keys to the tables (once per name; plug-ins register on import)."""
+    if section.name in SECTIONS:
+        return
+    SECTIONS[section.name] = section
+    _insert_after(TOP_SCHEMA, section.top_after, section.top)
+    _insert_after(TARGET_SCHEMA, section.target_after, section.target)
+    _insert_after(GLOBAL_SCHEMA, section.global_after, section.global_keys)
 
 
 @dataclass(frozen=True)
@@ -287,7 +243,7 @@ class ServeConfig:
     dropped_targets: tuple[str, ...] = ()
     #: Validated ``global.http_server`` mapping (limits of the HTTP server).
     http_server: Mapping[str, Any] = field(default_factory=dict)
-    #: Sharding (issue 10): this exporter polls the targets whose shard is shard_index.
+    #: Sharding: this exporter polls the targets whose shard is shard_index.
     shard_index: int = 0
     shard_count: int = 1
     file_sd: tuple[FileSDConfig, ...] = ()
@@ -299,12 +255,25 @@ class ServeConfig:
     target_defaults: tuple[float, int, int] = (DEFAULT_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
                                                DEFAULT_MAX_SERIES)
 
-    #: Measured A/B pairs (issue 16) and their options.
-    pairs: tuple[PairConfig, ...] = ()
-    pair_settings: PairSettings = field(default_factory=PairSettings)
+    #: Target name -> the name it is sharded by (the registered sections' groups).
+    shard_keys: Mapping[str, str] = field(default_factory=dict)
+    #: Each registered section's built value, by section name (:meth:`section`).
+    sections: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     #: Where the configuration came from (the file name, for error messages).
     source: str = "command line"
+
+    def section(self, section: ConfigSection[T]) -> T:
+        """The value ``section.build`` gave for this configuration (built now for a section
+        registered after it was loaded, whose keys the file therefore cannot hold)."""
+        if section.name in self.sections:
+            return cast(T, self.sections[section.name])
+        if section.build is None:
+            raise KeyError(f"config section {section.name!r} has no value")
+        context = SectionContext(self.source, tuple(t.name for t in self.targets),
+                                 bool(self.file_sd) or self.shard_count > 1,
+                                 tuple(w for w, _ in self.windows))
+        return section.build(self.raw, context)
 
     def discovered_target(self, raw: Mapping[str, Any], where: str) -> TargetConfig:
         """A file_sd target (``{"url": ...}``) validated like a configured one."""
@@ -438,22 +407,10 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
     raw = load_file(config_file) if config_file else {}
     where = config_file or "command line"
     g = raw.get("global", {})
-    timeout = g.get("timeout", DEFAULT_TIMEOUT)
-    max_body = g.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES)
-    max_series = g.get("max_series", DEFAULT_MAX_SERIES)
-    targets: list[TargetConfig] = []
-    for i, t in enumerate(raw.get("targets", [])):
-        targets.append(build_target(t, f"targets[{i}]", where, timeout, max_body, max_series))
-    for flag in target_flags:
-        targets.append(build_target(parse_target_flag(flag), "target", f"--target {flag}",
-                                    timeout, max_body, max_series))
-    seen: dict[str, int] = {}
-    for i, t in enumerate(targets):
-        if t.name in seen:
-            loc = f"targets[{i}].name" if i < len(raw.get("targets", [])) else "--target"
-            raise ConfigError(f"{where}: {loc}: duplicate target name {t.name!r} (also "
-                              f"targets[{seen[t.name]}]); give each target a unique name")
-        seen[t.name] = i
+    defaults = (g.get("timeout", DEFAULT_TIMEOUT),
+                g.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES),
+                g.get("max_series", DEFAULT_MAX_SERIES))
+    targets = _targets(raw, target_flags, where, defaults)
     file_sd = tuple(
         FileSDConfig(tuple(_relative_to(config_file, f) for f in c["files"]),
                      c.get("refresh_interval", DEFAULT_REFRESH_INTERVAL))
@@ -467,99 +424,90 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
         raise ConfigError(f"{where}: shard index {shard_index} is not in 0..{shard_count - 1}"
                           f" (--shard-index/global.shard_index must be below --shard-count/"
                           f"global.shard_count)")
+    keys = {t: k for section in SECTIONS.values() if section.shard_keys is not None
+            for t, k in section.shard_keys(raw).items()}
     if shard_count > 1:
-        # Both sides of a pair on one exporter: a paired target is sharded by its pair.
-        keys = shard_keys([PairConfig(p["name"], p["sd"], p["baseline"])
-                           for p in raw.get("pairs", [])])
+        # Targets grouped by a section (both sides of a pair) land on one exporter.
         targets = [t for t in targets
                    if shard_of(keys.get(t.name, t.name), shard_count) == shard_index]
-    if poll_interval is not None:
-        try:
-            poll_interval = parse_duration(poll_interval)
-        except CheckError as exc:
-            raise ConfigError(f"--poll-interval: {exc}") from None
+    interval = _poll_interval(poll_interval) if poll_interval is not None \
+        else g.get("poll_interval", DEFAULT_POLL_INTERVAL)
+    windows = _windows(g, where)
+    listen_value = _listen(listen, g)
+    max_targets = g.get("max_targets", DEFAULT_MAX_TARGETS)
+    context = SectionContext(where, tuple(t.name for t in targets),
+                             bool(file_sd) or shard_count > 1, tuple(w for w, _ in windows))
+    return ServeConfig(
+        targets=tuple(targets[:max_targets]),
+        listen=listen_value, web_config=_web_config(web_config, g, config_file),
+        max_targets=max_targets, dropped_targets=tuple(t.name for t in targets[max_targets:]),
+        http_server=g.get("http_server", {}),
+        poll_interval=interval,
+        windows=windows, count_window=g.get("count_window", DEFAULT_COUNT_WINDOW),
+        min_drafts_per_sample=g.get("min_drafts_per_sample", DEFAULT_MIN_DRAFTS),
+        min_bimodality_samples=g.get("min_bimodality_samples", DEFAULT_MIN_BIMODALITY_SAMPLES),
+        parser=g.get("parser", "fast"), shard_index=shard_index, shard_count=shard_count,
+        file_sd=file_sd, max_concurrent_polls=g.get("max_concurrent_polls"),
+        poll_spread=g.get("poll_spread", True), target_defaults=defaults, raw=raw,
+        source=where, shard_keys=keys,
+        sections={name: section.build(raw, context) for name, section in SECTIONS.items()
+                  if section.build is not None})
+
+
+def _targets(raw: Mapping[str, Any], target_flags: list[str], where: str,
+             defaults: tuple[float, int, int]) -> list[TargetConfig]:
+    """The file's targets, then the --target flags', each name unique."""
+    targets = [build_target(t, f"targets[{i}]", where, *defaults)
+               for i, t in enumerate(raw.get("targets", []))]
+    for flag in target_flags:
+        targets.append(build_target(parse_target_flag(flag), "target", f"--target {flag}",
+                                    *defaults))
+    seen: dict[str, int] = {}
+    for i, t in enumerate(targets):
+        if t.name in seen:
+            loc = f"targets[{i}].name" if i < len(raw.get("targets", [])) else "--target"
+            raise ConfigError(f"{where}: {loc}: duplicate target name {t.name!r} (also "
+                              f"targets[{seen[t.name]}]); give each target a unique name")
+        seen[t.name] = i
+    return targets
+
+
+def _poll_interval(flag: Any) -> float:
+    try:
+        return parse_duration(flag)
+    except CheckError as exc:
+        raise ConfigError(f"--poll-interval: {exc}") from None
+
+
+def _windows(g: Mapping[str, Any], where: str) -> tuple[tuple[str, float], ...]:
+    """``global.windows`` as (label, seconds), each label once."""
     windows_raw = g.get("windows")
     windows = tuple((format_duration(s), s) for s in windows_raw) if windows_raw is not None \
         else ServeConfig.__dataclass_fields__["windows"].default
     labels = [w for w, _ in windows]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"{where}: global.windows: duplicate window {labels}")
-    listen_value = listen if listen is not None else g.get("listen", DEFAULT_LISTEN)
-    if listen is not None:
-        try:
-            check_listen(listen)
-        except CheckError as exc:
-            raise ConfigError(f"--listen: {exc}") from None
-    max_targets = g.get("max_targets", DEFAULT_MAX_TARGETS)
-    dropped = tuple(t.name for t in targets[max_targets:])
-    web_config_file = web_config if web_config is not None else g.get("web_config")
-    if web_config is None and web_config_file and config_file \
-            and not os.path.isabs(web_config_file):
-        web_config_file = os.path.join(os.path.dirname(os.path.abspath(config_file)),
-                                       web_config_file)
-    pairs, pair_settings = build_pairs(raw, where, [t.name for t in targets],
-                                       bool(file_sd) or shard_count > 1, labels)
-    return ServeConfig(
-        pairs=pairs, pair_settings=pair_settings,
-        targets=tuple(targets[:max_targets]), listen=listen_value,
-        web_config=web_config_file, max_targets=max_targets, dropped_targets=dropped,
-        http_server=g.get("http_server", {}),
-        poll_interval=poll_interval if poll_interval is not None
-        else g.get("poll_interval", DEFAULT_POLL_INTERVAL),
-        windows=windows, count_window=g.get("count_window", DEFAULT_COUNT_WINDOW),
-        min_drafts_per_sample=g.get("min_drafts_per_sample", DEFAULT_MIN_DRAFTS),
-        min_bimodality_samples=g.get("min_bimodality_samples", DEFAULT_MIN_BIMODALITY_SAMPLES),
-        parser=g.get("parser", "fast"), shard_index=shard_index, shard_count=shard_count,
-        file_sd=file_sd, max_concurrent_polls=g.get("max_concurrent_polls"),
-        poll_spread=g.get("poll_spread", True),
-        target_defaults=(timeout, max_body, max_series), raw=raw,
-        source=where)
+    return windows
 
 
-def build_pairs(raw: Mapping[str, Any], where: str, target_names: list[str],
-                open_target_set: bool, windows: list[str]
-                ) -> tuple[tuple[PairConfig, ...], PairSettings]:
-    """``pairs:`` and ``pair_options:`` checked against the targets and windows.
+def _listen(flag: str | None, g: Mapping[str, Any]) -> str:
+    if flag is None:
+        return g.get("listen", DEFAULT_LISTEN)
+    try:
+        check_listen(flag)
+    except CheckError as exc:
+        raise ConfigError(f"--listen: {exc}") from None
+    return flag
 
-    A side must name a configured target unless targets are discovered (file_sd) or
-    sharded, where the set is only known at run time; a pair's window must be one the
-    exporter derives."""
-    pairs: list[PairConfig] = []
-    seen: set[str] = set()
-    known = set(target_names)
-    for i, p in enumerate(raw.get("pairs", [])):
-        path = f"pairs[{i}]"
-        if p["name"] in seen:
-            raise ConfigError(f"{where}: {path}.name: duplicate pair name {p['name']!r}")
-        seen.add(p["name"])
-        if p["sd"] == p["baseline"]:
-            raise ConfigError(f"{where}: {path}.baseline: the same target as sd "
-                              f"({p['sd']!r}); a pair compares two targets")
-        for side in ("sd", "baseline"):
-            if not open_target_set and p[side] not in known:
-                raise ConfigError(f"{where}: {path}.{side}: no target named {p[side]!r} "
-                                  f"(targets: {', '.join(sorted(known)) or 'none'})")
-        pairs.append(PairConfig(p["name"], p["sd"], p["baseline"], p.get("model")))
-    o = raw.get("pair_options", {})
-    defaults = PairSettings()
-    window = o.get("window", defaults.window)
-    if "window" in o or pairs:
-        try:
-            window_s = parse_duration(window)
-        except CheckError as exc:
-            raise ConfigError(f"{where}: pair_options.window: {exc}") from None
-        window = format_duration(window_s)
-        if window not in windows:
-            raise ConfigError(f"{where}: pair_options.window: {window!r} is not one of the "
-                              f"exporter's windows ({', '.join(windows)}); add it to "
-                              f"global.windows")
-    settings = PairSettings(
-        window=window, min_requests=o.get("min_requests", defaults.min_requests),
-        retention_seconds=o.get("retention", defaults.retention_seconds),
-        bins=o.get("arrival_rate_bins", defaults.bins),
-        model_bins={m: v["arrival_rate_bins"] for m, v in o.get("models", {}).items()},
-        acceptance_bands=o.get("acceptance_bands", defaults.acceptance_bands))
-    return tuple(pairs), settings
+
+def _web_config(flag: str | None, g: Mapping[str, Any], config_file: str | None) -> str | None:
+    """--web-config as given; the file's ``global.web_config`` relative to the file."""
+    if flag is not None:
+        return flag
+    path = g.get("web_config")
+    if path and config_file and not os.path.isabs(path):
+        return os.path.join(os.path.dirname(os.path.abspath(config_file)), path)
+    return path
 
 
 def _relative_to(config_file: str | None, path: str) -> str:

@@ -12,8 +12,9 @@ exporter, with no coordination between them.
   a fleet the same way. Adding or removing a target moves no other target.
 * **Pairs** (``pairs:``): both sides of a measured A/B pair must be polled by one exporter,
   so a paired target is sharded by its pair's name instead of its own
-  (:func:`specwatch.plugins.pairs.plugin.shard_keys`; pairs that share a target by the group's
-  first pair name). docs/exporter.md has the Prometheus relabelling that matches.
+  (``ServeConfig.shard_keys``, from the pairs plug-in's config section; pairs that share a
+  target by the group's first pair name). docs/exporter.md has the Prometheus relabelling
+  that matches.
 * **file_sd**: the files Prometheus' ``file_sd_configs`` read: JSON (``.json``) or YAML
   (``.yml``/``.yaml``) lists of ``{targets: [host:port, ...], labels: {...}}``; globs in the
   file name are expanded. ``__scheme__`` and ``__metrics_path__`` labels set the URL like in

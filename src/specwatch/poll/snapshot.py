@@ -4,18 +4,18 @@ Why immutable: the poller threads publish a new snapshot by swapping one referen
 number of concurrent scrapes read the snapshot they got without locks, never a half-updated
 mix of two polls.
 
-Extension points (for later features; none of them needs a change in this module):
-
-* **Per-model data** (issue 3, live model predictions; issue 7, controller state): the typed
-  optional fields :attr:`ModelSnapshot.predictions` and :attr:`ModelSnapshot.controller`
-  (``None`` until a hook fills them), plus :attr:`ModelSnapshot.extensions`, a free mapping
-  for anything else. Fill them from a *target hook* registered on
-  :class:`specwatch.poll.pipeline.Pipeline` (``pipeline.add_target_hook(fn)``) with
-  :func:`dataclasses.replace`; see :meth:`TargetSnapshot.with_model`.
-* **Per-target data** (e.g. ``specwatch_model_configured{target}``): :attr:`TargetSnapshot.model`
-  and :attr:`TargetSnapshot.extensions`.
-* **Rendering**: a family builder ``fn(snapshot) -> Iterable[Metric]`` registered with
-  ``SpecwatchCollector.add_family_builder(fn)`` turns those fields into metric families.
+Extension points (a plug-in needs no change here): a *target hook* registered on
+:class:`specwatch.poll.pipeline.Pipeline` copies the target with what it adds, and a family
+builder registered on the collector renders it. What a plug-in adds lives in typed *slots*:
+each plug-in defines a :class:`Slot` key (``PREDICTION = Slot("live.prediction",
+LivePrediction)``), writes it with :meth:`ModelSnapshot.with_slot` /
+:meth:`TargetSnapshot.with_model_slot` / :meth:`TargetSnapshot.with_slot`, and reads it with
+``snapshot.slot(KEY)``, typed ``LivePrediction | None``. Why keys rather than Protocols
+declared here: the poll path cannot import a plug-in's types and has nothing to ask of them;
+a key carries the type to the reader, keeps the plug-ins out of this module and out of each
+other, and a value of another type reads as absent. Slots are stored in ``extensions``;
+``predictions``, ``controller`` and ``model`` are free untyped fields for a hook without a
+key. ``server`` is the poll path's own :class:`~specwatch.poll.sources.ServerCapacity`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from specwatch.poll.sources import ServerCapacity
+
+T = TypeVar("T")
 
 #: The reasons a poll fails, exposed as ``specwatch_target_poll_errors_total{reason}``.
 POLL_ERROR_REASONS: tuple[str, ...] = ("timeout", "connection", "tls", "http_status",
@@ -32,11 +36,25 @@ POLL_ERROR_REASONS: tuple[str, ...] = ("timeout", "connection", "tls", "http_sta
 #: ``max_series`` (the target's cap; whole models beyond it) and ``invalid`` (a model skipped
 #: for one page because a counter was NaN, infinite, negative or listed twice).
 SERIES_DROP_REASONS: tuple[str, ...] = ("max_series", "invalid")
-#: Why models of a target were dropped, ``specwatch_target_models_dropped_total{reason}``
-#: (issue 17): ``max_models`` (more live models on a page than the target's cap; the extra
+#: Why models of a target were dropped, ``specwatch_target_models_dropped_total{reason}``:
+#: ``max_models`` (more live models on a page than the target's cap; the extra
 #: ones are not taken in) and ``vanished_limit`` (a remembered vanished model forgotten,
 #: oldest first, to make room). Models forgotten after the retention are not drops.
 MODEL_DROP_REASONS: tuple[str, ...] = ("max_models", "vanished_limit")
+
+
+@dataclass(frozen=True)
+class Slot(Generic[T]):
+    """A typed key of a snapshot's ``extensions``: ``name`` (unique, prefixed by the plug-in)
+    and the type its value has."""
+
+    name: str
+    kind: type[T]
+
+    def read(self, extensions: Mapping[str, Any]) -> T | None:
+        """The value in ``extensions``, or None when absent or of another type."""
+        value = extensions.get(self.name)
+        return value if isinstance(value, self.kind) else None
 
 
 @dataclass(frozen=True)
@@ -87,11 +105,19 @@ class ModelSnapshot:
     #: True when the latest page has vLLM's SD counters for this model (they exist only with
     #: --speculative-config, whatever the traffic); SGLang shows SD by its gauges instead.
     sd_families_present: bool = False
-    #: Issue 3 fills this (live predictions from the 5m window); None means "not computed".
-    predictions: Any = None
-    #: Issue 7 fills this (controller state for this target/model).
-    controller: Any = None
+    #: Free fields for a hook without a slot key (untyped; no plug-in uses them).
+    predictions: object = None
+    controller: object = None
+    #: The plug-ins' slots (:class:`Slot`), by slot name.
     extensions: Mapping[str, Any] = field(default_factory=dict)
+
+    def slot(self, key: Slot[T]) -> T | None:
+        """This model's value of a plug-in's slot, or None."""
+        return key.read(self.extensions)
+
+    def with_slot(self, key: Slot[T], value: T) -> ModelSnapshot:
+        """A copy with the slot set (the original is unchanged)."""
+        return dataclasses.replace(self, extensions={**self.extensions, key.name: value})
 
     def window(self, label: str) -> WindowSignals | None:
         """The window with this label (``"5m"``, ``"1000req"``), or None when absent."""
@@ -128,19 +154,19 @@ class TargetSnapshot:
     last_error: str | None = None
     engine: str = "unknown"
     models: Mapping[str, ModelSnapshot] = field(default_factory=dict)
-    #: Issue 3: per-target model state (e.g. whether a parameters file is configured).
-    model: Any = None
-    #: What the server's last page says about its capacity (a
-    #: :class:`specwatch.poll.sources.ServerCapacity`); None when it says nothing or
-    #: the target is down.
-    server: Any = None
+    #: A free field for a hook without a slot key (untyped; no plug-in uses it).
+    model: object = None
+    #: What the server's last page says about its capacity; None when it says nothing or the
+    #: target is down.
+    server: ServerCapacity | None = None
+    #: The plug-ins' per-target slots (:class:`Slot`), by slot name.
     extensions: Mapping[str, Any] = field(default_factory=dict)
 
     def replaced(self, **changes: Any) -> TargetSnapshot:
         """A copy with ``changes`` (by field name): what :func:`dataclasses.replace` gives,
         without running ``__init__`` again, which sets every field through the frozen
-        class's guard (no field is computed or checked there). A target hook runs on every
-        poll of every target (issue 15: 1.4 µs against 6)."""
+        class's guard (no field is computed or checked there): a target hook copies every
+        target on every poll."""
         unknown = changes.keys() - _TARGET_FIELDS
         if unknown:
             raise TypeError(f"TargetSnapshot has no field {sorted(unknown)[0]!r}")
@@ -154,6 +180,20 @@ class TargetSnapshot:
         """A copy with one model's fields replaced (for hooks): the original is unchanged."""
         models = dict(self.models)
         models[model_name] = dataclasses.replace(models[model_name], **changes)
+        return self.replaced(models=models)
+
+    def slot(self, key: Slot[T]) -> T | None:
+        """This target's value of a plug-in's slot, or None."""
+        return key.read(self.extensions)
+
+    def with_slot(self, key: Slot[T], value: T) -> TargetSnapshot:
+        """A copy with the target's slot set."""
+        return self.replaced(extensions={**self.extensions, key.name: value})
+
+    def with_model_slot(self, model_name: str, key: Slot[T], value: T) -> TargetSnapshot:
+        """A copy with one model's slot set."""
+        models = dict(self.models)
+        models[model_name] = models[model_name].with_slot(key, value)
         return self.replaced(models=models)
 
 

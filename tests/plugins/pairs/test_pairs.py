@@ -16,14 +16,9 @@ import yaml
 from scipy import optimize
 
 from specwatch.common.errors import ConfigError
-from specwatch.plugins.pairs.plugin import (
-    PairConfig,
-    PairSettings,
-    PairTracker,
-    bin_index,
-    bin_labels,
-    shard_keys,
-)
+from specwatch.plugins.pairs.plugin import PairTracker, bin_index, bin_labels
+from specwatch.plugins.pairs.settings import SECTION as PAIRS
+from specwatch.plugins.pairs.settings import PairConfig, PairSettings, shard_keys
 from specwatch.plugins.pairs.stats import max_variance, quantile_ratio
 from specwatch.poll import config, derive
 from specwatch.poll.snapshot import ModelSnapshot, TargetSnapshot, WindowSignals
@@ -323,8 +318,8 @@ def test_config_reads_pairs_and_per_model_bins(tmp_path):
                          "arrival_rate_bins": [0, 1, 5],
                          "models": {"qwen": {"arrival_rate_bins": [0, 10, 20]}}},
     }), [], None, None)
-    assert cfg.pairs == (PairConfig("canary", "a", "b", "llama"),)
-    s = cfg.pair_settings
+    assert cfg.section(PAIRS).pairs == (PairConfig("canary", "a", "b", "llama"),)
+    s = cfg.section(PAIRS).settings
     assert (s.window, s.min_requests, s.retention_seconds) == ("5m", 20, 7200.0)
     assert s.bins_for("llama") == (0.0, 1.0, 5.0)
     assert s.bins_for("qwen") == (0.0, 10.0, 20.0)

@@ -1,50 +1,23 @@
-"""The SD controller: per target and model, keep SD, switch it off, or switch it back on.
+"""The SD controller's wiring: per target and model, keep SD, switch it off, or switch it back on.
 
 vLLM cannot toggle SD at runtime (a switch is a restart with a new ``--speculative-config``),
-so a switch is expensive and the controller is built to act rarely, visibly and reversibly
-(the Kubernetes HPA ``behavior`` model, anchors-reliability §5):
+so the controller acts rarely, visibly and reversibly: states ``enabled`` / ``disabled`` /
+``pending``, switch conditions held for ``stabilization_seconds``, a minimum interval between
+switches, a hysteresis band between the two speedup thresholds, re-enabling as a probe with a
+doubling backoff, and a before/after latency record around every switch. docs/controller.md
+specifies them.
 
-* **States** per target and model: ``enabled``, ``disabled``, ``pending`` (a switch was
-  requested and the server has not yet come back with the new configuration). The
-  configuration is read from the page: SD families present or absent, configured k = number
-  of ``position`` series; a restart shows as a counter reset.
-* **Conditions.** Switch off when the acceptance rate is below ``min_acceptance_rate``, when
-  the best predicted speedup at the live load (over every k, so a smaller k that still pays
-  is a recommendation, not a switch) is below ``disable_below_speedup``, or when a configured
-  Alertmanager alert fires. Switch on when the predicted speedup of the best k at the live
-  load, with the last known good acceptance profile, is at least ``enable_above_speedup``.
-  The gap between the two thresholds is the hysteresis band.
-* **Guards.** A condition must hold at every poll for ``stabilization_seconds``; two switches
-  are at least ``min_switch_interval_seconds`` apart; nothing happens on stale data (target
-  down, model absent), on a window that is not complete or still spans the last switch, or
-  on low traffic (``min_drafts_per_window`` with SD on, ``min_requests_per_window`` with SD
-  off); while ``pending`` nothing new is decided until the server reports the requested
-  configuration or ``pending_timeout_seconds`` passes.
-* **Re-enabling is a probe.** With SD off, acceptance cannot be measured. The decision uses
-  the model at the live load with the acceptance profile remembered from the last window
-  that was healthy while SD was on (or the parameters file's profile). After a switch-off
-  for low acceptance (or an alert), each consecutive one doubles the wait before the next
-  re-enable (``min_switch_interval_seconds`` × 2^(n−1), capped by
-  ``max_reenable_delay_seconds``; the count resets once SD stays on that long), so traffic
-  that stays hard to draft for causes a few probes, not a restart loop.
-* **Draft length.** The best k at the live load is exposed
-  (``sd_controller_recommended_draft_length``) and sent with every decision together with a
-  batch-size schedule for vLLM's ``num_speculative_tokens_per_batch_size`` (computed by the
-  what-if ``advise`` code, not duplicated here).
-* **Before/after.** Around every switch, P50 and P99 of end-to-end latency and TTFT over
-  the decision window before and after are compared (``sd_switch_latency_ratio``) and logged
-  as a JSON event.
-
-The state machine (:class:`ModelController`) is pure: it is driven by :class:`Observation`
-objects carrying the poll time, so tests script whole timelines with a fake clock. I/O lives
-elsewhere: :class:`Controller` wires it into the pipeline (a target hook), the collector (a
-family builder), the HTTP server (the Alertmanager receiver, ``GET /controller``), and
-:mod:`specwatch.plugins.control.actuation` (delivery on a separate thread).
+The state machine (:class:`~specwatch.plugins.control.machine.ModelController`) is pure,
+driven by :class:`~specwatch.plugins.control.assess.Observation` objects carrying the poll
+time. This module is the I/O around it: :class:`Controller` is the target hook (its statuses
+go in the :data:`STATUSES` and :data:`STATUS` slots), the family builder, the HTTP handlers
+(the Alertmanager receiver, ``GET /controller``) and the owner of the actuators
+(:mod:`specwatch.plugins.control.actuation`, delivery on a separate thread);
+:func:`install` registers them with a :class:`~specwatch.plugins.host.PluginHost`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hmac
 import json
 import logging
@@ -59,6 +32,7 @@ from prometheus_client.core import Metric
 
 from specwatch.common.secretfile import read_secret_file
 from specwatch.expose import metricdefs
+from specwatch.plugins.control import metrics  # noqa: F401  (registers the definitions)
 from specwatch.plugins.control.actuation import (
     Actuator,
     CommandDelivery,
@@ -89,7 +63,8 @@ from specwatch.plugins.control.settings import (
     Settings,
     settings_from_raw,
 )
-from specwatch.poll.snapshot import Snapshot, TargetSnapshot
+from specwatch.plugins.host import PluginHost
+from specwatch.poll.snapshot import Slot, Snapshot, TargetSnapshot
 from specwatch.web.routing import Request, Response, only_get
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -124,6 +99,17 @@ class _TargetControl:
     dropped: dict[str, int] = field(default_factory=lambda: {"retention": 0, "limit": 0})
     limit_logged: bool = False
 
+
+@dataclass(frozen=True)
+class ControllerStatuses:
+    """Every followed model's status on one target (those off the page too)."""
+
+    models: Mapping[str, ControllerStatus]
+
+
+#: The controller's slots: a target's statuses, and each model's on the page.
+STATUSES: Slot[ControllerStatuses] = Slot("control.statuses", ControllerStatuses)
+STATUS: Slot[ControllerStatus] = Slot("control.status", ControllerStatus)
 
 #: Alerts whose outcome the receiver's answer lists one by one (the counts cover them all).
 RECEIVER_ANSWERED_ALERTS = 10
@@ -262,11 +248,10 @@ class Controller:
         for d in decisions:
             if tc.actuator is not None:
                 tc.actuator.submit(d)
-        out = dataclasses.replace(target, extensions={**target.extensions,
-                                                      "controller": statuses})
+        out = target.with_slot(STATUSES, ControllerStatuses(statuses))
         for name in out.models:
             if name in statuses:
-                out = out.with_model(name, controller=statuses[name])
+                out = out.with_model_slot(name, STATUS, statuses[name])
         return out
 
     def _finished(self, tc: _TargetControl, decision: Decision, outcome: Outcome) -> None:
@@ -302,7 +287,7 @@ class Controller:
                  ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
         # A short answer whatever the notification holds: the count per outcome and the
         # first alerts' outcomes (in the notification's order), never an echo of the
-        # request's fields (a 0.94 MB notification was answered with 1.28 MB).
+        # request's fields (a large notification would be answered with a larger body).
         shown = [{k: v for k, v in r.items() if k in ("outcome", "target", "models")}
                  for r in results[:RECEIVER_ANSWERED_ALERTS]]
         body = json.dumps({"status": "ok", "received": len(results), "outcomes": counts,
@@ -392,12 +377,10 @@ class Controller:
         figures = {name: metricdefs.gauge(f"sd_switch_window_{name}") for name in SWITCH_FIGURES}
         alerts = metricdefs.counter("specwatch_controller_alerts")
         for tname, target in snap.targets.items():
-            statuses = target.extensions.get("controller")
-            if not isinstance(statuses, Mapping):
+            statuses = target.slot(STATUSES)
+            if statuses is None:
                 continue
-            for mname, st in statuses.items():
-                if not isinstance(st, ControllerStatus):
-                    continue
+            for mname, st in statuses.models.items():
                 key = [tname, mname]
                 if st.state is not None:
                     for s in STATES:
@@ -496,18 +479,17 @@ def from_config(cfg: ServeConfig, params: Mapping[str, Params],
                       wait=wait, retention=retention)
 
 
-def install(app: Any) -> Controller | None:
-    """Wire the controller into a ServeApp (hook, families, routes); None when unused."""
-    live = app.model
-    ctl = from_config(app.cfg, live.params, live.windows, clock=app.clock)
+def install(host: PluginHost, ctl: Controller | None) -> Controller | None:
+    """Register the controller (built by :func:`from_config`; None when unused): its hooks,
+    family builder, routes and actuator threads."""
     if ctl is None:
         return None
-    app.pipeline.add_target_hook(ctl.hook)
-    app.pipeline.add_forget_hook(ctl.forget_model)
-    app.collector.add_family_builder(ctl.families)
-    app.web.routes[STATUS_PATH] = only_get(ctl.status_handler)
+    host.add_target_hook(ctl.hook)
+    host.add_forget_hook(ctl.forget_model)
+    host.add_family_builder(ctl.families)
+    host.add_route(STATUS_PATH, only_get(ctl.status_handler))
     if ctl.receiver is not None:
-        app.web.routes[ALERTMANAGER_PATH] = ctl.alertmanager_handler
-        app.web.own_auth_paths.add(ALERTMANAGER_PATH)
+        host.add_route(ALERTMANAGER_PATH, ctl.alertmanager_handler, own_auth=True)
+    host.add_lifecycle(ctl.start, ctl.stop)
     return ctl
 

@@ -1,6 +1,9 @@
-"""The ``controller:`` block of one target, validated across keys (thresholds, hysteresis band,
-the decision window, actuation secrets). Key-level checks are in the serve config's schema
-(:data:`specwatch.poll.config.CONTROLLER_SCHEMA`); what needs more than one key is here.
+"""The controller's config section: the ``controller:`` keys (:data:`CONTROLLER_SCHEMA`, and
+the top-level receiver block), registered with the serve config on import as :data:`SECTION`,
+and one target's block validated across keys (thresholds, hysteresis band, the decision
+window, actuation secrets) by :func:`settings_from_raw`.
+
+May import: ``specwatch.poll.config`` and ``specwatch.common``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,20 @@ from typing import Any
 
 from specwatch.common import redact
 from specwatch.common.errors import ConfigError
+from specwatch.common.schema import (
+    DURATION,
+    Key,
+    check_url_any_path,
+    duration_or_zero,
+    non_negative,
+    one_of,
+    parse_duration,
+    positive,
+    positive_int,
+    unit_interval,
+)
 from specwatch.common.secretfile import read_secret_file
+from specwatch.poll.config import ConfigSection, register_section
 
 MODES = ("recommend", "webhook", "command")
 STATES = ("enabled", "disabled", "pending")
@@ -48,6 +64,70 @@ ALERTMANAGER_PATH = "/controller/alertmanager"
 STATUS_PATH = "/controller"
 #: Tolerance (seconds) of time comparisons against window starts and switch times.
 EPS = 1e-6
+
+
+#: Per-target `controller:` block (semantics in specwatch.plugins.control.controller and the
+#: README, "Controller"). Cross-key rules (enable above disable, the webhook block in
+#: webhook mode...) are checked by :func:`settings_from_raw`.
+CONTROLLER_SCHEMA: dict[str, Key] = {
+    "mode": Key(str, check=one_of("recommend", "webhook", "command"),
+                doc="recommend (default) | webhook | command"),
+    "models": Key(list, items=Key(str), doc="model names to control (default: all)"),
+    "disable_below_speedup": Key((int, float), check=positive,
+                                 doc="switch SD off below this best predicted speedup"),
+    "enable_above_speedup": Key((int, float), check=positive,
+                                doc="switch SD on at or above this predicted speedup"),
+    "min_acceptance_rate": Key((int, float), check=unit_interval,
+                               doc="switch SD off below this acceptance rate"),
+    "stabilization_seconds": Key(DURATION, check=duration_or_zero,
+                                 doc="a condition must hold this long"),
+    "min_switch_interval_seconds": Key(DURATION, check=duration_or_zero,
+                                       doc="no two switches closer than this"),
+    "min_drafts_per_window": Key((int, float), check=non_negative,
+                                 doc="drafts the window needs (SD on)"),
+    "min_requests_per_window": Key((int, float), check=non_negative,
+                                   doc="finished requests the window needs (SD off)"),
+    "pending_timeout_seconds": Key(DURATION, check=parse_duration,
+                                   doc="give up waiting for a requested switch"),
+    "max_reenable_delay_seconds": Key(DURATION, check=parse_duration,
+                                      doc="cap of the re-enable backoff"),
+    "max_num_seqs": Key(int, check=positive_int(1), doc="largest batch of the schedule"),
+    "max_attempts": Key(int, check=positive_int(1), doc="deliveries tried per decision"),
+    "retry_backoff_seconds": Key(DURATION, check=parse_duration,
+                                 doc="first retry delay (doubles)"),
+    "max_retry_backoff_seconds": Key(DURATION, check=parse_duration,
+                                     doc="largest retry delay"),
+    "webhook": Key(dict, children={
+        "url": Key(str, required=True, check=check_url_any_path, doc="receiver URL"),
+        "timeout": Key(DURATION, check=parse_duration, doc="per attempt"),
+        "headers": Key(dict, values=Key(str), doc="literal headers"),
+        "headers_from_file": Key(dict, values=Key(str), doc="header -> file with the value"),
+        "headers_from_env": Key(dict, values=Key(str), doc="header -> environment variable"),
+    }, doc="mode webhook: where decisions are POSTed"),
+    "command": Key(dict, children={
+        "argv": Key(list, required=True, items=Key(str), doc="program and arguments, no shell"),
+        "timeout": Key(DURATION, check=parse_duration, doc="per attempt"),
+    }, doc="mode command: the program run per decision"),
+}
+#: Exporter-wide `controller:` block: the Alertmanager webhook receiver.
+CONTROLLER_GLOBAL_SCHEMA: dict[str, Key] = {
+    "alertmanager": Key(dict, children={
+        "token_file": Key(str, required=True, doc="file holding the bearer token"),
+        "alerts": Key(list, items=Key(str), doc="alert names meaning 'switch SD off'"),
+    }, doc="POST /controller/alertmanager"),
+}
+
+#: The controller's keys of the serve config: ``targets[].controller`` and the top-level
+#: ``controller`` (registered on import).
+SECTION: ConfigSection[None] = ConfigSection(
+    "controller",
+    top={"controller": Key(dict, children=CONTROLLER_GLOBAL_SCHEMA)},
+    top_after="file_sd_configs",
+    target={"controller": Key(dict, children=CONTROLLER_SCHEMA,
+                              doc="SD controller (off by default)")},
+    target_after="max_models")
+register_section(SECTION)
+
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """Live model predictions: the latency model applied to each model's derived signals.
 
-Owns: ``plugin`` (the target hook that fills each model's prediction slot, and its series).
+Owns: ``plugin`` (its config keys, the target hook that fills each model's prediction slot,
+and the family builder), ``metrics`` (its series' definitions).
 
 May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.model``, ``specwatch.common``.
 """

@@ -1,61 +1,17 @@
 """Live latency-model predictions on the exporter (the sd_predicted_* series).
 
-For every target whose configuration names a parameters file (`params:`), a target hook
-feeds the model with what the exporter measured over one window (default 5m): arrival rate,
-acceptance length, effective draft length, mean prompt and generation length, and the
-per-position acceptance. It attaches a :class:`LivePrediction` to each model's snapshot,
-and a family builder renders it:
+For every target whose configuration names a parameters file (``params:``), a target hook
+feeds the model with what the exporter measured over one window (default 5m) and fills each
+model's :data:`PREDICTION` slot with a :class:`LivePrediction`; :meth:`LiveModel.families`
+renders it (definitions in :mod:`specwatch.plugins.live.metrics`). Invariants: a value the
+model does not vouch for is absent, never a placeholder (``sd_model_valid`` 0 with a
+``reason`` instead); a live server stating another capacity than the calibrated one gets no
+prediction (``capacity_mismatch``); parameters files load once, at start-up (a bad one is
+exit 2). The rules, the speedup curve and the capacity check are specified in
+docs/exporter.md, "Live model predictions".
 
-    sd_predicted_speedup, sd_predicted_latency_seconds{mode="sd"|"nosd"} (each with its
-    90% interval as gauges of the same labels, only beside a valid point:
-    sd_predicted_speedup_lower/_upper, sd_predicted_latency_lower/upper_seconds),
-    sd_breakeven_arrival_rate, sd_optimal_draft_length, sd_model_utilization,
-    sd_model_valid{reason}, sd_model_latency_error_ratio, sd_model_provenance_mismatch,
-    specwatch_model_configured{target}
-    sd_model_speedup_curve{point} (and its _lower / _upper 90% bounds),
-    sd_model_curve_arrival_rate{point}
-
-The curve (the XY chart's model line): the predicted speedup at CURVE_POINTS arrival rates,
-evenly spaced from 0 up to (not including) the validity ceiling's share of the lower of the
-two systems' throughput ceilings (`max_utilization` x min(λ_max SD, λ_max no SD)), for the
-window's measured acceptance, draft length and request lengths: the whole grid in one
-vectorised `predict` call. `point` is the grid index ("00".."23"), so x (the rate) and y
-(the speedup) are two series a dashboard joins on their labels. A point is exposed only where
-the prediction there is valid by the same rules as `sd_model_valid` (below the ceiling,
-inside the calibrated range, calibrated k), except `queueing`, which describes the live
-server, not a load on the grid; no inputs (or invalid ones) means no curve at all. The curve
-depends on the measured acceptance, not on the live load, so it is drawn even while the live
-point is saturated. The count is fixed per model (CURVE_POINTS), and the models per target are
-capped by the exporter (`max_models`).
-
-Rules (no nonsense values): `sd_model_valid` is 1 only when every input is present, both
-systems are within the validity ceiling, the live load is inside the parameters file's
-calibrated range and the server is not queueing; otherwise it is 0 with a `reason` label
-(model.validity names: saturated, above_utilization_ceiling, beyond_calibrated_load,
-extrapolated_k, sensitive, queueing, missing_input, invalid_input) and the speedup and
-latencies are absent. `sensitive`: the 90% latency interval (the calibration's residual
-spread carried through the fixed point) is wider than the file's limit (±15%).
-`sd_model_latency_error_ratio` is predicted/measured − 1 of the mean latency at the observed
-load (signed), present whenever both exist: it is how drift away from the
-calibration shows (alert SDModelDrift). `queueing` uses the latest `num_requests_waiting`
-gauge of the poll (the exporter keeps no gauge history; KV-cache usage and preemptions are
-not scraped yet). The utilisation is exposed whenever the inputs are present, even past 1 (that
-is how saturation shows). The break-even needs no arrival rate and the best k is chosen
-among the configurations that are valid at the live load (0 = SD off), so both stay
-meaningful when the running configuration is saturated. Break-even +Inf means "pays at
-every load below saturation", 0 "never pays"; an undefined break-even is absent.
-
-Server capacity: a parameters file that records what its servers stated about their capacity
-(`server_capacity`: the KV cache with and without SD, max_num_seqs) describes that
-configuration. A live server that states another one (its page's `vllm:cache_config_info`,
-more than CAPACITY_TOLERANCE off the calibrated KV cache of its kind, SD or not; or a
-`targets[].max_num_seqs` other than the calibrated one) is another system: its predictions
-are `sd_model_valid` 0 with reason `capacity_mismatch` (no speedup, latencies, break-even,
-best k or curve: each rests on the capacity terms), `sd_model_provenance_mismatch{field}`
-names the value, and it is logged once. A value either side does not state is not compared.
-
-The parameters files are loaded once at start-up: a bad file stops `specwatch serve` with
-exit 2 and the file, line and field, instead of a silently unconfigured target.
+May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.model``, ``specwatch.common``
+and :mod:`specwatch.plugins.host`.
 """
 
 from __future__ import annotations
@@ -64,12 +20,12 @@ import logging
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 from prometheus_client.core import Metric
 
 from specwatch.common.errors import ConfigError
+from specwatch.common.schema import Key
 from specwatch.expose import metricdefs
 from specwatch.model import (
     BreakEvenKind,
@@ -86,33 +42,46 @@ from specwatch.model import (
     validity,
 )
 from specwatch.model.params import Params, load_params
+from specwatch.plugins.host import PluginHost
+from specwatch.plugins.live.metrics import (
+    BREAKEVEN_ARRIVAL_RATE,
+    MODEL_CONFIGURED,
+    MODEL_CURVE_ARRIVAL_RATE,
+    MODEL_LATENCY_ERROR,
+    MODEL_PROVENANCE_MISMATCH,
+    MODEL_SPEEDUP_CURVE,
+    MODEL_SPEEDUP_CURVE_LOWER,
+    MODEL_SPEEDUP_CURVE_UPPER,
+    MODEL_UTILIZATION,
+    MODEL_VALID,
+    OPTIMAL_DRAFT_LENGTH,
+    PREDICTED_LATENCY,
+    PREDICTED_LATENCY_LOWER,
+    PREDICTED_LATENCY_UPPER,
+    PREDICTED_SPEEDUP,
+    PREDICTED_SPEEDUP_LOWER,
+    PREDICTED_SPEEDUP_UPPER,
+)
 from specwatch.poll import derive, sources
-from specwatch.poll.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
-
-if TYPE_CHECKING:  # pragma: no cover
-    from specwatch.poll.config import ServeConfig
+from specwatch.poll.config import ConfigSection, ServeConfig, register_section
+from specwatch.poll.snapshot import ModelSnapshot, Slot, Snapshot, TargetSnapshot
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_WINDOW = "5m"
 
-PREDICTED_SPEEDUP = "sd_predicted_speedup"
-PREDICTED_LATENCY = "sd_predicted_latency_seconds"
-BREAKEVEN_ARRIVAL_RATE = "sd_breakeven_arrival_rate"
-OPTIMAL_DRAFT_LENGTH = "sd_optimal_draft_length"
-MODEL_UTILIZATION = "sd_model_utilization"
-MODEL_VALID = "sd_model_valid"
-MODEL_LATENCY_ERROR = "sd_model_latency_error_ratio"
-MODEL_PROVENANCE_MISMATCH = "sd_model_provenance_mismatch"
-MODEL_CONFIGURED = "specwatch_model_configured"
-MODEL_SPEEDUP_CURVE = "sd_model_speedup_curve"
-MODEL_CURVE_ARRIVAL_RATE = "sd_model_curve_arrival_rate"
-MODEL_SPEEDUP_CURVE_LOWER = "sd_model_speedup_curve_lower"
-MODEL_SPEEDUP_CURVE_UPPER = "sd_model_speedup_curve_upper"
-PREDICTED_SPEEDUP_LOWER = "sd_predicted_speedup_lower"
-PREDICTED_SPEEDUP_UPPER = "sd_predicted_speedup_upper"
-PREDICTED_LATENCY_LOWER = "sd_predicted_latency_lower_seconds"
-PREDICTED_LATENCY_UPPER = "sd_predicted_latency_upper_seconds"
+#: The live model's keys of the serve config (registered on import).
+SECTION: ConfigSection[None] = ConfigSection(
+    "live_model",
+    target={"params": Key(str, doc="latency-model parameters file (YAML) for the "
+                                   "sd_predicted_* series"),
+            "model_window": Key(str, doc="window whose signals feed the model (default "
+                                         "global's, 5m)")},
+    target_after="auth",
+    global_keys={"model_window": Key(str, doc="window whose signals feed the latency model "
+                                              "(default 5m)")},
+    global_after="min_bimodality_samples")
+register_section(SECTION)
 
 #: Relative difference between the KV cache a live server states and the calibrated one past
 #: which they are two configurations: vLLM sizes its cache from a memory profile at start-up,
@@ -162,11 +131,16 @@ class LivePrediction:
 
 @dataclass(frozen=True)
 class TargetModelState:
-    """Per-target model configuration (`TargetSnapshot.model`)."""
+    """Per-target model configuration (the target's :data:`MODEL_STATE` slot)."""
 
     configured: bool
     system: str | None = None
     window: str | None = None
+
+
+#: Each model's prediction, and each target's model configuration.
+PREDICTION: Slot[LivePrediction] = Slot("live.prediction", LivePrediction)
+MODEL_STATE: Slot[TargetModelState] = Slot("live.model_state", TargetModelState)
 
 
 #: The state of every target without a parameters file (immutable: one for all).
@@ -235,21 +209,11 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
         return LivePrediction(window_label, False, f"window {window_label} has no data yet",
                               reason_name="missing_input")
     v = w.values
-    lam = v.get(derive.ARRIVAL_RATE)
-    e = v.get(derive.ACCEPTANCE_LENGTH)
-    k = v.get(derive.DRAFT_LENGTH)
-    if k is None and e is not None and model.configured_k:
-        k = float(model.configured_k)  # SGLang: no drafts counter, the configured steps
-    p = v.get(derive.MEAN_PROMPT_TOKENS)
-    g = v.get(derive.MEAN_GENERATION_TOKENS)
-    missing = [name for name, x in (("arrival rate", lam), ("acceptance length", e),
-                                    ("draft length", k), ("prompt length", p),
-                                    ("generation length", g)) if x is None]
-    if missing:
-        return LivePrediction(window_label, False, "missing " + ", ".join(missing),
-                              reason_name="missing_input")
+    inputs = _inputs(v, model.configured_k)
+    if isinstance(inputs, str):
+        return LivePrediction(window_label, False, inputs, reason_name="missing_input")
+    lam, k, e, p, g = inputs
     coef = params.model()
-    ceiling = params.max_utilization
     judged = validity.assess(params, lam, k, e, p, g)
     pred = judged.prediction
     code = int(pred.reason)
@@ -261,27 +225,7 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
 
     be = breakeven(coef, k, e, p, g)
     be_rate = float(be.rate) if int(be.kind) != BreakEvenKind.UNDEFINED else None
-
-    profile = _live_profile(model, window_label)
-    extended = extend_profile(profile, params.k_max) if profile else None
-    alpha = math.nan
-    opt = None
-    if extended is not None:
-        opt = optimal_draft_length(coef, lam, p=p, g=g, k_max=params.k_max,
-                                   profile=extended, max_utilization=ceiling)
-    else:
-        alpha = float(alpha_from_acceptance_length(e, k)) if k > 0 else math.nan
-        if math.isfinite(alpha) and alpha < 1.0:
-            opt = optimal_draft_length(coef, lam, alpha=alpha, p=p, g=g, k_max=params.k_max,
-                                       max_utilization=ceiling)
-    best = int(opt.k) if opt is not None and bool(opt.valid) else None
-    if best is not None:
-        # The best k is shown only where its own prediction is vouched for (as in sweep).
-        e_best = 1.0 if best == 0 else float(
-            acceptance_length_from_profile(extended, best) if extended is not None
-            else acceptance_length_from_alpha(alpha, best))
-        if not bool(validity.vouched(params, lam, best, e_best, p, g)):
-            best = None
+    best = _best_draft_length(params, model, window_label, lam, k, e, p, g)
 
     lat_sd = float(pred.sd.latency)
     # The file's own claim is not a reason to withhold the number live (model.validity).
@@ -312,6 +256,53 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
     )
 
 
+def _inputs(v: Mapping[str, float], configured_k: int | None
+            ) -> tuple[float, float, float, float, float] | str:
+    """The model's inputs from a window's values, (λ, k, E, p, g), or what is missing."""
+    lam = v.get(derive.ARRIVAL_RATE)
+    e = v.get(derive.ACCEPTANCE_LENGTH)
+    k = v.get(derive.DRAFT_LENGTH)
+    if k is None and e is not None and configured_k:
+        k = float(configured_k)  # SGLang: no drafts counter, the configured steps
+    p = v.get(derive.MEAN_PROMPT_TOKENS)
+    g = v.get(derive.MEAN_GENERATION_TOKENS)
+    if lam is None or e is None or k is None or p is None or g is None:
+        missing = [name for name, x in (("arrival rate", lam), ("acceptance length", e),
+                                        ("draft length", k), ("prompt length", p),
+                                        ("generation length", g)) if x is None]
+        return "missing " + ", ".join(missing)
+    return lam, k, e, p, g
+
+
+def _best_draft_length(params: Params, model: ModelSnapshot, window_label: str, lam: float,
+                       k: float, e: float, p: float, g: float) -> int | None:
+    """The best k at the live load from the measured acceptance profile (else the i.i.d.
+    α), shown only where its own prediction is vouched for (as in sweep)."""
+    coef = params.model()
+    ceiling = params.max_utilization
+    profile = _live_profile(model, window_label)
+    extended = extend_profile(profile, params.k_max) if profile else None
+    alpha = math.nan
+    opt = None
+    if extended is not None:
+        opt = optimal_draft_length(coef, lam, p=p, g=g, k_max=params.k_max,
+                                   profile=extended, max_utilization=ceiling)
+    else:
+        alpha = float(alpha_from_acceptance_length(e, k)) if k > 0 else math.nan
+        if math.isfinite(alpha) and alpha < 1.0:
+            opt = optimal_draft_length(coef, lam, alpha=alpha, p=p, g=g, k_max=params.k_max,
+                                       max_utilization=ceiling)
+    best = int(opt.k) if opt is not None and bool(opt.valid) else None
+    if best is None:
+        return None
+    e_best = 1.0 if best == 0 else float(
+        acceptance_length_from_profile(extended, best) if extended is not None
+        else acceptance_length_from_alpha(alpha, best))
+    if not bool(validity.vouched(params, lam, best, e_best, p, g)):
+        return None
+    return best
+
+
 def _intervals(judged: validity.Assessment) -> dict[str, tuple[float, float] | None]:
     """The LivePrediction interval fields of a valid scalar assessment."""
     iv = judged.intervals
@@ -325,6 +316,8 @@ def _intervals(judged: validity.Assessment) -> dict[str, tuple[float, float] | N
     return {"speedup_interval": pair(*iv.speedup),
             "latency_sd_interval": pair(*iv.latency_sd),
             "latency_nosd_interval": pair(*iv.latency_nosd)}
+
+
 def capacity_mismatch(params: Params, server: sources.ServerCapacity | None, sd: bool,
                       max_num_seqs: int | None = None) -> tuple[str, ...]:
     """The `server_capacity` fields of the parameters file the live server contradicts.
@@ -394,7 +387,7 @@ class LiveModel:
         """Pipeline target hook: attach predictions to every model of a configured target."""
         params = self.params.get(target.name)
         if params is None:
-            return target.replaced(model=_UNCONFIGURED)
+            return target.with_slot(MODEL_STATE, _UNCONFIGURED)
         label = self.windows[target.name]
         state = TargetModelState(configured=True, system=params.system, window=label)
         models = {}
@@ -416,8 +409,9 @@ class LiveModel:
             if not live.valid:
                 log.debug("model prediction for %s/%s not valid: %s", target.name, name,
                           live.reason)
-            models[name] = replace(m, predictions=live)
-        return target.replaced(model=state, models=models)
+            models[name] = m.with_slot(PREDICTION, live)
+        return target.replaced(models=models,
+                               extensions={**target.extensions, MODEL_STATE.name: state})
 
     def _warn(self, params: Params, target: TargetSnapshot, model: str, fld: str) -> None:
         if fld == "model":
@@ -460,8 +454,8 @@ class LiveModel:
             if not target.up:
                 continue
             for mname, m in target.models.items():
-                live = m.predictions
-                if not isinstance(live, LivePrediction):
+                live = m.slot(PREDICTION)
+                if live is None:
                     continue
                 key = [tname, mname, live.window]
                 valid.add_metric([*key, "" if live.valid else live.reason_name],
@@ -534,9 +528,9 @@ def from_config(cfg: ServeConfig) -> LiveModel:
     return LiveModel(params, windows, seqs)
 
 
-def install(app: object) -> LiveModel:
-    """Wire the live model into a ServeApp: a pipeline hook and a collector family builder."""
-    live = from_config(app.cfg)  # type: ignore[attr-defined]
-    app.pipeline.add_target_hook(live.hook)  # type: ignore[attr-defined]
-    app.collector.add_family_builder(live.families)  # type: ignore[attr-defined]
+def install(host: PluginHost, live: LiveModel) -> LiveModel:
+    """Register the live model (built by :func:`from_config`): its target hook and its
+    family builder."""
+    host.add_target_hook(live.hook)
+    host.add_family_builder(live.families)
     return live

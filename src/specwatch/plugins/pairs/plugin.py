@@ -1,48 +1,22 @@
 """Measured A/B pairs: SD latency beside a baseline's, binned by arrival rate and acceptance.
 
-Why: a predicted speedup is a model's word; an operator trusts a measured one. A pair names
-two targets serving the same model, one with SD (``sd``) and one without it or with another
-k (``baseline``). Comparing their latencies is only fair at the same load and in the same
-acceptance regime (a speedup depends on both), so every finished request is put in the bin
-(arrival rate x acceptance band) of the window it finished in, per side, and a bin is
-compared only when both sides have at least ``min_requests`` finished requests in it.
+A pair names two targets serving the same model, one with SD (``sd``) and one without it or
+with another k (``baseline``). :class:`PairTracker` is a target hook: after each poll of a
+side it cuts the side's ``window`` into non-overlapping segments, files each *steady* segment
+(like a neighbour in load and SD acceptance; one that straddles a change measures neither and
+is dropped) into its bin (arrival rate x acceptance band of the SD side), and compares a bin
+only when both sides have ``min_requests`` finished requests in it. Its family builder
+exposes ``sd_measured_*`` per pair, model, bin and band (definitions in
+:mod:`specwatch.plugins.pairs.metrics`); a bin without enough requests has no series, never a
+placeholder 0.
 
-How (poll path only, no model): :class:`PairTracker` is a target hook. After each poll of a
-side it looks at that model's ``window`` (e.g. ``1m``) in the freshly derived snapshot; when
-the window starts exactly where the side's previous segment ended (or later), the window is
-one new non-overlapping *segment*. Its bin: the arrival rate (the larger of the two sides'
-latest rates) and the acceptance band of the pair's SD side (its latest acceptance rate,
-``acceptance_bands``). A segment goes into its bin when it is *steady*: its arrival rate
-within 30% and its SD acceptance within 0.1 of the previous segment's, or, failing that,
-of the next one's (it is held until then). A segment like neither neighbour straddles a
-change of load or regime (its requests started under one and finished under another) and
-measures neither, so it is dropped. Segments older than ``retention`` are dropped, so a bin
-describes recent traffic.
+Invariants: a side whose configuration changes (engine, SD on or off, configured k) starts its
+bins over; segments older than ``retention`` leave their bin; state is bounded by (sides) x
+(bins) x (bands) x (retention / window) segments. docs/exporter.md, "Measured A/B pairs",
+specifies the segments, bands and statistics.
 
-A side's *configuration* is what it is configured with, not what it drafted: its engine,
-whether SD is on (vLLM's SD counters, SGLang's steps gauge) and its configured k (vLLM's
-number of per-position series, SGLang's ``speculative_num_steps``). When it comes back
-different (a restart with another ``--speculative-config``) its bins start over; the
-effective draft length moving at the same configuration (n-gram lookups, suffix decoding,
-dynamic schedules) changes nothing. State is bounded: (pairs' sides) x (bins) x (bands) x
-(retention / window) segments.
-
-Exposed per pair (``target`` is its SD side), model, bin and band (a bin where a side has
-too few requests has no series; nothing here is ever a placeholder 0):
-
-* ``sd_measured_speedup{statistic="mean|p50|p99"}``: baseline e2e latency / SD e2e latency
-  (> 1: SD is faster); ``sd_measured_speedup_lower`` / ``_upper``: the 90% interval of the
-  mean ratio (:func:`pairstats.ratio_interval`);
-* ``sd_measured_ttft_ratio`` and ``sd_measured_inter_token_latency_ratio``
-  ``{statistic="p50|p99"}``: the same ratio for TTFT and inter-token latency;
-  a quantile ratio only where the buckets resolve it (:func:`pairstats.quantile_ratio`);
-* ``sd_measured_arrival_rate``: the mean arrival rate of the bin's segments (both sides),
-  the x position of the point on a speedup-vs-arrival-rate panel;
-* ``sd_measured_requests{side}``: finished requests in the bin per side;
-* ``sd_pair_current_arrival_rate_bin``: 1 for the bin and band the pair is at now,
-  what ``SDMeasuredSlowdown`` joins on ("at the current load and acceptance") and what the
-  dashboard's measured points are filtered by (a regime that has ended is not drawn beside
-  the current model curve).
+May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.common`` and
+:mod:`specwatch.plugins.host`.
 """
 
 from __future__ import annotations
@@ -57,22 +31,17 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from specwatch.common.schema import parse_duration
 from specwatch.expose import metricdefs
+from specwatch.plugins.host import PluginHost
+from specwatch.plugins.pairs import metrics  # noqa: F401  (registers the definitions)
 from specwatch.plugins.pairs import stats as pairstats
+from specwatch.plugins.pairs.settings import PairConfig, Pairs, PairSettings
 from specwatch.poll import derive
 from specwatch.poll.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
 
 log = logging.getLogger(__name__)
 
-#: Default arrival-rate bin edges (requests per second): [0, 0.5), [0.5, 1), ... [32, +Inf).
-DEFAULT_BINS: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
-#: Default acceptance bands (accepted / proposed draft tokens of the SD side): [0, 0.25),
-#: [0.25, 0.5), [0.5, 0.75), [0.75, 1]. A quarter of the range: a regime change that matters
-#: to the speedup (temperature, another workload) moves acceptance by more than that.
-DEFAULT_ACCEPTANCE_BANDS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)
-DEFAULT_WINDOW = "1m"
-DEFAULT_MIN_REQUESTS = 50
-DEFAULT_RETENTION_SECONDS = 3600.0
 #: A segment whose own arrival rate differs from a neighbour segment's by more than this
 #: fraction (of the larger) is not at that neighbour's load.
 TRANSITION_TOLERANCE = 0.30
@@ -96,33 +65,6 @@ SIDE_METRICS = ("sd_measured_latency_seconds", "sd_measured_side_arrival_rate",
                 "sd_measured_acceptance_length", "sd_measured_draft_length")
 
 
-@dataclass(frozen=True)
-class PairConfig:
-    """One ``pairs:`` entry: two targets, optionally one model (default: every model both
-    sides serve)."""
-
-    name: str
-    sd: str
-    baseline: str
-    model: str | None = None
-
-
-@dataclass(frozen=True)
-class PairSettings:
-    """``pair_options:``: the window a segment is, thresholds, bins (default and per model)
-    and acceptance bands."""
-
-    window: str = DEFAULT_WINDOW
-    min_requests: float = DEFAULT_MIN_REQUESTS
-    retention_seconds: float = DEFAULT_RETENTION_SECONDS
-    bins: tuple[float, ...] = DEFAULT_BINS
-    model_bins: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
-    acceptance_bands: tuple[float, ...] = DEFAULT_ACCEPTANCE_BANDS
-
-    def bins_for(self, model: str) -> tuple[float, ...]:
-        return self.model_bins.get(model, self.bins)
-
-
 def bin_labels(edges: Sequence[float], top: str = "+Inf") -> list[str]:
     """``["0-0.5", "0.5-1", ..., "32-+Inf"]``: the ``arrival_rate_bin`` label values (with
     ``top="1"``: the ``acceptance_band`` ones)."""
@@ -138,30 +80,6 @@ def bin_index(edges: Sequence[float], rate: float) -> int | None:
     if not math.isfinite(rate) or rate < edges[0]:
         return None
     return bisect.bisect_right(edges, rate) - 1
-
-
-def shard_keys(pairs: Sequence[PairConfig]) -> dict[str, str]:
-    """Target name -> the name it is sharded by: the pair name for a paired target, so both
-    sides of a pair land on one exporter. Pairs that share a target are one group, sharded
-    by the group's first pair name in sorted order (every exporter computes the same)."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for p in pairs:
-        for t in (p.sd, p.baseline):
-            a, b = find("t:" + t), find("p:" + p.name)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-    groups: dict[str, list[str]] = {}
-    for p in pairs:
-        groups.setdefault(find("p:" + p.name), []).append(p.name)
-    first = {root: min(names) for root, names in groups.items()}
-    return {t: first[find("t:" + t)] for p in pairs for t in (p.sd, p.baseline)}
 
 
 @dataclass(frozen=True)
@@ -536,12 +454,13 @@ def _ratios(hname: str, sd: Sequence[_Segment], base: Sequence[_Segment]) -> dic
     return {k: v for k, v in out.items() if math.isfinite(v) and v > 0}
 
 
-def install(pipeline: object, collector: object, pairs: Sequence[PairConfig],
-            settings: PairSettings, window_seconds: float) -> PairTracker | None:
-    """Hook a tracker into a pipeline (target hook) and a collector (family builder)."""
-    if not pairs:
+def install(host: PluginHost, section: Pairs) -> PairTracker | None:
+    """Register a tracker of the configured pairs (its target hook and family builder);
+    None without pairs."""
+    if not section.pairs:
         return None
-    tracker = PairTracker(pairs, settings, window_seconds)
-    pipeline.add_target_hook(tracker.observe)  # type: ignore[attr-defined]
-    collector.add_family_builder(tracker.families)  # type: ignore[attr-defined]
+    tracker = PairTracker(section.pairs, section.settings,
+                          parse_duration(section.settings.window))
+    host.add_target_hook(tracker.observe)
+    host.add_family_builder(tracker.families)
     return tracker

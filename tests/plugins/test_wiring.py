@@ -1,0 +1,119 @@
+"""How the application wires its plug-ins: each registers through a PluginHost (never the
+application), reads its config section and writes typed snapshot slots; the config tables'
+key order, and so every "allowed:" list in an error, does not depend on which plug-in was
+imported first."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from helpers import testsecrets
+
+from specwatch.plugins.control import controller
+from specwatch.plugins.live import plugin as live
+from specwatch.plugins.pairs import plugin as pairs
+from specwatch.plugins.pairs import settings as pair_settings
+from specwatch.poll import config
+from specwatch.poll.snapshot import ModelSnapshot, Slot, TargetSnapshot
+
+
+class FakeHost:
+    """A PluginHost that records what is registered."""
+
+    def __init__(self, cfg: config.ServeConfig) -> None:
+        self.cfg = cfg
+        self.hooks: list[object] = []
+        self.forget: list[object] = []
+        self.builders: list[object] = []
+        self.routes: dict[str, tuple[object, bool]] = {}
+        self.lifecycle: list[tuple[object, object]] = []
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return lambda: 0.0
+
+    def section(self, section):
+        return self.cfg.section(section)
+
+    def add_target_hook(self, hook) -> None:
+        self.hooks.append(hook)
+
+    def add_forget_hook(self, hook) -> None:
+        self.forget.append(hook)
+
+    def add_family_builder(self, builder) -> None:
+        self.builders.append(builder)
+
+    def add_route(self, path: str, handler, own_auth: bool = False) -> None:
+        self.routes[path] = (handler, own_auth)
+
+    def add_lifecycle(self, start, stop) -> None:
+        self.lifecycle.append((start, stop))
+
+
+def test_plugins_register_through_the_host(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text(testsecrets.RECEIVER_TOKEN)
+    path = tmp_path / "specwatch.yaml"
+    path.write_text(
+        "targets:\n"
+        "  - {name: a, url: http://a:8000/metrics, controller: {mode: recommend}}\n"
+        "  - {name: b, url: http://b:8000/metrics}\n"
+        "pairs:\n  - {name: p, sd: a, baseline: b}\n"
+        f"controller:\n  alertmanager: {{token_file: {token}}}\n")
+    cfg = config.build_config(str(path), [], None, None)
+    host = FakeHost(cfg)
+    model = live.install(host, live.from_config(cfg))
+    tracker = pairs.install(host, host.section(pair_settings.SECTION))
+    ctl = controller.install(host, controller.from_config(cfg, model.params, model.windows))
+    assert tracker is not None and ctl is not None
+    assert host.hooks == [model.hook, tracker.observe, ctl.hook]
+    assert host.builders == [model.families, tracker.families, ctl.families]
+    assert host.forget == [ctl.forget_model]
+    assert host.routes["/controller/alertmanager"][1] is True
+    assert host.routes["/controller"][1] is False
+    assert host.lifecycle == [(ctl.start, ctl.stop)]
+    assert cfg.shard_keys == {"a": "p", "b": "p"}
+
+
+def test_a_slot_reads_its_own_type_only() -> None:
+    key: Slot[int] = Slot("test.count", int)
+    model = ModelSnapshot("m", "vllm", None, ())
+    target = TargetSnapshot("t", True, models={"m": model})
+    assert model.slot(key) is None and target.slot(key) is None
+    assert model.with_slot(key, 3).slot(key) == 3
+    assert target.with_slot(key, 4).slot(key) == 4
+    assert target.with_model_slot("m", key, 5).models["m"].slot(key) == 5
+    assert model.with_slot(Slot("test.count", str), "x").slot(key) is None  # type: ignore[arg-type]
+    assert target.models["m"].slot(key) is None  # the original is unchanged
+
+
+ORDER = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+from specwatch.poll import config
+print(json.dumps([list(config.TOP_SCHEMA), list(config.TARGET_SCHEMA),
+                  list(config.GLOBAL_SCHEMA)]))
+"""
+
+
+def test_key_order_does_not_depend_on_registration_order() -> None:
+    orders = [("specwatch.plugins.pairs.settings", "specwatch.plugins.live.plugin",
+               "specwatch.plugins.control.settings"),
+              ("specwatch.plugins.control.settings", "specwatch.plugins.pairs.settings",
+               "specwatch.plugins.live.plugin")]
+    out = {subprocess.run([sys.executable, "-c", ORDER, *o], capture_output=True, text=True,
+                          check=True).stdout for o in orders}
+    assert len(out) == 1
+    top, target, glob = json.loads(out.pop())
+    assert top == ["global", "targets", "file_sd_configs", "controller", "pairs",
+                   "pair_options"]
+    assert target[target.index("auth") + 1:target.index("auth") + 3] == ["params",
+                                                                          "model_window"]
+    assert target[-1] == "controller"
+    assert glob[glob.index("min_bimodality_samples") + 1] == "model_window"
