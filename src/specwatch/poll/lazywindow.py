@@ -34,11 +34,9 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from specwatch.poll import bimodality
+from specwatch.poll.signals import BIMODALITY_COEFFICIENT
 
 log = logging.getLogger(__name__)
-
-#: The key of the coefficient computed on its own first read.
-BIMODALITY_COEFFICIENT = "sd_acceptance_bimodality_coefficient"
 
 
 class Signals(NamedTuple):
