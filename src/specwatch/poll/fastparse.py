@@ -247,7 +247,7 @@ class SampleSelector:
                     return None
                 samples.extend(self._parse_alone(m.group()[1:]))
                 continue
-            append((name, labels, _value(value_text), head))
+            append((name, labels, parse_value(value_text), head))
         if not samples:
             return None  # nothing we read: let the full parser judge the page
         return Selection(samples, frozenset(seen), text)
@@ -319,10 +319,10 @@ class SampleSelector:
         labels = self._labels_of(label_text)
         if labels is None:
             return None
-        return name, labels, _value(value_text), head
+        return name, labels, parse_value(value_text), head
 
 
-def _value(text: str) -> float:
+def parse_value(text: str) -> float:
     """A strict value literal as the parser converts it: the strict form already checked
     the literal, so it is an integer unless it has a point, an exponent, Inf or NaN
     (prometheus_client: int() first, then float())."""

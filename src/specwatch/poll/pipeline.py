@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specwatch import __version__
-from specwatch.poll import derive, history, limits, sources
+from specwatch.poll import derive, history, limits, pageplan, sources
 from specwatch.poll.snapshot import POLL_ERROR_REASONS, Snapshot, TargetSnapshot
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,8 @@ class _TargetState:
     last_body: tuple[int, int] | None = None
     last_page: sources.ParsedPage | None = None
     #: What the parse learnt from the last page (a steady server's next page is parsed
-    #: from it: :class:`specwatch.poll.sources.PagePlan`).
-    page_plan: sources.PagePlan = field(default_factory=sources.PagePlan)
+    #: from it: :class:`specwatch.poll.pageplan.PagePlan`).
+    page_plan: pageplan.PagePlan = field(default_factory=pageplan.PagePlan)
     logged_drops: set[str] = field(default_factory=set)  # drop reasons already logged
 
 

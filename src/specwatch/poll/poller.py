@@ -44,11 +44,11 @@ from specwatch.poll import fetch as _fetch
 from specwatch.poll.fetch import (
     MAX_REDIRECTS,
     FetchSession,
+    Guard,
     PollError,
     PollTarget,
-    _Guard,
-    _short,
     fetch,
+    short_message,
 )
 from specwatch.poll.pipeline import PollResult
 
@@ -122,7 +122,7 @@ class Poller:
         self._sessions: dict[str, FetchSession] = {}
         self._inflight: set[str] = set()  # targets with a poll queued or running
         self._retired: list[tuple[str, FetchSession]] = []
-        self._guards: set[_Guard] = set()  # polls in flight (stop() cuts them short)
+        self._guards: set[Guard] = set()  # polls in flight (stop() cuts them short)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         # The scheduler's sleep: a lock held while it sleeps, released to wake it early (one
@@ -186,7 +186,7 @@ class Poller:
         started_wall = self.clock()
         t0 = time.monotonic()
         body, reason, message = None, None, ""
-        guard = _Guard(t0 + target.timeout_seconds)
+        guard = Guard(t0 + target.timeout_seconds)
         with self._lock:
             self._guards.add(guard)
         if self._stop.is_set():
@@ -196,7 +196,7 @@ class Poller:
         except PollError as exc:
             reason, message = exc.reason, str(exc)
         except Exception as exc:  # never let a poll kill its worker
-            reason, message = "connection", f"{type(exc).__name__}: {_short(exc)}"
+            reason, message = "connection", f"{type(exc).__name__}: {short_message(exc)}"
         finally:
             with self._lock:
                 self._guards.discard(guard)
