@@ -316,8 +316,8 @@ def _request_bytes(conn: http.client.HTTPConnection, path: str,
                    headers: Mapping[str, str]) -> bytes:
     """The bytes ``conn.request("GET", path, headers=headers)`` sends.
 
-    Why: ``request()`` costs about 18 µs of CPU a call (putrequest/putheader's validation
-    regular expressions, encoding, joins) for bytes that are the same on every poll. They
+    Why: ``request()`` validates and encodes on every call (putrequest/putheader's
+    regular expressions, encoding, joins) bytes that are the same on every poll. They
     are the library's own: its ``request()`` runs on a blank connection of ``conn``'s
     class, host and port (what the request line and Host depend on: IPv6 brackets, the
     port unless it is the class's default) whose socket only records, so a header or path

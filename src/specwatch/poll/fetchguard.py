@@ -100,8 +100,7 @@ class _Watchdog:
                                                 name="specwatch-deadline")
                 self._thread.start()
             # Woken only when this deadline is the next one due: otherwise the thread
-            # already waits for an earlier one and finds this one then (one thread switch a
-            # poll saved: issue 15).
+            # already waits for an earlier one and finds this one then.
             if self._heap[0][2] is guard:
                 self._cond.notify()
 

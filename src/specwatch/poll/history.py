@@ -64,8 +64,8 @@ ForgetHook = Callable[[str, str], None]
 class TargetHistory:
     """All models of one target. Not thread-safe: one poll of a target at a time updates it.
 
-    ``max_models`` caps the models a target may hold at once (issue 17: a target that renames
-    its models every poll must not grow the exporter without bound): live models (on the
+    ``max_models`` caps the models a target may hold at once (a target that renames its
+    models every poll must not grow the exporter without bound): live models (on the
     latest page) beyond the cap are not taken in (reason ``max_models``, kept models first,
     then name order), and remembered models that vanished are forgotten oldest first when
     live plus vanished would pass ``max_models + max_vanished_models`` (reason
@@ -85,7 +85,7 @@ class TargetHistory:
             else max_models
         #: Keep the latency histograms' bucket counters in the rings? Only the windows'
         #: histograms read them (a controller, A/B pairs); without those they are most of a
-        #: ring's columns (vLLM: about 60 of 80), so the pipeline turns this off (issue 15).
+        #: ring's columns (vLLM: about 60 of 80), so the pipeline turns this off.
         #: Their series still take part in the reset rules (``resets_total`` is unchanged).
         self._keep_buckets = True
         self.models: dict[str, ModelHistory] = {}
@@ -410,7 +410,7 @@ class TargetHistory:
         for name in [m for m, h in self.models.items() if h.last_seen < horizon]:
             self.forget(name, "retention")
 
-    # -- bounds (issue 17) -----------------------------------------------------------------
+    # -- bounds ----------------------------------------------------------------------------
     def forget(self, name: str, reason: str) -> None:
         """Forget one model (history and its series' raw state) and tell the hooks."""
         if self.models.pop(name, None) is None:

@@ -1,6 +1,6 @@
 """A window's signals, computed when first read: the mappings of :class:`WindowSignals`.
 
-Why (issue 15): every poll derives every window of every model, but only a reader needs the
+Why: every poll derives every window of every model, but only a reader needs the
 signals: the exposition (a target polled every 5 s and scraped every 15 s has two
 snapshots in three that nobody renders), a live prediction hook, the controller. So
 :func:`specwatch.poll.derive.derive_model` decides at poll time which windows exist and
@@ -122,7 +122,7 @@ class WindowValues(_Lazy):
     coefficient on the first read of its key, of the whole mapping, ``len`` or ``in`` of
     that key. Reading any other key never computes the coefficient.
 
-    Objects matter (issue 15): a snapshot lives one poll interval, long enough for the
+    Objects matter: a snapshot lives one poll interval, long enough for the
     garbage collector to move what it holds to older generations, whose passes walk all of
     it. So a window is three objects, as many as computing at once made (this, a
     :class:`LazyMapping` for positions, the ``WindowSignals``); what the windows compute from

@@ -34,7 +34,7 @@ class PagePlan:
     """What :func:`parse_page` learned from a target's last page: a steady server's next
     page has the same wanted lines in the same order, only their values change.
 
-    Why (issue 15): the selective parse spends about a third of its CPU on Python work per
+    Why: the selective parse spends about a third of its CPU on Python work per
     wanted line (the finder's groups, the label set, what the sample is, its checks), the
     same every poll for the same lines. With a plan, :meth:`parse` runs the finder and
     compares the lines' heads (name and label set as written) with the plan's at C speed;
@@ -53,7 +53,7 @@ class PagePlan:
     generated changes.
 
     One per target (not shared between threads: a target's polls are serialized). Its
-    memory is bounded whatever a target sends (issue 17): a page whose wanted heads hold
+    memory is bounded whatever a target sends: a page whose wanted heads hold
     more than :data:`PLAN_MAX_HEAD_BYTES` of text is parsed without a plan.
     """
 

@@ -65,7 +65,7 @@ class HistoryRing:
     *unknown* at a poll (:data:`UNKNOWN`, -inf as rows read it; 0xFFFFFFFE in the uint32
     matrix) is not absent: the counter exists but an invalid source series added to it then.
 
-    It behaves like the deque of :class:`HistoryEntry` it replaced (``len``, ``[i]``,
+    It also reads and writes as a deque of :class:`HistoryEntry` (``len``, ``[i]``,
     iteration, ``append``, ``[-1] = entry``, ``popleft``, ``maxlen``); an entry read from
     it is a fresh :class:`HistoryEntry` whose ``counters`` hold the keys present at that
     poll. The poll path and :func:`specwatch.poll.derive.derive_model` use the row API
@@ -159,7 +159,7 @@ class HistoryRing:
         return self._cols.get(key)
 
     def frozen(self) -> HistoryRing:
-        """The live entries as they are now, read-only, for reading later (issue 15: a
+        """The live entries as they are now, read-only, for reading later (a
         snapshot's models are derived when first read, after more polls may have changed
         this ring). It shares this ring's storage instead of copying it: the ring never
         writes to a row once another row follows it, and a compaction or a change of the
@@ -289,7 +289,7 @@ class HistoryRing:
             self._start, self._n = 0, live
             return
         # Small steps: a full ring of a long-running exporter holds its retention plus
-        # at most about 1/16 + 1/32 spare rows (it was up to 1/4 + 1/8 with 5/4 steps).
+        # at most about 1/16 + 1/32 spare rows.
         cap = max(self._cap + 8, self._cap * 17 // 16)
         self._t = grow_rows(self._t, cap)
         self._s = grow_rows(self._s, cap)

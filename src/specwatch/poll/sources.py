@@ -20,7 +20,7 @@ Engines and what each one can give (details in the README, "Exporter"):
   little higher than v1's); acceptance length, draft length, α and per-position are absent.
 * **SGLang (0.5.x)**: no accepted/proposed counters. The cumulative
   ``sglang:spec_verify_calls_total`` and ``sglang:generation_tokens_total`` give a windowed
-  acceptance length (see :func:`specwatch.poll.derive.derive_window`); the configured
+  acceptance length (:func:`specwatch.poll.formulas.sglang_acceptance_length`); the configured
   chain length comes from the ``sglang:spec_num_steps`` gauge and the proposed tokens per
   verify call from ``sglang:spec_num_draft_tokens`` − 1. No per-position data, so no
   position or heterogeneity signals.
@@ -30,9 +30,9 @@ name (prometheus_client returns counters under the base family name), ``*_create
 are kept apart (they mark resets, they are not values), and ``vllm:iteration_tokens_total``
 is a histogram whose samples never match a counter name here.
 
-Size: one module because :class:`PagePlan` must give exactly what :func:`parse_page` gives
-(the same rules for every value, the same keys, the same page assembled by ``_page``), and
-that equivalence is only checkable with both read side by side.
+May import: :mod:`specwatch.poll.fastparse`, :mod:`specwatch.poll.capacity`, and
+prometheus_client's parser. The page plan (:mod:`specwatch.poll.pageplan`) builds on this
+module, not the other way round.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ TTFT_COUNT = "ttft_seconds_count"
 E2E_LATENCY_BUCKET = "e2e_latency_seconds_bucket"
 TTFT_BUCKET = "ttft_seconds_bucket"
 #: Inter-token latency (vLLM >= 0.10 ``inter_token_latency_seconds``; SGLang's namesake):
-#: the third ratio of a measured A/B pair (issue 16).
+#: the third ratio of a measured A/B pair.
 ITL_BUCKET = "inter_token_latency_seconds_bucket"
 #: Bucket signals: aggregated per `le` (as per-position counters are per `position`).
 BUCKET_SIGNALS = frozenset({E2E_LATENCY_BUCKET, TTFT_BUCKET, ITL_BUCKET})
@@ -204,7 +204,7 @@ class ParsedPage:
     invalid_series: int = 0
     #: Models with an invalid counter series on this page (sorted).
     invalid_models: tuple[str, ...] = ()
-    #: Distinct label values cut to the length limit on this page (issue 17).
+    #: Distinct label values cut to the length limit on this page.
     truncated_label_values: int = 0
     #: What the server says about its capacity (vLLM's cache_config_info); None: not said.
     server: ServerCapacity | None = None
@@ -302,7 +302,7 @@ class _Names:
         return _Series(kind, sig, model, identity, (model, sig, identity), position, longest)
 
     def cached(self, key: str, name: str, labels: Mapping[str, str]) -> _Series:
-        """describe(), remembered under the sample key (bounded: issue 17)."""
+        """describe(), remembered under the sample key (bounded by :data:`LABEL_CACHE_SIZE`)."""
         found = self.describe(name, labels)
         if len(key) <= LABEL_CACHE_MAX_KEY:
             if len(self.series) >= LABEL_CACHE_SIZE:
