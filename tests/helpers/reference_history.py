@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from helpers import reference_derive as derive
-from specwatch.poll import derive as exporter_derive
+from specwatch.poll import samples as poll_samples
 from specwatch.poll import sources
 
 #: (canonical signal, position, bucket bound `le` or None): the key of an aggregated,
@@ -359,7 +359,7 @@ class TargetHistory:
             if bad:
                 counters = {k: derive.UNKNOWN if k in bad else v for k, v in counters.items()}
             sample = None
-            reads = exporter_derive.interval_sample_reads(counters)
+            reads = poll_samples.interval_sample_reads(counters)
             if prev_entry is not None and t > prev_entry.t and not any(
                     k in bad or prev_entry.counters.get(k) == derive.UNKNOWN for k in reads):
                 sample = derive.interval_acceptance_rate(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import reference_derive
+from helpers.windows import time_window_base
 
 from specwatch.poll import bimodality, derive
 from specwatch.poll.pipeline import Pipeline, PollResult
@@ -19,7 +20,7 @@ from specwatch.sim.scenario import load_scenario
 from specwatch.sim.server import render_page
 from specwatch.sim.simulation import Simulation
 
-THRESHOLD = derive.BIMODALITY_THRESHOLD
+THRESHOLD = bimodality.BIMODALITY_THRESHOLD
 N = 180  # a 15-minute window of 5 s polls
 NOISE = 0.03  # per-interval spread of the acceptance rate (the demo's is about 0.03)
 
@@ -127,7 +128,7 @@ def _replay(scenario: str, until: float, poll: float = 5.0) -> tuple[float, floa
         t += poll
     model = sc.models[0].model_name
     ring = pipeline.target_history("sim").models[model].entries
-    base = derive.time_window_base(list(ring), 900.0)
+    base = time_window_base(list(ring), 900.0)
     raw = bimodality.sarle_coefficient([e.sample for e in ring
                                          if e.t > base.t and e.sample is not None])
     w = pipeline.snapshot.targets["sim"].models[model].window("15m")

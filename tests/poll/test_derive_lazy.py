@@ -24,11 +24,14 @@ from pathlib import Path
 import pytest
 from helpers import reference_derive
 from helpers.pageserver import fixture_pages
+from helpers.windows import window_signals
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specwatch.expose.collector import SpecwatchCollector
 from specwatch.poll import bimodality, derive, history, lazywindow, sources
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.ring import HistoryEntry
+from specwatch.poll.windowplan import Present
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
 BC = derive.BIMODALITY_COEFFICIENT
@@ -43,7 +46,7 @@ FULL_KEYS = [(sources.ACCEPTED_PER_POSITION, p) for p in ("0", "1", "2")] + [
 
 
 def _entries(rng: random.Random, n: int, t0: float = 0.0, full: bool = False
-             ) -> list[history.HistoryEntry]:
+             ) -> list[HistoryEntry]:
     """A vLLM model polled every 5 s: steady counters, a sample on most polls (two levels
     taking turns, so the coefficient is defined and varies); ``full``: with per-position
     and latency-bucket counters too."""
@@ -58,11 +61,11 @@ def _entries(rng: random.Random, n: int, t0: float = 0.0, full: bool = False
             cum[k] += rng.uniform(1, 40)
         level = 0.3 if (i // rng.randint(1, 4)) % 2 else 0.7
         sample = None if rng.random() < 0.2 else min(1.0, max(0.0, rng.gauss(level, 0.05)))
-        out.append(history.HistoryEntry(t0 + 5.0 * i, dict(cum), sample))
+        out.append(HistoryEntry(t0 + 5.0 * i, dict(cum), sample))
     return out
 
 
-def _model(entries: list[history.HistoryEntry]) -> history.ModelHistory:
+def _model(entries: list[HistoryEntry]) -> history.ModelHistory:
     ring = history.HistoryRing()
     for e in entries:
         ring.append(e)
@@ -144,7 +147,7 @@ def test_a_snapshot_keeps_its_windows_samples_when_the_history_moves_on(calls: l
 def test_an_undefined_coefficient_is_absent_however_it_is_read() -> None:
     """Constant samples have no spread: the key is absent from get, [], in, iteration and
     len, exactly as when it was computed at once."""
-    entries = [history.HistoryEntry(e.t, e.counters, 0.5) for e in
+    entries = [HistoryEntry(e.t, e.counters, 0.5) for e in
                _entries(random.Random(3), 100)]
     w = derive.derive_model(_model(entries), CFG, "vllm").window("5m")
     assert w is not None and isinstance(w.values, lazywindow.WindowValues)
@@ -196,7 +199,7 @@ def test_window_signals_copies_the_samples_it_is_given() -> None:
     want = bimodality.coexistence_coefficient(samples)
     deltas = {(sources.DRAFTS, None): 10.0, (sources.DRAFT_TOKENS, None): 30.0,
               (sources.ACCEPTED_TOKENS, None): 12.0}
-    w = derive.window_signals("w", 60.0, deltas, derive.Present.of(deltas), 3, {}, samples)
+    w = window_signals("w", 60.0, deltas, Present.of(deltas), 3, {}, samples)
     samples[:] = [0.5] * 40
     assert want is not None and w.values.get(BC) == want
 
@@ -273,7 +276,7 @@ def test_an_sglang_window_reads_the_gauges_of_its_own_poll(computed: list[float]
             (sources.REQUESTS_FINISHED, None)]
     ring = history.HistoryRing()
     for i in range(30):
-        ring.append(history.HistoryEntry(5.0 * i, {k: 40.0 * i * (j + 1)
+        ring.append(HistoryEntry(5.0 * i, {k: 40.0 * i * (j + 1)
                                                    for j, k in enumerate(keys)}, None))
     gauges = {sources.SGLANG_SPEC_DRAFT_TOKENS: 4.0}
     mh = history.ModelHistory("m", ring, configured_k=3, gauges=gauges,

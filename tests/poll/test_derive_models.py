@@ -22,6 +22,7 @@ import pytest
 
 from specwatch.poll import derive, history, lazywindow, sources
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.ring import HistoryEntry
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
 CFG = derive.DeriveConfig(windows=(("30s", 30.0), ("1m", 60.0)), count_window=20,
@@ -153,20 +154,20 @@ def test_a_frozen_ring_reads_like_the_ring_and_refuses_changes() -> None:
     for i in range(40):
         for k in keys:
             cum[k] += rng.randint(1, 50)
-        ring.append(history.HistoryEntry(5.0 * i, dict(cum), rng.random()))
+        ring.append(HistoryEntry(5.0 * i, dict(cum), rng.random()))
     view = ring.frozen()
     before = [(e.t, dict(e.counters), e.sample) for e in ring]
     columns = [view.column(k).tolist() for k in keys]
     new = (sources.REQUESTS_FINISHED, None)
     for i in range(40, 200):  # drops, compactions, a new column, values past uint32
         cum[keys[1]] += 2.0 ** 33
-        ring.append(history.HistoryEntry(5.0 * i, {**cum, new: float(i)}, None))
-    ring[-1] = history.HistoryEntry(5.0 * 199, {keys[0]: 1.0}, 0.5)
+        ring.append(HistoryEntry(5.0 * i, {**cum, new: float(i)}, None))
+    ring[-1] = HistoryEntry(5.0 * 199, {keys[0]: 1.0}, 0.5)
     assert [(e.t, dict(e.counters), e.sample) for e in view] == before
     assert view.keys == keys and len(view) == 40
     assert [view.column(k).tolist() for k in keys] == columns
     assert view.column_index(new) is None and view.column(new) is None
-    for change in (lambda: view.append(history.HistoryEntry(1e6, {}, None)),
+    for change in (lambda: view.append(HistoryEntry(1e6, {}, None)),
                    lambda: view.popleft(), lambda: view.replace_last_row(view.row(-1)),
                    lambda: view.column_of(("x", None))):
         with pytest.raises(TypeError, match="cannot change"):

@@ -19,8 +19,11 @@ import random
 
 import pytest
 from helpers import reference_derive
+from helpers.windows import derive_window
 
 from specwatch.poll import derive, history, sources
+from specwatch.poll.formulas import solve_token_acceptance_probability
+from specwatch.poll.ring import HistoryEntry
 from specwatch.poll.snapshot import ModelSnapshot, WindowSignals
 
 POOL: list[tuple[str, str | None]] = [
@@ -55,7 +58,7 @@ def _increase(rng: random.Random) -> float:
     return rng.uniform(0, 500)
 
 
-def _history(rng: random.Random, n: int) -> list[history.HistoryEntry]:
+def _history(rng: random.Random, n: int) -> list[HistoryEntry]:
     keys = rng.choice([VLLM, SGLANG, POOL])
     cum = {k: rng.uniform(0, 1e4) for k in POOL}
     entries = []
@@ -66,7 +69,7 @@ def _history(rng: random.Random, n: int) -> list[history.HistoryEntry]:
         for k in present:
             cum[k] = cum[k] + _increase(rng)
         sample = rng.choice([None, None, rng.random()])
-        entries.append(history.HistoryEntry(t, {k: cum[k] for k in present}, sample))
+        entries.append(HistoryEntry(t, {k: cum[k] for k in present}, sample))
     return entries
 
 
@@ -109,7 +112,7 @@ def test_window_signals_from_a_mapping_equals_the_reference(seed: int) -> None:
     k = rng.choice([None, 2, 5])
     gauges = rng.choice([{}, {sources.SGLANG_SPEC_DRAFT_TOKENS: 3.0}])
     for base in entries[:-1]:
-        got = derive.derive_window("w", base, entries[-1], k, gauges)
+        got = derive_window("w", base, entries[-1], k, gauges)
         want = reference_derive.derive_window("w", base, entries[-1], k, gauges)
         assert (got is None) == (want is None)
         if got is not None:
@@ -121,9 +124,9 @@ def test_a_counter_without_a_column_reads_zero() -> None:
     """A ring that never saw finished requests (no column): the windows read 0 for them,
     as the dict walk did (no arrival rate, requests 0)."""
     ring = history.HistoryRing([
-        history.HistoryEntry(0.0, {(sources.DRAFTS, None): 10.0, (sources.DRAFT_TOKENS, None):
+        HistoryEntry(0.0, {(sources.DRAFTS, None): 10.0, (sources.DRAFT_TOKENS, None):
                                    30.0, (sources.ACCEPTED_TOKENS, None): 12.0}),
-        history.HistoryEntry(5.0, {(sources.DRAFTS, None): 20.0, (sources.DRAFT_TOKENS, None):
+        HistoryEntry(5.0, {(sources.DRAFTS, None): 20.0, (sources.DRAFT_TOKENS, None):
                                    60.0, (sources.ACCEPTED_TOKENS, None): 30.0})])
     mh = history.ModelHistory("m", ring)
     cfg = derive.DeriveConfig(windows=(("1m", 60.0),), count_window=5)
@@ -183,7 +186,7 @@ def test_unrolled_bisection_gives_the_references_alpha_bit_for_bit() -> None:
     """The 50 midpoints as lo + 2^-i give the same α as the reference's halving loop with
     its convergence test, including ties (e exactly E at a midpoint) and extreme k."""
     for e, k in _hard_cases(random.Random(7), 20000):
-        got = derive.solve_token_acceptance_probability(e, k)
+        got = solve_token_acceptance_probability(e, k)
         want = reference_derive.solve_token_acceptance_probability(e, k)
         assert (got is None) == (want is None), (e, k)
         if got is not None:

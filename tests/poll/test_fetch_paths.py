@@ -465,7 +465,7 @@ def test_finished_polls_leave_no_guard_waiting_for_its_deadline() -> None:
     timeout, must not pile up one deadline guard per poll until each deadline passes: the
     watchdog holds at most twice the polls in flight plus a small constant (issue 17's
     bounded state; tests/test_resources.py saw +467 kB over 1,000 such polls)."""
-    from specwatch.poll.fetch import _WATCHDOG
+    from specwatch.poll.fetchguard import _WATCHDOG
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

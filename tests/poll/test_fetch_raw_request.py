@@ -26,7 +26,9 @@ from helpers import testsecrets
 from helpers.certs import PKI, make_pki
 from helpers.scriptserver import Reply, ScriptServer, response
 
+from specwatch import __version__
 from specwatch.poll import fetch as fetchmod
+from specwatch.poll import fetchdirect, fetchrules
 from specwatch.poll.fetch import PollError, PollTarget, fetch, new_session
 
 PAGE = b"# HELP vllm:num_requests_running x\nvllm:num_requests_running 1\n"
@@ -80,8 +82,8 @@ def _offline(monkeypatch: pytest.MonkeyPatch, reply: bytes) -> list[FakeSocket]:
         socks.append(FakeSocket(reply))
         self.sock = socks[-1]  # type: ignore[assignment]
 
-    monkeypatch.setattr(fetchmod._DirectHTTPConnection, "connect", connect)
-    monkeypatch.setattr(fetchmod._DirectHTTPSConnection, "connect", connect)
+    monkeypatch.setattr(fetchdirect._DirectHTTPConnection, "connect", connect)
+    monkeypatch.setattr(fetchdirect._DirectHTTPSConnection, "connect", connect)
     return socks
 
 
@@ -94,7 +96,7 @@ def no_live_request(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     def request(self: http.client.HTTPConnection, method: str, url: str, *args: Any,
                 **kwargs: Any) -> None:
-        if not isinstance(self.sock, fetchmod._Capture):
+        if not isinstance(self.sock, fetchdirect._Capture):
             raise AssertionError("http.client request() on a live connection")
         built.append(url)
         LIBRARY_REQUEST(self, method, url, *args, **kwargs)
@@ -134,7 +136,7 @@ EQUIVALENCE: list[tuple[str, str, dict[str, Any], list[str], list[str]]] = [
                   "X-Api-Key": testsecrets.TARGET_API_KEY}},
      ["accept: text/plain", "USER-AGENT: probe/1", f"X-Api-Key: {testsecrets.TARGET_API_KEY}"],
      ["Accept: text/plain;version=0.0.4;q=1,*/*;q=0.1",
-      f"User-Agent: specwatch/{fetchmod.__version__}"]),
+      f"User-Agent: specwatch/{__version__}"]),
     ("host_header_from_target", "http://example.com:8080/metrics",
      {"headers": {"host": "virtual.example"}}, ["host: virtual.example"],
      ["Host: example.com:8080"]),
@@ -197,7 +199,7 @@ def test_a_header_the_library_rejects_fails_the_poll_as_before(
     fetch reports any transport error), every time (a failed build is not cached), nothing
     reaches the server, and the next good poll on the session works."""
     with pytest.raises(Exception) as library:
-        library_bytes("http://127.0.0.1/metrics", {**fetchmod._BASE_HEADERS, **headers})
+        library_bytes("http://127.0.0.1/metrics", {**fetchrules.BASE_HEADERS, **headers})
     with ScriptServer({"/metrics": response(PAGE)}) as srv:
         session = new_session(srv.url(), "direct")
         good = PollTarget("t", srv.url())
@@ -210,7 +212,7 @@ def test_a_header_the_library_rejects_fails_the_poll_as_before(
                 assert err.value.reason == "connection"
                 assert type(err.value.__cause__) is type(library.value)
                 assert str(err.value) == (f"{type(library.value).__name__}: "
-                                          f"{fetchmod._short(library.value)}")
+                                          f"{fetchrules.short_message(library.value)}")
             assert fetch(session, good) == PAGE.decode()
         finally:
             session.close()

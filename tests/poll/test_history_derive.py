@@ -5,9 +5,12 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers.windows import derive_window, time_window_base
 
 from specwatch.poll import bimodality, derive, history, sources
 from specwatch.poll.derive import DeriveConfig
+from specwatch.poll.formulas import expected_acceptance_length, solve_token_acceptance_probability
+from specwatch.poll.ring import HistoryEntry
 
 M = "m"
 
@@ -109,8 +112,8 @@ def test_random_resets_never_give_negative_deltas():
     assert h.resets_total == resets > 0
 
 
-def entry(t, **c) -> history.HistoryEntry:
-    return history.HistoryEntry(t, {(k, None): v for k, v in c.items()})
+def entry(t, **c) -> HistoryEntry:
+    return HistoryEntry(t, {(k, None): v for k, v in c.items()})
 
 
 def test_empty_window_is_absent_not_zero():
@@ -120,14 +123,14 @@ def test_empty_window_is_absent_not_zero():
               e2e_latency_seconds_sum=10, e2e_latency_seconds_count=5)
     b = entry(60, drafts=10, draft_tokens=30, accepted_tokens=20, requests_finished=5,
               e2e_latency_seconds_sum=10, e2e_latency_seconds_count=5)
-    w = derive.derive_window("1m", a, b, 3, {})
+    w = derive_window("1m", a, b, 3, {})
     assert w is not None
     for name in (derive.ACCEPTANCE_RATE, derive.ACCEPTANCE_LENGTH, derive.DRAFT_LENGTH,
                  derive.TOKEN_ACCEPTANCE_PROBABILITY, derive.MEAN_LATENCY_SECONDS,
                  derive.EFFECTIVE_BATCH_SIZE):
         assert name not in w.values
     assert w.values[derive.ARRIVAL_RATE] == 0.0
-    assert derive.derive_window("1m", a, a, 3, {}) is None
+    assert derive_window("1m", a, a, 3, {}) is None
 
 
 def test_ratios_stay_in_range_on_inconsistent_counters():
@@ -135,7 +138,7 @@ def test_ratios_stay_in_range_on_inconsistent_counters():
     acceptance length stays within 1 .. draft length + 1."""
     a = entry(0, drafts=0, draft_tokens=0, accepted_tokens=0)
     b = entry(10, drafts=10, draft_tokens=30, accepted_tokens=45)
-    w = derive.derive_window("1m", a, b, 3, {})
+    w = derive_window("1m", a, b, 3, {})
     assert w.values[derive.ACCEPTANCE_RATE] == 1.0
     assert w.values[derive.ACCEPTANCE_LENGTH] == 4.0
     assert w.values[derive.TOKEN_ACCEPTANCE_PROBABILITY] == 1.0
@@ -157,24 +160,24 @@ def test_count_window_uses_last_n_requests():
 
 def test_time_window_base_selection():
     es = [entry(t) for t in (0, 30, 60, 90, 120)]
-    assert derive.time_window_base(es, 60).t == 60
-    assert derive.time_window_base(es, 1000).t == 0  # partial window at start-up
-    assert derive.time_window_base(es[:1], 60) is None
+    assert time_window_base(es, 60).t == 60
+    assert time_window_base(es, 1000).t == 0  # partial window at start-up
+    assert time_window_base(es[:1], 60) is None
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.2, 0.5, 0.77, 0.99])
 @pytest.mark.parametrize("k", [1, 3, 4.5, 8])
 def test_alpha_inverts_expected_length(alpha, k):
-    e = derive.expected_acceptance_length(alpha, k)
-    assert derive.solve_token_acceptance_probability(e, k) == pytest.approx(alpha, abs=1e-9)
+    e = expected_acceptance_length(alpha, k)
+    assert solve_token_acceptance_probability(e, k) == pytest.approx(alpha, abs=1e-9)
 
 
 def test_bimodality_coefficient_separates_one_mode_from_two():
     rng = random.Random(1)
     one = [rng.gauss(0.6, 0.05) for _ in range(200)]
     two = [rng.gauss(0.1, 0.03) for _ in range(100)] + [rng.gauss(0.7, 0.03) for _ in range(100)]
-    assert bimodality.sarle_coefficient(one) < derive.BIMODALITY_THRESHOLD
-    assert bimodality.sarle_coefficient(two) > derive.BIMODALITY_THRESHOLD
+    assert bimodality.sarle_coefficient(one) < bimodality.BIMODALITY_THRESHOLD
+    assert bimodality.sarle_coefficient(two) > bimodality.BIMODALITY_THRESHOLD
     assert bimodality.sarle_coefficient([0.5] * 20) is None
     assert bimodality.sarle_coefficient([0.1, 0.2, 0.3]) is None
 
@@ -189,7 +192,7 @@ def test_heterogeneity_is_zero_for_iid_and_one_for_all_or_nothing():
              ("accepted_tokens", None): 1000 * (p0 + p1),
              (sources.ACCEPTED_PER_POSITION, "0"): 1000 * p0,
              (sources.ACCEPTED_PER_POSITION, "1"): 1000 * p1}
-        return derive.derive_window("1m", base, history.HistoryEntry(10, c), 2, {})
+        return derive_window("1m", base, HistoryEntry(10, c), 2, {})
 
     assert with_pos(0.6, 0.36).values[derive.ACCEPTANCE_HETEROGENEITY] == pytest.approx(0)
     assert with_pos(0.5, 0.5).values[derive.ACCEPTANCE_HETEROGENEITY] == pytest.approx(1)

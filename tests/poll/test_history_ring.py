@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 from collections import deque
 
+from helpers.windows import count_window_base, derive_window, time_window_base
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specwatch.poll import derive, sources
-from specwatch.poll.history import HistoryEntry, HistoryRing, ModelHistory
+from specwatch.poll.ring import HistoryEntry, HistoryRing, ModelHistory
 
 EXAMPLES = int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "60"))
 KEYS = [(sources.DRAFTS, None), (sources.DRAFT_TOKENS, None), (sources.ACCEPTED_TOKENS, None),
@@ -93,15 +94,15 @@ def test_derive_model_on_the_ring_matches_entry_by_entry_selection(steps, count_
     snap = derive.derive_model(ModelHistory("m", HistoryRing(entries)), cfg, "vllm")
     want = []
     cur = entries[-1]
-    selections = [(label, derive.time_window_base(entries, secs)) for label, secs in cfg.windows]
+    selections = [(label, time_window_base(entries, secs)) for label, secs in cfg.windows]
     if count_window:
         selections.append((cfg.count_window_label,
-                           derive.count_window_base(entries, count_window)))
+                           count_window_base(entries, count_window)))
     for label, base in selections:
         if base is None:
             continue
         samples = [e.sample for e in entries if e.t > base.t and e.sample is not None]
-        w = derive.derive_window(label, base, cur, None, {}, samples, 4)
+        w = derive_window(label, base, cur, None, {}, samples, 4)
         if w is not None:
             want.append(w)
     assert snap.windows == tuple(want)

@@ -20,7 +20,7 @@ from helpers.scriptserver import ScriptServer, chunked, response
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from specwatch.poll import fetch, httpheaders
+from specwatch.poll import fetchdirect, httpheaders
 
 CHARS = st.sampled_from(list(b"aZ-_:; \t\r\n\x0b\x0c\x1c\x85\xa0\xe9\x00\x7f!~") +
                         [ord("F")] * 3)
@@ -106,7 +106,7 @@ def test_begin_is_the_library_code_reading_headers_with_the_fast_parser():
     assert "parse_headers" in begin.__code__.co_names
     assert begin.__globals__["parse_headers"] is httpheaders.parse_headers
     assert http.client.parse_headers is not httpheaders.parse_headers  # nothing patched
-    for conn in (fetch._DirectHTTPConnection, fetch._DirectHTTPSConnection):
+    for conn in (fetchdirect._DirectHTTPConnection, fetchdirect._DirectHTTPSConnection):
         assert conn.response_class is httpheaders.Response
 
 

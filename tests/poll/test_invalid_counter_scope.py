@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from specwatch.poll import derive, history, sources
+from specwatch.poll.windowplan import LATENCY_HISTOGRAMS
 
 RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
 BAD = 20  # the page (poll index) that carries the invalid family
@@ -98,7 +99,7 @@ def close(a: float, b: float) -> bool:
 def test_nan_in_one_family_keeps_the_signals_that_do_not_read_it(family):
     seq = pages()
     bad_sig = sources._VLLM_COUNTERS[family]
-    bad_histogram = next((name for name, sig in derive.LATENCY_HISTOGRAMS.items()
+    bad_histogram = next((name for name, sig in LATENCY_HISTOGRAMS.items()
                           if sig == bad_sig), None)
     if bad_sig in S.BUCKET_SIGNALS:
         bad_sig = {S.E2E_LATENCY_BUCKET: S.E2E_LATENCY_SUM,  # a bucket: no window reads it

@@ -1,7 +1,7 @@
 """A target's page parsed from its plan is the page parsed without one (issue 15).
 
 Protected behaviour: :func:`specwatch.poll.sources.parse_page` with a
-:class:`~specwatch.poll.sources.PagePlan` kept across one target's pages returns exactly
+:class:`~specwatch.poll.pageplan.PagePlan` kept across one target's pages returns exactly
 the :class:`~specwatch.poll.sources.ParsedPage` that parsing each page alone returns
 (counters, created and gauges with their order and value types, configured k, start time,
 invalid and truncated counts, engine kind): on the recorded vLLM 0.32 pages in capture order
@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch.poll import sources
+from specwatch.poll import pageplan, sources
 from specwatch.poll.derive import DeriveConfig
 from specwatch.poll.pipeline import Pipeline, PollResult
 
@@ -55,7 +55,7 @@ def alone(text: str, engine: str, buckets: bool, limit: int | None) -> object:
         return str(exc)
 
 
-def with_plan(plan: sources.PagePlan, text: str, engine: str, buckets: bool,
+def with_plan(plan: pageplan.PagePlan, text: str, engine: str, buckets: bool,
               limit: int | None) -> object:
     try:
         return content(sources.parse_page(text, engine, "fast", limit, buckets=buckets,
@@ -65,8 +65,8 @@ def with_plan(plan: sources.PagePlan, text: str, engine: str, buckets: bool,
 
 
 def check_sequence(pages: list[str], engine: str = "auto", buckets: bool = False,
-                   limit: int | None = 256) -> sources.PagePlan:
-    plan = sources.PagePlan()
+                   limit: int | None = 256) -> pageplan.PagePlan:
+    plan = pageplan.PagePlan()
     for text in pages:
         assert with_plan(plan, text, engine, buckets, limit) == alone(text, engine, buckets,
                                                                       limit)
@@ -165,7 +165,7 @@ def test_a_counter_series_given_twice_is_judged_on_every_page() -> None:
     parted[i + 1] = parted[i + 1].rsplit(" ", 1)[0] + " 1.0"
     plan = check_sequence(["\n".join(twice), "\n".join(parted)])
     assert plan.hits == 0
-    assert sources.parse_page("\n".join(parted), plan=sources.PagePlan()).invalid_models
+    assert sources.parse_page("\n".join(parted), plan=pageplan.PagePlan()).invalid_models
 
 
 @pytest.mark.parametrize("value", ["NaN", "Inf", "-Inf", "-1", "1e300", "+7"])
@@ -186,8 +186,8 @@ def test_a_plan_keeps_bounded_text(monkeypatch) -> None:
     """Heads holding more text than PLAN_MAX_HEAD_BYTES are not kept: the next page is
     parsed alone, with the same result (issue 17: a target cannot make the plan hold its
     page)."""
-    monkeypatch.setattr(sources, "PLAN_MAX_HEAD_BYTES", 2000)
+    monkeypatch.setattr(pageplan, "PLAN_MAX_HEAD_BYTES", 2000)
     plan = check_sequence([REAL[30], REAL[31]])
     assert plan.hits == 0 and plan.heads == []
-    monkeypatch.setattr(sources, "PLAN_MAX_HEAD_BYTES", 1 << 20)
+    monkeypatch.setattr(pageplan, "PLAN_MAX_HEAD_BYTES", 1 << 20)
     assert check_sequence([REAL[30], REAL[31]]).hits == 1

@@ -29,7 +29,7 @@ from specwatch.app.serve import ServeApp
 from specwatch.expose.collector import server_families
 from specwatch.model.params import params_from_mapping
 from specwatch.plugins.live.plugin import capacity_mismatch
-from specwatch.poll import config, sources
+from specwatch.poll import config, pageplan, sources
 from specwatch.poll.snapshot import Snapshot, TargetSnapshot
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -52,7 +52,7 @@ def _with_info(*lines: str) -> str:
 
 @pytest.mark.parametrize("parser", sources.PARSERS)
 def test_recorded_pages_state_their_kv_cache(parser: str) -> None:
-    plan = sources.PagePlan()
+    plan = pageplan.PagePlan()
     for path in REAL:
         page = sources.parse_page(path.read_text(), parser=parser,
                                   plan=plan if parser == "fast" else None)

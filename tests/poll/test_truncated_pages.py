@@ -18,7 +18,7 @@ from helpers.faultserver import FaultServer, Serve
 from helpers.scrape import parse_exposition, select
 
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config, fetch, sources
+from specwatch.poll import config, fetch, pageplan, sources
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
 PAGES = sorted(FIXTURES.glob("*.prom"))
@@ -74,7 +74,7 @@ def _check_cut(text: str, before: str) -> bool:
         # (test_sources checks that); one full parse a cut keeps the run short.
         want = None if oracle is None else _comparable(oracle, buckets)
         assert _verdict(text, parser="fast", buckets=buckets) == want, (len(text), buckets)
-        plan = sources.PagePlan()
+        plan = pageplan.PagePlan()
         sources.parse_page(before, buckets=buckets, plan=plan)
         assert plan.key is not None  # the plan was learnt: the cut page meets it
         assert _verdict(text, parser="fast", buckets=buckets, plan=plan) == want, \

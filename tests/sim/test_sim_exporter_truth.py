@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from specwatch.poll import derive
+from specwatch.poll import bimodality, derive
 from specwatch.poll.pipeline import Pipeline, PollResult
 from specwatch.poll.snapshot import WindowSignals
 from specwatch.sim.scenario import Scenario, load_scenario
@@ -112,7 +112,7 @@ def test_heterogeneity_and_bimodality_reveal_the_two_populations() -> None:
     v = replay.window("5m").values
     split_bc = v["sd_acceptance_bimodality_coefficient"]
     print(f"bimodality coefficient: interleaved {mixed_bc:.3f}, alternating {split_bc:.3f}")
-    assert split_bc > derive.BIMODALITY_THRESHOLD
+    assert split_bc > bimodality.BIMODALITY_THRESHOLD
     assert split_bc > mixed_bc + 0.15
 
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from specwatch.poll import signals
+
 WINDOW_NOTE = (" Computed from the exporter's own poll history (every poll interval), so all"
                " Prometheus replicas see the same value.")
 TYPES = ("gauge", "counter", "histogram")
@@ -51,18 +53,18 @@ class MetricDef:
 #: them.
 METRICS: tuple[MetricDef, ...] = (
     MetricDef(
-        "sd_acceptance_rate", "gauge", ("target", "model_name", "window"),
+        signals.ACCEPTANCE_RATE, "gauge", ("target", "model_name", "window"),
         help="Accepted / proposed draft tokens over the window (vLLM's "
              "definition, 0-1)." + WINDOW_NOTE,
         doc="accepted / proposed draft tokens (vLLM's definition)"),
     MetricDef(
-        "sd_acceptance_length", "gauge", ("target", "model_name", "window"),
+        signals.ACCEPTANCE_LENGTH, "gauge", ("target", "model_name", "window"),
         help="Tokens committed per verify cycle over the window: 1 + accepted "
              "/ drafts (bonus token included)." + WINDOW_NOTE,
         doc="tokens committed per verify cycle, 1 + accepted / drafts (bonus token included), "
             "1 … k + 1"),
     MetricDef(
-        "sd_draft_length", "gauge", ("target", "model_name", "window"),
+        signals.DRAFT_LENGTH, "gauge", ("target", "model_name", "window"),
         help="Proposed draft tokens per draft over the window (effective k)." + WINDOW_NOTE,
         doc="proposed draft tokens per draft: the effective k (below the configured k with "
             "n-gram misses, dynamic SD, suffix decoding)"),
@@ -92,25 +94,25 @@ METRICS: tuple[MetricDef, ...] = (
         doc="`targets[].max_num_seqs` of the configuration (vLLM's `--max-num-seqs`, which "
             "no vLLM page states); absent when not configured"),
     MetricDef(
-        "sd_token_acceptance_probability", "gauge", ("target", "model_name", "window"),
+        signals.TOKEN_ACCEPTANCE_PROBABILITY, "gauge", ("target", "model_name", "window"),
         help="Per-token acceptance probability alpha of the i.i.d. model, "
              "solved from the acceptance length and draft length (not the "
              "acceptance rate)." + WINDOW_NOTE,
         doc="per-token α of the i.i.d. model: E = (1 − α^(k+1)) / (1 − α) solved by bisection "
             "with k = `sd_draft_length`; not the acceptance rate"),
     MetricDef(
-        "sd_position_acceptance_rate", "gauge", ("target", "model_name", "window", "position"),
+        signals.POSITION_ACCEPTANCE_RATE, "gauge", ("target", "model_name", "window", "position"),
         help="Share of drafts whose token at this position was accepted, over "
              "the window." + WINDOW_NOTE,
         doc="share of drafts whose token at `position` was accepted, p_i"),
     MetricDef(
-        "sd_position_conditional_acceptance_rate", "gauge",
+        signals.POSITION_CONDITIONAL_ACCEPTANCE_RATE, "gauge",
         ("target", "model_name", "window", "position"),
         help="Acceptance at this position given the previous position was "
              "accepted, over the window." + WINDOW_NOTE,
         doc="p_i / p_(i−1): acceptance at `position` given the previous one was accepted"),
     MetricDef(
-        "sd_acceptance_heterogeneity", "gauge", ("target", "model_name", "window"),
+        signals.ACCEPTANCE_HETEROGENEITY, "gauge", ("target", "model_name", "window"),
         help="Share of the maximum possible variance of per-draft acceptance, "
              "(p1 - p0^2) / (p0 (1 - p0)) from positions 0 and 1: 0 "
              "homogeneous traffic, 1 an all-or-nothing mixture. A lower bound "
@@ -118,26 +120,26 @@ METRICS: tuple[MetricDef, ...] = (
         doc="(p_1 − p_0²) / (p_0 (1 − p_0)), 0 … 1: spread of acceptance across drafts (next "
             "section)"),
     MetricDef(
-        "sd_arrival_rate", "gauge", ("target", "model_name", "window"),
+        signals.ARRIVAL_RATE, "gauge", ("target", "model_name", "window"),
         help="Finished requests per second over the window (the arrival rate "
              "in steady state)." + WINDOW_NOTE,
         doc="finished requests per second (= arrival rate in steady state; 0 on an idle "
             "server: a true value over elapsed time)"),
     MetricDef(
-        "sd_effective_batch_size", "gauge", ("target", "model_name", "window"),
+        signals.EFFECTIVE_BATCH_SIZE, "gauge", ("target", "model_name", "window"),
         help="Mean requests in flight over the window by Little's law (arrival "
              "rate x mean e2e latency)." + WINDOW_NOTE,
         doc="mean requests in flight, Little's law λ · L"),
     MetricDef(
-        "sd_mean_prompt_tokens", "gauge", ("target", "model_name", "window"),
+        signals.MEAN_PROMPT_TOKENS, "gauge", ("target", "model_name", "window"),
         help="Mean prompt tokens per finished request over the window." + WINDOW_NOTE,
         doc="mean prompt tokens per finished request"),
     MetricDef(
-        "sd_mean_generation_tokens", "gauge", ("target", "model_name", "window"),
+        signals.MEAN_GENERATION_TOKENS, "gauge", ("target", "model_name", "window"),
         help="Mean generated tokens per finished request over the window." + WINDOW_NOTE,
         doc="mean generated tokens per finished request"),
     MetricDef(
-        "sd_mean_latency_seconds", "gauge", ("target", "model_name", "window"),
+        signals.MEAN_LATENCY_SECONDS, "gauge", ("target", "model_name", "window"),
         help="Mean end-to-end request latency over the window." + WINDOW_NOTE,
         doc="mean end-to-end request latency"),
     MetricDef(
@@ -147,7 +149,7 @@ METRICS: tuple[MetricDef, ...] = (
         doc="one observation per poll interval with ≥ `min_drafts_per_sample` drafts: that "
             "interval's acceptance rate; buckets 0.05 wide"),
     MetricDef(
-        "sd_acceptance_bimodality_coefficient", "gauge", ("target", "model_name", "window"),
+        signals.BIMODALITY_COEFFICIENT, "gauge", ("target", "model_name", "window"),
         help="Sarle's bimodality coefficient of the per-poll-interval acceptance rates in "
              "the window that a change over time does not explain (within the segments left "
              "by at most two level shifts, never above the raw coefficient); above 5/9 "

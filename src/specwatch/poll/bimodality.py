@@ -1,41 +1,22 @@
 """Bimodality of the per-poll acceptance samples that a change over time cannot explain.
 
-Why not Sarle's coefficient of the raw samples: samples taken over a window mix "before"
-and "after" whenever acceptance changes. A plain drop from 0.57 to 0.29 fills a 15-minute
-window with two clusters, and the raw coefficient reads 0.85-0.95, the signature of two
-populations, although the traffic was never mixed (issue 18, item 3). Two populations that
-*coexist* keep alternating inside the window; a change happens once (a step), or twice (a
-dip that recovers), or gradually (a drift).
+Samples taken over a window mix "before" and "after" whenever acceptance changes, so
+Sarle's coefficient of the raw samples reads two populations after a plain drop. Two
+populations that *coexist* keep alternating inside the window; a change happens once (a
+step), twice (a dip that recovers) or gradually (a drift). So the samples are split, in
+poll order, at no more than :data:`MAX_CHANGES` change points (greedy binary segmentation,
+O(n) a split with prefix sums), the sample on each side of each change point is left out
+(the poll interval that straddles a change averages both levels), and Sarle's coefficient
+is taken within each segment and averaged, weighted by samples.
 
-Method (docs/metrics.md, "Acceptance heterogeneity: method and limits"):
+Invariant: the reported coefficient is the smaller of that mean and the coefficient of all
+the samples, so it never exceeds the raw coefficient.
 
-1. Split the samples, in poll order, at no more than :data:`MAX_CHANGES` change points into
-   segments of constant level (greedy binary segmentation: each round makes the one split
-   that lowers the squared deviations from the segment means most). A step needs one change
-   point and a dip that recovers two; two populations that take turns need one per switch,
-   so two change points cannot separate them.
-2. Leave out the sample on each side of each change point: the poll interval that straddles
-   a change averages both levels and would sit between the clusters as an outlier.
-3. Take Sarle's coefficient within each segment and average them, weighted by samples.
-   After a step, each segment holds one level (unimodal: about 0.35 with normal noise);
-   with interleaved populations each segment still holds both (0.8-0.9 for a 50/50 mix).
+Method and limits: docs/metrics.md, "Acceptance heterogeneity: method and limits"; how it is
+computed in a few numpy calls a window: docs/performance.md, "History, derive and
+exposition" (checked against ``tests/helpers/reference_bimodality.py``).
 
-The reported coefficient is the smaller of that mean and the coefficient of all the
-samples: it never exceeds the raw coefficient, so it can only fire less than before. A
-gradual drift needs no special case: evenly spread samples are at most as bimodal as the
-uniform distribution, 5/9, the threshold itself. It runs on every poll of every target, so
-each split is O(n) with prefix sums (numpy), not an O(n²) exact segmentation.
-
-Cost (issue 15): windows hold 10 to a few hundred samples, so numpy's per-call overhead, not
-arithmetic, sets the price; :func:`coexistence_coefficient` makes few calls. The deviations
-from the mean serve both the raw coefficient and the change points (one buffer, whose rows'
-running sums are the prefix sums); a round of the segmentation reads one distance vector per
-bound (:func:`_split`) instead of three sums of squares per segment; the kept segments are
-contiguous slices (leaving out samples c − 1 and c trims one sample off each side of a
-change point), each centred on its own mean as before, so a nearly constant segment meets
-the "no spread" rule exactly where it did. The change points are the former ones bit for bit;
-the coefficients agree with the former implementation (``tests/helpers/
-reference_bimodality.py``) to about 1e-12 (``tests/poll/test_bimodality_equivalence.py``).
+May import: numpy.
 """
 
 from __future__ import annotations
@@ -78,13 +59,13 @@ def sarle_coefficient(samples: Sequence[float] | np.ndarray) -> float | None:
 def _sarle(d: np.ndarray, d2: np.ndarray, n: int) -> float | None:
     """Sarle's coefficient from the deviations ``d`` from the mean (n >= 4) and their squares.
 
-    The moments are dot products (one call each, no temporary; numpy's pairwise sum costs
-    about twice as much per call on these short vectors). They sum in another order than
-    the pairwise sum did, so they may differ in the last bits: by at most 2·(n + 1)·2⁻⁵³
-    relative for the sums of squares and fourth powers (positive terms), and for the third
-    moment by as little of the coefficient (its skewness enters squared beside 1), far
-    below the 1e-9 the reference tests ask. The "no spread" rule m2 <= 1e-18 must decide
-    exactly as before: an m2 within that rounding of 1e-18 is summed again the former way.
+    The moments are dot products (one call each, no temporary). They sum in another order
+    than numpy's pairwise sum (the reference, ``tests/helpers/reference_bimodality.py``), so
+    they may differ in the last bits: by at most 2·(n + 1)·2⁻⁵³ relative for the sums of
+    squares and fourth powers (positive terms), and for the third moment by as little of
+    the coefficient (its skewness enters squared beside 1), far below the 1e-9 the
+    reference tests ask. The "no spread" rule m2 <= 1e-18 must decide as the reference
+    does: an m2 within that rounding of 1e-18 is summed again with the pairwise sum.
     """
     m2 = float(d.dot(d)) / n
     if abs(m2 - 1e-18) <= 1e-33 * (n + 1):  # too close to the limit to trust the order
@@ -141,8 +122,8 @@ def _split(cs: np.ndarray, cs2: np.ndarray, max_changes: int) -> list[int]:
     far) one vector holds it for every position c at once: ``dist[b][c]``, the samples
     between b and c. Splitting segment [a, b) at a < c < b gains dist[a][b] −
     (dist[a][c] + dist[b][c]): the same three terms, from the same floating-point
-    operations (a difference negated, a count |c − b|), that the former per-segment
-    evaluation computed, so the gains, hence the chosen points, are the same to the last
+    operations (a difference negated, a count |c − b|), that a per-segment evaluation
+    (the reference) computes, so the gains, hence the chosen points, are the same to the last
     bit. A round adds one vector (its new bound) instead of re-evaluating three sums of
     squares per segment.
     """
@@ -199,8 +180,8 @@ def _dist(cs: np.ndarray, cs2: np.ndarray, b: int, counts: np.ndarray) -> np.nda
     """Sum of squared deviations of the samples between position b and each position c,
     max(|cs2[c] − cs2[b]| − (cs[c] − cs[b])² / |c − b|, 0) (``counts``: |c − b|, 1 at b).
 
-    The differences are the former ones negated for c < b, which changes no bit of the
-    square or the absolute value. In place: seven numpy calls, two arrays.
+    For c < b the differences are negated, which changes no bit of the square or the
+    absolute value. In place: seven numpy calls, two arrays.
     """
     s = cs - float(cs[b])
     np.multiply(s, s, out=s)
@@ -261,7 +242,7 @@ def coexistence_coefficient(samples: Sequence[float] | np.ndarray,
     One pass: the deviations from the mean serve the raw coefficient and the change points'
     running sums; each kept segment is a slice (no copy) whose coefficient is computed as
     :func:`sarle_coefficient` does, centred on its own mean (so a nearly constant segment
-    meets the "no spread" rule exactly as before, with no cancellation from raw power sums).
+    meets the "no spread" rule exactly as there, with no cancellation from raw power sums).
     """
     x = np.asarray(samples, dtype=float)
     n = x.size

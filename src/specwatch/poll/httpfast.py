@@ -1,38 +1,20 @@
 """The direct transport's usual response, read without ``http.client``'s stream objects.
 
-Why (issue 15): ``http.client`` reads a response through a buffered file over the socket
-(``makefile``), one ``readline`` for the status and one per header line, then the body in
-``read1`` calls through two layers of Python objects. For the 55 KB vLLM page that is about
-165 µs of CPU a fetch, of which the socket calls are about 70 (``bench/bench_fetch.py``); at
-500 targets every 5 s it was a tenth of the exporter's CPU. A vLLM server answers a poll
-the same way every time: ``HTTP/1.1 200``, a few plain header lines, a body framed by
-``Content-Length``. :func:`read_head` reads that shape with ``recv`` on the socket and one
-regular expression, and :class:`FastResponse` serves the body from the bytes already
-received, then from the socket.
+A vLLM server answers a poll the same way every time: ``HTTP/1.1 200``, a few plain header
+lines, a body framed by ``Content-Length``. :func:`read_head` reads that shape with ``recv``
+on the socket and one regular expression, and :class:`FastResponse` serves the body from the
+bytes already received, then from the socket. Anything else goes to the library, unchanged:
+the bytes read so far are put back in front of the socket's own stream
+(:class:`ReplayedSocket`), so the library reads exactly the bytes it would have read and
+decides as it would.
 
-Anything else goes to the library, unchanged: another status or version, a header line
-that is not plain (:data:`specwatch.poll.httpheaders.PLAIN`) or not ended by CRLF,
-chunked framing, no ``Content-Length``, ``Connection: close``, one of the headers the poll
-reads given twice, more header lines than the library allows, a head over
-:data:`HEAD_LIMIT`, or the end of the stream before the head's end. The bytes read so far
-are put back in front of the socket's own stream (:class:`ReplayedSocket`), so the library
-reads exactly the bytes it would have read from the socket itself, and decides as it
-would (the response, or its exception). The reading stops as soon as the bytes cannot be
-the usual head (a first line that is not the status line, a bare LF), so the library
-is never left waiting for bytes it would not have waited for.
-
-What the fast path gives is what the library's response gives for the same bytes: status
-200, the headers' values as ``getheader`` returns them (names case-blind, several values
-joined by ", "), ``read1`` with the library's semantics for a body of known length (at
-most ``n`` bytes, at most one ``recv``; ``b""`` when the body is complete, or when the
-server closed the connection before it was, with ``length`` still counting the missing
-bytes). One difference, on the connection only: bytes a server sends past the body (it
-answered more than it was asked) are dropped by the library with its buffer, and the
-connection kept; here the connection is closed after the response, so the next poll
-starts on a clean one. ``tests/poll/test_http_fast.py`` checks all of this against
+Invariant: what the fast path gives is what the library's response gives for the same
+bytes (status, ``getheader``, ``read1``); the one difference is on the connection. Which
+answers go to the library, and why the two agree: docs/performance.md, "The direct
+transport's response read". ``tests/poll/test_http_fast.py`` checks it against
 ``http.client`` on generated and hostile responses.
 
-Imports only the standard library and :mod:`specwatch.poll.httpheaders`.
+May import: the standard library and :mod:`specwatch.poll.httpheaders`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ response, its ``begin`` the library's code reading headers through :func:`parse_
 ``tests/poll/test_http_headers.py`` checks the messages against the library's on generated and
 hostile header blocks, and that :class:`Response` uses this parser.
 
-Imports only the standard library.
+May import: the standard library only.
 """
 
 from __future__ import annotations

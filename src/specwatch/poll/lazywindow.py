@@ -1,6 +1,6 @@
 """A window's signals, computed when first read: the mappings of :class:`WindowSignals`.
 
-Why (issue 15): every poll derives every window of every model, but only a reader needs the
+Why: every poll derives every window of every model, but only a reader needs the
 signals: the exposition (a target polled every 5 s and scraped every 15 s has two
 snapshots in three that nobody renders), a live prediction hook, the controller. So
 :func:`specwatch.poll.derive.derive_model` decides at poll time which windows exist and
@@ -34,11 +34,9 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from specwatch.poll import bimodality
+from specwatch.poll.signals import BIMODALITY_COEFFICIENT
 
 log = logging.getLogger(__name__)
-
-#: The key of the coefficient computed on its own first read.
-BIMODALITY_COEFFICIENT = "sd_acceptance_bimodality_coefficient"
 
 
 class Signals(NamedTuple):
@@ -124,7 +122,7 @@ class WindowValues(_Lazy):
     coefficient on the first read of its key, of the whole mapping, ``len`` or ``in`` of
     that key. Reading any other key never computes the coefficient.
 
-    Objects matter (issue 15): a snapshot lives one poll interval, long enough for the
+    Objects matter: a snapshot lives one poll interval, long enough for the
     garbage collector to move what it holds to older generations, whose passes walk all of
     it. So a window is three objects, as many as computing at once made (this, a
     :class:`LazyMapping` for positions, the ``WindowSignals``); what the windows compute from

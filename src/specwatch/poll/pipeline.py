@@ -6,40 +6,16 @@ ends (success or failure). The pipeline updates that target's state, derives its
 :class:`~specwatch.poll.snapshot.Snapshot` by swapping one reference, so the collector reads a
 consistent object without locking.
 
-Extension point: ``add_target_hook(fn)`` with ``fn(target: TargetSnapshot) -> TargetSnapshot``.
-Hooks run in registration order after derive, on every poll of every target (also when the
-target is down: ``up`` is False and ``models`` is empty, so a controller can see "no data").
-A hook returns a new snapshot (use :func:`dataclasses.replace` or
-:meth:`TargetSnapshot.with_model`); it must not block (no network I/O: that belongs to an
-actuator thread). A hook that raises is logged and skipped; the previous value is kept.
+Extension points: target hooks (``add_target_hook``: a new snapshot from each target's,
+after derive, on every poll, also when the target is down; must not block) and forget hooks
+(``add_forget_hook``: told when a model is forgotten, so state kept elsewhere per model is
+bounded by the same rules). Their contract, the bounds on state, the clocks and failure
+containment: docs/exporter.md, "The poll pipeline".
 
-Forget hook: ``add_forget_hook(fn)`` with ``fn(target_name, model_name, reason)`` is called when
-the exporter forgets a model of a target (``retention``: vanished for the whole retention;
-``vanished_limit``: the oldest vanished models beyond the target's cap; ``target_removed``:
-the target left the set), so state kept elsewhere per model (the controller) is bounded by
-the same rules (issue 17). It runs in the polling thread and must not block.
+Invariant: whatever a page does to parsing or folding into the history (a bug included),
+the target is reported down with reason ``parse`` and the other targets are untouched.
 
-Bounded state (issue 17): per target at most ``max_models`` live models (default 100; the
-extra ones on a page are not followed) and as many remembered vanished models (the oldest
-go first); label values longer than ``max_label_value_bytes`` are cut with a hash suffix.
-Drops and cuts are counted on the target's snapshot and logged once per target and reason.
-
-Clocks (issue 17 item 7): windows are measured on a poll result's ``monotonic`` time, else
-on the pipeline's ``clock`` (read when the result is applied), else on the result's
-``finished`` time (direct callers with synthetic times). :class:`specwatch.app.serve.ServeApp`
-stamps every poll with ``time.monotonic`` (or the clock injected into it: tests, the demo's
-simulated time), so a wall-clock jump cannot stretch or shrink a window; timestamps shown to
-people (``timestamp``, ``last_success_timestamp``) stay the results' wall times.
-
-Failure containment: whatever a page does to parsing or folding into the history (including
-a bug that raises something unexpected), the target is reported down with reason ``parse``
-and the other targets and the HTTP endpoint are untouched. A target's models are derived
-when its snapshot's ``models`` is first read (:func:`specwatch.poll.derive.derive_models`;
-most snapshots are never read); a bug there reads as no models, and is logged. A target's
-``max_series`` cap drops whole models (:mod:`specwatch.poll.limits`) and counts the
-dropped series. A failing target logs a warning when it goes down or its reason changes,
-and an info line when it recovers, not one line per poll (a dead target polled every 5 s
-must not flood the log).
+May import: the poll path below it (sources, pageplan, history, derive, limits, snapshot).
 """
 
 from __future__ import annotations
@@ -51,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specwatch import __version__
-from specwatch.poll import derive, history, limits, sources
+from specwatch.poll import derive, history, limits, pageplan, sources
 from specwatch.poll.snapshot import POLL_ERROR_REASONS, Snapshot, TargetSnapshot
 
 log = logging.getLogger(__name__)
@@ -97,8 +73,8 @@ class _TargetState:
     last_body: tuple[int, int] | None = None
     last_page: sources.ParsedPage | None = None
     #: What the parse learnt from the last page (a steady server's next page is parsed
-    #: from it: :class:`specwatch.poll.sources.PagePlan`).
-    page_plan: sources.PagePlan = field(default_factory=sources.PagePlan)
+    #: from it: :class:`specwatch.poll.pageplan.PagePlan`).
+    page_plan: pageplan.PagePlan = field(default_factory=pageplan.PagePlan)
     logged_drops: set[str] = field(default_factory=set)  # drop reasons already logged
 
 
@@ -340,7 +316,7 @@ class Pipeline:
             log.info("poll of %s succeeded again", state.name)
             state.last_reason = None
         # Derived when first read (a render, a hook): most polls of a target scraped less
-        # often than it is polled are never read (issue 15).
+        # often than it is polled are never read.
         models = derive.derive_models(
             [mh for name in sorted(hist.present_models)
              if (mh := hist.models.get(name)) is not None and mh.entries],

@@ -1,30 +1,26 @@
 """Background poller: every target every interval, concurrently, one poll in flight per target.
 
-Why each rule:
-
 * **One poll in flight per target**: a slow target is skipped, not stacked, so specwatch
   never piles load on a struggling inference server.
 * **Polls of fast targets run back to back; a slow target gets its own worker.** Every
-  wake-up from idle costs a poll its cold caches: measured on the 2-core machine of
-  ``bench/bench_fleet.py``, the same fetch and apply cost 2.1 ms a poll when each came after
-  a 10 ms sleep against 1.3 ms when twenty ran back to back (issue 15;
-  ``bench/bench_wakeups.py``). So the scheduler wakes at most once a *tick*
-  (:attr:`Poller.tick`: a twentieth of the interval, at most 0.25 s; a poll starts up to one
-  tick after its slot), and the due polls of targets whose last poll ended within a quarter
-  of a tick (:attr:`Poller.fast_seconds`) go to one worker that runs them one after the
-  other. A target whose last poll took longer (or that has not been polled yet) gets a
-  worker of its own as before. A target that turns slow holds up the polls queued behind it
-  for about a tick: when the oldest has waited that long, another worker takes over the
-  batch. Work that can wait for the end of the batch (the exporter's renders) is left to
-  ``after_run`` and done together after it, for the same reason (see the class docstring).
-* **Every poll has a deadline guard** (:mod:`specwatch.poll.fetch`: the total deadline,
-  the size cap, TLS, redirects, the transport); :meth:`Poller.stop` fires the guards of
-  the polls in flight, so shutdown never waits for a target.
+  wake-up from idle costs a poll its cold caches, so the scheduler wakes at most once a
+  *tick* (:attr:`Poller.tick`: a twentieth of the interval, at most 0.25 s; a poll starts up
+  to one tick after its slot), and the due polls of targets whose last poll ended within a
+  quarter of a tick (:attr:`Poller.fast_seconds`) go to one worker that runs them one after
+  the other. A target whose last poll took longer (or that has not been polled yet) gets a
+  worker of its own. When the oldest poll queued behind a target that turned slow has
+  waited a tick, another worker takes over the batch. Work that can wait for the end of the
+  batch (the exporter's renders) is left to ``after_run`` (see the class docstring).
+  Measurements: docs/performance.md, "Concurrency: slow targets cannot stretch the cycle".
+* **Every poll has a deadline guard** (:mod:`specwatch.poll.fetch`); :meth:`Poller.stop`
+  fires the guards of the polls in flight, so shutdown never waits for a target.
 * **One session per target** (:func:`~specwatch.poll.fetch.new_session`), made when the
   target appears and replaced when it changes: its keep-alive connection is never shared,
   so a stuck target cannot hold a connection another target needs.
 * Secrets (bearer tokens, passwords) live in the target and its session only; error
   messages are redacted before they are stored.
+
+May import: :mod:`specwatch.poll.fetch`, :mod:`specwatch.poll.pipeline` (the poll result).
 """
 
 from __future__ import annotations
@@ -44,11 +40,11 @@ from specwatch.poll import fetch as _fetch
 from specwatch.poll.fetch import (
     MAX_REDIRECTS,
     FetchSession,
+    Guard,
     PollError,
     PollTarget,
-    _Guard,
-    _short,
     fetch,
+    short_message,
 )
 from specwatch.poll.pipeline import PollResult
 
@@ -102,7 +98,7 @@ class Poller:
     the work never waits long), and after a target's own poll. Work that may wait until the
     polls of a batch are done runs there together (the exporter renders its exposition lines
     then): the same reason polls run back to back, each kind of work warm in the caches after
-    the one before (issue 15). It must not block; an exception is logged.
+    the one before. It must not block; an exception is logged.
     """
 
     def __init__(self, targets: Sequence[PollTarget], interval: float,
@@ -122,7 +118,7 @@ class Poller:
         self._sessions: dict[str, FetchSession] = {}
         self._inflight: set[str] = set()  # targets with a poll queued or running
         self._retired: list[tuple[str, FetchSession]] = []
-        self._guards: set[_Guard] = set()  # polls in flight (stop() cuts them short)
+        self._guards: set[Guard] = set()  # polls in flight (stop() cuts them short)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         # The scheduler's sleep: a lock held while it sleeps, released to wake it early (one
@@ -186,7 +182,7 @@ class Poller:
         started_wall = self.clock()
         t0 = time.monotonic()
         body, reason, message = None, None, ""
-        guard = _Guard(t0 + target.timeout_seconds)
+        guard = Guard(t0 + target.timeout_seconds)
         with self._lock:
             self._guards.add(guard)
         if self._stop.is_set():
@@ -196,7 +192,7 @@ class Poller:
         except PollError as exc:
             reason, message = exc.reason, str(exc)
         except Exception as exc:  # never let a poll kill its worker
-            reason, message = "connection", f"{type(exc).__name__}: {_short(exc)}"
+            reason, message = "connection", f"{type(exc).__name__}: {short_message(exc)}"
         finally:
             with self._lock:
                 self._guards.discard(guard)
@@ -285,7 +281,7 @@ class Poller:
                 worker = self._queue_job(_DRAIN)
             # A lone poll given its own drainer has nothing queued behind it: no need to
             # look again (a poll batched later is looked at when it is queued). One target
-            # polled every second: one scheduler wake-up a poll instead of two (issue 15).
+            # polled every second: one scheduler wake-up a poll instead of two.
             alone = queued and len(self._batch) == 1
         if worker is not None:
             worker.start()
@@ -311,7 +307,7 @@ class Poller:
         A plain queue and threads, not ThreadPoolExecutor: a poll needs no Future, and
         the executor's bookkeeping (Future, work item, idle semaphore, done callback, each
         with its own lock) cost about as much CPU per poll as fetching a small page on a
-        direct connection (issue 15)."""
+        direct connection."""
         while True:
             job = self._queue.get()
             if job is None:
@@ -420,9 +416,9 @@ class Poller:
                 # Still running from the last slot: this one is skipped, never stacked.
                 self._submit(name)
             # Until the next slot, but at least a tick after this wake-up: the fast targets
-            # due meanwhile then run back to back in one worker (module docstring). (Started
-            # together in a worker each, they contended for the GIL: +50% context switches
-            # in bench_fleet, issue 15.) Sooner when the batch may need another worker.
+            # due meanwhile then run back to back in one worker (module docstring), not
+            # each in a worker of its own contending for the GIL. Sooner when the batch may
+            # need another worker.
             again = self._kick(time.monotonic())
             wake = max(heap[0][0], now + self.tick) if heap else now + 1.0
             if again is not None:

@@ -20,7 +20,7 @@ Engines and what each one can give (details in the README, "Exporter"):
   little higher than v1's); acceptance length, draft length, α and per-position are absent.
 * **SGLang (0.5.x)**: no accepted/proposed counters. The cumulative
   ``sglang:spec_verify_calls_total`` and ``sglang:generation_tokens_total`` give a windowed
-  acceptance length (see :func:`specwatch.poll.derive.derive_window`); the configured
+  acceptance length (:func:`specwatch.poll.formulas.sglang_acceptance_length`); the configured
   chain length comes from the ``sglang:spec_num_steps`` gauge and the proposed tokens per
   verify call from ``sglang:spec_num_draft_tokens`` − 1. No per-position data, so no
   position or heterogeneity signals.
@@ -30,9 +30,9 @@ name (prometheus_client returns counters under the base family name), ``*_create
 are kept apart (they mark resets, they are not values), and ``vllm:iteration_tokens_total``
 is a histogram whose samples never match a counter name here.
 
-Size: one module because :class:`PagePlan` must give exactly what :func:`parse_page` gives
-(the same rules for every value, the same keys, the same page assembled by ``_page``), and
-that equivalence is only checkable with both read side by side.
+May import: :mod:`specwatch.poll.fastparse`, :mod:`specwatch.poll.capacity`, and
+prometheus_client's parser. The page plan (:mod:`specwatch.poll.pageplan`) builds on this
+module, not the other way round.
 """
 
 from __future__ import annotations
@@ -43,17 +43,21 @@ import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.common.kvcache import engine_kv_cache
+from specwatch.poll.capacity import (
+    CACHE_CONFIG,
+    CACHE_CONFIG_LABELS,
+    ServerCapacity,
+    server_capacity,
+)
 from specwatch.poll.fastparse import (
     LABEL_CACHE_MAX_KEY,
     LABEL_CACHE_SIZE,
     RawSample,
     SampleSelector,
-    _value,
 )
 
 EngineKind = Literal["vllm", "sglang", "auto"]
@@ -81,7 +85,7 @@ TTFT_COUNT = "ttft_seconds_count"
 E2E_LATENCY_BUCKET = "e2e_latency_seconds_bucket"
 TTFT_BUCKET = "ttft_seconds_bucket"
 #: Inter-token latency (vLLM >= 0.10 ``inter_token_latency_seconds``; SGLang's namesake):
-#: the third ratio of a measured A/B pair (issue 16).
+#: the third ratio of a measured A/B pair.
 ITL_BUCKET = "inter_token_latency_seconds_bucket"
 #: Bucket signals: aggregated per `le` (as per-position counters are per `position`).
 BUCKET_SIGNALS = frozenset({E2E_LATENCY_BUCKET, TTFT_BUCKET, ITL_BUCKET})
@@ -99,12 +103,7 @@ SGLANG_SPEC_DRAFT_TOKENS = "sglang_spec_num_draft_tokens"
 V0_ACCEPTANCE_RATE = "v0_draft_acceptance_rate"
 V0_EFFICIENCY = "v0_efficiency"
 
-# ---- server facts (info series: the values are in the labels) --------------------------------
-#: ``vllm:cache_config_info``: the engine's CacheConfig as labels, value 1, no ``model_name``.
-CACHE_CONFIG = "cache_config"
-#: The labels of it read here (the rest are settings specwatch does not use): each engine's
-#: KV-cache size in tokens (vLLM >= 0.32 writes it; before, blocks x block size gives it).
-CACHE_CONFIG_LABELS = ("engine", "kv_cache_size_tokens", "num_gpu_blocks", "block_size")
+# ---- server facts (info series: the values are in the labels): specwatch.poll.capacity ------
 
 _VLLM_COUNTERS: dict[str, str] = {
     "vllm:spec_decode_num_drafts_total": DRAFTS,
@@ -182,51 +181,6 @@ Identity = tuple[tuple[str, str], ...]
 SeriesKey = tuple[str, str, Identity]
 
 
-@dataclass(frozen=True)
-class ServerCapacity:
-    """What a vLLM server says about its own capacity (``vllm:cache_config_info``).
-
-    Summed over the page's engines (each data-parallel engine has its own KV cache, and
-    the requests a server runs at once are spread over them). A value one engine does not
-    state is None for the server: a sum missing a term would understate the capacity.
-    """
-
-    #: KV-cache tokens: ``kv_cache_size_tokens``, else ``num_gpu_blocks`` x ``block_size``.
-    kv_cache_tokens: float | None
-    #: KV-cache blocks (``num_gpu_blocks``).
-    num_gpu_blocks: float | None
-    #: Tokens per block (``block_size``), the largest over the engines.
-    block_size: float | None
-    engines: int
-
-
-def server_capacity(infos: Mapping[SeriesKey, float]) -> ServerCapacity | None:
-    """The server's capacity from its ``vllm:cache_config_info`` series (None: none on the
-    page). Two series of one engine that disagree make every value unknown."""
-    engines: dict[str, tuple[float | None, float | None, float | None]] = {}
-    conflict = False
-    for (_, sig, identity) in infos:
-        if sig != CACHE_CONFIG:
-            continue
-        labels = dict(identity)
-        found = engine_kv_cache(labels)
-        engine = labels.get("engine", "")
-        conflict = conflict or engines.setdefault(engine, found) != found
-    if not engines:
-        return None
-    if conflict:
-        return ServerCapacity(None, None, None, len(engines))
-
-    def total(i: int) -> float | None:
-        vals = [e[i] for e in engines.values()]
-        return None if any(v is None for v in vals) else float(sum(vals))  # type: ignore[misc]
-
-    sizes = [e[2] for e in engines.values()]
-    return ServerCapacity(kv_cache_tokens=total(0), num_gpu_blocks=total(1),
-                          block_size=None if None in sizes else max(sizes),  # type: ignore[type-var]
-                          engines=len(engines))
-
-
 class PageParseError(ValueError):
     """The body is not a Prometheus text page (the poller counts reason="parse")."""
 
@@ -250,7 +204,7 @@ class ParsedPage:
     invalid_series: int = 0
     #: Models with an invalid counter series on this page (sorted).
     invalid_models: tuple[str, ...] = ()
-    #: Distinct label values cut to the length limit on this page (issue 17).
+    #: Distinct label values cut to the length limit on this page.
     truncated_label_values: int = 0
     #: What the server says about its capacity (vLLM's cache_config_info); None: not said.
     server: ServerCapacity | None = None
@@ -289,7 +243,7 @@ _PREFIXES = ("vllm:", "sglang:")
 
 
 # What a sample is to parse_page (_Series.kind).
-_COUNTER, _CREATED, _GAUGE, _PROCESS_START, _INFO = range(5)
+COUNTER_SAMPLE, CREATED_SAMPLE, GAUGE_SAMPLE, PROCESS_START_SAMPLE, INFO_SAMPLE = range(5)
 
 
 class _Series(NamedTuple):
@@ -329,26 +283,26 @@ class _Names:
             identity: Identity = tuple(sorted(
                 (k, labels[k]) for k in CACHE_CONFIG_LABELS if k in labels))
             sig = self.infos[name]
-            return _Series(_INFO, sig, "", identity, ("", sig, identity), None, 0)
+            return _Series(INFO_SAMPLE, sig, "", identity, ("", sig, identity), None, 0)
         model = labels.get("model_name", "")
         identity = tuple(sorted(
             (k, v) for k, v in labels.items() if k != "model_name"))
         longest = max(map(len, labels.values()), default=0)
         position = None
         if name in self.counters:
-            kind, sig = _COUNTER, self.counters[name]
+            kind, sig = COUNTER_SAMPLE, self.counters[name]
             if sig == ACCEPTED_PER_POSITION:
                 position = labels.get("position")
         elif name in self.created:
-            kind, sig = _CREATED, self.created[name]
+            kind, sig = CREATED_SAMPLE, self.created[name]
         elif name in self.gauges:
-            kind, sig = _GAUGE, self.gauges[name]
+            kind, sig = GAUGE_SAMPLE, self.gauges[name]
         else:
-            kind, sig = _PROCESS_START, ""
+            kind, sig = PROCESS_START_SAMPLE, ""
         return _Series(kind, sig, model, identity, (model, sig, identity), position, longest)
 
     def cached(self, key: str, name: str, labels: Mapping[str, str]) -> _Series:
-        """describe(), remembered under the sample key (bounded: issue 17)."""
+        """describe(), remembered under the sample key (bounded by :data:`LABEL_CACHE_SIZE`)."""
         found = self.describe(name, labels)
         if len(key) <= LABEL_CACHE_MAX_KEY:
             if len(self.series) >= LABEL_CACHE_SIZE:
@@ -424,9 +378,24 @@ def _truncated(model: str, identity: Identity, limit: int, seen: set[str]
     return out, tuple(ident)
 
 
+class SteadyPlan(Protocol):
+    """What :func:`parse_page` asks of a target's plan
+    (:class:`specwatch.poll.pageplan.PagePlan`)."""
+
+    key: tuple[str, bool, int | None] | None
+
+    def parse(self, text: str, selector: SampleSelector) -> ParsedPage | None:
+        """The page, when its wanted lines are the plan's; None otherwise."""
+
+    def learn(self, key: tuple[str, bool, int | None], text: str, heads: list[str],
+              rows: list[tuple[int, SeriesKey]], positions: dict[str, set[str]],
+              truncated: int) -> None:
+        """Remember this page when it allows a plan."""
+
+
 def parse_page(text: str, engine: str = "auto", parser: str = "fast",
                max_label_value_bytes: int | None = None, buckets: bool = True,
-               plan: PagePlan | None = None) -> ParsedPage:
+               plan: SteadyPlan | None = None) -> ParsedPage:
     """Parse a `/metrics` body into canonical signals.
 
     ``engine`` restricts the names considered ("vllm", "sglang") or accepts both ("auto";
@@ -438,26 +407,18 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     A counter that is NaN, infinite, negative or above MAX_COUNTER_VALUE, or a counter
     series listed twice with different values, is *unknown* on this page: it is left out of
     ``counters``, its key is in ``invalid_counters`` (counted in ``invalid_series``) and the
-    rest of its model is read as usual. The history marks every aggregate that series adds
-    to as unknown for this poll, so only the signals that read it are absent (a ratio of
-    sums missing one term, e.g. one engine's accepted tokens over all engines' draft
-    tokens, is never published), and the series catches up at its next valid value.
+    rest of its model is read as usual (docs/exporter.md, "Invalid counters").
     ``max_label_value_bytes``: label values longer than this (UTF-8 bytes) are cut by
     :func:`truncate_label_value` and counted in ``truncated_label_values`` (None: kept whole).
     ``buckets``: False leaves the latency histograms' bucket series (:data:`BUCKET_SIGNALS`)
-    out: when nothing reads them (no controller, no A/B pair) they are most of the sample
-    lines a vLLM page has (65 of 104 on the recorded 0.32 page), so they are neither parsed
-    nor checked; the page is otherwise the same as with them, minus those series.
-    ``plan``: a :class:`PagePlan` kept per target across its pages (fast parser only): a
-    page whose wanted lines are those of the page before, in the same order, only their
-    values changed, is parsed from it; the result is the same.
+    out, neither parsed nor checked; the page is otherwise the same.
+    ``plan``: a :class:`~specwatch.poll.pageplan.PagePlan` kept per target across its pages
+    (fast parser only): a page whose wanted lines are those of the page before, in the same
+    order, only their values changed, is parsed from it; the result is the same.
     Raises :class:`PageParseError` when prometheus_client's parser rejects the text, and
     when the text ends inside a line (the last line has no line feed), for both parsers:
-    the text format says the last line ends with a line feed, so such a page is one a
-    Prometheus rejects, and it is what a page cut in transit looks like (the library
-    alone accepts a cut line that still parses, and the fast parser never sees a cut line
-    of a family it does not read). A page cut just after a line feed is a valid shorter
-    page for every parser; both read the same values from it.
+    such a page is one a Prometheus rejects, and it is what a page cut in transit looks
+    like. A page cut just after a line feed is a valid shorter page for every parser.
     """
     if engine not in ENGINE_KINDS:
         raise ValueError(f"unknown engine kind {engine!r}")
@@ -470,23 +431,10 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     plan_key = (engine, buckets, max_label_value_bytes)
     if plan is not None and parser == "fast":
         if plan.key == plan_key:
-            steady = plan.parse(text, names)
+            steady = plan.parse(text, names.selector)
             if steady is not None:
                 return steady
         plan.key = None  # rebuilt below when this page allows it
-
-    counters: dict[SeriesKey, float] = {}
-    created: dict[SeriesKey, float] = {}
-    gauge_series: dict[SeriesKey, float] = {}
-    infos: dict[SeriesKey, float] = {}
-    positions: dict[str, set[str]] = {}
-    process_start: float | None = None
-    invalid: set[SeriesKey] = set()
-    truncated: set[str] = set()
-    # A character is at most 4 UTF-8 bytes: values of fewer characters cannot pass the limit.
-    short_enough = (max_label_value_bytes // 4 if max_label_value_bytes is not None
-                    else math.inf)
-    isfinite = math.isfinite
     # What the plan needs of this page: each sample's kind and key (None: no plan).
     rows: list[tuple[int, SeriesKey]] | None = [] if plan is not None else None
     try:
@@ -499,6 +447,47 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
             samples, seen_prefixes = _full_samples(text, names.wanted)
             saw = seen_prefixes.__contains__
             rows = None
+        got = _Read(rows)
+        got.read(samples, names, max_label_value_bytes)
+    except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
+        raise PageParseError(f"not a Prometheus text exposition: {exc}") from exc
+    if got.rows is not None and plan is not None and not got.invalid:
+        heads = [s[3] for s in samples if s[3] is not None]  # all of them: rows is not None
+        plan.learn(plan_key, text, heads, got.rows, got.positions, len(got.truncated))
+    return assemble_page(got.counters, got.created, got.gauge_series, got.positions,
+                         got.process_start, got.invalid, len(got.truncated), saw, got.infos)
+
+
+class _Read:
+    """The values of a page's wanted samples by series, with the value rules applied."""
+
+    __slots__ = ("counters", "created", "gauge_series", "infos", "invalid", "positions",
+                 "process_start", "rows", "truncated")
+
+    def __init__(self, rows: list[tuple[int, SeriesKey]] | None) -> None:
+        self.counters: dict[SeriesKey, float] = {}
+        self.created: dict[SeriesKey, float] = {}
+        self.gauge_series: dict[SeriesKey, float] = {}
+        self.infos: dict[SeriesKey, float] = {}
+        self.positions: dict[str, set[str]] = {}
+        self.process_start: float | None = None
+        self.invalid: set[SeriesKey] = set()
+        self.truncated: set[str] = set()
+        #: Each sample's kind and key, for a plan (None: this page allows none).
+        self.rows = rows
+
+    def read(self, samples: list[RawSample], names: _Names,
+             max_label_value_bytes: int | None) -> None:
+        """Take every sample: what it is (remembered per sample key), its label values cut
+        to the limit, and its value checked (counters) or kept when finite."""
+        counters, created, gauge_series = self.counters, self.created, self.gauge_series
+        positions, invalid, truncated, rows = (self.positions, self.invalid, self.truncated,
+                                               self.rows)
+        # A character is at most 4 UTF-8 bytes: values of fewer characters cannot pass the
+        # limit.
+        short_enough = (max_label_value_bytes // 4 if max_label_value_bytes is not None
+                        else math.inf)
+        isfinite = math.isfinite
         known = names.series.get
         for name, labels, value, sample_key in samples:
             series = known(sample_key) if sample_key is not None else None
@@ -510,12 +499,12 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
             what, sig, model, identity, key, position, longest = series
             if rows is not None:
                 rows.append((what, key))
-            if what == _PROCESS_START:
-                process_start = value
+            if what == PROCESS_START_SAMPLE:
+                self.process_start = value
                 continue
-            if what == _INFO:
+            if what == INFO_SAMPLE:
                 if isfinite(value):
-                    infos[key] = value
+                    self.infos[key] = value
                 continue
             if longest > short_enough and max_label_value_bytes is not None:
                 model, identity = _truncated(model, identity, max_label_value_bytes,
@@ -523,33 +512,26 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
                 key = (model, sig, identity)
                 if rows is not None:
                     rows[-1] = (what, key)
-            if what == _COUNTER:
+            if what == COUNTER_SAMPLE:
                 if position is not None:  # the position exists whatever its value
                     positions.setdefault(model, set()).add(position)
                 if not 0 <= value <= MAX_COUNTER_VALUE or counters.get(key, value) != value:
                     invalid.add(key)
                     continue
                 counters[key] = value
-            elif what == _CREATED:
+            elif what == CREATED_SAMPLE:
                 if isfinite(value):
                     created[key] = value
             elif isfinite(value):
                 gauge_series[key] = value
-    except Exception as exc:  # the parser raises ValueError, IndexError, ... on garbage
-        raise PageParseError(f"not a Prometheus text exposition: {exc}") from exc
-
-    if rows is not None and plan is not None and not invalid:
-        heads = [s[3] for s in samples if s[3] is not None]  # all of them: rows is not None
-        plan.learn(plan_key, text, heads, rows, positions, len(truncated))
-    return _page(counters, created, gauge_series, positions, process_start, invalid,
-                 len(truncated), saw, infos)
+        self.rows = rows
 
 
-def _page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
-          gauge_series: dict[SeriesKey, float], positions: Mapping[str, set[str]],
-          process_start: float | None, invalid: set[SeriesKey],
-          truncated: int, saw: Callable[[str], bool],
-          infos: Mapping[SeriesKey, float]) -> ParsedPage:
+def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
+                  gauge_series: dict[SeriesKey, float], positions: Mapping[str, set[str]],
+                  process_start: float | None, invalid: set[SeriesKey],
+                  truncated: int, saw: Callable[[str], bool],
+                  infos: Mapping[SeriesKey, float]) -> ParsedPage:
     """The page from its per-series values: invalid counters left out (a series listed
     valid, then again with another value, too), gauges aggregated per model, the configured
     k, the engine kind (``saw``: is a prefix on a sample line?)."""
@@ -588,115 +570,6 @@ def _page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
                       invalid_models=tuple(sorted({k[0] for k in invalid})),
                       truncated_label_values=truncated, server=server_capacity(infos),
                       invalid_counters=frozenset(invalid))
-
-
-#: Most text a target's plan keeps in its heads (name and labels of each wanted line, as
-#: written): a vLLM page of 60 models on 4 engines holds about a quarter of it.
-PLAN_MAX_HEAD_BYTES = 1 << 20
-
-
-class PagePlan:
-    """What :func:`parse_page` learned from a target's last page: a steady server's next
-    page has the same wanted lines in the same order, only their values change.
-
-    Why (issue 15): the selective parse spends about a third of its CPU on Python work per
-    wanted line (the finder's groups, the label set, what the sample is, its checks), the
-    same every poll for the same lines. With a plan, :meth:`parse` runs the finder and
-    compares the lines' heads (name and label set as written) with the plan's at C speed;
-    when they are the same, the values go straight to the keys the plan holds.
-
-    Same result as without a plan, always: a plan is learnt only from a page whose first
-    line is a comment and whose every wanted line has the canonical shape (no line read
-    by the full parser, none examined alone), with no invalid counter and no counter series
-    twice; and it is used only for a page with the same first line and exactly the same
-    heads, in order, every one with a canonical value. Then the finder gives the same
-    samples except for their values (the heads fix names and labels, so what each sample
-    is and every label-value cut), and the values get the same rules: a counter outside
-    [0, ``MAX_COUNTER_VALUE``] (or NaN) sends the page to the full path, which marks the
-    series invalid; created and gauge values are kept only when finite. ``tests/poll/test_page_plan.py``
-    compares the two paths on recorded pages and on generated changes.
-
-    One per target (not shared between threads: a target's polls are serialized). Its
-    memory is bounded whatever a target sends (issue 17): a page whose wanted heads hold
-    more than :data:`PLAN_MAX_HEAD_BYTES` of text is parsed without a plan.
-    """
-
-    __slots__ = ("counter_idx", "counter_keys", "first", "heads", "hits", "key", "others",
-                 "positions", "truncated")
-
-    def __init__(self) -> None:
-        self.key: tuple[str, bool, int | None] | None = None
-        self.first = ""
-        self.heads: list[str] = []
-        self.counter_idx: list[int] = []
-        self.counter_keys: list[SeriesKey] = []
-        self.others: list[tuple[int, int, SeriesKey]] = []
-        self.positions: dict[str, set[str]] = {}
-        self.truncated = 0
-        #: Pages parsed from the plan (for tests and benchmarks).
-        self.hits = 0
-
-    def learn(self, key: tuple[str, bool, int | None], text: str, heads: list[str],
-              rows: list[tuple[int, SeriesKey]], positions: dict[str, set[str]],
-              truncated: int) -> None:
-        """Remember this page when it allows a plan (see the class docstring)."""
-        end = text.find("\n")
-        first = text[:end]
-        if end < 0 or not first.strip().startswith("#") or not heads \
-                or sum(map(len, heads)) > PLAN_MAX_HEAD_BYTES:
-            return
-        counter_idx = [i for i, (what, _) in enumerate(rows) if what == _COUNTER]
-        counter_keys = [rows[i][1] for i in counter_idx]
-        if len(set(counter_keys)) != len(counter_keys):
-            return
-        self.first, self.heads, self.positions, self.truncated = first, heads, positions, \
-            truncated
-        self.counter_idx, self.counter_keys = counter_idx, counter_keys
-        self.others = [(i, what, k) for i, (what, k) in enumerate(rows) if what != _COUNTER]
-        self.key = key
-
-    def parse(self, text: str, names: _Names) -> ParsedPage | None:
-        """The page, when its wanted lines are the plan's; None otherwise."""
-        end = text.find("\n")
-        if end < 0 or text[:end] != self.first:
-            return None
-        found = names.selector.lines(text)
-        if len(found) != len(self.heads) or [f[0] for f in found] != self.heads:
-            return None
-        texts = [f[3] for f in found]
-        if "" in texts:  # a wanted line outside the canonical shape
-            return None
-        # fastparse._value, the parser's int-or-float, inlined (a call a line costs more).
-        values = [int(v) if v.isdigit() else _value(v) if v[0] in "+-" else float(v)
-                  for v in texts]
-        counts = [values[i] for i in self.counter_idx]
-        for v in counts:
-            if not 0 <= v <= MAX_COUNTER_VALUE:
-                return None
-        created: dict[SeriesKey, float] = {}
-        gauge_series: dict[SeriesKey, float] = {}
-        infos: dict[SeriesKey, float] = {}
-        process_start = None
-        isfinite = math.isfinite
-        for i, what, k in self.others:
-            v = values[i]
-            if what == _PROCESS_START:
-                process_start = v
-            elif what == _INFO:
-                if isfinite(v):
-                    infos[k] = v
-            elif what == _CREATED:
-                if isfinite(v):
-                    created[k] = v
-            elif isfinite(v):
-                gauge_series[k] = v
-        self.hits += 1
-
-        def saw(prefix: str) -> bool:  # Selection.saw with no line examined alone
-            return text.startswith(prefix) or f"\n{prefix}" in text
-
-        return _page(dict(zip(self.counter_keys, counts, strict=True)), created, gauge_series,
-                     self.positions, process_start, set(), self.truncated, saw, infos)
 
 
 def source_metric_names(engine: str = "auto") -> frozenset[str]:

@@ -14,7 +14,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from specwatch.poll.derive import histogram_quantile
+from specwatch.poll.formulas import histogram_quantile
 
 #: The interval of the mean ratio: two-sided 90%.
 INTERVAL_LEVEL = 0.90

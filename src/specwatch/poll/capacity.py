@@ -1,0 +1,69 @@
+"""What a server says about its own capacity: vLLM's ``cache_config_info`` series, summed
+over the page's engines.
+
+Owns the canonical name of that info series and the labels read from it, and the rule that a
+value one engine does not state (or two series of one engine that disagree) is unknown for
+the server: a sum missing a term would understate the capacity.
+
+May import: :mod:`specwatch.common.kvcache`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from specwatch.common.kvcache import engine_kv_cache
+
+#: ``vllm:cache_config_info``: the engine's CacheConfig as labels, value 1, no ``model_name``.
+CACHE_CONFIG = "cache_config"
+#: The labels of it read here (the rest are settings specwatch does not use): each engine's
+#: KV-cache size in tokens (vLLM >= 0.32 writes it; before, blocks x block size gives it).
+CACHE_CONFIG_LABELS = ("engine", "kv_cache_size_tokens", "num_gpu_blocks", "block_size")
+
+
+@dataclass(frozen=True)
+class ServerCapacity:
+    """What a vLLM server says about its own capacity (``vllm:cache_config_info``).
+
+    Summed over the page's engines (each data-parallel engine has its own KV cache, and
+    the requests a server runs at once are spread over them). A value one engine does not
+    state is None for the server: a sum missing a term would understate the capacity.
+    """
+
+    #: KV-cache tokens: ``kv_cache_size_tokens``, else ``num_gpu_blocks`` x ``block_size``.
+    kv_cache_tokens: float | None
+    #: KV-cache blocks (``num_gpu_blocks``).
+    num_gpu_blocks: float | None
+    #: Tokens per block (``block_size``), the largest over the engines.
+    block_size: float | None
+    engines: int
+
+
+def server_capacity(infos: Mapping[tuple[str, str, tuple[tuple[str, str], ...]], float]
+                    ) -> ServerCapacity | None:
+    """The server's capacity from its ``vllm:cache_config_info`` series, keyed as the
+    parsed page's series (:data:`specwatch.poll.sources.SeriesKey`; None: none on the
+    page). Two series of one engine that disagree make every value unknown."""
+    engines: dict[str, tuple[float | None, float | None, float | None]] = {}
+    conflict = False
+    for (_, sig, identity) in infos:
+        if sig != CACHE_CONFIG:
+            continue
+        labels = dict(identity)
+        found = engine_kv_cache(labels)
+        engine = labels.get("engine", "")
+        conflict = conflict or engines.setdefault(engine, found) != found
+    if not engines:
+        return None
+    if conflict:
+        return ServerCapacity(None, None, None, len(engines))
+
+    def total(i: int) -> float | None:
+        vals = [e[i] for e in engines.values()]
+        return None if any(v is None for v in vals) else float(sum(vals))  # type: ignore[misc]
+
+    sizes = [e[2] for e in engines.values()]
+    return ServerCapacity(kv_cache_tokens=total(0), num_gpu_blocks=total(1),
+                          block_size=None if None in sizes else max(sizes),  # type: ignore[type-var]
+                          engines=len(engines))
