@@ -5,10 +5,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import FIXTURES
+
 from specwatch.cli import main
 from specwatch.model.params import load_params
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures"
+FIX = FIXTURES
 SWEEP = FIX / "sd-validation" / "tomasruizt_qwen3-32b_1xH100_vllm-bench.csv"
 BENCH = FIX / "vllm-bench"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "params"

@@ -3,10 +3,10 @@ data, exclusions, identifiability and the per-configuration fallback.
 """
 
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.paths import FIXTURES
 
 from specwatch import model
 from specwatch.calibrate.fit import FitOptions, fit_system
@@ -14,8 +14,7 @@ from specwatch.calibrate.inputs import Point, read_inputs
 from specwatch.calibrate.leastsq import design_matrix, variance_inflation
 
 SWEEP = (
-    Path(__file__).resolve().parents[1]
-    / "fixtures"
+    FIXTURES
     / "sd-validation"
     / "tomasruizt_qwen3-32b_1xH100_vllm-bench.csv"
 )

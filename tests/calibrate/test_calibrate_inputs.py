@@ -5,16 +5,16 @@ user's: one message naming the file and row on stderr, exit 2, never a traceback
 """
 
 import json
-from pathlib import Path
 
 import pytest
+from helpers.paths import FIXTURES
 
 from specwatch.calibrate.inputfiles import detect_format, read_text
 from specwatch.calibrate.inputs import BenchOptions, read_inputs
 from specwatch.cli import main
 from specwatch.common.errors import ConfigError
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures"
+FIX = FIXTURES
 SWEEP = FIX / "sd-validation" / "tomasruizt_qwen3-32b_1xH100_vllm-bench.csv"
 BENCH = FIX / "vllm-bench"
 

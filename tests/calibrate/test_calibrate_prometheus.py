@@ -13,6 +13,7 @@ import pytest
 import yaml
 from promsim import ALPHA, MODEL, TRUE, backfill, default_phases, openmetrics_history
 from promsim import running_prometheus as prometheus_server
+
 from specwatch import model
 from specwatch.calibrate.fit import FitOptions, fit_system
 from specwatch.calibrate.prometheus import (

@@ -9,9 +9,9 @@ Then ``specwatch calibrate --prometheus URL --point-sources pairs --model linear
 that history, and the six coefficients it writes are compared with the scenario's ground
 truth (demo-params.yaml).
 
-**The clock** (as tests/plugins/pairs/test_pairs_e2e.py, whose docstring says why the wall clock is not
-good enough; ``helpers.steppedpair``): the simulators and the exporter run on a clock the
-test owns. Every ``POLL_S`` the test moves it, brings both simulations to exactly that
+**The clock** (as tests/plugins/pairs/test_pairs_e2e.py, whose docstring says why the wall
+clock is not good enough; ``helpers.steppedpair``): the simulators and the exporter run on a
+clock the test owns. Every ``POLL_S`` the test moves it, brings both simulations to exactly that
 instant and polls both sides over HTTP, so every poll stamp is the instant its page
 describes and the 40 s windows end on the multiples of 40 s, on every run (the windows
 that straddle a level change are the same ones every time; the exporter leaves out those

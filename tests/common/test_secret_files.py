@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from specwatch.cli import main
 from specwatch.common.secretfile import SECRET_FILE_MAX_BYTES, read_secret_file
 

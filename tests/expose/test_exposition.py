@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from pathlib import Path
 
 import pytest
+from helpers.paths import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
@@ -27,7 +27,7 @@ from specwatch.expose.collector import SpecwatchCollector, gzip_join
 from specwatch.poll import derive
 from specwatch.poll.pipeline import Pipeline, PollResult
 
-PAGES = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
+PAGES = sorted((FIXTURES / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
                key=lambda p: int(p.stem.split("_")[1]))
 ODD = 'we"ird\\model\nname é'
 #: The render before any test wraps it.

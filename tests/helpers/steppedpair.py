@@ -3,8 +3,8 @@
 Why: on the wall clock, a simulator's driver thread and the exporter's poller run when the
 scheduler lets them, so under machine load the instant a page describes and the stamp the
 exporter gives its poll drift apart by speed x delay, differently for every poll and side,
-and what the exporter measures moves with the load (tests/plugins/pairs/test_pairs_e2e.py's docstring
-has the details). Here nothing moves unless the test moves it:
+and what the exporter measures moves with the load (the docstring of
+tests/plugins/pairs/test_pairs_e2e.py has the details). Here nothing moves unless the test moves it:
 
 * :class:`SteppedClock` is the only clock: both simulators (speed 1, ``simulated_clock``:
   its seconds are simulated seconds) and the exporter (``ServeApp(cfg, clock=clock)``,

@@ -44,6 +44,7 @@ from mixin_helpers import (
     load_dashboards,
     metric_names,
 )
+
 from specwatch.app.demo import free_port
 from specwatch.mixin.render import dump_rules, render_rules
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 from mixin_helpers import REPO, load_dashboards
+
 from specwatch.mixin import render as mixin
 
 SCHEMA_DIR = REPO / "tests" / "grafana-schema"

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 from mixin_helpers import ALERTS_YAML, promtool
+
 from specwatch.mixin import render as mixin
 
 LABELS = 'job="specwatch", instance="specwatch:10440", target="vllm-a", model_name="llama-8b"'

@@ -25,6 +25,7 @@ from mixin_helpers import (
     recorded_metrics,
     vllm_metrics,
 )
+
 from specwatch.mixin import render as mixin
 
 DASHBOARDS = load_dashboards()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from mixin_helpers import ALERTS_YAML, REPO, RULES_YAML, load_rule_file, promtool
+
 from specwatch.common.errors import ConfigError
 from specwatch.mixin import render as mixin
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import promql_parser
 import pytest
+
 from specwatch import cli
 from specwatch.mixin import validate
 

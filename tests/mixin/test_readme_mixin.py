@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 from helpers.readme import readme_command, with_out
 from mixin_helpers import promtool
+
 from specwatch import cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ the figure reached and why: it documents the miss and fails loudly the day it st
 so no target is loosened silently.
 """
 
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.paths import FIXTURES
 
 from specwatch import model
 from specwatch.calibrate.fit import FitOptions
@@ -20,7 +20,7 @@ from specwatch.calibrate.load_range import fit_system_saturation
 from specwatch.calibrate.saturation import predicted_latency
 from specwatch.model.validity import range_reasons
 
-SWEEP = Path(__file__).resolve().parents[1] / "fixtures" / "sd-validation" / (
+SWEEP = FIXTURES / "sd-validation" / (
     "tomasruizt_qwen3-32b_1xH100_vllm-bench.csv"
 )
 EAGLE = "Qwen3-32B+Qwen3-32B-speculator.eagle3"

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from specwatch.calibrate.inputs import read_inputs
 from specwatch.calibrate.load_range import fit_system_saturation
 from specwatch.cli import main

@@ -1,6 +1,7 @@
 """90% intervals: the fit's residual spread of L(B), per utilisation band, carried
 through the fixed point, on every path a number is shown (predict, sweep, advise; the live
-series are in tests/plugins/live/test_model_live.py, the acceptance figures in test_model_user_path.py)."""
+series are in tests/plugins/live/test_model_live.py, the acceptance figures in
+test_model_user_path.py)."""
 
 import dataclasses
 import itertools
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from specwatch.cli import main
 from specwatch.common.errors import ConfigError
 from specwatch.model import breakeven, latency

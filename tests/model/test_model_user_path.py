@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from specwatch import model
 from specwatch.calibrate import evidence
 from specwatch.calibrate.fit import FitOptions, fit_system

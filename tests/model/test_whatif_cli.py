@@ -13,6 +13,7 @@ import json
 import sys
 
 import pytest
+
 from specwatch.cli import main
 
 PARAMS = """\

@@ -19,11 +19,11 @@ import logging
 import pickle
 import random
 import threading
-from pathlib import Path
 
 import pytest
 from helpers import reference_derive
 from helpers.pageserver import fixture_pages
+from helpers.paths import FIXTURES
 from helpers.windows import window_signals
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -33,7 +33,7 @@ from specwatch.poll.pipeline import Pipeline, PollResult
 from specwatch.poll.ring import HistoryEntry
 from specwatch.poll.windowplan import Present
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
+FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 BC = derive.BIMODALITY_COEFFICIENT
 CFG = derive.DeriveConfig(windows=(("1m", 60.0), ("5m", 300.0), ("15m", 900.0)),
                           count_window=300, min_bimodality_samples=10, histograms=False)

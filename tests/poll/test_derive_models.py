@@ -16,15 +16,15 @@ import logging
 import pickle
 import random
 import re
-from pathlib import Path
 
 import pytest
+from helpers.paths import FIXTURES
 
 from specwatch.poll import derive, history, lazywindow, sources
 from specwatch.poll.pipeline import Pipeline, PollResult
 from specwatch.poll.ring import HistoryEntry
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
+FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 CFG = derive.DeriveConfig(windows=(("30s", 30.0), ("1m", 60.0)), count_window=20,
                           min_bimodality_samples=4, histograms=True)
 GENERATION = (sources.GENERATION_TOKENS, None)

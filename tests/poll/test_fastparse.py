@@ -13,16 +13,16 @@ import dataclasses
 import math
 import os
 import re
-from pathlib import Path
 
 import pytest
+from helpers.paths import FIXTURES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from specwatch.poll import sources
 from specwatch.poll.fastparse import SampleSelector
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures"
+FIX = FIXTURES
 PAGES = sorted(FIX.rglob("*.prom"))
 REAL = sorted((FIX / "vllm-0.32-cpu-ngram").glob("*.prom"))
 ENGINES = ("auto", "vllm", "sglang")

@@ -27,6 +27,7 @@ import random
 from pathlib import Path
 
 import pytest
+from helpers.paths import FIXTURES
 from helpers.scrape import parse_exposition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -36,7 +37,7 @@ from specwatch.expose.collector import SpecwatchCollector
 from specwatch.poll import derive, history, limits, sources
 from specwatch.poll.snapshot import Snapshot, TargetSnapshot
 
-CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "fuzz-corpus"
+CORPUS = FIXTURES / "fuzz-corpus"
 LONG_RUN = int(os.environ.get("SPECWATCH_FUZZ_EXAMPLES", "0"))
 FAILURE_FILE = os.environ.get("SPECWATCH_FUZZ_FAILURE_FILE")
 MAX_INPUT = 10240  # bytes per page (OSS-Fuzz guidance, as Prometheus' fuzz targets)

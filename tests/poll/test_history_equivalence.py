@@ -18,17 +18,17 @@ import dataclasses
 import math
 import os
 import random
-from pathlib import Path
 
 import pytest
 from helpers import reference_derive, reference_history
+from helpers.paths import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specwatch.poll import derive, history, limits, sources
 from specwatch.poll.snapshot import ModelSnapshot
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = FIXTURES
 EXAMPLES = int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "60"))
 WINDOWS = (("1m", 60.0), ("5m", 300.0), ("15m", 900.0))
 

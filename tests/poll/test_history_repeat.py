@@ -18,16 +18,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers import reference_derive, reference_history
+from helpers.paths import FIXTURES
 from test_history_equivalence import assert_same_model
 
 from specwatch.poll import derive, history, sources
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = FIXTURES
 WINDOWS = (("1m", 60.0), ("5m", 300.0))
 
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import pytest
+from helpers.paths import FIXTURES
 
 from specwatch.poll import derive, history, sources
 from specwatch.poll.windowplan import LATENCY_HISTOGRAMS
 
-RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
+RECORDING = FIXTURES / "vllm-0.32-cpu-ngram"
 BAD = 20  # the page (poll index) that carries the invalid family
 CFG = derive.DeriveConfig(windows=(("10s", 10.0), ("1m", 60.0)), count_window=20,
                           min_drafts_per_sample=5.0)
@@ -160,7 +160,7 @@ def test_nan_in_one_family_keeps_the_signals_that_do_not_read_it(family):
             assert close(last_values[label][name], x), (label, name, family)
 
 
-SGLANG_PAGE = Path(__file__).resolve().parents[1] / "fixtures" / "constructed" / "sglang-0.5.23-spec.prom"
+SGLANG_PAGE = FIXTURES / "constructed" / "sglang-0.5.23-spec.prom"
 _COUNTER_LINE = re.compile(r"^(sglang:\w+(?:_total|_sum|_count|_bucket)(?:\{[^}]*\})?) (\S+)$",
                            re.MULTILINE)
 

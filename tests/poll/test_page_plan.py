@@ -16,9 +16,9 @@ the first is parsed from it, through the pipeline too.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from helpers.paths import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +26,7 @@ from specwatch.poll import pageplan, sources
 from specwatch.poll.derive import DeriveConfig
 from specwatch.poll.pipeline import Pipeline, PollResult
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = FIXTURES
 REAL = [p.read_text() for p in sorted(
     (FIXTURES / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
     key=lambda p: int(p.stem.split("_")[1]))]

@@ -7,9 +7,9 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers.paths import FIXTURES
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
@@ -18,7 +18,7 @@ from specwatch.expose.collector import SpecwatchCollector
 from specwatch.poll import derive, history, sources
 from specwatch.poll.pipeline import Pipeline, PollResult
 
-CONSTRUCTED = Path(__file__).resolve().parents[1] / "fixtures" / "constructed"
+CONSTRUCTED = FIXTURES / "constructed"
 A = "meta-llama/Llama-3.1-8B-Instruct"
 B = "qwen/Qwen3-8B"
 

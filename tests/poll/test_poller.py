@@ -5,10 +5,10 @@ from __future__ import annotations
 import socket
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 from helpers.pageserver import Page, PageSequenceServer, Stall, Trickle, fixture_pages
+from helpers.paths import FIXTURES
 from helpers.scrape import scrape, select
 
 from specwatch.app.serve import ServeApp
@@ -19,8 +19,8 @@ from specwatch.poll.poller import Poller, PollTarget
 # Every test here runs on both transports (conftest.fetch_path: direct and requests).
 pytestmark = pytest.mark.usefixtures("fetch_path")
 
-REPLAY = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
-PAGE = (Path(__file__).resolve().parents[1] / "fixtures" / "constructed" / "vllm-0.33-spec-decode.prom"
+REPLAY = FIXTURES / "vllm-0.32-cpu-ngram"
+PAGE = (FIXTURES / "constructed" / "vllm-0.33-spec-decode.prom"
         ).read_text()
 
 

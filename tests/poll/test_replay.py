@@ -18,10 +18,10 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from helpers.pageserver import Drop, Page, PageSequenceServer, fixture_pages
+from helpers.paths import FIXTURES
 from helpers.scrape import fetch_text, parse_exposition, scrape, select
 from prometheus_client.parser import text_string_to_metric_families
 from scipy import optimize, stats
@@ -29,7 +29,7 @@ from scipy import optimize, stats
 from specwatch.app.serve import ServeApp
 from specwatch.poll import config
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
+FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 WINDOWS = {"1m": 60.0, "5m": 300.0, "15m": 900.0}
 COUNT_N = 1000
 MIN_DRAFTS = 50

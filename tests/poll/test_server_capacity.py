@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from helpers.pageserver import Page, PageSequenceServer
+from helpers.paths import FIXTURES
 from helpers.scrape import fetch_text, parse_exposition, select
 
 from specwatch.app.serve import ServeApp
@@ -32,7 +33,7 @@ from specwatch.plugins.live.plugin import capacity_mismatch
 from specwatch.poll import config, pageplan, sources
 from specwatch.poll.snapshot import Snapshot, TargetSnapshot
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures"
+FIX = FIXTURES
 REAL = sorted((FIX / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
               key=lambda p: int(p.stem.split("_")[1]))
 PAGE = REAL[-1].read_text()

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from helpers.paths import FIXTURES
 
 from specwatch.poll import derive, history, sources
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures"
+FIX = FIXTURES
 
 
 def zeroed(text: str) -> str:

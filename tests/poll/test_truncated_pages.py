@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 from helpers.faultserver import FaultServer, Serve
+from helpers.paths import FIXTURES
 from helpers.scrape import parse_exposition, select
 
 from specwatch.app.serve import ServeApp
 from specwatch.poll import config, fetch, pageplan, sources
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-0.32-cpu-ngram"
+FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 PAGES = sorted(FIXTURES.glob("*.prom"))
 #: Random byte offsets and line boundaries per page in the default run (the slow run
 #: takes every line boundary of every page).

@@ -9,9 +9,8 @@ prometheus_client negotiates for Prometheus.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers.paths import FIXTURES
 from prometheus_client.openmetrics.parser import (
     text_string_to_metric_families as om_families,
 )
@@ -29,7 +28,7 @@ from specwatch.sim.scenario import (
 from specwatch.sim.server import render_page
 from specwatch.sim.simulation import Simulation
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = FIXTURES
 CONSTRUCTED = FIXTURES / "constructed" / "vllm-0.33-spec-decode.prom"
 REAL_032 = sorted((FIXTURES / "vllm-0.32-cpu-ngram").glob("snap_*.prom"))
 

@@ -28,6 +28,7 @@ import bcrypt
 import pytest
 from helpers import testsecrets
 from helpers.certs import PKI, make_pki
+
 from specwatch.common import redact
 from specwatch.web.limits import ServerLimits
 from specwatch.web.routing import Response

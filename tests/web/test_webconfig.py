@@ -13,6 +13,7 @@ import bcrypt
 import pytest
 from helpers import testsecrets
 from helpers.certs import PKI, make_pki
+
 from specwatch.common.errors import ConfigError
 from specwatch.web import webconfig
 

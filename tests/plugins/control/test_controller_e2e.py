@@ -27,6 +27,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from helpers.scrape import fetch_text, parse_exposition, select
+
 from specwatch.sim.scenario import load_scenario, packaged_scenario_path
 from specwatch.sim.server import SimulatorServer
 

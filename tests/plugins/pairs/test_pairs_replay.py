@@ -34,13 +34,14 @@ import yaml
 from helpers.pageserver import Page, PageSequenceServer, fixture_pages
 from helpers.pairtruth import counters, median_bucket
 from helpers.pairtruth import truth as pair_truth
+from helpers.paths import FIXTURES
 from helpers.scrape import scrape, select
 
 from specwatch.app.serve import ServeApp
 from specwatch.poll import config
 
 REPO = Path(__file__).resolve().parents[3]
-FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "vllm-0.32-cpu-pair-k2"
+FIXTURE = FIXTURES / "vllm-0.32-cpu-pair-k2"
 #: The recording's phases (seconds from its first page; its README): 1, 2, 4, 8 clients,
 #: 4 clients with 70% of requests at temperature 1, then 2 clients at temperature 0.
 PHASES = ((0, 30), (30, 60), (60, 90), (90, 120), (120, 150), (150, 175))
