@@ -26,8 +26,8 @@ and moves, so load on the machine cannot change what is measured, only how long 
 * A simulated clock that advances as wall time x speed (``SimulatorServer(...,
   simulated_clock=True)`` read by ``ServeApp(cfg, clock=sd.simulated_now)``, as
   tests/calibrate/test_calibration_pair_e2e.py once ran) fixes the *length* of a window (the
-  exporter's stamps and the page are on one time base) but not its *content*: a stamp is read
-  when the poll result is applied, the page shows the simulation as of its driver's last tick, and a late
+  exporter's stamps and the page are on one time base) but not its *content*: a stamp is read when
+  the poll result is applied, the page shows the simulation as of its driver's last tick, and a late
   tick or a slow fetch moves the clock between the two by speed x delay.
 * Here the clock moves only when the test moves it. Both simulators take it as their clock
   (speed 1, ``simulated_clock=True``: simulated seconds are its seconds) and have no driver
