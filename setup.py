@@ -1,4 +1,4 @@
-"""Build step that makes the wheel the whole bundle (issue 13); the metadata is in pyproject.toml.
+"""Build step that makes the wheel the whole bundle; the metadata is in pyproject.toml.
 
 The mixin's Jsonnet sources, its generated rules and dashboards, the example parameter files
 and the calibration data behind them live at the top of the repository, where `make generate`

@@ -12,7 +12,8 @@ of ``--repeat``), all in one run:
 - specwatch, same snapshot: a second scrape of an unchanged snapshot (an HA replica);
 - baseline: the same registry encoded by prometheus_client from ``collect()`` (metric
   objects rebuilt from the snapshot on every scrape: how /metrics was served before
-  issue 15, and what registry users still get), plus gzip level 1 as the web server did.
+  the cached exposition, and what registry users still get), plus gzip level 1 as the web
+  server did.
 
 Also reported: CPU of rendering one target's lines at publish time (it moved from the scrape
 to the poll path).

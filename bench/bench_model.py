@@ -61,9 +61,9 @@ def main() -> int:
         return 0
 
     # The naive seed is the linear model (six coefficients, L = C1/(1 - λ·C2)): compare like
-    # with like on a linear fit (the EAGLE-3 fit on concurrency <= 64, before issue 14). The
-    # shipped file now has saturation terms the seed has no notion of (it then "converges"
-    # on a few percent of the points, so a ratio would mean nothing).
+    # with like on a linear fit (the EAGLE-3 fit on concurrency <= 64, without saturation
+    # terms). The shipped file has saturation terms the seed has no notion of (it then
+    # "converges" on a few percent of the points, so a ratio would mean nothing).
     coef = load_params(LINEAR_PARAMS).coefficients
     assert not coef.saturates
     p, g = 76.0, 256.0

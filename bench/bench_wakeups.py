@@ -11,8 +11,8 @@ worker per poll) or after each group of ``k`` polls (the same sleep in total: ea
 runs back to back, as the poller's batches do).
 
 Reported per poll, on the thread's own CPU clock: fetch, apply, and their sum; the ratio is
-each grouping's cost against polls run one at a time, in the same run. The poller's module
-docstring quotes this benchmark (issue 15).
+each grouping's cost against polls run one at a time, in the same run. docs/performance.md
+quotes this benchmark.
 
 Run: `python bench/bench_wakeups.py [--targets 500] [--history 3600] [--groups 1,5,20]
 [--rounds 2]`.

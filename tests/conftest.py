@@ -67,7 +67,7 @@ def no_secret_in_logs():
 
 @pytest.fixture(params=["direct", "requests"])
 def fetch_path(request, monkeypatch):
-    """Run the test on each of the poller's transports (issue 15: the fast path is tested
+    """Run the test on each of the poller's transports (the fast path is tested
     against the library): every session the poller makes while the test runs is pinned to
     ``direct`` (http.client) or ``requests``, whatever the environment's proxies say."""
     from specwatch.poll import fetch

@@ -1,4 +1,4 @@
-"""Shared helpers for the deploy-bundle tests (issue 8): where the real validators live, how to
+"""Shared helpers for the deploy-bundle tests: where the real validators live, how to
 run them, and how to lay out the files the way the containers see them.
 
 Every validator is a real tool installed by `make setup` (the `dev` extra and Debian's

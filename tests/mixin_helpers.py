@@ -28,8 +28,7 @@ FIXTURES = REPO / "tests" / "fixtures"
 PROMETHEUS_METRICS = frozenset({"up", "scrape_duration_seconds", "ALERTS"})
 
 # Series the mixin reads that the exporter does not produce yet. A name leaves this list when
-# the exporter's metrics reference documents it (a test enforces that); the controller's
-# (issue 7) are documented now.
+# the exporter's metrics reference documents it (a test enforces that).
 NOT_YET_EXPORTED: frozenset[str] = frozenset()
 
 # vLLM names from before 0.11 that the dashboards read as a fallback (`new or old`), so that

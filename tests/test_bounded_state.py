@@ -1,4 +1,4 @@
-"""State stays bounded whatever a target sends (issue 17, the exporter's poll path).
+"""State stays bounded whatever a target sends (the exporter's poll path).
 
 Protected behaviour:
 

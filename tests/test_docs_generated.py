@@ -1,4 +1,4 @@
-"""The docs site (issue 13): the reference pages are generated from the code and current, the
+"""The docs site: the reference pages are generated from the code and current, the
 site builds with `mkdocs build --strict` (every page in the nav, no broken link or anchor), the
 README is a front page that points into it, and the runbook the alerts link to is on the site
 with the same anchors.

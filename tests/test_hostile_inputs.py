@@ -1,4 +1,4 @@
-"""Issue 17, item 8: bad input gets one clear message and exit 2, never a traceback.
+"""Bad input gets one clear message and exit 2, never a traceback.
 
 Each case is one the issue found giving a traceback (at start-up, or on every poll or
 request afterwards): infinite durations, invalid UTF-8 files, a calibration input of 1e308,
@@ -42,7 +42,7 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str]:
 ], ids=["interval-inf", "interval-nan", "window-inf", "timeout-inf", "timeout-huge",
         "request-timeout-inf", "target-timeout-inf", "min-drafts-inf"])
 def test_non_finite_durations_and_numbers_are_one_clear_error(tmp_path, capsys, text, key):
-    """Issue 17 item 8: an infinite (or absurdly long) duration is refused at start-up
+    """An infinite (or absurdly long) duration is refused at start-up
     naming its key (old code started, then every poll failed with OverflowError or every
     request was reset)."""
     cfg = tmp_path / "specwatch.yaml"
@@ -63,7 +63,7 @@ def test_poll_interval_flag_must_be_finite(capsys, value):
 
 @pytest.mark.parametrize("flag", ["--config", "--web-config"])
 def test_invalid_utf8_config_files_are_one_clear_error(tmp_path, capsys, flag):
-    """Issue 17 item 8: a config or web config that is not UTF-8 names the file and the
+    """A config or web config that is not UTF-8 names the file and the
     byte (old code: UnicodeDecodeError traceback)."""
     bad = tmp_path / "bad.yml"
     bad.write_bytes(b"global:\n  listen: '\xff\xfe:10440'\n")
@@ -76,7 +76,7 @@ def test_invalid_utf8_config_files_are_one_clear_error(tmp_path, capsys, flag):
 
 
 def test_calibrate_refuses_values_of_1e308(tmp_path, capsys):
-    """Issue 17 item 8: finite but overflowing inputs are refused by name (old code: a
+    """Finite but overflowing inputs are refused by name (old code: a
     numpy 'array must not contain infs or NaNs' traceback from the fit)."""
     rows = ["arrival_rate,latency_s,draft_length"]
     rows += [f"{r},{1e307 * (1 + r / 100) * (1 + k / 10)},{k}"
@@ -90,7 +90,7 @@ def test_calibrate_refuses_values_of_1e308(tmp_path, capsys):
 
 
 def test_calibrate_refuses_json_nested_100k_deep(tmp_path, capsys):
-    """Issue 17 item 8: old code: RecursionError traceback."""
+    """A JSON file nested 100,000 deep is one error line, not a RecursionError traceback."""
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
     rc, out = run_cli(["calibrate", str(deep), "--out", str(tmp_path / "p.yaml")], capsys)
@@ -98,7 +98,8 @@ def test_calibrate_refuses_json_nested_100k_deep(tmp_path, capsys):
 
 
 def test_calibrate_out_under_proc_is_one_clear_error(capsys):
-    """Issue 17 item 8: old code: FileNotFoundError traceback from the temp file."""
+    """An --out path that cannot be written is one error line, not a FileNotFoundError
+    traceback from the temp file."""
     rc, out = run_cli(["calibrate", *map(str, BENCH), "--out", "/proc/params.yaml"], capsys)
     assert rc == 2, out
     assert "--out /proc/params.yaml: cannot write" in out and "Traceback" not in out
@@ -122,7 +123,7 @@ def _decision(i: int, model: str) -> Decision:
 
 @pytest.mark.parametrize("model", ["llama\0evil", "m" * 200_000], ids=["nul", "200kB"])
 def test_command_actuation_the_os_must_refuse_fails_once_clearly(caplog, model):
-    """Issue 17 item 8: a model name the OS cannot pass to a program (NUL, over 128 kB) fails
+    """A model name the OS cannot pass to a program (NUL, over 128 kB) fails
     the delivery at once as permanent (no retries), with one WARNING for the first decision
     and none for the decisions that follow (old code: a traceback every poll)."""
     outcomes = []

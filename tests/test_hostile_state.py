@@ -1,4 +1,4 @@
-"""Issue 17, item 1 (controller and receiver side): state stays bounded under rotating names.
+"""Controller and receiver side: state stays bounded under rotating names.
 
 A target whose ``model_name`` values change every poll, with a ``controller:`` block, and an
 Alertmanager receiver fed alerts for models nobody knows: the controller keeps at most
@@ -118,7 +118,7 @@ def _rotating_names_run(r: Rotating, polls: int, per_poll: int) -> dict:
 
 
 def test_controller_keeps_at_most_max_models_under_rotating_names(rotating):
-    """Issue 17 item 1: 12 polls of 150 new model names each (1,800 names; the exporter
+    """12 polls of 150 new model names each (1,800 names; the exporter
     follows 100 of each page) leave at most 100 models and their series in the controller
     (old code: every name kept forever, 492,000 series in 40 s); drops are counted by
     reason; after the exporter's retention only the model still on the page is left."""
@@ -128,7 +128,7 @@ def test_controller_keeps_at_most_max_models_under_rotating_names(rotating):
           f"series, {got['after_models']} model(s); dropped {got['dropped']}")
     assert got["kept"] == DEFAULT_MAX_MODELS
     assert got["models"] <= DEFAULT_MAX_MODELS
-    # The exporter follows at most 100 models of a page (issue 17 item 1, exporter side):
+    # The exporter follows at most 100 models of a page (exporter side):
     # 50 of each poll's 150 names are never followed, so the controller saw 1,200 names.
     assert got["exporter_dropped"] == 12 * 50
     assert got["dropped"]["limit"] >= 1200 - DEFAULT_MAX_MODELS
@@ -167,7 +167,7 @@ def test_controller_series_stay_flat_for_minutes_of_rotating_names(rotating):
 
 
 def test_receiver_acts_only_on_known_models_and_logs_one_line_per_post(rotating, caplog):
-    """Issue 17 item 1: 5 POSTs of 1,000 firing alerts, each for a new model_name, create no
+    """5 POSTs of 1,000 firing alerts, each for a new model_name, create no
     state (every alert ignored_model), leave /controller and the series as they were, and
     log one line per POST (old code: 75,000 series, a 17 MB /controller, 25,000 log
     lines). An alert for a model the controller follows is still accepted."""

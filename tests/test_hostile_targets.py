@@ -1,4 +1,4 @@
-"""Issue 17, items 3 and 4: hostile targets.
+"""Hostile targets.
 
 A target that trickles its headers cannot stretch a poll past its deadline or delay
 shutdown; a redirect cannot carry configured secrets to another origin. Real sockets on
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.usefixtures("fetch_path")
 def test_trickled_headers_cannot_stretch_a_poll_past_its_deadline():
-    """Issue 17 item 3: a server sending one header line every 0.2 s never lets a per-read
+    """A server sending one header line every 0.2 s never lets a per-read
     timeout fire; the poll still ends at its 2 s total deadline as a ``timeout`` (old code:
     33.5 s with a 3 s deadline). The bound allows 1.5 s of scheduling noise on a loaded box."""
     with FaultServer(TrickleHeaders(0.2)) as srv:
@@ -55,7 +55,7 @@ def test_trickled_headers_cannot_stretch_a_poll_past_its_deadline():
 
 @pytest.mark.usefixtures("fetch_path")
 def test_poller_stop_cuts_polls_in_flight_short():
-    """Issue 17 item 3: stop() does not wait for a poll's deadline (30 s here)."""
+    """``stop()`` does not wait for a poll's deadline (30 s here)."""
     with FaultServer(TrickleHeaders(0.2)) as srv:
         poller = Poller([PollTarget("t", srv.url, timeout_seconds=30.0)], 60, lambda r: None)
         poller.start()
@@ -72,7 +72,7 @@ def test_poller_stop_cuts_polls_in_flight_short():
 
 @pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="POSIX signals")
 def test_serve_exits_within_2s_of_sigterm_whatever_the_targets_do(tmp_path):
-    """Issue 17 item 3: `specwatch serve` polling a header-trickling target with a 30 s
+    """`specwatch serve` polling a header-trickling target with a 30 s
     deadline exits (code 0) within 2 s of SIGTERM (old code: 17 s)."""
     with FaultServer(TrickleHeaders(0.2)) as srv:
         cfg = tmp_path / "specwatch.yaml"
@@ -164,7 +164,7 @@ def _poll(url: str, mode: str | None, basic: bool = False):
 @pytest.mark.usefixtures("fetch_path")
 @pytest.mark.parametrize("mode", [None, "same_host", "none"])
 def test_a_redirect_to_another_origin_is_refused_by_default(mode):
-    """Issue 17 item 4: with follow_redirects same_host (the default) or none, a redirect to
+    """With follow_redirects same_host (the default) or none, a redirect to
     another port is not followed: the other server sees no request at all and the poll
     fails as http_status (old code: X-Api-Key followed the redirect)."""
     other = Recorder()
@@ -182,7 +182,7 @@ def test_a_redirect_to_another_origin_is_refused_by_default(mode):
 @pytest.mark.usefixtures("fetch_path")
 @pytest.mark.parametrize("other_host", ["127.0.0.1", "localhost"])
 def test_follow_any_sends_no_configured_header_to_another_origin(other_host):
-    """Issue 17 item 4: follow_redirects any follows a redirect to another port or host
+    """``follow_redirects: any`` follows a redirect to another port or host
     name, but every configured header (X-Api-Key, Authorization) and the basic-auth
     credentials stay behind: the other server sees only specwatch's own headers."""
     other = Recorder()
@@ -231,7 +231,7 @@ def _write(tmp_path: Path, text: str) -> str:
 
 @pytest.mark.usefixtures("fetch_path")
 def test_secrets_from_every_source_never_reach_a_log_line(tmp_path, monkeypatch, caplog):
-    """Issue 17 item 4: webhook headers from a file and from the environment (one with a
+    """Webhook headers from a file and from the environment (one with a
     trailing newline, which requests refuses with an InvalidHeader quoting it), a webhook
     URL ``?token=``, a target header and a target URL query token are all registered for
     redaction in every printed form; the failure lines of the webhook delivery and of the

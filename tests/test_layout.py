@@ -1,4 +1,4 @@
-"""The package layout draws the architecture (issue 13): subpackages in layers, imports only
+"""The package layout draws the architecture: subpackages in layers, imports only
 going down, the model pure, no module too long to read whole.
 
 The import-linter contracts in pyproject.toml are the rules; `make lint` runs them and this

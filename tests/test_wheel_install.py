@@ -1,5 +1,5 @@
-"""The wheel, installed into a fresh virtualenv outside the repository, is the whole bundle
-(issue 13, acceptance): `serve` against a recorded vLLM page, `demo` with Prometheus loading the
+"""The wheel, installed into a fresh virtualenv outside the repository, is the whole bundle:
+`serve` against a recorded vLLM page, `demo` with Prometheus loading the
 packaged rules (and the low-acceptance alert going pending on the simulated drop),
 `mixin render` with the user's selector (promtool accepts the rules), `calibrate` on the
 shipped benchmark data.
@@ -186,7 +186,7 @@ def test_calibrate_from_the_wheel_refits_the_shipped_example(installed) -> None:
     where = _run([bindir / "python", "-m", "specwatch.common.bundle"], cwd=cwd, env=env)
     bundle = Path(where.stdout.strip())
     (data,) = (bundle / "examples" / "calibration").glob("*.csv")
-    # The same command as `make calibrate-examples` (the whole load range since issue 14).
+    # The same command as `make calibrate-examples` (the whole load range).
     result = _run([bindir / "specwatch", "calibrate", data, "--system", "Qwen3-32B+Qwen3-4B",
                    "--out", "fitted.yaml"], cwd=cwd, env=env)
     assert result.returncode == 0, result.stderr

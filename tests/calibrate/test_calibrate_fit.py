@@ -34,7 +34,7 @@ def _sweep_fit(system: str, ttft_rule: bool):
     return fit_system(system, points, options)
 
 
-# ----------------------------------------------------------------------- acceptance (issue 4)
+# ----------------------------------------------------------------------- acceptance
 
 
 @pytest.mark.parametrize("system", DRAFTERS)

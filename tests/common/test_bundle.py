@@ -1,4 +1,4 @@
-"""The wheel is the whole bundle (issue 13): it carries the Jsonnet sources, the generated rules
+"""The wheel is the whole bundle: it carries the Jsonnet sources, the generated rules
 and dashboards, the example parameter files and the calibration data; `specwatch mixin render`
 adapts the rules to the user's selectors; a missing optional dependency is one line.
 

@@ -1,4 +1,4 @@
-"""The exporter bounds glibc's per-thread malloc arenas (issue 15, peak RSS of a fleet).
+"""The exporter bounds glibc's per-thread malloc arenas (peak RSS of a fleet).
 
 Protected behaviour: ``specwatch serve`` (``ServeApp``) applies the bound when it starts,
 before its poll threads exist; on glibc the ``mallopt`` calls succeed; a setting the
@@ -54,7 +54,7 @@ def test_serve_app_applies_the_bound(monkeypatch):
 
 def test_serve_paces_the_garbage_collector_while_it_runs_and_restores_it():
     """``ServeApp.start`` raises only the young generation's threshold (what a poll
-    publishes lives one interval and is freed by reference counting: issue 15); ``stop``
+    publishes lives one interval and is freed by reference counting); ``stop``
     gives the process its former thresholds back."""
     import gc
 

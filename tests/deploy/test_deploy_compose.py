@@ -451,7 +451,7 @@ def test_low_acceptance_alert_reaches_the_controller_through_alertmanager(tmp_pa
     SDAcceptanceRateLow through the controller route to `specwatch serve` running the demo
     profile's configuration, authenticated with the token both read from the shared
     volume; the controller takes it (the demo's simulated vLLM is not running here, so the
-    controller has never seen the model and, since issue 17, counts the alert as
+    controller has never seen the model and counts the alert as
     ignored_model instead of creating state for it; a 401 would count nothing). (Only the
     webhook's host:port and the container paths are rewritten for loopback.)"""
     service = cached_compose_config("demo")["services"]["specwatch-demo"]

@@ -1,6 +1,6 @@
 """The cached exposition writes exactly what prometheus_client writes for collect().
 
-Protected behaviour (issue 15): ``/metrics`` is served from bytes rendered once per target
+Protected behaviour: ``/metrics`` is served from bytes rendered once per target
 snapshot and joined once per snapshot; those bytes (Prometheus text and OpenMetrics, plain and
 gzip) equal prometheus_client's encoding of the collector's ``collect()`` (the interface
 registry users keep), including escaped label values, down targets, builders registered per
@@ -99,7 +99,7 @@ def test_gzip_body_is_one_member_with_the_same_bytes():
 
 def test_gzip_scrape_keeps_only_the_deflate_stream(monkeypatch):
     """A gzip scrape (what Prometheus asks for) caches the deflate stream of the snapshot,
-    not its text too (megabytes for a large fleet, held until the next scrape: issue 15,
+    not its text too (megabytes for a large fleet, held until the next scrape,
     peak RSS); a second gzip scrape of the snapshot is served from the cache."""
     p = pipeline_with_data()
     col = SpecwatchCollector(lambda: p.snapshot)
@@ -317,7 +317,7 @@ def test_renders_after_each_poll_are_the_renders_at_publish(monkeypatch, offsets
 @pytest.mark.parametrize("run", [2, 3, 7])
 def test_renders_after_a_run_of_polls_serve_the_same_bytes_and_never_render_more(
         monkeypatch, offsets, run):
-    """Renders left until after a run of polls (issue 15: ``specwatch serve`` renders after
+    """Renders left until after a run of polls (``specwatch serve`` renders after
     each run of its poller's worker): a scrape that comes in between renders what it finds
     stale itself, so every scrape still serves exactly a fresh render, and there are never
     more renders in all than at publish (a snapshot replaced in the queue is never

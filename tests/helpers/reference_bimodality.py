@@ -1,4 +1,4 @@
-"""REFERENCE (tests only): specwatch.poll.bimodality before issue 15's rewrite.
+"""REFERENCE (tests only): specwatch.poll.bimodality before its prefix-sum rewrite.
 
 Kept verbatim (this paragraph aside) so the prefix-sum implementation in
 ``specwatch.poll.bimodality`` can be checked against it (same change points, the
@@ -10,7 +10,7 @@ Bimodality of the per-poll acceptance samples that a change over time cannot exp
 Why not Sarle's coefficient of the raw samples: samples taken over a window mix "before"
 and "after" whenever acceptance changes. A plain drop from 0.57 to 0.29 fills a 15-minute
 window with two clusters, and the raw coefficient reads 0.85-0.95, the signature of two
-populations, although the traffic was never mixed (issue 18, item 3). Two populations that
+populations, although the traffic was never mixed. Two populations that
 *coexist* keep alternating inside the window; a change happens once (a step), or twice (a
 dip that recovers), or gradually (a drift).
 

@@ -1,4 +1,4 @@
-"""REFERENCE (tests only): the dict-and-columns derive of specwatch before issue 15.
+"""REFERENCE (tests only): the former dict-and-columns derive of specwatch.
 
 Kept verbatim (imports aside) so the numpy implementation in
 ``specwatch.poll.derive`` can be checked against it to 1e-9 on every fixture and

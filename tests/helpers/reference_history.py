@@ -1,4 +1,4 @@
-"""REFERENCE (tests only): the dict-and-columns history of specwatch before issue 15.
+"""REFERENCE (tests only): the former dict-and-columns history of specwatch.
 
 Kept verbatim (imports aside) so the numpy implementation in
 ``specwatch.poll.history`` can be checked against it to 1e-9 on every fixture and

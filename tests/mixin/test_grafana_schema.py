@@ -231,7 +231,7 @@ def _matches(deviation: dict, alias: str, error: dict) -> bool:
 
 @pytest.mark.parametrize("alias", ["min", "latest"])
 def test_every_dashboard_types_against_grafana_schema(alias, node_modules, tmp_path):
-    """Issue 18: every dashboard types against @grafana/schema of the minimum version and of
+    """Every dashboard types against @grafana/schema of the minimum version and of
     the newest; only the reviewed deviations of tests/grafana-schema/deviations.yaml remain."""
     errors = _compile(alias, node_modules, tmp_path)
     listed = [d for d in DEVIATIONS["deviations"] if alias in d["versions"]]

@@ -1,5 +1,5 @@
 """When SDAcceptanceRateLow fires after acceptance drops, measured with promtool, with one
-poll in ten failing (issue 18, item 4).
+poll in ten failing.
 
 A failed poll makes the exporter drop the target's derived series, so the next scrape marks
 them stale; an instant selector then returns nothing and the alert's `for` clock restarts
@@ -177,7 +177,7 @@ def test_low_acceptance_fires_10_to_12_minutes_after_a_drop_with_one_poll_in_ten
 
 
 def test_the_measurement_sees_an_alert_that_restarts_on_a_missing_sample(tmp_path):
-    """Without the grace (instant selectors, as before issue 18), the same inputs make the
+    """Without the grace (instant selectors), the same inputs make the
     alert restart its clock: it fires late or never in at least one case. So the timing test
     above can fail."""
     alerts = mixin.render_rules({"alerts": {"SDAcceptanceRateLow": {"missingSampleGrace": ""}}})

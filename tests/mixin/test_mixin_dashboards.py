@@ -57,7 +57,7 @@ def test_dashboard_identity_is_stable(name):
     assert d["uid"] == config["dashboardUIDs"][name] and 8 <= len(d["uid"]) <= 40
     assert d["id"] is None
     assert "__inputs" not in d
-    # The minimum Grafana version is declared (issue 18, item 6: the XY chart needs 11.2+).
+    # The minimum Grafana version is declared (the XY chart needs 11.2+).
     (grafana,) = [r for r in d["__requires"] if r["type"] == "grafana"]
     assert grafana["version"] == config["grafana"]["minVersion"]
     assert tuple(map(int, grafana["version"].split("."))) >= (11, 2, 0)
@@ -138,7 +138,7 @@ def _equal_matchers(selector: str) -> set[tuple[str, str]]:
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_panels_select_only_the_configured_jobs_whatever_all_expands_to(name):
-    """Issue 18, item 1: with `$job` at All (`.+`), "Exporter instances up" counted every job
+    """With `$job` at All (`.+`), "Exporter instances up" counted every job
     Prometheus scrapes (6 where there were 3 exporters) and the scrape duration panel drew
     the vLLM jobs. Every selector of an exporter series (and of `up`,
     `scrape_duration_seconds`) carries the exporterSelector's matchers, every vLLM series
@@ -251,7 +251,7 @@ def _matched(matcher: dict, names: set[str]) -> set[str]:
 
 
 def test_speedup_xychart_names_every_target_and_shows_the_present():
-    """Issue 18, item 6: every target's points were named "predicted speedup" (a rename
+    """Every target's points were named "predicted speedup" (a rename
     overrode the partition labels), x followed $window while y was the model's window, and
     the break-even markers were a cloud of past values. Now: instant table queries (the
     current point), no fixed rename, display names built from the target and model labels
@@ -308,7 +308,7 @@ def test_speedup_xychart_series_name_their_frame():
 
 
 def test_speedup_xychart_draws_the_model_curve():
-    """Issue 18, item 6: the chart had no model curve. Now one line per target and model
+    """The chart had no model curve. Now one line per target and model
     through the exporter's curve points: x the grid's arrival rates, y the predicted speedup
     there, joined on the `point` label (the merge pairs the two queries' rows), the x query
     sorted by rate so that the line is drawn left to right, and no `$window` (the curve
@@ -377,7 +377,7 @@ def _enclosing_rows(d: dict) -> dict[int, dict]:
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_no_panel_sums_distributions_of_several_targets_or_models(name):
-    """Issue 18, item 2: the acceptance heatmap summed every selected target (`sum by (le)`),
+    """The acceptance heatmap summed every selected target (`sum by (le)`),
     so several unimodal targets drew a multi-band picture that reads as bimodal. A panel
     that aggregates away target or model_name (a heatmap, a stat of one number) must get
     one value of each from a repeat: the panel's own or its row's."""

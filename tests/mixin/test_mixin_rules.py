@@ -255,7 +255,7 @@ def test_grafana_url_adds_dashboard_links():
 
 
 def test_every_located_alert_links_to_its_dashboard_filtered_to_its_target():
-    """Issue 18, item 8: alerts had no dashboard link (grafanaURL empty). Every alert that
+    """Alerts had no dashboard link (grafanaURL empty). Every alert that
     names a target links to the dashboard with that target (and model) selected; the
     promtool tests check the rendered links (alerts/tests/*.yaml, exp_annotations)."""
     config = mixin.default_config()

@@ -74,7 +74,7 @@ NO_DATA_EXPECTED = frozenset({"up", "scrape_duration_seconds", "ALERTS"}) | NOT_
 #: (neither the recording nor the short live run switches SD): a query reading one of them
 #: is skipped, and listed by the test. tests/plugins/control/test_controller_e2e.py covers them.
 ONLY_AFTER_A_SWITCH = frozenset({"sd_switch_latency_ratio"})
-#: The measured-pair series (issue 16): the live demo run is shorter than the pair window
+#: The measured-pair series: the live demo run is shorter than the pair window
 #: (1m), so it has no complete segment; the replay configures a pair and must have them.
 PAIR_SERIES = frozenset({"sd_measured_speedup", "sd_measured_arrival_rate",
                          "sd_pair_current_arrival_rate_bin"})
@@ -153,7 +153,7 @@ def _build_timeline(tmp: Path) -> tuple[_Timeline, float, float]:
         "    model_window: 1m\n"
         "    controller: {mode: recommend, min_drafts_per_window: 100,"
         " min_requests_per_window: 2}\n"
-        # A measured A/B pair of the two (issue 16): the same pages on both sides, so the
+        # A measured A/B pair of the two: the same pages on both sides, so the
         # measured speedup is 1; one arrival-rate bin, 10 s segments, the CPU model's few
         # requests.
         "pairs:\n"
@@ -500,7 +500,7 @@ def _all_value(base: str, variable: dict, start: float, end: float) -> str:
 
 
 def test_live_job_all_counts_only_the_exporters(live_stack):
-    """Issue 18, item 1: Prometheus scrapes the exporter and the simulated vLLM; with `$job`
+    """Prometheus scrapes the exporter and the simulated vLLM; with `$job`
     at All (Grafana 11's default), "Exporter instances up" counts the exporters only (1, not
     2) and "Exporter scrape duration" draws no vLLM job."""
     base, start, end = live_stack

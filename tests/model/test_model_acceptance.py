@@ -1,4 +1,4 @@
-"""Regression test of the saturation-aware model on the public Qwen3-32B / H100 sweep (issue 14).
+"""Regression test of the saturation-aware model on the public Qwen3-32B / H100 sweep.
 
 Every figure the issue's acceptance list names is measured here, per drafter, by the same code
 `specwatch calibrate` runs (calibrate.load_range), and docs/model.md quotes these numbers.

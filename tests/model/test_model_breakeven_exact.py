@@ -1,4 +1,4 @@
-"""The saturation regime's exact break-even against the numeric scan it replaces (issue 14).
+"""The saturation regime's exact break-even against the numeric scan it replaces.
 
 Protects: `breakeven` on saturating coefficients (closed form over the pieces of L,
 `breakeven.saturation_breakeven`) gives the kind and λ* of `_numeric_breakeven` (grid scan

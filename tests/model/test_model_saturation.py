@@ -1,4 +1,4 @@
-"""Property tests of the saturation regime (issue 14; model.md "Saturation regime").
+"""Property tests of the saturation regime (model.md "Saturation regime").
 
 Protects: the new terms at zero give exactly the old six-coefficient model (old parameter
 files predict the same numbers); latency grows with load; the bisection fixed point either

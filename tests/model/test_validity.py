@@ -1,4 +1,4 @@
-"""Honest validity (issue 14): every what-if `--json` carries `valid`, `validity_reasons` and
+"""Honest validity: every what-if `--json` carries `valid`, `validity_reasons` and
 `calibrated_range`, judged by the model (saturation) and the parameters file's calibrated
 range (load, batch, tokens per step, draft lengths)."""
 

@@ -1,4 +1,4 @@
-"""Bimodality that a change over time cannot explain (issue 18, item 3).
+"""Bimodality that a change over time cannot explain.
 
 Sarle's coefficient of the per-poll acceptance samples in a window reads a plain acceptance
 drop as two populations: the window holds "before" and "after". The exported

@@ -1,4 +1,4 @@
-"""The prefix-sum bimodality (issue 15) gives what the per-segment one gave.
+"""The prefix-sum bimodality gives what the per-segment one gave.
 
 ``specwatch.poll.bimodality`` was rewritten for speed (one centring shared by the raw
 coefficient and the change points, one distance vector per bound, kept segments as

@@ -1,6 +1,6 @@
 """A window's signals are computed when first read, and read as if computed at once.
 
-Issue 15: every poll derives every window, but only a reader needs the signals (the
+Every poll derives every window, but only a reader needs the signals (the
 exposition, a prediction hook, the controller), and a target polled every 5 s and scraped
 every 15 s has two snapshots in three that nobody renders. So a window's ``values``,
 ``positions`` and ``histograms`` (:mod:`specwatch.poll.lazywindow`) are computed together

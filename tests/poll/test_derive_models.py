@@ -1,6 +1,6 @@
 """A target's models are derived when first read, and read as if derived at its poll.
 
-Issue 15: a target polled every 5 s and scraped every 15 s publishes two snapshots in three
+A target polled every 5 s and scraped every 15 s publishes two snapshots in three
 that nobody reads, so :func:`specwatch.poll.derive.derive_models` freezes each model's
 history at the poll (:meth:`ModelHistory.frozen`: the ring's arrays shared, not copied) and
 derives on the first read of the snapshot's ``models``. These tests protect both halves:

@@ -1,4 +1,4 @@
-"""derive's fast paths (issue 15) give the results of the dict-walk derive, bit for bit.
+"""derive's fast paths give the results of the dict-walk derive, bit for bit.
 
 ``derive_model`` reads each window's increases as a row at indices decided once per set of
 present keys (``_Plan``, remembered on the ring), and ``window_signals`` builds the same row

@@ -1,4 +1,4 @@
-"""The token acceptance probability's bisection, inlined for speed (issue 15), takes the
+"""The token acceptance probability's bisection, inlined for speed, takes the
 same steps as the one before: equal results, bit for bit, to the reference kept in
 ``tests/helpers/reference_derive.py`` (which calls ``expected_acceptance_length``)."""
 

@@ -1,4 +1,4 @@
-"""Issue 15: the poller's direct transport (http.client) against the requests transport.
+"""The poller's direct transport (http.client) against the requests transport.
 
 A target reached directly is fetched on one ``http.client`` connection (a third of the CPU of
 ``requests``); a target behind a proxy from the environment keeps ``requests``. The fast

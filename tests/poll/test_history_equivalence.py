@@ -1,9 +1,9 @@
 """The numpy history and derive give the results of the dict implementation they replaced.
 
-Protected behaviour (issue 15): ``specwatch.poll.history`` + ``derive`` (rows of numpy
+Protected behaviour: ``specwatch.poll.history`` + ``derive`` (rows of numpy
 arrays, windows as differences of two rows) publish the same ``ModelSnapshot`` as the
 reference implementation kept in ``tests/helpers/reference_history.py`` and
-``reference_derive.py`` (the code before issue 15), to 1e-9 relative, on:
+``reference_derive.py`` (the former dict-and-columns code), to 1e-9 relative, on:
 
 * the real recording (49 pages of vLLM 0.32), polled in order, with restarts spliced in;
 * every constructed fixture page and every fuzz-corpus page, as page sequences;
@@ -227,7 +227,7 @@ def test_random_histories_with_resets_and_vanishing_series(steps, count_window):
 
 def test_serve_without_controller_keeps_no_bucket_columns(tmp_path):
     """`specwatch serve` without a controller or A/B pairs builds no window histograms, so
-    its histories keep no latency bucket columns (most of a vLLM model's ring: issue 15,
+    its histories keep no latency bucket columns (most of a vLLM model's ring,
     RSS per target); a pipeline whose derive config asks for histograms keeps them."""
     from specwatch.app.serve import ServeApp
     from specwatch.poll import config
@@ -251,7 +251,7 @@ def test_serve_without_controller_keeps_no_bucket_columns(tmp_path):
 
 def test_serve_without_histograms_does_not_parse_bucket_lines():
     """Without window histograms the pipeline does not even parse the bucket lines (65 of the
-    104 sample lines it reads on the real page: issue 15, CPU per poll): the derived signals
+    104 sample lines it reads on the real page, CPU per poll): the derived signals
     are those of a pipeline that reads them, and a broken bucket line, which only a reader of
     the buckets would need, no longer takes the target down."""
     from specwatch.poll.pipeline import Pipeline, PollResult

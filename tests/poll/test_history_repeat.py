@@ -1,6 +1,6 @@
 """An identical page folded again skips the counter fold and gives the full fold's results.
 
-Protected behaviour (issue 15, "skip work that cannot change"): when the pipeline hands
+Protected behaviour ("skip work that cannot change"): when the pipeline hands
 ``TargetHistory.update`` the page object it folded last time (an idle server sends the same
 bytes; the pipeline keeps the parsed page), every delta is 0, so the history skips the
 vector fold and repeats each model's newest row as stored. The windows still move on. The

@@ -1,6 +1,6 @@
 """The history's per-poll shortcuts leave the state the full path would leave.
 
-Protected behaviour (issue 15): three searches ran on every poll of every target and almost
+Protected behaviour: three searches ran on every poll of every target and almost
 never found anything; they are now skipped when they cannot:
 
 * the search for stale series (unseen for the retention) and stale models, skipped when the

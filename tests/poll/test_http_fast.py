@@ -1,4 +1,4 @@
-"""The direct transport's usual response, read from the socket, is the library's (issue 15).
+"""The direct transport's usual response, read from the socket, is the library's.
 
 Protected behaviour: :mod:`specwatch.poll.httpfast` reads an ``HTTP/1.1 200`` head with
 plain header lines and a ``Content-Length`` body itself, and hands every other head to

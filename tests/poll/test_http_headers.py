@@ -1,4 +1,4 @@
-"""The direct transport's header parser gives http.client's messages (issue 15).
+"""The direct transport's header parser gives http.client's messages.
 
 Protected behaviour: ``specwatch.poll.httpheaders.parse_headers`` (plain header blocks
 without the email parser) returns a message equal in every attribute to

@@ -1,4 +1,4 @@
-"""A target's page parsed from its plan is the page parsed without one (issue 15).
+"""A target's page parsed from its plan is the page parsed without one.
 
 Protected behaviour: :func:`specwatch.poll.sources.parse_page` with a
 :class:`~specwatch.poll.pageplan.PagePlan` kept across one target's pages returns exactly
@@ -184,7 +184,7 @@ def test_odd_values_on_a_steady_page(family: str, value: str) -> None:
 
 def test_a_plan_keeps_bounded_text(monkeypatch) -> None:
     """Heads holding more text than PLAN_MAX_HEAD_BYTES are not kept: the next page is
-    parsed alone, with the same result (issue 17: a target cannot make the plan hold its
+    parsed alone, with the same result (a target cannot make the plan hold its
     page)."""
     monkeypatch.setattr(pageplan, "PLAN_MAX_HEAD_BYTES", 2000)
     plan = check_sequence([REAL[30], REAL[31]])

@@ -190,7 +190,7 @@ def recorder(monkeypatch) -> Recorder:
 
 
 def test_fast_targets_due_together_run_back_to_back_in_one_worker(recorder):
-    """Issue 15: once a target's last poll was fast, its polls due in the same tick run one
+    """Once a target's last poll was fast, its polls due in the same tick run one
     after the other in one worker (warm caches, one wake-up), not one thread each."""
     # A 2 s interval: a poll counts as fast under 25 ms, which a loaded machine still meets.
     p = Poller(_targets(5), 2.0, lambda r: None, spread=False)
@@ -310,7 +310,7 @@ class CountingLock:
 
 
 def test_a_lone_batched_poll_costs_one_scheduler_wake_up(recorder):
-    """Issue 15: one target polled every second is batched alone. Its drainer has nothing
+    """One target polled every second is batched alone. Its drainer has nothing
     queued behind it, so the scheduler does not wake a tick later to look at the batch: one
     wake-up a poll, not two (each wake-up of an idle thread costs cold caches)."""
     p = Poller(_targets(1), 1.0, lambda r: None, spread=False)

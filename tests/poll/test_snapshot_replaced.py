@@ -1,6 +1,6 @@
 """``TargetSnapshot.replaced`` is ``dataclasses.replace`` without re-running ``__init__``.
 
-Protected behaviour (issue 15: a target hook copies every target's snapshot on every
+Protected behaviour (a target hook copies every target's snapshot on every
 poll): for any set of changed fields the copy equals what :func:`dataclasses.replace`
 gives, field by field and by identity where a field is not changed; the original is
 unchanged; a name that is not a field is refused like ``replace`` refuses it.

@@ -1,4 +1,4 @@
-"""Issue 17, items 5, 6 and 9: the HTTP server against hostile clients.
+"""The HTTP server against hostile clients.
 
 Strict framing (no request smuggling, no HTTP/0.9), log lines that a value from outside cannot
 forge, authentication before any shared resource is taken (a wrong-password flood and
@@ -102,7 +102,7 @@ SMUGGLED = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 ], ids=["conflicting-cl", "duplicate-cl", "cl-list", "cl-plus", "te-chunked", "te-and-cl",
         "te-identity"])
 def test_ambiguous_request_framing_is_refused_and_nothing_is_smuggled(framing):
-    """Issue 17 item 9: a request with two Content-Lengths, a non-numeric one or any
+    """A request with two Content-Lengths, a non-numeric one or any
     Transfer-Encoding gets one 400 and its connection closed; the bytes after it are never
     read as a second request (old code answered 200 twice: a smuggled request)."""
     with server() as srv:
@@ -117,7 +117,7 @@ def test_ambiguous_request_framing_is_refused_and_nothing_is_smuggled(framing):
 
 
 def test_http_0_9_is_refused():
-    """Issue 17 item 9: ``GET /metrics`` without a version (HTTP/0.9: no headers, so no
+    """``GET /metrics`` without a version (HTTP/0.9: no headers, so no
     auth and no framing) is refused with a 400, not answered with the page."""
     with server() as srv:
         reply = raw_exchange(srv, b"GET /metrics\r\n")
@@ -147,7 +147,7 @@ def test_what_prometheus_and_common_clients_send_still_works():
 
 
 def test_a_newline_in_a_logged_value_cannot_forge_a_log_line():
-    """Issue 17 item 9: control characters in a logged value are escaped by the filter every
+    """Control characters in a logged value are escaped by the filter every
     specwatch command installs, so one record is one line whatever the value holds."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
@@ -257,7 +257,7 @@ def _flood_run(tmp_path: Path, web_hash: str, source: str, seconds: float
 
 @pytest.mark.parametrize("source", [OTHER_CLIENT, "127.0.0.1"], ids=["other", "same"])
 def test_wrong_password_flood_leaves_the_real_scraper_served(tmp_path, web_hash, source):
-    """Issue 17 item 5: 40 clients sending wrong passwords (a new one each time) while the
+    """40 clients sending wrong passwords (a new one each time) while the
     real scraper polls: at least 95% of its scrapes are answered, from another address or
     from the scraper's own (old code: 51 × 503, 1 × 200: the flood took every in-flight
     slot and queued on one bcrypt lock). bcrypt runs at most burst + one per second for the
@@ -281,7 +281,7 @@ def test_wrong_password_flood_for_a_minute(tmp_path, web_hash):
 
 
 def test_a_verified_credential_runs_bcrypt_once(tmp_path, web_hash):
-    """Issue 17 item 5: 30 scrapes with the right password cost one bcrypt, not 30."""
+    """30 scrapes with the right password cost one bcrypt, not 30."""
     wc = write_web_config(tmp_path, f"basic_auth_users:\n  {testsecrets.WEB_USER}: "
                                     f"'{web_hash}'\n")
     good = basic(testsecrets.WEB_USER, testsecrets.WEB_PASSWORD)
@@ -297,7 +297,7 @@ def test_a_verified_credential_runs_bcrypt_once(tmp_path, web_hash):
 
 
 def test_failed_logins_are_limited_per_client_address(tmp_path, web_hash):
-    """Issue 17 item 5: after ``failed_logins_per_client`` wrong passwords an address gets
+    """After ``failed_logins_per_client`` wrong passwords an address gets
     429 without bcrypt running; another address still gets its own attempts, and the right
     password (verified once before) still passes from the blocked address."""
     wc = write_web_config(tmp_path, f"basic_auth_users:\n  {testsecrets.WEB_USER}: "
@@ -326,7 +326,7 @@ def test_failed_logins_are_limited_per_client_address(tmp_path, web_hash):
 
 
 def test_half_open_sockets_from_one_address_leave_the_scraper_served():
-    """Issue 17 item 5: 600 connections from one address that never send a byte take at
+    """600 connections from one address that never send a byte take at
     most ``max_connections_per_client`` (64) of the 512; the scraper from another address
     gets at least 95% of its scrapes answered (old code: the 600 filled the cap, 25 of 45
     probes reset)."""
@@ -365,7 +365,7 @@ def pki(tmp_path_factory) -> PKI:
                          ids=["empty", "comment-only", "other-keys", "empty-sections"])
 def test_a_reload_that_would_turn_tls_and_auth_off_is_refused(tmp_path, pki, web_hash,
                                                              new_text, caplog):
-    """Issue 17 item 6: started with TLS and basic auth, a reload of a file without them
+    """Started with TLS and basic auth, a reload of a file without them
     is refused with an ERROR log; the server keeps answering over TLS with auth (old code:
     TLS and auth turned off, logged at INFO)."""
     wc = tmp_path / "web.yml"

@@ -436,7 +436,7 @@ def test_concurrent_good_and_bad_logins_give_exact_results(tmp_path, web_hash):
                                     f"'{cheap}'\n")
     good = basic(testsecrets.WEB_USER, testsecrets.WEB_PASSWORD)
     bad = basic(testsecrets.WEB_USER, "nope")
-    # Failed logins are limited per address (issue 17); this test is about exact results
+    # Failed logins are limited per address; this test is about exact results
     # under concurrency, so its one address may fail 150 times.
     with server(web_config=wc, limits=ServerLimits(max_requests_in_flight=400,
                                                    failed_logins_per_client=1000)) as srv, \
@@ -631,7 +631,7 @@ def test_exporter_page_with_new_series_passes_promtool(tmp_path):
 
 def test_stop_wakes_the_blocked_accept():
     """The accept thread blocks in accept() (an idle exporter does not wake it five times a
-    second, issue 15); stop() shuts the listening socket down, which wakes it at once
+    second); stop() shuts the listening socket down, which wakes it at once
     (Linux: accept has no timeout; elsewhere 2 s, the fallback), and the port is freed."""
     srv = WebServer("127.0.0.1:0", {"/metrics": lambda r: Response(200, b"up 1\n")})
     srv.start()

@@ -108,7 +108,8 @@ class ServeApp:
         self.model = model_live.install(self._host, model_live.from_config(cfg))
         self.pairs = pairs.install(self._host, cfg.section(pair_config.SECTION))
         self.controller = controller.install(self._host, controller.from_config(
-            cfg, self.model.params, self.model.windows, clock=clock))
+            cfg, self.model.params, self.model.windows, clock=clock,
+            live_of=lambda m: m.slot(model_live.PREDICTION)))
         if self.controller is None and self.pairs is None:
             # Only the controller and the A/B pairs read the windows' latency histograms: not
             # built without them.

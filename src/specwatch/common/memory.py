@@ -60,15 +60,13 @@ def pace_garbage_collector() -> tuple[int, ...]:
     """Set the youngest generation's threshold to :data:`GC_YOUNG_THRESHOLD` (the older
     generations keep theirs); returns the former thresholds, for :func:`gc.set_threshold`.
 
-    Why (issue 15): what a poll publishes (a target's snapshot, its models and windows, the
-    rendered lines) lives one poll interval, and none of it is cyclic garbage: it is freed
-    by reference counting when the next poll replaces it. With the default threshold,
-    500 targets polled every 5 s set off two young passes a second, and every one of them
-    walked the snapshots still alive, found nothing to free and moved them to older
-    generations, whose passes walked them again (0.23-0.25 s of CPU a minute in
-    ``bench/bench_fleet.py``, a tenth of a young pass per poll). At 20,000 a young pass
-    comes every 15 s or so (0.10-0.12 s a minute, each pass 25-30 ms). Cyclic garbage, if a
-    bug made any, waits longer to be freed: at most the threshold's worth of objects.
+    Why: what a poll publishes (a target's snapshot, its models and windows, the rendered
+    lines) lives one poll interval and is never cyclic garbage: reference counting frees it
+    when the next poll replaces it. With the default threshold, a fleet of targets sets off
+    young passes several times a second, each walking the live snapshots, freeing nothing
+    and promoting them to older generations that walk them again. Cyclic garbage, if a bug
+    made any, waits longer: at most the threshold's worth of objects. The measurements are
+    in docs/performance.md ("Garbage collector").
     """
     before = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *before[1:])

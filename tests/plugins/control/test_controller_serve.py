@@ -503,3 +503,17 @@ def test_shipped_max_alerts_keeps_every_notification_under_the_body_limit(harnes
     assert answer["received"] == max_alerts
     assert sum(answer["outcomes"].values()) == max_alerts
     assert len(text) < 2048 and "0123456789abcdef" not in text
+
+
+def test_controller_reads_the_live_models_prediction_of_the_running_configuration(harness):
+    """The controller's assessment of the running configuration is the live model's own
+    prediction for it (sd_predicted_speedup of the same target and window), handed over
+    by the application: the two plug-ins never import each other."""
+    h = harness(RECOMMEND)
+    for _ in range(20):
+        h.poll()
+    live = list(select(h.metrics(), "sd_predicted_speedup", target="a").values())
+    assert live, "the live model published no prediction for target a"
+    assessment = h.status()["assessment"]
+    assert assessment is not None and assessment["current_speedup"] is not None, assessment
+    assert assessment["current_speedup"] == pytest.approx(live[0], rel=1e-6)

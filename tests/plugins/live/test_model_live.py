@@ -258,7 +258,7 @@ def test_provenance_mismatch_is_a_series_and_a_log_line(tmp_path, caplog):
     assert not select(s, "sd_model_provenance_mismatch")
 
 
-# ---- The speedup curve (issue 18, item 6: the XY chart's model line).
+# ---- The speedup curve (the XY chart's model line).
 
 #: The worked example's throughput ceilings: 1/C2 with C2_SD = 0.43/3 and C2_D = 0.11; the
 #: SD system's is the lower. The curve spans 0 .. 0.9 x that (the validity ceiling).

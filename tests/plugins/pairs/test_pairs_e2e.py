@@ -1,4 +1,4 @@
-"""End to end, measured A/B pair (issue 16): simulator pair → exporter → real Prometheus.
+"""End to end, measured A/B pair: simulator pair → exporter → real Prometheus.
 
 The packaged ``pair`` scenario (a stepped load ramp: 2, 5, 7.5 and 11 req/s, break-even
 about 10), each step held 600 s, runs twice: once with SD (k = 3) and once with SD off, same

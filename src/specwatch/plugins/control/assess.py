@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from specwatch.model import extend_profile, optimal_draft_length, reason_text
 from specwatch.model.schedule import Workload, batch_schedule
 from specwatch.plugins.control.jsonview import iso_time, json_number
 from specwatch.plugins.control.settings import EPS, LATENCIES, QUANTILES
-from specwatch.poll import derive, sources
+from specwatch.poll import derive, formulas, sources
 from specwatch.poll.snapshot import ModelSnapshot, TargetSnapshot
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,6 +48,20 @@ class Observation:
     histograms: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     live_speedup: float | None = None  # sd_predicted_speedup of the running configuration
     live_optimal_k: int | None = None  # sd_optimal_draft_length (the model, no guard)
+
+
+class LiveFigures(Protocol):
+    """What the controller reads of the live model's prediction for the running
+    configuration (the live plug-in's prediction has these fields; the application hands
+    the controller a reader, so neither plug-in imports the other)."""
+
+    valid: bool
+    speedup: float | None
+    optimal_draft_length: int | None
+
+
+#: Reads the live model's prediction of one model's snapshot (None when there is none).
+LiveReader = Callable[[ModelSnapshot], "LiveFigures | None"]
 
 
 @dataclass(frozen=True)
@@ -237,15 +251,16 @@ def window_quantiles(histograms: Mapping[str, Sequence[tuple[float, float]]]
         if label == "e2e":
             count = buckets[-1][1]
         for qlabel, q in QUANTILES:
-            v = derive.histogram_quantile(q, buckets)
+            v = formulas.histogram_quantile(q, buckets)
             if v is not None:
                 out[(label, qlabel)] = v
     return out, count
 
 
 def observe(target: TargetSnapshot, model_name: str, window: str,
-            window_seconds: float | None) -> Observation:
-    """Build one model's observation from a target snapshot (pure)."""
+            window_seconds: float | None, live_of: LiveReader | None = None) -> Observation:
+    """Build one model's observation from a target snapshot (pure); ``live_of`` reads the
+    live model's prediction for it."""
     t = target.timestamp if target.timestamp is not None else 0.0
     if not target.up:
         return Observation(t=t)
@@ -268,10 +283,10 @@ def observe(target: TargetSnapshot, model_name: str, window: str,
     rates = w.positions.get(derive.POSITION_ACCEPTANCE_RATE, {})
     positions = tuple(r for _, r in sorted(rates.items(), key=lambda kv: _pos_key(kv[0])))
     complete = True if window_seconds is None else w.span_seconds >= window_seconds - EPS
-    live = m.predictions
-    live_speedup = getattr(live, "speedup", None) if getattr(live, "valid", False) else None
-    live_k = getattr(live, "optimal_draft_length", None) if getattr(live, "valid", False) \
-        else None
+    live = live_of(m) if live_of is not None else None
+    vouched = live is not None and live.valid
+    live_speedup = live.speedup if vouched else None
+    live_k = live.optimal_draft_length if vouched else None
     return Observation(
         t=t, up=True, present=True, sd_on=sd_on, configured_k=m.configured_k,
         window_found=True, window_complete=complete, window_start=t - w.span_seconds,

@@ -45,6 +45,7 @@ from specwatch.plugins.control.assess import (
     SWITCH_FIGURES,
     AcceptanceProfile,
     Assessor,
+    LiveReader,
     Scheduler,
     model_assessor,
     model_scheduler,
@@ -135,8 +136,11 @@ class Controller:
                  clock: Callable[[], float] = time.time,
                  deliver_factory: Callable[[_TargetControl], Deliver | None] | None = None,
                  wait: Callable[[float], bool] | None = None,
-                 retention: float = 3600.0, max_models: int = DEFAULT_MAX_MODELS) -> None:
+                 retention: float = 3600.0, max_models: int = DEFAULT_MAX_MODELS,
+                 live_of: LiveReader | None = None) -> None:
         self.targets = {t.name: t for t in targets}
+        #: Reads the live model's prediction of a model's snapshot (given by the application).
+        self.live_of = live_of
         #: A model absent from its target's page for longer than this is forgotten (the
         #: exporter's history retention: it forgets the model then too).
         self.retention = float(retention)
@@ -239,7 +243,8 @@ class Controller:
                 if name in target.models:
                     tc.last_seen[name] = now
                 mc = self._machine(tc, name)
-                obs = observe(target, name, tc.settings.window, tc.settings.window_seconds)
+                obs = observe(target, name, tc.settings.window, tc.settings.window_seconds,
+                              self.live_of)
                 decision = mc.step(obs)
                 _log_events(mc)
                 if decision is not None and tc.settings.mode != "recommend":
@@ -435,12 +440,14 @@ def default_delivery(tc: _TargetControl) -> Deliver | None:
 
 def from_config(cfg: ServeConfig, params: Mapping[str, Params],
                 model_windows: Mapping[str, str], clock: Callable[[], float] = time.time,
+                live_of: LiveReader | None = None,
                 deliver_factory: Callable[[_TargetControl], Deliver | None] | None = None,
                 wait: Callable[[float], bool] | None = None) -> Controller | None:
     """Build the controller from the serve configuration (None when no target has one).
 
     ``params`` and ``model_windows`` are the live model's (the same parameters files and
-    the same window as the sd_predicted_* series). Errors are ConfigError naming the key.
+    the same window as the sd_predicted_* series), and ``live_of`` reads its prediction from
+    a model's snapshot. Errors are ConfigError naming the key.
     """
     where = cfg.source
     windows: dict[str, float | None] = {label: secs for label, secs in cfg.windows}
@@ -476,7 +483,7 @@ def from_config(cfg: ServeConfig, params: Mapping[str, Params],
     longest = max([secs for _, secs in cfg.windows] or [0.0])
     retention = max(longest, 3600.0) + 2 * cfg.poll_interval
     return Controller(targets, receiver, clock=clock, deliver_factory=deliver_factory,
-                      wait=wait, retention=retention)
+                      wait=wait, retention=retention, live_of=live_of)
 
 
 def install(host: PluginHost, ctl: Controller | None) -> Controller | None:
