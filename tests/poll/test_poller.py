@@ -15,6 +15,7 @@ from specwatch.app.serve import ServeApp
 from specwatch.poll import config
 from specwatch.poll.pipeline import PollResult
 from specwatch.poll.poller import Poller, PollTarget
+from specwatch.poll.snapshot import Slot
 
 # Every test here runs on both transports (conftest.fetch_path: direct and requests).
 pytestmark = pytest.mark.usefixtures("fetch_path")
@@ -176,7 +177,8 @@ def test_broken_extension_never_breaks_metrics():
 
 
 def test_hook_can_attach_model_data():
-    """The extension point issue 3/7 use: a hook fills ModelSnapshot.predictions."""
+    """The extension point plug-ins use: a hook fills a typed slot of a model's snapshot."""
+    seen: Slot[float] = Slot("test.seen", float)
     with PageSequenceServer([Page(PAGE)]) as server:
         cfg = config.build_config(None, [f"t={server.url}"], "127.0.0.1:0", 1.0)
         app = ServeApp(cfg)
@@ -185,7 +187,7 @@ def test_hook_can_attach_model_data():
             for name, model in target.models.items():
                 w = model.window("5m")
                 if w is not None:
-                    target = target.with_model(name, predictions={"seen": w.span_seconds})
+                    target = target.with_model_slot(name, seen, w.span_seconds)
             return target
 
         app.pipeline.add_target_hook(attach)
@@ -194,4 +196,5 @@ def test_hook_can_attach_model_data():
         app.poller.stop()
         snap = app.pipeline.snapshot.targets["t"]
         (model,) = snap.models.values()
-        assert model.predictions is not None and model.predictions["seen"] > 0
+        value = model.slot(seen)
+        assert value is not None and value > 0

@@ -25,7 +25,7 @@ NEW = {
     "series_dropped_total": {"max_series": 1}, "models_dropped_total": {"max_models": 2},
     "label_values_truncated_total": 5, "last_success_timestamp": 1.5,
     "last_error": "parse: x", "engine": "sglang",
-    "models": {"m": ModelSnapshot("m", "vllm", 3, ())}, "model": object(),
+    "models": {"m": ModelSnapshot("m", "vllm", 3, ())},
     "extensions": {"k": 1}, "server": object(),
 }
 

@@ -13,9 +13,8 @@ LivePrediction)``), writes it with :meth:`ModelSnapshot.with_slot` /
 ``snapshot.slot(KEY)``, typed ``LivePrediction | None``. Why keys rather than Protocols
 declared here: the poll path cannot import a plug-in's types and has nothing to ask of them;
 a key carries the type to the reader, keeps the plug-ins out of this module and out of each
-other, and a value of another type reads as absent. Slots are stored in ``extensions``;
-``predictions``, ``controller`` and ``model`` are free untyped fields for a hook without a
-key. ``server`` is the poll path's own :class:`~specwatch.poll.sources.ServerCapacity`.
+other, and a value of another type reads as absent. Slots are stored in ``extensions``.
+``server`` is the poll path's own :class:`~specwatch.poll.sources.ServerCapacity`.
 """
 
 from __future__ import annotations
@@ -106,9 +105,6 @@ class ModelSnapshot:
     #: True when the latest page has vLLM's SD counters for this model (they exist only with
     #: --speculative-config, whatever the traffic); SGLang shows SD by its gauges instead.
     sd_families_present: bool = False
-    #: Free fields for a hook without a slot key (untyped; no plug-in uses them).
-    predictions: object = None
-    controller: object = None
     #: The plug-ins' slots (:class:`Slot`), by slot name.
     extensions: Mapping[str, Any] = field(default_factory=dict)
 
@@ -155,8 +151,6 @@ class TargetSnapshot:
     last_error: str | None = None
     engine: str = "unknown"
     models: Mapping[str, ModelSnapshot] = field(default_factory=dict)
-    #: A free field for a hook without a slot key (untyped; no plug-in uses it).
-    model: object = None
     #: What the server's last page says about its capacity; None when it says nothing or the
     #: target is down.
     server: ServerCapacity | None = None
