@@ -1,5 +1,6 @@
 """The package layout draws the architecture: subpackages in layers, imports only
-going down, the model pure, no module too long to read whole.
+going down, the model pure, no import cycle of any kind, no module reaching into another's
+private names, and no module, function or module docstring too long to read whole.
 
 The import-linter contracts in pyproject.toml are the rules; `make lint` runs them and this
 test runs them too, so a layering break fails the default suite, not only the linter.
@@ -144,3 +145,30 @@ def test_no_import_cycles_of_any_kind() -> None:
         tuple(graphlib.TopologicalSorter(graph).static_order())
     except graphlib.CycleError as cycle:
         pytest.fail(f"import cycle: {' -> '.join(cycle.args[1])}")
+
+
+MAX_FUNCTION_LINES = 80
+MAX_DOCSTRING_LINES = 40
+
+
+def test_no_function_is_too_long_to_read_whole() -> None:
+    """A function over ~80 lines is several steps that want names of their own."""
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines})")
+    assert long == [], long
+
+
+def test_module_docstrings_fit_on_a_screen() -> None:
+    """A module docstring says what the module owns, its invariants and what it may import;
+    specifications and derivations live in docs/."""
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False)
+        if doc and doc.count("\n") + 1 > MAX_DOCSTRING_LINES:
+            long.append(f"{path.relative_to(ROOT)} ({doc.count(chr(10)) + 1} lines)")
+    assert long == [], long

@@ -63,7 +63,7 @@ BIMODALITY_THRESHOLD = 5.0 / 9.0
 LATENCY_HISTOGRAMS: dict[str, str] = {
     "e2e_latency_seconds": sources.E2E_LATENCY_BUCKET,
     "ttft_seconds": sources.TTFT_BUCKET,
-    "inter_token_latency_seconds": sources.ITL_BUCKET,  # added on main by issue 16
+    "inter_token_latency_seconds": sources.ITL_BUCKET,  # the A/B pairs' latency
 }
 
 

@@ -462,7 +462,7 @@ def test_not_yet_exported_list_only_holds_series_the_exporter_lacks():
     assert NOT_YET_EXPORTED & exporter_metrics() == set()
 
 
-# --- issue 18, item 8: what an operator needs on one screen ------------------------------------
+# --- what an operator needs on one screen ---------------------------------------------------
 
 
 def _titles_by_row(d: dict) -> dict[str, list[dict]]:

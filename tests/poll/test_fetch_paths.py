@@ -463,8 +463,8 @@ def test_the_client_certificate_is_never_presented_to_another_origin(transport: 
 def test_finished_polls_leave_no_guard_waiting_for_its_deadline() -> None:
     """A target that fails at once (connection refused), polled far more often than its
     timeout, must not pile up one deadline guard per poll until each deadline passes: the
-    watchdog holds at most twice the polls in flight plus a small constant (issue 17's
-    bounded state; tests/test_resources.py saw +467 kB over 1,000 such polls)."""
+    watchdog holds at most twice the polls in flight plus a small constant (bounded
+    state; tests/test_resources.py saw +467 kB over 1,000 such polls)."""
     from specwatch.poll.fetchguard import _WATCHDOG
 
     with socket.socket() as s:

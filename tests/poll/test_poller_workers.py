@@ -328,7 +328,7 @@ def test_a_lone_batched_poll_costs_one_scheduler_wake_up(recorder):
 
 
 def test_after_run_follows_a_run_of_batched_polls_not_each_poll(recorder):
-    """Issue 15: ``after_run`` (the exporter's renders) is called by the worker once it has
+    """``after_run`` (the exporter's renders) is called by the worker once it has
     run the batched polls of a tick one after the other, after their results, not between
     two of them: the five targets' rounds give about one call per round, each after the
     polls that worker ran since its previous call."""

@@ -1,43 +1,20 @@
 """The saturation regime: per-step cost with a roofline knee, and its fixed point (pure numpy).
 
-Why: the linear cost model prices one step as a + b·B, so every system has one regime and a
-throughput ceiling of 1/C2 far above what a real server reaches. Real verification turns from
-memory-bound (weights streamed once per step, cost nearly flat in the batch) to compute-bound
-once the tokens processed per step pass the accelerator's ridge point; past it every extra
-token costs a fixed amount of compute. SD processes B·(k+1) tokens per verify step against B
-without SD, so it crosses that knee at a (k+1)-times smaller batch, which is why its ceiling
-falls below no-SD's under load (model.md, "Saturation regime").
-
 Per request in flight B, with cycles = g/E verify cycles per request:
 
     L(B) = C1 + C2·B + cycles·( c_v·max(0, B·(k+1) − T_v) + k·c_d·max(0, B − T_d) )
 
-C1, C2 are the linear model's cost terms (`closed_form.cost_terms`); c_v is the compute-bound
-cost of one verified token past the verifier's knee T_v (tokens per verify step), c_d the
-same for one draft token past the drafter's knee T_d (tokens per draft step = B). With
-c_v = c_d = 0 and no capacity this is exactly the linear model.
+C1, C2 are the linear model's cost terms; c_v is the compute-bound cost of one verified token
+past the verifier's knee T_v (tokens per verify step), c_d the same for one draft token past
+the drafter's knee T_d. With c_v = c_d = 0 and no capacity this is the linear model.
 
-Fixed point B = λ·L(B). L is convex and increasing in B, so h(B) = B − λ·L(B) is concave with
-h(0) = −λ·C1 < 0: it has at most one root below any B where it is positive, and that root is
-the smallest one (the operating point a system reaches from empty). The throughput ceiling
-λ_max = sup_B B / L(B) is taken at a knee, at the capacity limit, or as B → ∞ (1 / slope of
-the last piece); below it a positive point of h exists and bisection on [0, that point]
-converges to the root with a guaranteed halving per step. At or above λ_max no fixed point
-exists: the system is saturated (never a number).
+Owns: the fixed point B = λ·L(B) (the smallest root, by bisection below the throughput
+ceiling; at or above the ceiling the system is saturated, never a number), the break-even in
+closed form along the pieces of L (`pieces`, `first_crossing`), the capacity bound B <= N and
+the closed-loop latency past it (`closed_loop_latency`). Why each holds, and the derivations:
+docs/model.md, "Saturation regime".
 
-Break-even in closed form (`pieces`, `first_crossing`): on a piece L = α + β·B of L the
-fixed point at λ is L = α/(1 − λβ), and the smallest root stays on that piece for λ between
-λ(B) = B/L(B) at the piece's two ends (λ(B) increases up to the ceiling's batch B*). So each
-system's latency is, along λ, a few hyperbolas α_j/(1 − λβ_j) meeting at known λ, and
-L_SD = L_D on a λ-interval where both are single pieces is the linear equation
-α_s(1 − λβ_d) = α_d(1 − λβ_s): λ = (α_s − α_d)/(α_s·β_d − α_d·β_s). No scan, no bisection.
-
-Capacity: with at most N requests running (vLLM's max_num_seqs, or the KV-cache tokens over
-the tokens one request holds), a closed-loop benchmark with B > N has N running and B − N
-waiting. In the open-loop model that bounds the search to B <= N: a λ whose fixed point would
-need more than N in flight is saturated. The closed-loop latency past the cap follows from the
-same picture (`closed_loop_latency`): the N running complete at N/L(N) per second, the
-ceiling's λ at B* = N, and by Little's law L = B·L(N)/N, linear in B at constant throughput.
+May import: numpy only.
 """
 
 from __future__ import annotations
