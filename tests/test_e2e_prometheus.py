@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import yaml
 from promsim import scrape_job, scraping_prometheus
+
 from specwatch.app.demo import free_port, scaled_params_file
 from specwatch.mixin.render import dump_rules, render_rules
 from specwatch.model.closed_form import predict

@@ -43,9 +43,10 @@ from helpers.pageserver import fixture_pages
 from helpers.pairtruth import counters, median_bucket
 from helpers.pairtruth import truth as pair_truth
 from helpers.scrape import parse_exposition, select
+from test_live_vllm import HERE, VENV, VLLM_READY_TIMEOUT, Stack, get, query, wait_for
+
 from specwatch.app.demo import free_port
 from specwatch.mixin.render import dump_rules, render_rules
-from test_live_vllm import HERE, VENV, VLLM_READY_TIMEOUT, Stack, get, query, wait_for
 
 MODEL = "pair-model"
 SPEC = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 4,
