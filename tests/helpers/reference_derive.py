@@ -34,7 +34,8 @@ from specwatch.poll import bimodality, sources
 from specwatch.poll.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
 
 if TYPE_CHECKING:  # pragma: no cover
-    from specwatch.poll.ring import HistoryEntry, HistoryRing, ModelHistory
+    from helpers.ring import HistoryEntry
+    from specwatch.poll.ring import HistoryRing, ModelHistory
 
 #: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
 SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))

@@ -1,5 +1,5 @@
 """Window functions on history entries (test-only API): one window between two
-:class:`~specwatch.poll.ring.HistoryEntry` objects, a window from a mapping of increases,
+:class:`helpers.ring.HistoryEntry` objects, a window from a mapping of increases,
 and the base entries of the time and count windows. They give what
 :func:`specwatch.poll.derive.derive_model` gives on a ring, through the same plan and
 formulas."""
@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from helpers.ring import HistoryEntry
 from specwatch.poll import derive, sources
-from specwatch.poll.ring import HistoryEntry
 from specwatch.poll.samples import delta
 from specwatch.poll.snapshot import WindowSignals
 from specwatch.poll.windowbase import count_base_index, time_base_indices

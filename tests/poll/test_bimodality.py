@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers import reference_derive
+from helpers.ring import entries
 from helpers.windows import time_window_base
 
 from specwatch.poll import bimodality, derive
@@ -127,8 +128,8 @@ def _replay(scenario: str, until: float, poll: float = 5.0) -> tuple[float, floa
         pipeline.apply(PollResult("sim", t0 + t, t0 + t, 0.01, body=body))
         t += poll
     model = sc.models[0].model_name
-    ring = pipeline.target_history("sim").models[model].entries
-    base = time_window_base(list(ring), 900.0)
+    ring = entries(pipeline.target_history("sim").models[model].entries)
+    base = time_window_base(ring, 900.0)
     raw = bimodality.sarle_coefficient([e.sample for e in ring
                                          if e.t > base.t and e.sample is not None])
     w = pipeline.snapshot.targets["sim"].models[model].window("15m")

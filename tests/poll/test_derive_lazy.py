@@ -24,13 +24,13 @@ import pytest
 from helpers import reference_derive
 from helpers.pageserver import fixture_pages
 from helpers.paths import FIXTURES
+from helpers.ring import EntryRing, HistoryEntry
 from helpers.windows import window_signals
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specwatch.expose.collector import SpecwatchCollector
 from specwatch.poll import bimodality, derive, history, lazywindow, sources
 from specwatch.poll.pipeline import Pipeline, PollResult
-from specwatch.poll.ring import HistoryEntry
 from specwatch.poll.windowplan import Present
 
 FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
@@ -66,7 +66,7 @@ def _entries(rng: random.Random, n: int, t0: float = 0.0, full: bool = False
 
 
 def _model(entries: list[HistoryEntry]) -> history.ModelHistory:
-    ring = history.HistoryRing()
+    ring = EntryRing()
     for e in entries:
         ring.append(e)
     return history.ModelHistory("m", ring, configured_k=3, gauges={},
@@ -274,7 +274,7 @@ def test_an_sglang_window_reads_the_gauges_of_its_own_poll(computed: list[float]
     changed gives what it gave at derive time (the snapshot keeps its own copy)."""
     keys = [(sources.VERIFY_CALLS, None), (sources.GENERATION_TOKENS, None),
             (sources.REQUESTS_FINISHED, None)]
-    ring = history.HistoryRing()
+    ring = EntryRing()
     for i in range(30):
         ring.append(HistoryEntry(5.0 * i, {k: 40.0 * i * (j + 1)
                                                    for j, k in enumerate(keys)}, None))

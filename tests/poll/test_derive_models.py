@@ -19,10 +19,10 @@ import re
 
 import pytest
 from helpers.paths import FIXTURES
+from helpers.ring import EntryRing, HistoryEntry, append_entry, entries
 
-from specwatch.poll import derive, history, lazywindow, sources
+from specwatch.poll import derive, lazywindow, sources
 from specwatch.poll.pipeline import Pipeline, PollResult
-from specwatch.poll.ring import HistoryEntry
 
 FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 CFG = derive.DeriveConfig(windows=(("30s", 30.0), ("1m", 60.0)), count_window=20,
@@ -147,7 +147,7 @@ def test_a_failing_derivation_reads_as_no_models_and_is_logged(
 def test_a_frozen_ring_reads_like_the_ring_and_refuses_changes() -> None:
     """The view a snapshot keeps answers every read the ring answered at that poll, and
     cannot be changed (it shares the ring's arrays)."""
-    ring = history.HistoryRing(maxlen=50)
+    ring = EntryRing(maxlen=50)
     rng = random.Random(3)
     keys = [(sources.DRAFTS, None), (sources.DRAFT_TOKENS, None), (sources.ACCEPTED_TOKENS, None)]
     cum = dict.fromkeys(keys, 0.0)
@@ -163,12 +163,12 @@ def test_a_frozen_ring_reads_like_the_ring_and_refuses_changes() -> None:
         cum[keys[1]] += 2.0 ** 33
         ring.append(HistoryEntry(5.0 * i, {**cum, new: float(i)}, None))
     ring[-1] = HistoryEntry(5.0 * 199, {keys[0]: 1.0}, 0.5)
-    assert [(e.t, dict(e.counters), e.sample) for e in view] == before
+    assert [(e.t, dict(e.counters), e.sample) for e in entries(view)] == before
     assert view.keys == keys and len(view) == 40
     assert [view.column(k).tolist() for k in keys] == columns
     assert view.column_index(new) is None and view.column(new) is None
-    for change in (lambda: view.append(HistoryEntry(1e6, {}, None)),
-                   lambda: view.popleft(), lambda: view.replace_last_row(view.row(-1)),
+    for change in (lambda: append_entry(view, HistoryEntry(1e6, {}, None)),
+                   lambda: view.drop_oldest(1), lambda: view.replace_last_row(view.row(-1)),
                    lambda: view.column_of(("x", None))):
         with pytest.raises(TypeError, match="cannot change"):
             change()

@@ -19,11 +19,11 @@ import random
 
 import pytest
 from helpers import reference_derive
+from helpers.ring import EntryRing, HistoryEntry
 from helpers.windows import derive_window
 
 from specwatch.poll import derive, history, sources
 from specwatch.poll.formulas import solve_token_acceptance_probability
-from specwatch.poll.ring import HistoryEntry
 from specwatch.poll.snapshot import ModelSnapshot, WindowSignals
 
 POOL: list[tuple[str, str | None]] = [
@@ -89,7 +89,7 @@ def test_derive_model_equals_the_reference_as_the_history_grows(seed: int) -> No
     cfg = derive.DeriveConfig(windows=(("a", 4.0), ("b", 30.0), ("c", 1e9)),
                               count_window=rng.choice([0, 50, 400]),
                               min_bimodality_samples=10**9, histograms=rng.random() < 0.5)
-    ring = history.HistoryRing()
+    ring = EntryRing()
     mh = history.ModelHistory("m", ring, configured_k=rng.choice([None, 0, 3, 7]),
                               gauges=rng.choice([{}, {sources.SGLANG_SPEC_DRAFT_TOKENS: 4.0},
                                                  {sources.SGLANG_SPEC_STEPS: 2.0}]),
@@ -123,7 +123,7 @@ def test_window_signals_from_a_mapping_equals_the_reference(seed: int) -> None:
 def test_a_counter_without_a_column_reads_zero() -> None:
     """A ring that never saw finished requests (no column): the windows read 0 for them,
     as the dict walk did (no arrival rate, requests 0)."""
-    ring = history.HistoryRing([
+    ring = EntryRing([
         HistoryEntry(0.0, {(sources.DRAFTS, None): 10.0, (sources.DRAFT_TOKENS, None):
                                    30.0, (sources.ACCEPTED_TOKENS, None): 12.0}),
         HistoryEntry(5.0, {(sources.DRAFTS, None): 20.0, (sources.DRAFT_TOKENS, None):

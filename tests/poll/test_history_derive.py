@@ -5,12 +5,13 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers.ring import EntryRing, HistoryEntry
+from helpers.ring import entry as ring_entry
 from helpers.windows import derive_window, time_window_base
 
 from specwatch.poll import bimodality, derive, history, sources
 from specwatch.poll.derive import DeriveConfig
 from specwatch.poll.formulas import expected_acceptance_length, solve_token_acceptance_probability
-from specwatch.poll.ring import HistoryEntry
 
 M = "m"
 
@@ -35,7 +36,7 @@ def new_history() -> history.TargetHistory:
 
 
 def total(h: history.TargetHistory, sig: str) -> float:
-    return h.models[M].entries[-1].counters[(sig, None)]
+    return ring_entry(h.models[M].entries, -1).counters[(sig, None)]
 
 
 def test_one_engine_restart_among_several_is_detected_per_series():
@@ -145,7 +146,7 @@ def test_ratios_stay_in_range_on_inconsistent_counters():
 
 
 def test_count_window_uses_last_n_requests():
-    hist = history.ModelHistory(M, entries=__import__("collections").deque(
+    hist = history.ModelHistory(M, entries=EntryRing(
         [entry(t, requests_finished=r, drafts=r, draft_tokens=3 * r, accepted_tokens=r)
          for t, r in ((0, 0), (10, 400), (20, 900), (30, 1300))]))
     cfg = DeriveConfig(windows=(("1m", 60.0),), count_window=1000)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 from collections import deque
 
+from helpers.ring import EntryRing, HistoryEntry
 from helpers.windows import count_window_base, derive_window, time_window_base
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specwatch.poll import derive, sources
-from specwatch.poll.ring import HistoryEntry, HistoryRing, ModelHistory
+from specwatch.poll.ring import ModelHistory
 
 EXAMPLES = int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "60"))
 KEYS = [(sources.DRAFTS, None), (sources.DRAFT_TOKENS, None), (sources.ACCEPTED_TOKENS, None),
@@ -33,7 +34,7 @@ ops = st.lists(st.one_of(
 ), min_size=1, max_size=120)
 
 
-def same(ring: HistoryRing, ref: deque) -> None:
+def same(ring: EntryRing, ref: deque) -> None:
     assert len(ring) == len(ref) and bool(ring) == bool(ref)
     for got, want in zip(ring, ref, strict=True):
         assert got.t == want.t and dict(got.counters) == dict(want.counters)
@@ -52,7 +53,7 @@ def same(ring: HistoryRing, ref: deque) -> None:
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(ops, st.sampled_from([None, 5, 40]))
 def test_ring_reads_back_like_a_deque(operations, maxlen):
-    ring, ref = HistoryRing(maxlen=maxlen), deque(maxlen=maxlen)
+    ring, ref = EntryRing(maxlen=maxlen), deque(maxlen=maxlen)
     t, value = 0.0, 0.0
     for op, keys, sample in operations:
         if op == "append":
@@ -91,7 +92,7 @@ def test_derive_model_on_the_ring_matches_entry_by_entry_selection(steps, count_
                                     (n % 100) / 100 if has_sample else None))
     cfg = derive.DeriveConfig(windows=(("1m", 60.0), ("5m", 300.0)), count_window=count_window,
                               min_bimodality_samples=4)
-    snap = derive.derive_model(ModelHistory("m", HistoryRing(entries)), cfg, "vllm")
+    snap = derive.derive_model(ModelHistory("m", EntryRing(entries)), cfg, "vllm")
     want = []
     cur = entries[-1]
     selections = [(label, time_window_base(entries, secs)) for label, secs in cfg.windows]
@@ -112,7 +113,7 @@ def test_long_run_with_evictions_and_compaction():
     """Hundreds of polls through a small ring (the popped rows are dropped from the columns
     now and then): still the same entries as the deque; a key that appears late is absent
     from the entries before it."""
-    ring, ref = HistoryRing(maxlen=10), deque(maxlen=10)
+    ring, ref = EntryRing(maxlen=10), deque(maxlen=10)
     for i in range(300):
         counters = {KEYS[0]: float(i)}
         if i >= 150:

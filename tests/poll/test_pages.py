@@ -10,6 +10,7 @@ import sys
 
 import pytest
 from helpers.paths import FIXTURES
+from helpers.ring import entry
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
@@ -92,7 +93,7 @@ def test_one_engine_restart_on_real_page_is_counted_per_series():
     h.update(sources.parse_page(text), 0.0)
     assert h.update(sources.parse_page(later), 60.0)
     assert h.resets_total == 1
-    got = h.models[A].entries[-1].counters[(sources.DRAFTS, None)]
+    got = entry(h.models[A].entries, -1).counters[(sources.DRAFTS, None)]
     e0 = raw_sum(text, "vllm:spec_decode_num_drafts_total", engine="0")
     e1_new = raw_sum(later, "vllm:spec_decode_num_drafts_total", engine="1")
     assert got == pytest.approx(e0 * 0.01 + e1_new)

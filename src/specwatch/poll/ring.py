@@ -15,7 +15,7 @@ May import: :mod:`specwatch.poll.formulas` (the sample buckets).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,21 +25,6 @@ from specwatch.poll.formulas import SAMPLE_BUCKETS, sample_bucket
 #: (canonical signal, position or bucket bound `le` or None): the key of an aggregated,
 #: reset-corrected counter.
 AggKey = tuple[str, str | None]
-
-@dataclass(frozen=True, slots=True)
-class HistoryEntry:
-    """Cumulative, reset-corrected counters of one model at one successful poll.
-
-    ``sample`` is the acceptance rate of the interval that ended at this poll, present only
-    when the interval held at least ``min_drafts_per_sample`` drafts. A counter unknown at
-    this poll holds :data:`UNKNOWN`. The history stores entries as rows
-    (:class:`HistoryRing`) and makes these objects when they are read.
-    """
-
-    t: float
-    counters: Mapping[AggKey, float]
-    sample: float | None = None
-
 
 
 _NAN = float("nan")
@@ -65,18 +50,14 @@ class HistoryRing:
     *unknown* at a poll (:data:`UNKNOWN`, -inf as rows read it; 0xFFFFFFFE in the uint32
     matrix) is not absent: the counter exists but an invalid source series added to it then.
 
-    It also reads and writes as a deque of :class:`HistoryEntry` (``len``, ``[i]``,
-    iteration, ``append``, ``[-1] = entry``, ``popleft``, ``maxlen``); an entry read from
-    it is a fresh :class:`HistoryEntry` whose ``counters`` hold the keys present at that
-    poll. The poll path and :func:`specwatch.poll.derive.derive_model` use the row API
-    (:meth:`row`, :meth:`append_row`, :meth:`column`, :attr:`keys`) instead.
+    It is read and written as rows (:meth:`row`, :meth:`append_row`, :meth:`column`,
+    :attr:`keys`); ``len`` is the number of live entries, at most ``maxlen``.
     """
 
     __slots__ = ("_cap", "_cols", "_f", "_fc", "_n", "_s", "_start", "_t", "_u", "_uc",
                  "_where", "derive_cache", "keys", "maxlen")
 
-    def __init__(self, entries: Iterable[HistoryEntry] = (), maxlen: int | None = None
-                 ) -> None:
+    def __init__(self, maxlen: int | None = None) -> None:
         self.maxlen = maxlen
         self._cap = 8
         self._t = np.empty(self._cap)
@@ -94,10 +75,7 @@ class HistoryRing:
         self._n = 0  # rows used: live rows are [_start, _n)
         #: What derive computed from the column set (it changes only when a key appears).
         self.derive_cache: object = None
-        for e in entries:
-            self.append(e)
 
-    # -- the deque interface ---------------------------------------------------------------
     def __len__(self) -> int:
         return self._n - self._start
 
@@ -111,34 +89,6 @@ class HistoryRing:
         if not 0 <= i < n:
             raise IndexError("history index out of range")
         return self._start + i
-
-    def __getitem__(self, i: int) -> HistoryEntry:
-        r = self._row(i)
-        row = self._read(r)
-        counters = {k: x for k, x in zip(self.keys, row.tolist(), strict=True) if x == x}
-        sample = float(self._s[r])
-        return HistoryEntry(float(self._t[r]), counters, sample if sample == sample else None)
-
-    def __setitem__(self, i: int, entry: HistoryEntry) -> None:
-        if i != -1:
-            raise IndexError("only the newest entry can be replaced")
-        r = self._row(-1)
-        self._own_storage()
-        self._t[r] = entry.t
-        self._s[r] = _NAN if entry.sample is None else entry.sample
-        self._write(r, self._vector(entry.counters))
-
-    def __iter__(self) -> Iterator[HistoryEntry]:
-        for i in range(len(self)):
-            yield self[i]
-
-    def append(self, entry: HistoryEntry) -> None:
-        self.append_row(entry.t, self._vector(entry.counters), entry.sample)
-
-    def popleft(self) -> None:
-        if not self:
-            raise IndexError("pop from an empty history")
-        self.drop_oldest(1)
 
     # -- the row interface -------------------------------------------------------------------
     def column_of(self, key: AggKey) -> int:
@@ -269,14 +219,6 @@ class HistoryRing:
         return s[s == s].tolist()
 
     # -- storage -----------------------------------------------------------------------------
-    def _vector(self, counters: Mapping[AggKey, float]) -> np.ndarray:
-        for key in counters:
-            self.column_of(key)
-        v = np.full(len(self.keys), _NAN)
-        for key, x in counters.items():
-            v[self._cols[key]] = x
-        return v
-
     def _make_room(self) -> None:
         live = self._n - self._start
         if self._start >= max(8, live // 32):
@@ -385,7 +327,7 @@ class _FrozenRing(HistoryRing):
         raise TypeError("a frozen history ring cannot change")
 
     append_row = repeat_last_row = replace_last_row = _read_only  # type: ignore[assignment]
-    drop_oldest = column_of = __setitem__ = _read_only  # type: ignore[assignment]
+    drop_oldest = column_of = _read_only  # type: ignore[assignment]
 
 
 
@@ -406,10 +348,6 @@ class ModelHistory:
     signals: frozenset[str] = frozenset()
     #: Reset-corrected cumulative value of each column of ``entries`` (the newest row).
     cum: np.ndarray = field(default_factory=lambda: np.zeros(0))
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.entries, HistoryRing):  # e.g. a deque of entries
-            self.entries = HistoryRing(self.entries, getattr(self.entries, "maxlen", None))
 
     @property
     def cumulative(self) -> dict[AggKey, float]:
