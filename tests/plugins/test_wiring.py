@@ -1,14 +1,13 @@
 """How the application wires its plug-ins: each registers through a PluginHost (never the
-application), reads its config section and writes typed snapshot slots; the config tables'
-key order, and so every "allowed:" list in an error, does not depend on which plug-in was
-imported first."""
+application), takes the settings built from its config section and writes typed snapshot
+slots; the config tables' key order, and so every "allowed:" list in an error, does not
+depend on which plug-in was imported first."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from helpers import testsecrets
@@ -31,13 +30,6 @@ class FakeHost:
         self.builders: list[object] = []
         self.routes: dict[str, tuple[object, bool]] = {}
         self.lifecycle: list[tuple[object, object]] = []
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        return lambda: 0.0
-
-    def section(self, section):
-        return self.cfg.section(section)
 
     def add_target_hook(self, hook) -> None:
         self.hooks.append(hook)
@@ -68,7 +60,7 @@ def test_plugins_register_through_the_host(tmp_path: Path) -> None:
     cfg = config.build_config(str(path), [], None, None)
     host = FakeHost(cfg)
     model = live.install(host, live.from_config(cfg))
-    tracker = pairs.install(host, host.section(pair_settings.SECTION))
+    tracker = pairs.install(host, cfg.section(pair_settings.SECTION))
     ctl = controller.install(host, controller.from_config(cfg, model.params, model.windows))
     assert tracker is not None and ctl is not None
     assert host.hooks == [model.hook, tracker.observe, ctl.hook]

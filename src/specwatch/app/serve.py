@@ -19,7 +19,6 @@ import html
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import Metric
@@ -104,7 +103,7 @@ class ServeApp:
             "/": only_get(self.landing_handler),
         }, web_config_file=cfg.web_config, limits=server_limits(cfg),
             listen_option=listen_option)
-        self._host = _Host(cfg, clock, self.pipeline, self.collector, self.web)
+        self._host = _Host(self.pipeline, self.collector, self.web)
         self.model = model_live.install(self._host, model_live.from_config(cfg))
         self.pairs = pairs.install(self._host, cfg.section(pair_config.SECTION))
         self.controller = controller.install(self._host, controller.from_config(
@@ -218,29 +217,17 @@ class ServeApp:
         return self.web.reload_web_config()
 
 
-T = TypeVar("T")
-
-
 class _Host:
     """The :class:`~specwatch.plugins.host.PluginHost` ServeApp hands its plug-ins: the
     pipeline's, collector's and web server's registries, and the plug-ins' start/stop."""
 
-    def __init__(self, cfg: config.ServeConfig, clock: Callable[[], float], pipeline: Pipeline,
-                 collector: SpecwatchCollector, web: WebServer) -> None:
-        self._cfg = cfg
-        self._clock = clock
+    def __init__(self, pipeline: Pipeline, collector: SpecwatchCollector,
+                 web: WebServer) -> None:
         self._pipeline = pipeline
         self._collector = collector
         self._web = web
         #: (start, stop) of each plug-in that has threads, in install order.
         self.lifecycle: list[tuple[Callable[[], None], Callable[[], None]]] = []
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        return self._clock
-
-    def section(self, section: config.ConfigSection[T]) -> T:
-        return self._cfg.section(section)
 
     def add_target_hook(self, hook: TargetHook) -> None:
         self._pipeline.add_target_hook(hook)

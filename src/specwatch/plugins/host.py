@@ -1,10 +1,11 @@
 """What the application hands each plug-in: the typed host interface.
 
 A plug-in's ``install(host, ...)`` registers itself through a :class:`PluginHost` and its own
-typed settings, never the application object: target and forget hooks on the poll pipeline,
-family builders on the collector, routes on the web server, a start/stop lifecycle, its own
-config section and the clock. What one plug-in needs from another arrives as an explicit
-typed argument the application passes, or through the snapshot slots
+typed settings (built by the application from the plug-in's config section), never the
+application object: target and forget hooks on the poll pipeline, family builders on the
+collector, routes on the web server, a start/stop lifecycle. What one plug-in needs from
+another arrives as an explicit typed argument the application passes, or through the snapshot
+slots
 (:class:`specwatch.poll.snapshot.Slot`); plug-ins never import each other.
 
 May import: ``specwatch.poll``, ``specwatch.expose`` and ``specwatch.web`` (types only).
@@ -13,30 +14,18 @@ May import: ``specwatch.poll``, ``specwatch.expose`` and ``specwatch.web`` (type
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from specwatch.expose.collector import FamilyBuilder
-from specwatch.poll.config import ConfigSection
 from specwatch.poll.pipeline import ForgetHook, TargetHook
 from specwatch.web.routing import Handler
 
-T = TypeVar("T")
-
 
 class PluginHost(Protocol):
-    """The registries and read-only views a plug-in may use (ServeApp provides one).
+    """The registries a plug-in may use (ServeApp provides one).
 
     Registrations take effect in call order: hooks run, and families render, in the order
     plug-ins were installed. Everything is registered before the application starts."""
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        """The poll clock (wall time; tests and the demo inject their own)."""
-        ...
-
-    def section(self, section: ConfigSection[T]) -> T:
-        """The built value of a registered config section."""
-        ...
 
     def add_target_hook(self, hook: TargetHook) -> None:
         """``hook(target) -> target`` on every derived target snapshot, before publishing."""
