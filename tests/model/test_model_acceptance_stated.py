@@ -144,16 +144,28 @@ def test_leave_concurrency_128_out_with_the_stated_cache(points):
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param("eagle3", marks=_miss(
-        "EAGLE-3 k=6: predicted λ* 11.28 vs measured crossing 9.49 req/s (+18.8%; +9.7% with"
-        " no capacity fitted); k=1 moves from +6.4% to +0.1%")),
+    "eagle3",
     "qwen3-1.7b",
     pytest.param("qwen3-4b", marks=_miss(
         "Qwen3-4B mt-bench k=6: +24.2% (+30.8% with the fitted capacity): an 80-prompt burst"
-        " whose throughput is set by its slowest request; k=1 moves from +17.0% to within"
-        " 15%")),
+        " whose throughput is set by its slowest request; no mt-bench curve records a"
+        " measured ceiling (each ends at that burst), so nothing bounds it")),
 ])
 def test_breakeven_every_k_with_the_stated_cache(points, name):
+    """The break-even the shipped file gives (`predict`, `calibrate`'s `predicted`): the
+    fit's λ*, bounded by the SD ceilings the runs measured."""
     for b in _stated_fit(points, name).saturation["breakeven"]:
         if b["measured"] is not None:
             assert abs(b["relative_error"]) <= 0.15, b
+
+
+def test_the_measured_ceiling_bounds_what_the_fit_alone_overstates(points):
+    """EAGLE-3 k = 6 on InstructCoder: the fit alone puts λ* at 11.3 req/s (+18.8% against
+    the measured crossing, 9.49), above the 9.80 req/s where its runs stopped rising; the
+    file gives 9.80 (+3.3%). The report keeps both."""
+    (b,) = [b for b in _stated_fit(points, "eagle3").saturation["breakeven"]
+            if b["workload"] == "InstructCoder" and b["k"] == 6]
+    assert b["relative_error_fit"] > 0.15
+    assert b["predicted"] == pytest.approx(9.80, abs=0.01)
+    assert b["predicted"] < b["predicted_fit"]
+    assert abs(b["relative_error"]) <= 0.05

@@ -240,6 +240,7 @@ def _fit_six(
         vif=vif_map,
     )
     _leave_one_k_out(fit)
+    fit.calibrated_range = evidence.calibrated_range(coef_obj, used)
     summarize_six(fit)
     if not any(p.draft_length == 0 for p in used):
         fit.notes.append(
@@ -248,7 +249,6 @@ def _fit_six(
         )
     fit.acceptance_profile = acceptance_profile(used)
     fit.configurations = _configurations(used, options)
-    fit.calibrated_range = evidence.calibrated_range(coef_obj, used)
     lam, k, e, p, g = model_inputs(used)
     batch = model.batch_latency(coef_obj, lam * measured, k, e, p, g)
     fit.uncertainty = evidence.residual_spread(coef_obj, used, batch)

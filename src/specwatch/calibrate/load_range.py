@@ -36,6 +36,8 @@ from specwatch.calibrate.leastsq import (
 )
 from specwatch.calibrate.results import Excluded, SystemFit
 from specwatch.calibrate.summaries import acceptance_profile, summarize_six
+from specwatch.model import ceilings
+from specwatch.model.params import Params
 
 __all__ = ["fit_system_saturation", "plot_load_range"]
 
@@ -113,9 +115,9 @@ def fit_system_saturation(
         not_identifiable=not_identifiable,
     )
     _leave_one_k_out(fit)
+    fit.calibrated_range = evidence.calibrated_range(coef, used)
     summarize_six(fit)  # zero-load speedup, break-even per k, measured speedups
     fit.acceptance_profile = acceptance_profile(used)
-    fit.calibrated_range = evidence.calibrated_range(coef, used)
     fit.uncertainty = evidence.residual_spread(coef, used, predicted)
     fit.user_path = evidence.user_path(evidence.params_of(fit, options.max_utilization),
                                        used, predicted)
@@ -168,6 +170,9 @@ def _leave_one_concurrency_out(fit: SystemFit) -> list[dict[str, Any]]:
 
 
 def _breakevens(fit: SystemFit) -> list[dict[str, Any]]:
+    """Measured against predicted break-even per workload and k. `predicted` is what the
+    parameters file gives (`model.ceilings.breakeven`: the fit's λ*, bounded by the measured
+    SD ceilings it records), `predicted_fit` the fit's alone."""
     coef = fit.coefficients
     assert coef is not None
     groups = sat.group_by_workload(fit.points, workload_labels(fit.points))
@@ -176,25 +181,32 @@ def _breakevens(fit: SystemFit) -> list[dict[str, Any]]:
     if not cells:
         return []
     # One vectorised call: the numeric break-even costs the same for one k or for all.
-    be = model.breakeven(
-        coef,
+    args = (
         np.array([k for _, k, _, _ in cells]),
         np.array([np.mean([q.acceptance_length for q in sd]) for _, _, sd, _ in cells]),
         np.array([np.mean([q.prompt_tokens or 0.0 for q in sd]) for _, _, sd, _ in cells]),
         np.array([np.mean([q.generation_tokens for q in sd]) for _, _, sd, _ in cells]),
     )
+    be = ceilings.breakeven(
+        Params(system=fit.system, coefficients=coef, calibrated_range=fit.calibrated_range),
+        *args)
+    alone = model.breakeven(coef, *args)
     out = []
     for i, (workload, k, sd, nosd) in enumerate(cells):
         measured = sat.measured_breakeven(sd, nosd) if nosd else None
         pred = float(be.rate[i])
+        pred_fit = float(alone.rate[i])
         out.append({
             "workload": workload, "k": k,
             "predicted": pred if math.isfinite(pred) else None,
             "predicted_kind": model.BreakEvenKind(int(be.kind[i])).name.lower(),
+            "predicted_fit": pred_fit if math.isfinite(pred_fit) else None,
             "measured": measured[0] if measured else None,
             "measured_kind": measured[1] if measured else None,
             "relative_error": (pred / measured[0] - 1.0
                                if measured and math.isfinite(pred) else None),
+            "relative_error_fit": (pred_fit / measured[0] - 1.0
+                                   if measured and math.isfinite(pred_fit) else None),
         })
     return out
 

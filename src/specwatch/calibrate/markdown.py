@@ -161,16 +161,23 @@ def markdown_saturation(fit: SystemFit, png: str) -> list[str]:
         lo = loco.get(row["concurrency"])
         lines.append(f"| {row['concurrency']:g} | {row['n']} | {row['mape']:.2%} |"
                      f" {row['max_abs_error']:.2%} | {'n/a' if lo is None else f'{lo:.2%}'} |")
-    lines += ["", "| workload | k | measured λ* (req/s) | how | predicted λ* | error |",
-              "|---|---:|---:|---|---:|---:|"]
+    lines += ["", "Predicted λ*: what the parameters file gives (the fit's, bounded by the SD"
+              " ceilings the runs measured); the fit's alone beside it.", "",
+              "| workload | k | measured λ* (req/s) | how | predicted λ* | error |"
+              " fit alone | error |",
+              "|---|---:|---:|---|---:|---:|---:|---:|"]
     for b in rep.get("breakeven", []):
-        m = "n/a" if b["measured"] is None else f"{b['measured']:.2f}"
-        p = "n/a" if b["predicted"] is None else f"{b['predicted']:.2f}"
-        e = "n/a" if b["relative_error"] is None else f"{b['relative_error']:+.1%}"
+        m = _num(b["measured"], ".2f")
         lines.append(f"| {b['workload']} | {b['k']:g} | {m} | {b['measured_kind'] or '-'} |"
-                     f" {p} | {e} |")
+                     f" {_num(b['predicted'], '.2f')} | {_num(b['relative_error'], '+.1%')} |"
+                     f" {_num(b.get('predicted_fit'), '.2f')} |"
+                     f" {_num(b.get('relative_error_fit'), '+.1%')} |")
     lines += ["", f"![measured vs predicted, whole range]({png})", ""]
     return lines
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "n/a" if x is None else format(x, fmt)
 
 
 def _token_range(r: list[float] | None) -> str:

@@ -24,6 +24,8 @@ from specwatch.calibrate.results import (
     MeasuredSpeedup,
     SystemFit,
 )
+from specwatch.model import ceilings
+from specwatch.model.params import Params
 
 __all__ = [
     "acceptance_profile",
@@ -37,6 +39,9 @@ def summarize_six(fit: SystemFit) -> None:
     """Zero-load speedup and break-even per draft length, and the measured speedup check."""
     coef = fit.coefficients
     assert coef is not None
+    # The break-even the parameters file gives (bounded by its measured ceilings).
+    params = Params(system=fit.system, coefficients=coef,
+                    calibrated_range=fit.calibrated_range)
     by_k: dict[float, list[Point]] = defaultdict(list)
     for p in fit.points:
         by_k[k_key(p)].append(p)
@@ -46,7 +51,7 @@ def summarize_six(fit: SystemFit) -> None:
         p_tok = float(np.mean([p.prompt_tokens or 0.0 for p in pts]))
         g_tok = float(np.mean([need_g(p) for p in pts]))
         s0 = float(model.speedup(coef, 0.0, key, e, p_tok, g_tok))
-        be = model.breakeven(coef, key, e, p_tok, g_tok)
+        be = ceilings.breakeven(params, key, e, p_tok, g_tok)
         fit.draft_lengths.append(
             DraftLengthSummary(
                 k=key,

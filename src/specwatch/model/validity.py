@@ -30,7 +30,8 @@ outputs (`validity_reasons`) and the exporter's `sd_model_valid{reason}` series 
   so it is another configuration than the one the coefficients describe;
 - ``invalid_input`` and ``not_converged`` for the rest of the model's codes.
 
-May import: the model's closed form, coefficients, params, observed and uncertainty modules.
+May import: the model's ceilings, closed form, coefficients, params, observed and uncertainty
+modules.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specwatch.model.ceilings import ceiling_rate
 from specwatch.model.closed_form import Prediction, Reason, predict
 from specwatch.model.coefficients import ArrayLike, MoECoefficients
 from specwatch.model.observed import CalibratedRange
@@ -177,10 +179,6 @@ def _past_headroom(cal: CalibratedRange, in_flight: np.ndarray, in_flight_nosd: 
     return out
 
 
-def _near(x: np.ndarray, centre: float, tolerance: float = 0.10) -> np.ndarray:
-    return np.abs(x - centre) <= tolerance * max(abs(centre), 1e-12)
-
-
 def assess(
     params: Params,
     arrival_rate: ArrayLike,
@@ -240,7 +238,6 @@ def _range_flags(cal: CalibratedRange, pred: Prediction, lam: np.ndarray, kk: np
                  in_flight_nosd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(beyond the calibrated load, a k never measured, at or past a measured ceiling)."""
     sd_ok = pred.sd.valid
-    at_ceiling = np.zeros(lam.shape, dtype=bool)
     f = 1.0 + cal.margin
     with np.errstate(invalid="ignore"):
         beyond = lam > cal.max_arrival_rate * f
@@ -253,11 +250,7 @@ def _range_flags(cal: CalibratedRange, pred: Prediction, lam: np.ndarray, kk: np
         beyond |= _past_headroom(cal, in_flight, in_flight_nosd, kk)
     measured = np.array(cal.draft_lengths, dtype=float)
     new_k = (kk != 0) & ~np.any(np.abs(kk[..., None] - measured) < 1e-9, axis=-1)
-    for c in cal.measured_ceilings:
-        # The same curve: this k, lengths within the workload tolerance (10%).
-        same = (np.abs(kk - c.k) < 1e-9) & _near(pp, c.prompt_tokens) \
-            & _near(gg, c.generation_tokens)
-        at_ceiling |= same & (lam >= c.arrival_rate)
+    at_ceiling = lam >= ceiling_rate(cal, kk, pp, gg)
     return beyond, new_k, at_ceiling
 
 

@@ -143,6 +143,20 @@ def test_live_predictions_match_hand_computation(tmp_path):
     assert one(s, "specwatch_model_configured", target="a") == 1.0
 
 
+def test_live_break_even_is_bounded_by_the_measured_sd_ceiling(tmp_path):
+    """A measured ceiling of k = 3 on these lengths at 3 req/s (below the fit's λ* of
+    4.46 req/s, where no SD still serves): SD does not pay past it, so the live break-even is
+    3 req/s, the same number `specwatch predict` gives with the same file."""
+    params = PARAMS + (
+        "calibrated_range:\n  max_arrival_rate: 5.0\n  max_in_flight: 10.0\n"
+        "  draft_lengths: [0, 3]\n  measured_ceilings:\n"
+        "  - {k: 3, prompt_tokens: 100, generation_tokens: 100, arrival_rate: 3.0}\n")
+    s = run_pages(tmp_path, [ZERO, STEADY], params=params)
+    lab = {"target": "a", "model_name": MODEL, "window": "5m"}
+    assert one(s, "sd_breakeven_arrival_rate", **lab) == 3.0
+    assert one(s, "sd_model_valid", **lab) == 1.0  # λ = 1 req/s: below it, the fit's number
+
+
 def test_saturated_load_is_invalid_without_nonsense(tmp_path):
     """Past saturation: valid 0, no speedup or latency, utilisation shows how far past;
     break-even and best k (k = 1 keeps ρ = 7·0.11 = 0.77) are still given."""

@@ -27,12 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.model import uncertainty, validity
+from specwatch.model import ceilings, uncertainty, validity
 from specwatch.model.closed_form import (
     BreakEvenKind,
     OptimalDraft,
     Reason,
-    breakeven,
     latency,
     optimal_draft_length,
 )
@@ -329,17 +328,16 @@ def breakeven_of(st: Setup, grid: Grid, static_k: int
     """The advised k's break-even: (rate above which SD stops paying, kind, its interval)."""
     if not static_k:
         return None, None, None
-    model = st.params.model()
     e = float(grid.es[static_k - 1])
-    be = breakeven(model, static_k, e, st.p, st.g)
+    be = ceilings.breakeven(st.params, static_k, e, st.p, st.g)
     kind = KIND_NAMES[int(be.kind)]
     if int(be.kind) != BreakEvenKind.PAYS_BELOW:
         return None, kind, None
     off_rate = float(be.rate)
     be_iv = None
     if st.params.uncertainty is not None:
-        be_iv = uncertainty.breakeven_interval(model, st.params.uncertainty, float(static_k),
-                                               e, st.p, st.g, off_rate)
+        be_iv = ceilings.breakeven_interval(st.params, float(static_k), e, st.p, st.g,
+                                            off_rate)
     return off_rate, kind, be_iv
 
 

@@ -13,11 +13,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from specwatch.model import uncertainty, validity
+from specwatch.model import ceilings, uncertainty, validity
 from specwatch.model.closed_form import (
     BreakEvenKind,
     Reason,
-    breakeven,
     optimal_draft_length,
 )
 from specwatch.model.params import Params
@@ -127,9 +126,8 @@ def _acceptance_at(opts: common.AcceptanceOptions, params: Params,
 def _prediction(params: Params, judged: validity.Assessment, lam: float, k: float, e: float,
                 p: float, g: float, limit: float) -> dict[str, Any]:
     """Latencies, speedup, their intervals, utilisation, validity and break-even."""
-    model = params.model()
     pred = judged.prediction
-    be = breakeven(model, k, e, p, g)
+    be = ceilings.breakeven(params, k, e, p, g)
     model_ok = bool(pred.valid)
     usable_sd = bool(pred.sd.valid)
     usable_nosd = bool(pred.nosd.valid)
@@ -138,7 +136,7 @@ def _prediction(params: Params, judged: validity.Assessment, lam: float, k: floa
     be_rate = float(be.rate)
     be_iv = None
     if iv is not None and params.uncertainty is not None and math.isfinite(be_rate):
-        be_iv = uncertainty.breakeven_interval(model, params.uncertainty, k, e, p, g, be_rate)
+        be_iv = ceilings.breakeven_interval(params, k, e, p, g, be_rate)
     return dict(
         latency_sd_s=float(pred.sd.latency) if usable_sd else None,
         latency_nosd_s=float(pred.nosd.latency) if usable_nosd else None,

@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.model import uncertainty, validity
+from specwatch.model import ceilings, validity
 from specwatch.model.closed_form import (
     Reason,
-    breakeven,
     optimal_draft_length,
     reason_text,
     speedup,
@@ -156,7 +155,7 @@ def _curves(params: Params, judged: validity.Assessment, n_lams: int, ks: list[i
     (NaN where declined), with the draft length's break-even."""
     model = params.model()
     k_arr = np.asarray(ks, dtype=float)
-    be = breakeven(model, k_arr, e_arr, p, g)
+    be = ceilings.breakeven(params, k_arr, e_arr, p, g)
     s0 = speedup(model, 0.0, k_arr, e_arr, p, g)
     pred = judged.prediction
     grid = (n_lams, len(ks))
@@ -172,8 +171,8 @@ def _curves(params: Params, judged: validity.Assessment, n_lams: int, ks: list[i
         valid = judged.valid[:, j]
         be_iv = None
         if params.uncertainty is not None:
-            be_iv = uncertainty.breakeven_interval(model, params.uncertainty, float(k),
-                                                   float(e_arr[j]), p, g, float(be.rate[j]))
+            be_iv = ceilings.breakeven_interval(params, float(k), float(e_arr[j]), p, g,
+                                                float(be.rate[j]))
         curves.append({
             "draft_length": k,
             "acceptance_length": float(e_arr[j]),

@@ -34,7 +34,7 @@ from specwatch.model import (
     acceptance_length_from_alpha,
     acceptance_length_from_profile,
     alpha_from_acceptance_length,
-    breakeven,
+    ceilings,
     extend_profile,
     optimal_draft_length,
     reason_text,
@@ -213,7 +213,6 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
     if isinstance(inputs, str):
         return LivePrediction(window_label, False, inputs, reason_name="missing_input")
     lam, k, e, p, g = inputs
-    coef = params.model()
     judged = validity.assess(params, lam, k, e, p, g)
     pred = judged.prediction
     code = int(pred.reason)
@@ -223,7 +222,7 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
                               reason_name="invalid_input")
     util = float(pred.sd.utilization)
 
-    be = breakeven(coef, k, e, p, g)
+    be = ceilings.breakeven(params, k, e, p, g)
     be_rate = float(be.rate) if int(be.kind) != BreakEvenKind.UNDEFINED else None
     best = _best_draft_length(params, model, window_label, lam, k, e, p, g)
 
