@@ -12,18 +12,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specwatch.cli import main
 from specwatch.model import BreakEvenKind, Coefficients
 from specwatch.model import breakeven as model_breakeven
 from specwatch.model.ceilings import breakeven, breakeven_interval, ceiling_rate
+from specwatch.model.closed_form import latency
 from specwatch.model.observed import CalibratedRange, MeasuredCeiling
 from specwatch.model.params import Params, load_params
 from specwatch.model.uncertainty import Band, Uncertainty
+from specwatch.model.validity import assess
 
 EAGLE = Path(__file__).resolve().parents[2] / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
 #: The k = 6 InstructCoder runs of the sweep: acceptance length and mean lengths.
@@ -173,3 +178,58 @@ def test_ceiling_rate_is_the_lowest_of_the_curve():
     assert ceiling_rate(cal, 6, K6["p"], K6["g"]) == 9.0
     assert ceiling_rate(cal, 5, K6["p"], K6["g"]) == math.inf
     assert ceiling_rate(None, 6, K6["p"], K6["g"]) == math.inf
+
+
+# ------------------------------------------------------------------ the rule as a property
+
+EXAMPLES = int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "50"))
+
+
+def _num(lo: float, hi: float):
+    return st.floats(min_value=lo, max_value=hi, allow_nan=False, allow_infinity=False,
+                     allow_subnormal=False)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(a_v=_num(5e-3, 0.05), b_v=_num(0.0, 2e-4), c_v=_num(0.0, 2e-4), knee_v=_num(0.0, 600.0),
+       a_d=_num(0.0, 5e-3), k=st.integers(1, 8), frac=_num(0.0, 1.0), p=_num(1.0, 2000.0),
+       g=_num(1.0, 600.0), sd_factor=_num(0.2, 1.5),
+       nosd_factor=st.one_of(st.none(), _num(0.2, 1.5)))
+def test_the_bounded_break_even_never_says_sd_pays_at_a_load_it_calls_saturated(
+        a_v, b_v, c_v, knee_v, a_d, k, frac, p, g, sd_factor, nosd_factor):
+    """On random coefficients, workloads and measured ceilings (SD's, and maybe no SD's, at
+    a fraction of the model's own λ*): λ* is the model's where no bound applies; where one
+    does, SD paying below λ* stops at SD's measured ceiling, so every load `assess` calls
+    saturated by that ceiling lies at or past λ*."""
+    coef = Coefficients(a_p=0.1, b_p=0.002, a_v=a_v, b_v=b_v, a_d=a_d, b_d=0.0, c_v=c_v,
+                        knee_v=knee_v)
+    e = 1.0 + frac * k
+    raw = model_breakeven(coef, k, e, p, g)
+    top = float(raw.rate) if 0 < float(raw.rate) < math.inf else 10.0
+    sd_cap = top * sd_factor
+    ceilings = [_ceiling(k, sd_cap, p=p, g=g)]
+    if nosd_factor is not None:
+        ceilings.append(_ceiling(0, top * nosd_factor, p=p, g=g))
+    params = Params(system="x", coefficients=coef, calibrated_range=CalibratedRange(
+        max_arrival_rate=1e6, max_in_flight=1e9, draft_lengths=(0, k),
+        measured_ceilings=tuple(ceilings)))
+    be = breakeven(params, k, e, p, g)
+    nosd_cap = top * nosd_factor if nosd_factor is not None else math.inf
+    nosd_serves = bool(latency(coef, sd_cap, 0, 1.0, p, g, max_utilization=1.0).valid)
+    bounds = sd_cap < nosd_cap and nosd_serves
+    kind, rate = int(be.kind), float(be.rate)
+    unchanged = kind == int(raw.kind) and (rate == float(raw.rate)
+                                           or math.isnan(rate) and math.isnan(float(raw.rate)))
+    if not bounds:
+        assert unchanged
+        return
+    if int(raw.kind) in (BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_EVERYWHERE):
+        assert kind == BreakEvenKind.PAYS_BELOW and rate == min(float(raw.rate), sd_cap)
+    elif int(raw.kind) == BreakEvenKind.PAYS_ABOVE and float(raw.rate) >= sd_cap:
+        assert (kind, rate) == (BreakEvenKind.NEVER_PAYS, 0.0)
+    else:
+        assert unchanged
+    if kind == BreakEvenKind.PAYS_BELOW:
+        judged = assess(params, np.array([rate * 0.999, sd_cap]), k, e, p, g)
+        assert "saturated" in judged.names(1)
+        assert rate <= sd_cap
