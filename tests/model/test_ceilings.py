@@ -26,7 +26,7 @@ from specwatch.model import breakeven as model_breakeven
 from specwatch.model.ceilings import breakeven, breakeven_interval, ceiling_rate
 from specwatch.model.closed_form import latency
 from specwatch.model.observed import CalibratedRange, MeasuredCeiling
-from specwatch.model.params import Params, load_params
+from specwatch.model.params import Params, dump_params, load_params
 from specwatch.model.uncertainty import Band, Uncertainty
 from specwatch.model.validity import assess
 
@@ -219,7 +219,7 @@ def test_the_bounded_break_even_never_says_sd_pays_at_a_load_it_calls_saturated(
     bounds = sd_cap < nosd_cap and nosd_serves
     kind, rate = int(be.kind), float(be.rate)
     unchanged = kind == int(raw.kind) and (rate == float(raw.rate)
-                                           or math.isnan(rate) and math.isnan(float(raw.rate)))
+                                           or (math.isnan(rate) and math.isnan(float(raw.rate))))
     if not bounds:
         assert unchanged
         return
@@ -233,3 +233,21 @@ def test_the_bounded_break_even_never_says_sd_pays_at_a_load_it_calls_saturated(
         judged = assess(params, np.array([rate * 0.999, sd_cap]), k, e, p, g)
         assert "saturated" in judged.names(1)
         assert rate <= sd_cap
+
+
+def test_advise_turns_sd_off_where_every_k_is_at_its_measured_ceiling(capsys, tmp_path):
+    """With every k's runs stopping at 5 req/s on these lengths (and no SD still rising),
+    SD is off from 5 req/s on, whatever the fit's best k says past it."""
+    base = load_params(EAGLE)
+    cal = dataclasses.replace(base.calibrated_range, measured_ceilings=tuple(
+        _ceiling(k, 5.0, p=144.0, g=200.0) for k in range(1, 7)))
+    path = tmp_path / "capped.yaml"
+    dump_params(dataclasses.replace(base, calibrated_range=cal), path)
+    argv = ["--arrival-rate-p50", 1, "--arrival-rate-p95", 2, "--arrival-rate-p99", 3,
+            "--prompt-tokens", 144, "--generation-tokens", 200, "--json"]
+    rc, shipped = run(capsys, "advise", "--params", EAGLE, *argv)
+    assert rc == 0 and shipped["sd_off_above_arrival_rate"] > 10.0
+    rc, out = run(capsys, "advise", "--params", path, *argv)
+    # The first point of advise's λ scan (step about 0.006 req/s here) at or past 5.
+    assert rc == 0 and 5.0 <= out["sd_off_above_arrival_rate"] < 5.05
+    assert out["breakeven_arrival_rate"] <= 5.0

@@ -342,14 +342,16 @@ def breakeven_of(st: Setup, grid: Grid, static_k: int
 
 
 def sd_off_above_rate(st: Setup) -> float | None:
-    """The arrival rate from which the best choice is SD off (any k), if below saturation."""
+    """The arrival rate from which the best choice is SD off (any k), if below saturation;
+    a k at or past the throughput ceiling its runs measured does not count as SD on there."""
     model = st.params.model()
     nosd_c2 = float(latency(model, 1.0, 0, 1.0, st.p, st.g, max_utilization=1.0).utilization)
     lam_top = st.ceiling / nosd_c2 if nosd_c2 > 0 else 1000.0
     scan = np.linspace(0.0, lam_top, SCHEDULE_GRID)
     scan_best = optimal_draft_length(model, scan, p=st.p, g=st.g, k_max=st.k_max,
                                      max_utilization=st.ceiling, **st.acc.optimal_kwargs())
-    on = scan_best.valid & (scan_best.k > 0)
+    on = scan_best.valid & (scan_best.k > 0) \
+        & (scan < ceilings.ceiling_rate(st.params.calibrated_range, scan_best.k, st.p, st.g))
     if on.any() and int(np.flatnonzero(on)[-1]) + 1 < scan.size:
         return float(scan[int(np.flatnonzero(on)[-1]) + 1])
     if not on.any():
