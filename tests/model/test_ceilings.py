@@ -56,6 +56,11 @@ def test_predict_never_says_sd_pays_where_it_calls_sd_saturated(capsys):
     assert out["breakeven_arrival_rate"] <= cap
     lo, hi = out["breakeven_interval"]
     assert lo < out["breakeven_arrival_rate"] <= hi <= cap
+    assert out["breakeven_measured_ceiling"] == cap
+    # The text says where the number comes from.
+    main(["predict", "--params", str(EAGLE), "--arrival-rate", "8", *map(str, lengths[:-1])])
+    text = " ".join(capsys.readouterr().out.split())  # the table wraps long notes
+    assert "throughput ceiling the calibration runs measured for k = 6" in text
     # Below it the prediction is the fit's and stands.
     rc, out = run(capsys, "predict", "--params", EAGLE, "--arrival-rate", 8.0, *lengths)
     assert "saturated" not in out["validity_reasons"]

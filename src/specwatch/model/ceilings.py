@@ -29,7 +29,7 @@ from specwatch.model.coefficients import ArrayLike
 from specwatch.model.observed import CalibratedRange
 from specwatch.model.params import Params
 
-__all__ = ["LENGTH_TOLERANCE", "breakeven", "breakeven_interval", "ceiling_rate"]
+__all__ = ["LENGTH_TOLERANCE", "breakeven", "breakeven_interval", "ceiling_rate", "sd_ceiling"]
 
 #: A prediction lies on a measured curve when its mean prompt and generation tokens are both
 #: within this fraction of the curve's (the same workload).
@@ -70,6 +70,14 @@ def _sd_cap(params: Params, k: np.ndarray, p: np.ndarray, g: np.ndarray) -> np.n
     return np.where((k > 0) & finite & (sd < nosd) & serves, sd, np.inf)
 
 
+def sd_ceiling(params: Params, k: float, p: float, g: float) -> float | None:
+    """SD's measured ceiling (req/s) that bounds the break-even at this k and these lengths,
+    or None where none does (the break-even is then the model's)."""
+    cap = float(_sd_cap(params, np.asarray(float(k)), np.asarray(float(p)),
+                        np.asarray(float(g))))
+    return cap if math.isfinite(cap) else None
+
+
 def breakeven(params: Params, k: ArrayLike, e: ArrayLike, p: ArrayLike,
               g: ArrayLike) -> BreakEven:
     """λ* as predict, sweep, advise, calibrate and the live series report it: the model's
@@ -102,9 +110,8 @@ def breakeven_interval(params: Params, k: float, e: float, p: float, g: float,
     iv = uncertainty.breakeven_interval(params.model(), params.uncertainty, k, e, p, g, rate)
     if iv is None:
         return None
-    cap = float(_sd_cap(params, np.asarray(float(k)), np.asarray(float(p)),
-                        np.asarray(float(g))))
-    if not math.isfinite(cap):
+    cap = sd_ceiling(params, k, p, g)
+    if cap is None:
         return iv
     if rate >= cap:
         assert params.calibrated_range is not None  # a finite cap comes from its ceilings

@@ -42,6 +42,7 @@ EMPTY: dict[str, Any] = {
     "validity_reasons": ["invalid_input"],
     "calibrated_range": None,
     "breakeven_arrival_rate": None,
+    "breakeven_measured_ceiling": None,
     "optimal_draft_length": None,
 }
 
@@ -159,6 +160,7 @@ def _prediction(params: Params, judged: validity.Assessment, lam: float, k: floa
         breakeven_arrival_rate=be_rate if math.isfinite(be_rate) else None,
         breakeven_interval=list(be_iv) if be_iv is not None else None,
         breakeven_kind=KIND_NAMES[BreakEvenKind(int(be.kind))],
+        breakeven_measured_ceiling=ceilings.sd_ceiling(params, k, p, g),
     )
 
 
@@ -253,10 +255,14 @@ def render(out: dict[str, Any]) -> None:
                      f"{interval_text(out.get('speedup_interval'), '.3f')}")
     rate = out["breakeven_arrival_rate"]
     kind = {v: k for k, v in KIND_NAMES.items()}[out["breakeven_kind"]]
+    bound = out.get("breakeven_measured_ceiling")
     notes.append("break-even arrival rate: " + breakeven_text(rate if rate is not None
                                                                else math.inf, kind)
                  + (f", 90% interval {interval_text(out['breakeven_interval'], '.3g')} req/s"
-                    if out.get("breakeven_interval") else ""))
+                    if out.get("breakeven_interval") else "")
+                 + (f" (the throughput ceiling the calibration runs measured for k ="
+                    f" {f(out['draft_length'])} on these lengths: SD does not pay where it"
+                    " does not serve)" if bound is not None and rate == bound else ""))
     if out["optimal_draft_length"] is not None:
         k_opt = out["optimal_draft_length"]
         notes.append(
