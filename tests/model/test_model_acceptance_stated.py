@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from specwatch.calibrate import saturation as sat
 from specwatch.calibrate.inputs import read_inputs
 from specwatch.calibrate.load_range import fit_system_saturation
 from specwatch.cli import main
@@ -169,3 +170,41 @@ def test_the_measured_ceiling_bounds_what_the_fit_alone_overstates(points):
     assert b["predicted"] == pytest.approx(9.80, abs=0.01)
     assert b["predicted"] < b["predicted_fit"]
     assert abs(b["relative_error"]) <= 0.05
+
+
+def _breakeven_cells(points, system):
+    """(workload, k, mean E, p, g, measured λ*) for every curve with a measured break-even."""
+    runs = [p for p in points if p.system == system]
+    cells = []
+    for workload in sorted({p.dataset for p in runs}):
+        nosd = [p for p in runs if p.dataset == workload and not p.sd]
+        for k in sorted({p.draft_length for p in runs if p.sd}):
+            sd = [p for p in runs if p.dataset == workload and p.draft_length == k]
+            measured = sat.measured_breakeven(sd, nosd)
+            if measured is not None:
+                cells.append((workload, k, *(float(np.mean(x)) for x in zip(
+                    *[(p.acceptance_length, p.prompt_tokens, p.generation_tokens)
+                      for p in sd], strict=True)), measured[0]))
+    return cells
+
+
+@pytest.mark.parametrize("name", DRAFTERS)
+def test_the_breakeven_interval_holds_the_measured_breakeven(points, name):
+    """`specwatch predict --json` with the shipped file, at each curve's mean E, p, g: the
+    90% break-even interval holds the measured λ* for >= 85% of the curves that have one
+    (EAGLE-3 6 of 6, Qwen3-1.7B 6 of 6, Qwen3-4B 6 of 7: its mt-bench k = 6 burst, 5.83 req/s
+    against [6.62, 7.98], is out). The fit's intervals alone held 4, 5 and 6: a measured
+    ceiling is known to the spread of repeated runs, the fit near it is not."""
+    system, _ = DRAFTERS[name]
+    cells = _breakeven_cells(points, system)
+    inside = []
+    for _, k, e, p, g, measured in cells:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main(["predict", "--params", str(EXAMPLES / f"qwen3-32b-h100-{name}.yaml"),
+                  "--arrival-rate", "1", "--draft-length", str(int(k)), "--acceptance-length",
+                  repr(e), "--prompt-tokens", repr(p), "--generation-tokens", repr(g), "--json"])
+        iv = json.loads(out.getvalue())["breakeven_interval"]
+        inside.append(iv is not None and iv[0] <= measured <= iv[1])
+    assert len(cells) >= 6
+    assert sum(inside) / len(inside) >= 0.85, inside

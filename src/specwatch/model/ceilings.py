@@ -101,10 +101,11 @@ def breakeven(params: Params, k: ArrayLike, e: ArrayLike, p: ArrayLike,
 def breakeven_interval(params: Params, k: float, e: float, p: float, g: float,
                        rate: float) -> tuple[float, float] | None:
     """The 90% interval of λ* (`uncertainty.breakeven_interval`; `rate` the reported λ*),
-    bounded by SD's measured ceiling as λ* is. Where the ceiling sets λ* itself, the interval
-    is that measurement's: from the ceiling less the calibrated range's margin (the spread of
-    repeated benchmark runs) or the fit's lower end if lower, up to the ceiling. None without
-    an uncertainty block, for MoE models, and when λ* is not a finite crossing."""
+    with SD's measured ceiling, where one bounds λ*, known to the calibrated range's margin
+    (the spread of repeated benchmark runs): the upper end is at most the ceiling plus the
+    margin, and where the ceiling sets λ* itself the lower end is at most the ceiling less
+    it. None without an uncertainty block, for MoE models, and when λ* is not a finite
+    crossing."""
     if params.uncertainty is None:
         return None
     iv = uncertainty.breakeven_interval(params.model(), params.uncertainty, k, e, p, g, rate)
@@ -113,7 +114,7 @@ def breakeven_interval(params: Params, k: float, e: float, p: float, g: float,
     cap = sd_ceiling(params, k, p, g)
     if cap is None:
         return iv
-    if rate >= cap:
-        assert params.calibrated_range is not None  # a finite cap comes from its ceilings
-        return (min(iv[0], cap / (1.0 + params.calibrated_range.margin)), cap)
-    return (iv[0], min(iv[1], cap))
+    assert params.calibrated_range is not None  # a finite cap comes from its ceilings
+    spread = 1.0 + params.calibrated_range.margin
+    lo = min(iv[0], cap / spread) if rate >= cap else iv[0]
+    return (lo, min(iv[1], cap * spread))
