@@ -112,9 +112,9 @@ def breakeven_interval(params: Params, k: float, e: float, p: float, g: float,
     if iv is None:
         return None
     cap = sd_ceiling(params, k, p, g)
-    if cap is None:
+    cal = params.calibrated_range
+    if cap is None or cal is None:
         return iv
-    assert params.calibrated_range is not None  # a finite cap comes from its ceilings
-    spread = 1.0 + params.calibrated_range.margin
+    spread = 1.0 + cal.margin
     lo = min(iv[0], cap / spread) if rate >= cap else iv[0]
     return (lo, min(iv[1], cap * spread))
