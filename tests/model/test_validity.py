@@ -5,6 +5,7 @@ range (load, batch, tokens per step, draft lengths)."""
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specwatch.cli import main
@@ -142,3 +143,25 @@ def test_headroom_fields_round_trip_and_are_checked(tmp_path):
                                              "headroom_in_flight_sd: -1 #"))
     with pytest.raises(ConfigError, match="headroom_in_flight_sd"):
         load_params(bad)
+
+
+@pytest.mark.parametrize("name", ["eagle3", "qwen3-1.7b", "qwen3-4b"])
+def test_the_whole_prediction_is_valid_exactly_when_both_latencies_are(name):
+    """`valid` (both systems: the speedup) is `valid_sd` and `valid_nosd` together, and each
+    system's reasons are among the whole prediction's, over loads from idle to past every
+    ceiling, each k, two workloads."""
+    from specwatch.model.params import load_params
+    from specwatch.model.validity import assess
+
+    params = load_params(EAGLE.parent / f"qwen3-32b-h100-{name}.yaml")
+    lam = np.linspace(0.2, 20.0, 60)[:, None, None]
+    k = np.arange(0.0, 7.0)[None, :, None]
+    e = np.where(k > 0, 1.0 + 0.3 * k, 1.0)
+    p = np.array([147.0, 80.0])[None, None, :]
+    g = np.array([200.0, 230.0])[None, None, :]
+    judged = assess(params, lam, k, e, p, g)
+    np.testing.assert_array_equal(judged.valid, judged.valid_sd & judged.valid_nosd)
+    assert judged.valid.sum() > 0
+    for i in range(judged.valid.size):
+        assert set(judged.names_sd(i)) | set(judged.names_nosd(i)) >= set(judged.names(i)) \
+            - {"sensitive"}

@@ -205,8 +205,11 @@ def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarr
     From the run's measured arrival rate, k, E, p and g through the fixed point B = λ·L(B)
     and `model.validity.assess` (the parameters `params` as calibration writes them), against
     the run's measured latency; beside it the batch-path error L(B)/L − 1 at the measured
-    batch in flight (what the fit minimises). A declined run (any validity reason) counts as
-    declined, never as an error. Returns {"summary": ..., "runs": [...]}."""
+    batch in flight (what the fit minimises). The number judged is the run's latency, so
+    `valid` and `reasons` are that latency's own (`latency_sd_valid` of `predict --json`:
+    SD at the run's k, no SD for a k = 0 run); `prediction_valid` and `prediction_reasons`
+    are the whole prediction's (`valid`: both systems, so the speedup). A declined run counts
+    as declined, never as an error. Returns {"summary": ..., "runs": [...]}."""
     lam, k, e, p, g = point_arrays(points, "arrival_rate")
     measured = np.array([q.latency_s for q in points], dtype=float)
     judged = validity.assess(params, lam, k, e, p, g)
@@ -228,8 +231,10 @@ def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarr
             "predicted_s": float(lat[i]) if np.isfinite(lat[i]) else None,
             "error": float(err[i]) if np.isfinite(err[i]) else None,
             "batch_path_error": float(batch_err[i]) if np.isfinite(batch_err[i]) else None,
-            "valid": bool(judged.valid.ravel()[i]),
-            "reasons": judged.names(i),
+            "valid": bool(judged.valid_sd.ravel()[i]),
+            "reasons": judged.names_sd(i),
+            "prediction_valid": bool(judged.valid.ravel()[i]),
+            "prediction_reasons": judged.names(i),
             "interval": [lo, hi if hi is None or math.isfinite(hi) else None]
             if lo is not None else None,
             "interval_halfwidth": (float(iv.halfwidth[i]) if iv is not None
@@ -259,6 +264,7 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "runs": len(runs),
         "valid": len(valid),
         "valid_share": len(valid) / len(runs) if runs else None,
+        "prediction_valid": sum(bool(r.get("prediction_valid", r["valid"])) for r in runs),
         "declined": dict(sorted(declined.items())),
         "mape_valid": float(errs.mean()) if errs.size else None,
         "max_error_valid": float(errs.max()) if errs.size else None,

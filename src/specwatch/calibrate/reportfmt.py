@@ -39,12 +39,16 @@ def rate_text(rate: float) -> str:
 
 
 def user_path_line(sm: Mapping[str, Any]) -> str:
-    """One line of the user-path figures: valid share, MAPE over the valid runs, confident
+    """One line of the user-path figures: valid share (of each run's own latency, and of the
+    whole prediction, speedup included), MAPE over the valid runs, confident
     misses, interval coverage and width, declined runs by reason, the batch-path MAPE."""
     def pct(x: float | None, spec: str = ".1%") -> str:
         return "n/a" if x is None else format(x, spec)
     declined = ", ".join(f"{n} {r}" for r, n in sm["declined"].items()) or "none"
-    return (f"{sm['valid']}/{sm['runs']} valid ({pct(sm['valid_share'], '.0%')}); MAPE over"
+    whole = sm.get("prediction_valid")
+    speedup = "" if whole is None else f", {whole} with the speedup (both systems)"
+    return (f"{sm['valid']}/{sm['runs']} valid latencies ({pct(sm['valid_share'], '.0%')})"
+            f"{speedup}; MAPE over"
             f" the valid {pct(sm['mape_valid'], '.2%')}, max {pct(sm['max_error_valid'])};"
             f" valid but off by > 15%: {len(sm['valid_off_by_more_than_15pct'])}; 90%"
             f" interval holds the measured latency for {pct(sm['interval_coverage'])}, median"

@@ -144,7 +144,13 @@ class Assessment:
 
     `prediction` is the model's (`closed_form.predict`); `intervals` the 90% intervals (None
     when the parameters file has no `uncertainty` block); `reasons` one list of names per
-    point, in the order the rules apply (empty = valid); `valid` the points with none.
+    point, in the order the rules apply (empty = valid); `valid` the points with none: the
+    whole prediction (both systems, so the speedup and the choice) is vouched for.
+
+    `reasons_sd` / `reasons_nosd` are the same rules applied to one system's latency alone
+    (SD at its k, which is no SD at k = 0; no SD at the same λ): a latency is vouched for by
+    its own system's evidence, so SD's latency at a load the no-SD runs never reached is
+    valid while the speedup, which needs both, is not. `reasons` holds every name of either.
     """
 
     prediction: Prediction
@@ -152,31 +158,48 @@ class Assessment:
     in_flight: np.ndarray
     reasons: list[list[str]]
     valid: np.ndarray
+    reasons_sd: list[list[str]]
+    reasons_nosd: list[list[str]]
+    valid_sd: np.ndarray
+    valid_nosd: np.ndarray
+
+    def _flat(self, index: int | tuple[int, ...]) -> int:
+        return index if isinstance(index, int) else int(np.ravel_multi_index(
+            index, self.valid.shape))
 
     def names(self, index: int | tuple[int, ...] = 0) -> list[str]:
         """The reasons of one point (flat index), for the scalar callers."""
-        i = index if isinstance(index, int) else int(np.ravel_multi_index(index,
-                                                                           self.valid.shape))
-        return self.reasons[i]
+        return self.reasons[self._flat(index)]
+
+    def names_sd(self, index: int | tuple[int, ...] = 0) -> list[str]:
+        """The reasons of one point's SD latency alone (no SD's at k = 0)."""
+        return self.reasons_sd[self._flat(index)]
+
+    def names_nosd(self, index: int | tuple[int, ...] = 0) -> list[str]:
+        """The reasons of one point's no-SD latency alone."""
+        return self.reasons_nosd[self._flat(index)]
 
 
 def _past_headroom(cal: CalibratedRange, in_flight: np.ndarray, in_flight_nosd: np.ndarray,
-                   k: np.ndarray) -> np.ndarray:
-    """Fixed points holding more requests in flight (either system: SD at its k, no SD at
-    the same λ) or more tokens per verify step than a run with throughput headroom did, by
-    more than the margin (NaN batches, no fixed point, are the saturation rule's)."""
+                   k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed points holding more requests in flight or more tokens per verify step than a
+    run with throughput headroom did, by more than the margin: (SD at its k, no SD at the
+    same λ). NaN batches, no fixed point, are the saturation rule's."""
     f = 1.0 + cal.margin
-    out = np.zeros(in_flight.shape, dtype=bool)
+    sd = np.zeros(in_flight.shape, dtype=bool)
+    nosd = np.zeros(in_flight.shape, dtype=bool)
     with np.errstate(invalid="ignore"):
         if cal.headroom_in_flight_sd is not None:
-            out |= (k != 0) & (in_flight > cal.headroom_in_flight_sd * f)
+            sd |= (k != 0) & (in_flight > cal.headroom_in_flight_sd * f)
         if cal.headroom_in_flight_nosd is not None:
             held = cal.headroom_in_flight_nosd * f
-            out |= (in_flight_nosd > held) | ((k == 0) & (in_flight > held))
+            nosd |= in_flight_nosd > held
+            sd |= (k == 0) & (in_flight > held)
         if cal.headroom_tokens_per_step is not None:
             tokens = cal.headroom_tokens_per_step * f
-            out |= (in_flight * (k + 1.0) > tokens) | (in_flight_nosd > tokens)
-    return out
+            sd |= in_flight * (k + 1.0) > tokens
+            nosd |= in_flight_nosd > tokens
+    return sd, nosd
 
 
 def assess(
@@ -211,59 +234,71 @@ def assess(
         in_flight_nosd = np.where(pred.nosd.valid, lam * pred.nosd.latency, np.nan)
     unc = params.uncertainty
     ivals = None
-    sensitive = np.zeros(lam.shape, dtype=bool)
+    wide_sd = np.zeros(lam.shape, dtype=bool)
+    wide_nosd = np.zeros(lam.shape, dtype=bool)
     if unc is not None and not isinstance(coef, MoECoefficients):
         ivals = intervals(coef, unc, lam, kk, ee, pp, gg, pred.sd.latency, pred.nosd.latency,
                           pred.sd.utilization, pred.nosd.utilization)
         limit = unc.max_relative_halfwidth if max_halfwidth is None else float(max_halfwidth)
         with np.errstate(invalid="ignore"):
-            sensitive = pred.valid & ((ivals.halfwidth > limit) | (ivals.halfwidth_nosd > limit))
+            wide_sd = ivals.halfwidth > limit
+            wide_nosd = ivals.halfwidth_nosd > limit
     cal = params.calibrated_range
-    beyond = np.zeros(lam.shape, dtype=bool)
-    new_k = np.zeros(lam.shape, dtype=bool)
-    at_ceiling = np.zeros(lam.shape, dtype=bool)
+    no = np.zeros(lam.shape, dtype=bool)
+    beyond_sd, beyond_nosd, new_k, at_ceiling = no, no, no, no
     if cal is not None:
-        beyond, new_k, at_ceiling = _range_flags(cal, pred, lam, kk, pp, gg, in_flight,
-                                                 in_flight_nosd)
-    reasons = _reason_names(pred, beyond, new_k, sensitive, at_ceiling)
-    valid = np.array([not r for r in reasons], dtype=bool).reshape(lam.shape)
+        beyond_sd, beyond_nosd, new_k, at_ceiling = _range_flags(
+            cal, pred, lam, kk, pp, gg, in_flight, in_flight_nosd)
+    reasons = _reason_names((pred.sd.reason, pred.nosd.reason), beyond_sd | beyond_nosd,
+                            new_k, pred.valid & (wide_sd | wide_nosd), at_ceiling)
+    reasons_sd = _reason_names((pred.sd.reason,), beyond_sd, new_k, pred.sd.valid & wide_sd,
+                               at_ceiling)
+    reasons_nosd = _reason_names((pred.nosd.reason,), beyond_nosd, no,
+                                 pred.nosd.valid & wide_nosd, no)
+    valid, valid_sd, valid_nosd = (np.array([not r for r in x], dtype=bool).reshape(lam.shape)
+                                   for x in (reasons, reasons_sd, reasons_nosd))
     if cal is None:
-        for r in reasons:
+        for r in (*reasons, *reasons_sd, *reasons_nosd):
             r.append(NO_CALIBRATED_RANGE)
-    return Assessment(pred, ivals, in_flight, reasons, valid)
+    return Assessment(pred, ivals, in_flight, reasons, valid, reasons_sd, reasons_nosd,
+                      valid_sd, valid_nosd)
 
 
 def _range_flags(cal: CalibratedRange, pred: Prediction, lam: np.ndarray, kk: np.ndarray,
                  pp: np.ndarray, gg: np.ndarray, in_flight: np.ndarray,
-                 in_flight_nosd: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(beyond the calibrated load, a k never measured, at or past a measured ceiling)."""
+                 in_flight_nosd: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(beyond the calibrated load: SD at its k, no SD at the same λ; a k never measured;
+    at or past a measured ceiling)."""
     sd_ok = pred.sd.valid
     f = 1.0 + cal.margin
     with np.errstate(invalid="ignore"):
-        beyond = lam > cal.max_arrival_rate * f
-        beyond |= sd_ok & (in_flight > cal.max_in_flight * f)
+        over_rate = lam > cal.max_arrival_rate * f
+        beyond_sd = over_rate | (sd_ok & (in_flight > cal.max_in_flight * f))
+        beyond_nosd = over_rate.copy()
         if cal.max_tokens_per_step is not None:
-            beyond |= sd_ok & (in_flight * (kk + 1.0) > cal.max_tokens_per_step * f)
+            beyond_sd |= sd_ok & (in_flight * (kk + 1.0) > cal.max_tokens_per_step * f)
         if cal.max_utilization_seen is not None:
             top = cal.max_utilization_seen * f
-            beyond |= (pred.sd.utilization > top) | (pred.nosd.utilization > top)
-        beyond |= _past_headroom(cal, in_flight, in_flight_nosd, kk)
+            beyond_sd |= pred.sd.utilization > top
+            beyond_nosd |= pred.nosd.utilization > top
+        past_sd, past_nosd = _past_headroom(cal, in_flight, in_flight_nosd, kk)
     measured = np.array(cal.draft_lengths, dtype=float)
     new_k = (kk != 0) & ~np.any(np.abs(kk[..., None] - measured) < 1e-9, axis=-1)
     at_ceiling = lam >= ceiling_rate(cal, kk, pp, gg)
-    return beyond, new_k, at_ceiling
+    return beyond_sd | past_sd, beyond_nosd | past_nosd, new_k, at_ceiling
 
 
-def _reason_names(pred: Prediction, beyond: np.ndarray, new_k: np.ndarray,
+def _reason_names(codes: tuple[np.ndarray, ...], beyond: np.ndarray, new_k: np.ndarray,
                   sensitive: np.ndarray, at_ceiling: np.ndarray) -> list[list[str]]:
     """Each point's reasons, in order: the model's codes (SD system first), `saturated` at
     a measured ceiling, the calibrated range's, and `sensitive` only when nothing else."""
-    flat = [x.ravel() for x in (pred.sd.reason, pred.nosd.reason, beyond, new_k, sensitive,
-                                at_ceiling)]
+    flat = [x.ravel() for x in (beyond, new_k, sensitive, at_ceiling)]
+    flat_codes = [np.broadcast_to(c, beyond.shape).ravel() for c in codes]
     reasons: list[list[str]] = []
-    for sd_code, d_code, b, n, s, c in zip(*flat, strict=True):
+    for i, (b, n, s, c) in enumerate(zip(*flat, strict=True)):
         names: list[str] = []
-        for code in (sd_code, d_code):
+        for code in (x[i] for x in flat_codes):
             name = model_reason_name(int(code))
             if name and name not in names:
                 names.append(name)

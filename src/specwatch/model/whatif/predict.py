@@ -40,6 +40,10 @@ EMPTY: dict[str, Any] = {
     "utilization": None,
     "valid": False,
     "validity_reasons": ["invalid_input"],
+    "latency_sd_valid": False,
+    "latency_sd_reasons": ["invalid_input"],
+    "latency_nosd_valid": False,
+    "latency_nosd_reasons": ["invalid_input"],
     "calibrated_range": None,
     "breakeven_arrival_rate": None,
     "breakeven_measured_ceiling": None,
@@ -155,6 +159,10 @@ def _prediction(params: Params, judged: validity.Assessment, lam: float, k: floa
         utilization_nosd=float(pred.nosd.utilization),
         valid=valid,
         validity_reasons=judged.names(),
+        latency_sd_valid=bool(judged.valid_sd),
+        latency_sd_reasons=judged.names_sd(),
+        latency_nosd_valid=bool(judged.valid_nosd),
+        latency_nosd_reasons=judged.names_nosd(),
         calibrated_range=(params.calibrated_range.to_mapping()
                           if params.calibrated_range is not None else None),
         breakeven_arrival_rate=be_rate if math.isfinite(be_rate) else None,
@@ -270,4 +278,7 @@ def render(out: dict[str, Any]) -> None:
             + ("0 (SD off)" if k_opt == 0 else f"{k_opt} ({out['optimal_speedup']:.3f}x)")
         )
     notes.append("valid: yes" if out["valid"] else f"valid: NO: {out['reason']}")
+    if not out["valid"] and out.get("latency_sd_valid"):
+        notes.append("the latency with SD is vouched for on its own; without SD ("
+                     + ", ".join(out["latency_nosd_reasons"]) + ") it is not, nor the speedup")
     common.render_table(title, ["", "with SD", "without SD"], rows, notes)
