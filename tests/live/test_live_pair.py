@@ -126,7 +126,11 @@ class PairStack(Stack):
         with ThreadPoolExecutor(2) as pool:
             def pair_request() -> None:
                 body = json.dumps({"model": MODEL, "prompt": "the quick brown fox " * 8,
-                                   "max_tokens": 64, "temperature": 0.0}).encode()
+                                   "max_tokens": 64, "temperature": 0.0,
+                                   # The random model may end this greedy answer after a
+                                   # token or two (then one client's rate is 30 times the
+                                   # driver's): generate all 64, as the driver does.
+                                   "ignore_eos": True}).encode()
                 list(pool.map(lambda url: _post(url + "/v1/completions", body),
                               (self.vllm, self.base)))
             for _ in range(WARMUP_REQUESTS):
