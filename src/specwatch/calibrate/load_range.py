@@ -37,7 +37,6 @@ from specwatch.calibrate.leastsq import (
 from specwatch.calibrate.results import Excluded, SystemFit
 from specwatch.calibrate.summaries import acceptance_profile, summarize_six
 from specwatch.model import ceilings
-from specwatch.model.params import Params
 
 __all__ = ["fit_system_saturation", "plot_load_range"]
 
@@ -187,9 +186,8 @@ def _breakevens(fit: SystemFit) -> list[dict[str, Any]]:
         np.array([np.mean([q.prompt_tokens or 0.0 for q in sd]) for _, _, sd, _ in cells]),
         np.array([np.mean([q.generation_tokens for q in sd]) for _, _, sd, _ in cells]),
     )
-    be = ceilings.breakeven(
-        Params(system=fit.system, coefficients=coef, calibrated_range=fit.calibrated_range),
-        *args)
+    # The break-even does not depend on the validity ceiling: any value gives the file's.
+    be = ceilings.breakeven(evidence.params_of(fit, model.DEFAULT_MAX_UTILIZATION), *args)
     alone = model.breakeven(coef, *args)
     out = []
     for i, (workload, k, sd, nosd) in enumerate(cells):

@@ -15,6 +15,7 @@ from collections import defaultdict
 from specwatch.calibrate.reportfmt import (
     PARAMS_ORDER,
     k_label,
+    or_na,
     rate_text,
     reason_kind,
     short_source,
@@ -167,17 +168,13 @@ def markdown_saturation(fit: SystemFit, png: str) -> list[str]:
               " fit alone | error |",
               "|---|---:|---:|---|---:|---:|---:|---:|"]
     for b in rep.get("breakeven", []):
-        m = _num(b["measured"], ".2f")
+        m = or_na(b["measured"], ".2f")
         lines.append(f"| {b['workload']} | {b['k']:g} | {m} | {b['measured_kind'] or '-'} |"
-                     f" {_num(b['predicted'], '.2f')} | {_num(b['relative_error'], '+.1%')} |"
-                     f" {_num(b.get('predicted_fit'), '.2f')} |"
-                     f" {_num(b.get('relative_error_fit'), '+.1%')} |")
+                     f" {or_na(b['predicted'], '.2f')} | {or_na(b['relative_error'], '+.1%')} |"
+                     f" {or_na(b.get('predicted_fit'), '.2f')} |"
+                     f" {or_na(b.get('relative_error_fit'), '+.1%')} |")
     lines += ["", f"![measured vs predicted, whole range]({png})", ""]
     return lines
-
-
-def _num(x: float | None, fmt: str) -> str:
-    return "n/a" if x is None else format(x, fmt)
 
 
 def _token_range(r: list[float] | None) -> str:

@@ -16,6 +16,7 @@ __all__ = [
     "PARAMS_ORDER",
     "compact_sources",
     "k_label",
+    "or_na",
     "rate_text",
     "reason_kind",
     "short_source",
@@ -38,12 +39,17 @@ def rate_text(rate: float) -> str:
     return f"{rate:.2f}"
 
 
+def or_na(x: float | None, spec: str) -> str:
+    """A figure in `spec`, or "n/a" where there is none."""
+    return "n/a" if x is None else format(x, spec)
+
+
 def user_path_line(sm: Mapping[str, Any]) -> str:
     """One line of the user-path figures: valid share (of each run's own latency, and of the
     whole prediction, speedup included), MAPE over the valid runs, confident
     misses, interval coverage and width, declined runs by reason, the batch-path MAPE."""
     def pct(x: float | None, spec: str = ".1%") -> str:
-        return "n/a" if x is None else format(x, spec)
+        return or_na(x, spec)
     declined = ", ".join(f"{n} {r}" for r, n in sm["declined"].items()) or "none"
     whole = sm.get("prediction_valid")
     speedup = "" if whole is None else f", {whole} with the speedup (both systems)"

@@ -4,7 +4,7 @@ Zero-load speedup and break-even per draft length (from the six coefficients, or
 paired per-configuration (C1, C2)), the speedup measured at the lowest concurrency both
 sides ran against the predicted one, and the mean per-position acceptance profile. Each
 `summarize_*` fills a `SystemFit`'s draft_lengths and measured_speedups. May import
-`specwatch.model` and the calibrate leastsq and results modules.
+`specwatch.model` and the calibrate evidence, leastsq and results modules.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from specwatch import model
+from specwatch.calibrate import evidence
 from specwatch.calibrate.inputs import Point
 from specwatch.calibrate.leastsq import k_key, need_e, need_g, workload_labels
 from specwatch.calibrate.results import (
@@ -25,7 +26,6 @@ from specwatch.calibrate.results import (
     SystemFit,
 )
 from specwatch.model import ceilings
-from specwatch.model.params import Params
 
 __all__ = [
     "acceptance_profile",
@@ -39,9 +39,9 @@ def summarize_six(fit: SystemFit) -> None:
     """Zero-load speedup and break-even per draft length, and the measured speedup check."""
     coef = fit.coefficients
     assert coef is not None
-    # The break-even the parameters file gives (bounded by its measured ceilings).
-    params = Params(system=fit.system, coefficients=coef,
-                    calibrated_range=fit.calibrated_range)
+    # The break-even the parameters file gives (bounded by its measured ceilings; the
+    # validity ceiling does not enter it).
+    params = evidence.params_of(fit, model.DEFAULT_MAX_UTILIZATION)
     by_k: dict[float, list[Point]] = defaultdict(list)
     for p in fit.points:
         by_k[k_key(p)].append(p)
