@@ -211,3 +211,53 @@ def test_sd_only_data_says_the_baseline_is_extrapolated():
     fit = fit_system("sim", _synthetic(ks=(1, 2, 3, 4)), FitOptions(max_ttft_ratio=None))
     assert fit.mode == "six-coefficient"
     assert any("no runs without SD" in n for n in fit.notes)
+
+
+
+@pytest.mark.parametrize("system", DRAFTERS)
+def test_the_run_that_measured_a_ceiling_is_at_it(system):
+    """A measured ceiling is the lower rate of the pair of runs where its curve stopped
+    rising; rounded to the file's 4 decimals it must not end above that run's rate, or the
+    run that measured the ceiling is predicted as below it (not `saturated`)."""
+    from specwatch.calibrate import evidence
+    from specwatch.model.ceilings import ceiling_rate
+    from specwatch.model.observed import CalibratedRange
+
+    points = [p for p in _sweep_points() if p.system == system]
+    ceilings = evidence.measured_ceilings(points)
+    assert ceilings
+    cal = CalibratedRange(max_arrival_rate=1.0, max_in_flight=1.0, draft_lengths=(),
+                          measured_ceilings=ceilings)
+    for c in ceilings:
+        curve = [p for p in points if p.draft_length == c.k and p.dataset == "InstructCoder"]
+        lowest = min((p for p in curve if p.arrival_rate >= c.arrival_rate),
+                     key=lambda p: p.arrival_rate)
+        assert lowest.arrival_rate - c.arrival_rate < 1e-4
+        assert ceiling_rate(cal, lowest.draft_length, lowest.prompt_tokens,
+                            lowest.generation_tokens) <= lowest.arrival_rate
+
+
+def test_a_run_at_a_measured_ceiling_counts_in_the_top_band_of_the_spread():
+    """The residual spread is kept per band of utilisation, the fit's own λ/λ_max. A run at
+    or past its curve's measured ceiling was at utilisation 1 whatever the fit says: a fit
+    whose ceiling is too high would put that run's misfit (a closed loop queueing at the
+    ceiling) among the runs far below any ceiling and widen every interval there. Here the
+    fit places every run under utilisation 0.5; the five plateau runs, 30% off, go to the
+    top band, and the rising runs keep their own spread."""
+    from specwatch.calibrate import evidence
+
+    rising = [Point(f"c={c}", "sim", lam, 1.0, 0, 1.0, 100.0, 200.0, concurrency=c)
+              for c, lam in ((1, 1.0), (2, 2.0), (4, 4.0), (6, 6.0), (9, 9.0), (16, 15.0))]
+    plateau = [Point(f"c={c}", "sim", lam, c / lam, 0, 1.0, 100.0, 200.0, concurrency=c)
+               for c, lam in ((32, 15.5), (64, 15.2), (128, 15.1), (256, 15.0))]
+    points = [*rising, *plateau]
+    cal = evidence.calibrated_range(TRUE, points)
+    assert [c.arrival_rate for c in cal.measured_ceilings] == [15.0]
+    assert np.all(evidence.run_utilization(TRUE, points) < 0.5)
+    small = np.array([0.01, -0.02, 0.015, -0.01, 0.02])
+    rel = np.array([*small, 0.3, 0.3, 0.3, 0.3, 0.3])
+    batch = np.array([q.latency_s for q in points]) * (1.0 + rel)
+    bands = evidence.residual_spread(TRUE, points, batch, cal).bands
+    assert [b.runs for b in bands] == [5, 5]
+    assert bands[0].sigma == pytest.approx(float(np.sqrt(np.mean(small ** 2))), abs=1e-5)
+    assert bands[-1].sigma == pytest.approx(0.3)

@@ -128,6 +128,10 @@ def test_advise_says_when_the_speedup_interval_straddles_1(capsys):
     lines = advice_lines(out)
     assert any("p99" in a and "straddles 1" in b
                for a, b in itertools.pairwise(lines))
+    # A break-even interval open above (no upper bound within the search) is '∞' in the
+    # text, as in predict and sweep (JSON null), not a traceback.
+    out["breakeven_interval"] = [out["breakeven_arrival_rate"] * 0.9, None]
+    assert any("SD stops paying above" in line and "–∞)" in line for line in advice_lines(out))
 
 
 def test_uncertainty_block_round_trips_and_is_checked(tmp_path):

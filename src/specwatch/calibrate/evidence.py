@@ -33,6 +33,7 @@ from specwatch import model
 from specwatch.calibrate.inputs import Point
 from specwatch.calibrate.saturation import point_arrays
 from specwatch.model import validity
+from specwatch.model.ceilings import ceiling_rate
 from specwatch.model.observed import CalibratedRange, MeasuredCeiling
 from specwatch.model.params import Params
 from specwatch.model.uncertainty import Band, Uncertainty
@@ -79,7 +80,8 @@ def measured_ceilings(points: Sequence[Point]) -> tuple[MeasuredCeiling, ...]:
     rising: the first run whose next load level holds PLATEAU_IN_FLIGHT times the requests in
     flight for less than PLATEAU_THROUGHPUT times its throughput. Past that arrival rate the
     server is at its ceiling and latency is not a function of λ (a closed loop fills its
-    queue), so a prediction there is `saturated`, whatever the fitted ceiling says."""
+    queue), so a prediction there is `saturated`, whatever the fitted ceiling says. The rate
+    is rounded down (4 decimals), so the run that measured it is at it."""
     out = []
     for (_, k), all_runs in sorted(_curves(points).items()):
         runs = sorted((q for q in all_runs if q.concurrency is not None),
@@ -92,7 +94,8 @@ def measured_ceilings(points: Sequence[Point]) -> tuple[MeasuredCeiling, ...]:
                                                             for q in runs])), 2),
                     generation_tokens=round(float(np.mean([q.generation_tokens or 0.0
                                                            for q in runs])), 2),
-                    arrival_rate=round(min(a.arrival_rate, b.arrival_rate), 4)))
+                    arrival_rate=round(math.floor(min(a.arrival_rate, b.arrival_rate) * 1e4)
+                                       / 1e4, 4)))
                 break
     return tuple(out)
 
@@ -155,16 +158,22 @@ def calibrated_range(coef: model.Coefficients, points: Sequence[Point]) -> Calib
 
 
 def residual_spread(coef: model.Coefficients, points: Sequence[Point],
-                    batch_predicted: np.ndarray) -> Uncertainty:
+                    batch_predicted: np.ndarray, calibrated: CalibratedRange) -> Uncertainty:
     """Relative RMS residual of L(B) per utilisation band (module docstring).
 
     `batch_predicted` is L(B) at each run's measured batch in flight (what the fit fits; a
-    NaN there, a run the model cannot price, counts as a 100% residual)."""
+    NaN there, a run the model cannot price, counts as a 100% residual). A run at or past
+    its curve's measured ceiling (`calibrated`) is at utilisation 1 at least, whatever the
+    fit's own ceiling says: the runs measured it there, and a fit that puts its ceiling too
+    high would otherwise count that run's misfit among the runs far below any ceiling."""
     measured = np.array([q.latency_s for q in points], dtype=float)
     rel = batch_predicted / measured - 1.0
     rel = np.where(np.isfinite(rel), rel, 1.0)
     util = run_utilization(coef, points)
     util = np.where(np.isfinite(util), util, math.inf)
+    if points:
+        lam, k, _, p, g = point_arrays(points, "arrival_rate")
+        util = np.where(lam >= ceiling_rate(calibrated, k, p, g), np.maximum(util, 1.0), util)
     edges = (*BAND_EDGES, math.inf)
     bands: list[tuple[float, list[float]]] = []
     pending: list[float] = []

@@ -251,7 +251,8 @@ def _fit_six(
     fit.configurations = _configurations(used, options)
     lam, k, e, p, g = model_inputs(used)
     batch = model.batch_latency(coef_obj, lam * measured, k, e, p, g)
-    fit.uncertainty = evidence.residual_spread(coef_obj, used, batch)
+    fit.uncertainty = evidence.residual_spread(coef_obj, used, batch,
+                                                 fit.calibrated_range)
     fit.user_path = evidence.user_path(
         evidence.params_of(fit, options.max_utilization), used, batch)
     return fit

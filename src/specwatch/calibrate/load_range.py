@@ -117,7 +117,8 @@ def fit_system_saturation(
     fit.calibrated_range = evidence.calibrated_range(coef, used)
     summarize_six(fit)  # zero-load speedup, break-even per k, measured speedups
     fit.acceptance_profile = acceptance_profile(used)
-    fit.uncertainty = evidence.residual_spread(coef, used, predicted)
+    fit.uncertainty = evidence.residual_spread(coef, used, predicted,
+                                                 fit.calibrated_range)
     fit.user_path = evidence.user_path(evidence.params_of(fit, options.max_utilization),
                                        used, predicted)
     fit.saturation = _report(fit, found)

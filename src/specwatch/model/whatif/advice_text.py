@@ -50,7 +50,8 @@ def _enable_lines(out: dict[str, Any]) -> list[str]:
         biv = out.get("breakeven_interval")
         lines.append(
             f"With k = {k}, SD stops paying above {out['breakeven_arrival_rate']:.3g} req/s"
-            + (f" (90% interval {biv[0]:.3g}–{biv[1]:.3g})" if biv else "")
+            + (f" (90% interval {biv[0]:.3g}–"
+               f"{'∞' if biv[1] is None else format(biv[1], '.3g')})" if biv else "")
             + ": above that arrival rate turn it off (or use the schedule below)."
         )
     elif out["breakeven_kind"] == "pays_everywhere":
