@@ -139,7 +139,7 @@ _SHARE = ("the 13 runs at c >= 128 are all declined (saturated, past the 0.9 cei
         "EAGLE-3: 100 of 119 valid (84.0%), two runs short; " + _SHARE + ", and 6 are declined:"
         " InstructCoder c = 64 k = 5, 6 and mt-bench c = 80 k = 6 sensitive (intervals"
         " ±16.2%, ±16.2% and ±17.1%; errors +4.4%, -6.1%, -1.9%), mt-bench c = 80 k = 1, 2, 5"
-        " beyond the headroom (62 requests in flight); two more need σ of L(B) near 3.7% at"
+        " beyond the headroom (62 requests in flight); two more need σ of L(B) under about 4.0% at"
         " utilisation 0.7-0.9 (it is 4.3%, from 12 runs) or a run with headroom past 62 in"
         " flight")),
     pytest.param("qwen3-1.7b", marks=_miss(
