@@ -113,6 +113,26 @@ def test_bench_json_lines_with_and_without_e2el(tmp_path):
     assert nosd[0].notes  # "treated as a run without SD": the file alone cannot say
 
 
+def test_a_run_with_fewer_than_two_requests_per_slot_is_transient(tmp_path):
+    """A run that sends about as many requests as it has concurrency slots never reaches a
+    steady state (n = c is one burst): the sweep's mt-bench runs have 80 prompts, so those at
+    c = 64 and 80 are transient, the ones at c = 32 (2.5 per slot) and every InstructCoder run
+    (10 per slot) are not. A bench result counts its completed requests against
+    max_concurrency, or against the requests in flight without one (open loop); a row that
+    does not state its request count is never called transient."""
+    points = read_inputs([SWEEP])
+    transient = {(p.dataset, p.concurrency) for p in points if p.transient}
+    assert transient == {("mt-bench", 64.0), ("mt-bench", 80.0)}
+    assert sum(p.transient for p in points) == 3 * 14
+    burst = read_inputs([_write(tmp_path, "burst.json", _bench_doc(max_concurrency=4))])[0]
+    steady = read_inputs([_write(tmp_path, "steady.json", _bench_doc())])[0]
+    assert (burst.requests, burst.transient, steady.transient) == (4, True, False)
+    open_loop = read_inputs([_write(tmp_path, "open.json", _bench_doc(max_concurrency=None))])[0]
+    assert open_loop.in_flight == pytest.approx(2.0) and not open_loop.transient
+    plain = _write(tmp_path, "plain.csv", "arrival_rate,latency_s,draft_length\n1,2,0\n")
+    assert read_inputs([plain])[0].requests is None and not read_inputs([plain])[0].transient
+
+
 def test_bench_failed_requests_are_left_out_of_the_mean(tmp_path):
     """With --save-detailed the `errors` list marks failures; without it a failed request has
     latency 0 in `latencies` (vLLM drops `errors`). Either way only successes count."""

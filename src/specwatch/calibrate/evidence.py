@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from specwatch import model
-from specwatch.calibrate.inputs import Point
+from specwatch.calibrate.inputs import STEADY_REQUESTS_PER_SLOT, Point
 from specwatch.calibrate.saturation import point_arrays
 from specwatch.model import validity
 from specwatch.model.ceilings import ceiling_rate
@@ -39,7 +39,7 @@ from specwatch.model.params import Params
 from specwatch.model.uncertainty import Band, Uncertainty
 
 __all__ = ["BAND_EDGES", "MIN_BAND_RUNS", "WRONG", "calibrated_range", "headroom",
-           "residual_spread", "run_utilization", "summarise", "user_path"]
+           "residual_spread", "run_utilization", "summarise", "transient_note", "user_path"]
 
 #: Upper edges of the utilisation bands of the residual spread; the last band is open.
 #: The residuals grow towards the ceiling (0.9 and past it are the closed-loop queues).
@@ -248,8 +248,26 @@ def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarr
             if lo is not None else None,
             "interval_halfwidth": (float(iv.halfwidth[i]) if iv is not None
                                    and np.isfinite(iv.halfwidth[i]) else None),
+            "transient": q.transient,
         })
     return {"summary": summarise(runs), "runs": runs}
+
+
+def transient_note(points: Sequence[Point]) -> str | None:
+    """The note a fit carries when some of its runs are transient (`Point.transient`): what
+    their latency is and what to run instead (None when none is)."""
+    runs = [q for q in points if q.transient]
+    if not runs:
+        return None
+    shown = "; ".join(f"{q.source} ({q.requests:g} requests at concurrency "
+                      f"{q.concurrency or q.in_flight:g})" for q in runs[:5])
+    more = f"; and {len(runs) - 5} more" if len(runs) > 5 else ""
+    return (f"{len(runs)} of {len(points)} runs are transient, fewer than"
+            f" {STEADY_REQUESTS_PER_SLOT:g} requests per concurrency slot: {shown}{more}. A run"
+            " that sends its requests in one burst has no steady state; its arrival rate"
+            " n / duration is set by its slowest requests, so `predict` at that rate answers for"
+            " a steady load the run never had (the user-path check marks them `transient`). Run"
+            " several times as many prompts as the concurrency (vllm bench serve --num-prompts)")
 
 
 def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -279,7 +297,8 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "max_error_valid": float(errs.max()) if errs.size else None,
         "valid_off_by_more_than_15pct": [
             {"source": r["source"], "concurrency": r["concurrency"], "k": r["k"],
-             "error": r["error"]} for r in wrong],
+             "error": r["error"], "transient": bool(r.get("transient"))} for r in wrong],
+        "transient_runs": sum(bool(r.get("transient")) for r in runs),
         "valid_at_concurrency_le_32": sum(r["valid"] for r in low),
         "runs_at_concurrency_le_32": len(low),
         "interval_coverage": float(np.mean(covered)) if covered else None,

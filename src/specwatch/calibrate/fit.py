@@ -255,6 +255,8 @@ def _fit_six(
                                                  fit.calibrated_range)
     fit.user_path = evidence.user_path(
         evidence.params_of(fit, options.max_utilization), used, batch)
+    if (note := evidence.transient_note(used)) is not None:
+        fit.notes.append(note)
     return fit
 
 

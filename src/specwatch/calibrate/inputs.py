@@ -33,6 +33,11 @@ from specwatch.common.errors import ConfigError
 #: Name given to the system of inputs that do not say which system they measured.
 DEFAULT_SYSTEM = "default"
 
+#: A run with fewer requests than this many per concurrency slot is transient: it is mostly
+#: ramp-up and drain (n = c sends every request at once), so its n / duration is set by its
+#: slowest requests, not by a sustained arrival rate.
+STEADY_REQUESTS_PER_SLOT = 2.0
+
 #: Slack when checking 1 <= E <= k + 1: vLLM rounds nothing, but CSV files often carry E with
 #: two decimals, and the runtime counts the bonus token of a truncated final step.
 _ACCEPTANCE_SLACK = 1e-6
@@ -70,6 +75,8 @@ class Point:
     #: cache in tokens (vllm:cache_config_info) and --max-num-seqs; None when not stated.
     kv_cache_tokens: float | None = None
     max_num_seqs: float | None = None
+    #: Requests the run completed (bench `n`, `completed`); None when not stated.
+    requests: float | None = None
 
     @property
     def sd(self) -> bool:
@@ -80,6 +87,14 @@ class Point:
     def in_flight(self) -> float:
         """Little's law B = λ·L: the mean number of requests in the system."""
         return self.arrival_rate * self.latency_s
+
+    @property
+    def transient(self) -> bool:
+        """Fewer than STEADY_REQUESTS_PER_SLOT requests per slot (the concurrency, else the
+        requests in flight): the run never reached a steady state (False when its request
+        count is not stated)."""
+        slots = self.concurrency if self.concurrency else self.in_flight
+        return self.requests is not None and self.requests < STEADY_REQUESTS_PER_SLOT * slots
 
 
 @dataclass(frozen=True)
@@ -253,6 +268,7 @@ def read_sweep_csv(path: Path, text: str, default_system: str | None) -> list[Po
             dataset=(row.get("dataset") or "").strip() or None,
             ttft_s=ttft_ms / 1000.0 if ttft_ms is not None else None,
             per_position=_sweep_profile(row.get("per_pos"), where, k) if sd else None,
+            requests=n,
         )
         rows.append((validate_point(point), sd))
     if not rows:
@@ -361,6 +377,7 @@ def _bench_point(where: str, doc: Any, default_system: str | None, options: Benc
         ttft_s=ttft_ms / 1000.0 if ttft_ms is not None else None,
         per_position=profile,
         notes=notes,
+        requests=completed,
     )
 
 

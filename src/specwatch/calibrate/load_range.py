@@ -121,6 +121,8 @@ def fit_system_saturation(
                                                  fit.calibrated_range)
     fit.user_path = evidence.user_path(evidence.params_of(fit, options.max_utilization),
                                        used, predicted)
+    if (note := evidence.transient_note(used)) is not None:
+        fit.notes.append(note)
     fit.saturation = _report(fit, found)
     return fit
 

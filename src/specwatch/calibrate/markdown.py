@@ -104,7 +104,8 @@ def markdown_user_path(fit: SystemFit) -> list[str]:
         pred = "—" if r["predicted_s"] is None else f"{r['predicted_s']:.2f}"
         e = "—" if err is None else f"{err:+.1%}"
         be = "—" if r["batch_path_error"] is None else f"{r['batch_path_error']:+.1%}"
-        lines.append(f"| {short_source(r['source'])} | {c} | {r['k']:g} |"
+        run = short_source(r["source"]) + (" (transient)" if r.get("transient") else "")
+        lines.append(f"| {run} | {c} | {r['k']:g} |"
                      f" {r['measured_s']:.2f} | {pred} | {e} | {be} | {ivs} |"
                      f" {'yes' if r['valid'] else 'no'} | {', '.join(r['reasons']) or '-'} |")
     return [*lines, ""]

@@ -56,10 +56,17 @@ def user_path_line(sm: Mapping[str, Any]) -> str:
     return (f"{sm['valid']}/{sm['runs']} valid latencies ({pct(sm['valid_share'], '.0%')})"
             f"{speedup}; MAPE over"
             f" the valid {pct(sm['mape_valid'], '.2%')}, max {pct(sm['max_error_valid'])};"
-            f" valid but off by > 15%: {len(sm['valid_off_by_more_than_15pct'])}; 90%"
+            f" valid but off by > 15%: {len(sm['valid_off_by_more_than_15pct'])}"
+            f"{_transient_wrong(sm)}; 90%"
             f" interval holds the measured latency for {pct(sm['interval_coverage'])}, median"
             f" ±{pct(sm['median_interval_halfwidth'], '.2%')}; declined: {declined};"
-            f" batch-path MAPE {pct(sm['batch_path_mape'], '.2%')}")
+            f" batch-path MAPE {pct(sm['batch_path_mape'], '.2%')}"
+            + (f"; transient runs: {sm['transient_runs']}" if sm.get("transient_runs") else ""))
+
+
+def _transient_wrong(sm: Mapping[str, Any]) -> str:
+    n = sum(bool(w.get("transient")) for w in sm["valid_off_by_more_than_15pct"])
+    return f" ({n} of them transient)" if n else ""
 
 
 def reason_kind(reason: str) -> str:
