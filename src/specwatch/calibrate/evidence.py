@@ -259,8 +259,8 @@ def transient_note(points: Sequence[Point]) -> str | None:
     runs = [q for q in points if q.transient]
     if not runs:
         return None
-    shown = "; ".join(f"{q.source} ({q.requests:g} requests at concurrency "
-                      f"{q.concurrency or q.in_flight:g})" for q in runs[:5])
+    shown = "; ".join(f"{q.source} ({q.requests:g} requests at concurrency {q.slots:g})"
+                      for q in runs[:5])
     more = f"; and {len(runs) - 5} more" if len(runs) > 5 else ""
     return (f"{len(runs)} of {len(points)} runs are transient, fewer than"
             f" {STEADY_REQUESTS_PER_SLOT:g} requests per concurrency slot: {shown}{more}. A run"

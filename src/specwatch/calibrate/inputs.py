@@ -89,12 +89,16 @@ class Point:
         return self.arrival_rate * self.latency_s
 
     @property
+    def slots(self) -> float:
+        """Requests the run served at once: its concurrency, else its requests in flight."""
+        return self.concurrency if self.concurrency else self.in_flight
+
+    @property
     def transient(self) -> bool:
-        """Fewer than STEADY_REQUESTS_PER_SLOT requests per slot (the concurrency, else the
-        requests in flight): the run never reached a steady state (False when its request
-        count is not stated)."""
-        slots = self.concurrency if self.concurrency else self.in_flight
-        return self.requests is not None and self.requests < STEADY_REQUESTS_PER_SLOT * slots
+        """Fewer than STEADY_REQUESTS_PER_SLOT requests per slot: the run never reached a
+        steady state (False when its request count is not stated)."""
+        return self.requests is not None and \
+            self.requests < STEADY_REQUESTS_PER_SLOT * self.slots
 
 
 @dataclass(frozen=True)

@@ -334,11 +334,8 @@ def breakeven_of(st: Setup, grid: Grid, static_k: int
     if int(be.kind) != BreakEvenKind.PAYS_BELOW:
         return None, kind, None
     off_rate = float(be.rate)
-    be_iv = None
-    if st.params.uncertainty is not None:
-        be_iv = ceilings.breakeven_interval(st.params, float(static_k), e, st.p, st.g,
-                                            off_rate)
-    return off_rate, kind, be_iv
+    return off_rate, kind, ceilings.breakeven_interval(st.params, float(static_k), e, st.p,
+                                                       st.g, off_rate)
 
 
 def sd_off_above_rate(st: Setup) -> float | None:

@@ -169,10 +169,8 @@ def _curves(params: Params, judged: validity.Assessment, n_lams: int, ks: list[i
     for j, k in enumerate(ks):
         reasons = [judged.names((i, j)) for i in range(n_lams)]
         valid = judged.valid[:, j]
-        be_iv = None
-        if params.uncertainty is not None:
-            be_iv = ceilings.breakeven_interval(params, float(k), float(e_arr[j]), p, g,
-                                                float(be.rate[j]))
+        be_iv = ceilings.breakeven_interval(params, float(k), float(e_arr[j]), p, g,
+                                            float(be.rate[j]))
         curves.append({
             "draft_length": k,
             "acceptance_length": float(e_arr[j]),
