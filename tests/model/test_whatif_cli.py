@@ -54,6 +54,42 @@ def test_predict_json_keys_and_worked_values(params, capsys):
     assert out["optimal_draft_length"] in (1, 2)
 
 
+@pytest.mark.parametrize("system", ["nosd", "sd"])
+def test_predict_valid_is_the_latency_asked_for_and_the_speedup_has_its_own(
+        tmp_path, capsys, system):
+    """`valid` and the exit status judge the latency asked for (SD at k); the speedup needs
+    the no-SD latency at the same rate too, so it has its own verdict (`speedup_valid`) and
+    no number without it. A calibrated range whose runs with throughput headroom held one
+    request puts one system's fixed point (B = 5.4 without SD, 4.2 with) beyond it."""
+    path = tmp_path / "params.yaml"
+    path.write_text(PARAMS + "calibrated_range: {max_arrival_rate: 10, max_in_flight: 100,"
+                    f" draft_lengths: [0, 3], headroom_in_flight_{system}: 1.0}}\n")
+    argv = ["predict", "--params", str(path), "--arrival-rate", "2", "--draft-length", "3",
+            "--alpha", "0.5", *LENGTHS]
+    rc, out, _ = run_json(capsys, [*argv, "--json"])
+    assert out["speedup_valid"] is False and out["speedup"] is None
+    assert out["speedup_reasons"] == ["beyond_calibrated_load"]
+    assert out["latency_sd_s"] == pytest.approx(2.084112, rel=1e-6)
+    assert out["latency_nosd_s"] == pytest.approx(2.692308, rel=1e-6)
+    if system == "nosd":
+        assert rc == 0 and out["valid"] is True and out["validity_reasons"] == []
+        assert "reason" not in out
+        assert out["latency_nosd_reasons"] == ["beyond_calibrated_load"]
+        assert "without SD" in out["speedup_reason"]
+    else:
+        assert rc == 2 and out["valid"] is False
+        assert out["validity_reasons"] == ["beyond_calibrated_load"]
+        assert "calibrated range" in out["reason"] and "speedup_reason" not in out
+        assert out["latency_nosd_valid"] is True
+    rc_text = main(argv)
+    text = " ".join(capsys.readouterr().out.split())
+    if system == "nosd":
+        assert rc_text == 0 and "valid: yes" in text
+        assert "speedup: not vouched for: the latency without SD" in text
+    else:
+        assert rc_text == 2 and "speedup:" not in text
+
+
 def test_predict_acceptance_length_matches_alpha(params, capsys):
     """E = 1.875 at k = 3 is α = 0.5: same prediction either way."""
     _, by_e, _ = run_json(capsys, ["predict", "--params", params, "--arrival-rate", "2",

@@ -215,10 +215,10 @@ def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarr
     and `model.validity.assess` (the parameters `params` as calibration writes them), against
     the run's measured latency; beside it the batch-path error L(B)/L − 1 at the measured
     batch in flight (what the fit minimises). The number judged is the run's latency, so
-    `valid` and `reasons` are that latency's own (`latency_sd_valid` of `predict --json`:
-    SD at the run's k, no SD for a k = 0 run); `prediction_valid` and `prediction_reasons`
-    are the whole prediction's (`valid`: both systems, so the speedup). A declined run counts
-    as declined, never as an error. Returns {"summary": ..., "runs": [...]}."""
+    `valid` and `reasons` are that latency's own (`valid` of `predict --json`: SD at the
+    run's k, no SD for a k = 0 run); `speedup_valid` and `speedup_reasons` are the speedup's
+    (both systems at that rate, as `predict` judges it). A declined run counts as declined,
+    never as an error. Returns {"summary": ..., "runs": [...]}."""
     lam, k, e, p, g = point_arrays(points, "arrival_rate")
     measured = np.array([q.latency_s for q in points], dtype=float)
     judged = validity.assess(params, lam, k, e, p, g)
@@ -242,8 +242,8 @@ def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarr
             "batch_path_error": float(batch_err[i]) if np.isfinite(batch_err[i]) else None,
             "valid": bool(judged.valid_sd.ravel()[i]),
             "reasons": judged.names_sd(i),
-            "prediction_valid": bool(judged.valid.ravel()[i]),
-            "prediction_reasons": judged.names(i),
+            "speedup_valid": bool(judged.valid.ravel()[i]),
+            "speedup_reasons": judged.names(i),
             "interval": [lo, hi if hi is None or math.isfinite(hi) else None]
             if lo is not None else None,
             "interval_halfwidth": (float(iv.halfwidth[i]) if iv is not None
@@ -291,7 +291,7 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "runs": len(runs),
         "valid": len(valid),
         "valid_share": len(valid) / len(runs) if runs else None,
-        "prediction_valid": sum(bool(r.get("prediction_valid", r["valid"])) for r in runs),
+        "speedup_valid": sum(bool(r.get("speedup_valid", r["valid"])) for r in runs),
         "declined": dict(sorted(declined.items())),
         "mape_valid": float(errs.mean()) if errs.size else None,
         "max_error_valid": float(errs.max()) if errs.size else None,

@@ -51,7 +51,7 @@ def user_path_line(sm: Mapping[str, Any]) -> str:
     def pct(x: float | None, spec: str = ".1%") -> str:
         return or_na(x, spec)
     declined = ", ".join(f"{n} {r}" for r, n in sm["declined"].items()) or "none"
-    whole = sm.get("prediction_valid")
+    whole = sm.get("speedup_valid")
     speedup = "" if whole is None else f", {whole} with the speedup (both systems)"
     return (f"{sm['valid']}/{sm['runs']} valid latencies ({pct(sm['valid_share'], '.0%')})"
             f"{speedup}; MAPE over"

@@ -1,7 +1,9 @@
 """`specwatch predict`: its options, and the run that prints :mod:`specwatch.model.whatif.predict`.
 
-Exit 0 when the prediction is valid; exit 2 (with `valid: false` and a reason under `--json`)
-on bad input, at or past saturation, or above the validity ceiling.
+Exit 0 when the latency asked for (SD at k; no SD at k = 0) is valid; exit 2 (with
+`valid: false` and a reason under `--json`) on bad input or a declined latency (saturated,
+above the validity ceiling, outside the calibrated range, sensitive). The speedup has its own
+verdict (`speedup_valid`), which does not set the exit status.
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 break-even, best k.
 
 One operating point in, every number the model knows about it out, so an operator can
-answer "does SD make my requests faster at this load?" from the parameters file alone. A
-declined prediction carries a ``reason`` naming the option to change. The options are
-declared in :mod:`specwatch.cli.predict`.
+answer "what latency at this load and k, and does SD make my requests faster?" from the
+parameters file alone. Each answer carries its own verdict: `valid` is the latency asked for
+(SD at k; no SD at k = 0), judged on that system's evidence; `speedup_valid` is the
+comparison, which needs the no-SD latency at the same rate too. A declined answer carries a
+reason naming the option to change. The options are declared in :mod:`specwatch.cli.predict`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ EMPTY: dict[str, Any] = {
     "utilization": None,
     "valid": False,
     "validity_reasons": ["invalid_input"],
+    "speedup_valid": False,
+    "speedup_reasons": ["invalid_input"],
     "latency_sd_valid": False,
     "latency_sd_reasons": ["invalid_input"],
     "latency_nosd_valid": False,
@@ -105,6 +109,8 @@ def compute(inputs: PredictInputs) -> dict[str, Any]:
     reason = _reason(params, judged, k, ceiling, limit, out["interval_halfwidth"])
     if reason is not None:
         out["reason"] = reason
+    if out["valid"] and not out["speedup_valid"]:
+        out["speedup_reason"] = _speedup_reason(judged)
     return out
 
 
@@ -136,7 +142,7 @@ def _prediction(params: Params, judged: validity.Assessment, lam: float, k: floa
     model_ok = bool(pred.valid)
     usable_sd = bool(pred.sd.valid)
     usable_nosd = bool(pred.nosd.valid)
-    valid = bool(judged.valid)
+    both = bool(judged.valid)
     iv = judged.intervals
     be_rate = float(be.rate)
     be_iv = None
@@ -145,7 +151,7 @@ def _prediction(params: Params, judged: validity.Assessment, lam: float, k: floa
     return dict(
         latency_sd_s=float(pred.sd.latency) if usable_sd else None,
         latency_nosd_s=float(pred.nosd.latency) if usable_nosd else None,
-        speedup=float(pred.speedup) if valid else None,
+        speedup=float(pred.speedup) if both else None,
         latency_interval=(uncertainty.as_pair(*iv.latency_sd) if iv is not None and usable_sd
                           else None),
         latency_nosd_interval=(uncertainty.as_pair(*iv.latency_nosd)
@@ -157,8 +163,10 @@ def _prediction(params: Params, judged: validity.Assessment, lam: float, k: floa
         interval_level=(params.uncertainty.level if params.uncertainty is not None else None),
         utilization=float(pred.sd.utilization),
         utilization_nosd=float(pred.nosd.utilization),
-        valid=valid,
-        validity_reasons=judged.names(),
+        valid=bool(judged.valid_sd),
+        validity_reasons=judged.names_sd(),
+        speedup_valid=both,
+        speedup_reasons=judged.names(),
         latency_sd_valid=bool(judged.valid_sd),
         latency_sd_reasons=judged.names_sd(),
         latency_nosd_valid=bool(judged.valid_nosd),
@@ -189,15 +197,15 @@ def _optimal(params: Params, acc: common.Acceptance | None, lam: float, p: float
 
 def _reason(params: Params, judged: validity.Assessment, k: float, ceiling: float, limit: float,
             half: float | None) -> str | None:
-    """Why the prediction is declined, in words naming the option to change (None: valid
-    and inside the calibrated range)."""
+    """Why the latency asked for (SD at k; no SD at k = 0) is declined, in words naming the
+    option to change (None: valid and inside the calibrated range)."""
     pred = judged.prediction
-    reasons = judged.names()
-    model_ok = bool(pred.valid)
-    valid = bool(judged.valid)
+    reasons = judged.names_sd()
+    model_ok = bool(pred.sd.valid)
+    valid = bool(judged.valid_sd)
     range_bad = [r for r in reasons if r in (validity.BEYOND_CALIBRATED_LOAD,
                                              validity.EXTRAPOLATED_K)]
-    if validity.SATURATED in reasons and int(pred.reason) != Reason.SATURATED:
+    if validity.SATURATED in reasons and int(pred.sd.reason) != Reason.SATURATED:
         return (
             f"--arrival-rate: at or past the throughput ceiling measured for k = {k:g} on "
             "a workload of these lengths (more requests in flight brought no more "
@@ -229,11 +237,20 @@ def _reason(params: Params, judged: validity.Assessment, k: float, ceiling: floa
             "upper bound (sensitive)"
         )
     if not valid:
-        sd_bad = int(pred.sd.reason) != Reason.OK
-        util = float(pred.sd.utilization if sd_bad else pred.nosd.utilization)
-        which = "with SD" if sd_bad else "without SD"
-        return f"{common.invalid_reason(int(pred.reason), util, ceiling)} ({which})"
+        which = " (with SD)" if k != 0 else ""
+        return (f"{common.invalid_reason(int(pred.sd.reason), float(pred.sd.utilization), ceiling)}"
+                f"{which}")
     return None
+
+
+def _speedup_reason(judged: validity.Assessment) -> str:
+    """Why the speedup is declined while the latency asked for is vouched for: the no-SD
+    latency at the same rate is not (its reasons), or the two together are not."""
+    nosd = judged.names_nosd()
+    if nosd:
+        return ("the latency without SD at this arrival rate is not vouched for"
+                f" ({', '.join(nosd)}): re-calibrate with no-SD runs at this load to compare")
+    return f"the two latencies together are not vouched for ({', '.join(judged.names())})"
 
 
 def interval_text(pair: list[float | None] | None, spec: str) -> str:
@@ -278,7 +295,6 @@ def render(out: dict[str, Any]) -> None:
             + ("0 (SD off)" if k_opt == 0 else f"{k_opt} ({out['optimal_speedup']:.3f}x)")
         )
     notes.append("valid: yes" if out["valid"] else f"valid: NO: {out['reason']}")
-    if not out["valid"] and out.get("latency_sd_valid"):
-        notes.append("the latency with SD is vouched for on its own; without SD ("
-                     + ", ".join(out["latency_nosd_reasons"]) + ") it is not, nor the speedup")
+    if out["valid"] and not out["speedup_valid"]:
+        notes.append(f"speedup: not vouched for: {out['speedup_reason']}")
     common.render_table(title, ["", "with SD", "without SD"], rows, notes)
