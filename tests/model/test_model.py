@@ -150,6 +150,22 @@ def test_optimal_draft_length_turns_sd_off_at_high_load():
     assert int(opt.k) == 0 and opt.speedup == pytest.approx(1.0)
 
 
+def test_optimal_draft_length_is_not_sd_off_where_an_sd_k_past_the_ceiling_is_faster():
+    """SD off is the choice only where no SD k is faster. At λ = 4, α = 0.5, k = 3 is priced
+    at 3.484375 s against no SD's 3.75 s (worked example above) but its utilisation
+    4·C2 = 0.573 is past a 0.45 ceiling no SD (0.44) is within: the fastest choice is not
+    vouched for, so there is none (k = -1, above the ceiling), not "SD off". Past the
+    break-even (λ = 4.8 > 4.4617) k = 3 is slower, and SD off is the choice."""
+    unvouched = optimal_draft_length(COEF, 4.0, alpha=0.5, p=P, g=G, draft_lengths=[3],
+                                     max_utilization=0.45)
+    assert int(unvouched.k) == -1 and not bool(unvouched.valid)
+    assert int(unvouched.reason) == Reason.ABOVE_CEILING
+    np.testing.assert_allclose(unvouched.candidates, [3.75, np.nan], rtol=1e-9)
+    off = optimal_draft_length(COEF, 4.8, alpha=0.5, p=P, g=G, draft_lengths=[3],
+                               max_utilization=0.54)
+    assert int(off.k) == 0 and bool(off.valid)
+
+
 def test_optimal_draft_length_with_profile_stops_at_profile_length():
     """With a profile, k beyond its length is never chosen (no extrapolation)."""
     opt = optimal_draft_length(COEF, 0.0, profile=[0.9, 0.85], p=P, g=G, k_max=8)

@@ -249,21 +249,35 @@ def test_advise_static_k_is_valid_at_every_percentile(capsys):
     assert str(out["draft_length"]) not in out["declined_draft_lengths"]
 
 
-@pytest.mark.parametrize(("rates", "limit", "reason"), [
-    # Past the in-flight count the runs with headroom held (the shipped ±15% limit).
-    (("12", "12.5", "13"), "0.15", "beyond_calibrated_load"),
+@pytest.mark.parametrize(("rates", "generation", "limit", "reason", "declined"), [
+    # Past the in-flight count the runs with headroom held (the shipped ±15% limit), on
+    # lengths no measured curve has (230 tokens: more than 10% from 200 and from 256).
+    (("11", "11.5", "12"), "230", "0.15", "beyond_calibrated_load", {"1", "2"}),
     # Intervals wider than a ±8% limit.
-    (("10.5", "11", "11.5"), "0.08", "sensitive"),
+    (("10.5", "11", "11.5"), "200", "0.08", "sensitive", {"1", "2", "3"}),
 ], ids=["beyond_calibrated_load", "sensitive"])
-def test_advise_without_a_vouched_k_says_why(capsys, rates, limit, reason):
-    """By the model alone SD beats no SD at every percentile (k = 1 up to its break-even,
-    15.9 req/s), but no k is vouched for at every percentile: SD stays off, and the advice
-    says which k were left out and why, not that SD does not pay."""
+def test_advise_without_a_vouched_k_says_why(capsys, rates, generation, limit, reason,
+                                             declined):
+    """By the model alone SD beats no SD at every percentile, but no k is vouched for at
+    every percentile: SD stays off, and the advice says which k were left out and why, not
+    that SD does not pay."""
     p50, p95, p99 = rates
     rc, out = run(capsys, "advise", "--params", EAGLE, "--arrival-rate-p50", p50,
                   "--arrival-rate-p95", p95, "--arrival-rate-p99", p99, "--prompt-tokens",
-                  "144", "--generation-tokens", "200", "--max-interval", limit, "--json")
+                  "144", "--generation-tokens", generation, "--max-interval", limit, "--json")
     assert rc == 0 and not out["enable"]
-    assert set(out["declined_draft_lengths"]) >= {"1", "2", "3"}
+    assert set(out["declined_draft_lengths"]) >= declined
     assert "not vouched" not in out["advice"][0] and "vouched for" in out["advice"][0]
     assert f"k = 2: {reason}" in out["advice"][0]
+
+
+def test_advise_vouches_for_a_load_between_the_runs_of_a_measured_curve(capsys):
+    """At 12, 12.5 and 13 req/s on the InstructCoder lengths k = 2 holds more requests in
+    flight than any run with throughput headroom did, but its own curve was served at up to
+    16.1 req/s: the load lies between that curve's runs (below its top by more than the
+    margin), so the headroom bound does not apply and k = 2 is advised."""
+    rc, out = run(capsys, "advise", "--params", EAGLE, "--arrival-rate-p50", "12",
+                  "--arrival-rate-p95", "12.5", "--arrival-rate-p99", "13", "--prompt-tokens",
+                  "144", "--generation-tokens", "200", "--json")
+    assert rc == 0 and out["enable"] and out["draft_length"] == 2
+    assert "2" not in out["declined_draft_lengths"]

@@ -358,6 +358,19 @@ def test_a_sweep_that_tops_out_at_64_gives_every_run_up_to_32_a_valid_latency(
         "beyond_calibrated_load" in o["latency_nosd_reasons"]
         and "beyond_calibrated_load" in o["speedup_reasons"] and o["speedup"] is None
         for _, o in declined_speedup)
+    # The no-SD latency at an SD run's rate is vouched for exactly where that rate is below
+    # the top rate of the no-SD curve of the same workload by more than the margin: it then
+    # lies between that curve's runs. Above it, no run with throughput headroom held as many
+    # requests in flight as no SD would.
+    top: dict[str, float] = {}
+    for r in rows:
+        if float(r["k"]) == 0:
+            top[r["dataset"]] = max(top.get(r["dataset"], 0.0), float(r["req_tp"]))
+    for r, o in low:
+        if float(r["k"]) > 0:
+            assert o["latency_nosd_valid"] == (float(r["req_tp"]) * 1.1 <= top[r["dataset"]]), \
+                (r, o["latency_nosd_reasons"])
+    assert len(declined_speedup) < 12
     # The text says the latency is vouched for and the speedup is not, and why.
     r, _ = declined_speedup[0]
     assert main(["predict", "--params", str(params), "--arrival-rate", r["req_tp"],

@@ -129,6 +129,41 @@ def test_headroom_is_what_a_run_with_more_throughput_above_it_held():
     assert flat["headroom_in_flight_sd"] == 0.0 and flat["headroom_in_flight_nosd"] is None
 
 
+def test_below_a_curve_top_the_headroom_bound_does_not_apply():
+    """Past the in-flight count the runs with headroom held, a fixed point is
+    beyond_calibrated_load: the runs cannot tell whether a knee lies just past a curve's top
+    run. Clearly below the top rate a curve of the same k and lengths was served at (by more
+    than the margin), it lies between that curve's runs, so that bound does not apply; at
+    the top or within the margin of it, and for other lengths or another k, it does."""
+    import dataclasses
+
+    from specwatch.calibrate.evidence import curve_tops
+    from specwatch.model.params import load_params
+    from specwatch.model.validity import assess
+
+    params = load_params(EAGLE)
+    cal = params.calibrated_range
+    assert cal is not None and cal.curve_tops
+    top = min((t for t in cal.curve_tops if t.k == 0), key=lambda t: t.arrival_rate)
+    tight = dataclasses.replace(cal, headroom_in_flight_nosd=1.0, headroom_in_flight_sd=1.0,
+                                headroom_tokens_per_step=1.0)
+    judged = [assess(dataclasses.replace(params, calibrated_range=c),
+                     [top.arrival_rate / 1.2, top.arrival_rate / 1.05], [0.0, 0.0], 1.0,
+                     [top.prompt_tokens] * 2, [top.generation_tokens] * 2)
+              for c in (tight, dataclasses.replace(tight, curve_tops=()))]
+    assert judged[0].names_nosd(0) == []
+    assert "beyond_calibrated_load" in judged[0].names_nosd(1)
+    assert all("beyond_calibrated_load" in judged[1].names_nosd(i) for i in (0, 1))
+    other = assess(dataclasses.replace(params, calibrated_range=tight),
+                   top.arrival_rate / 1.2, 0.0, 1.0, top.prompt_tokens * 0.5,
+                   top.generation_tokens)
+    assert "beyond_calibrated_load" in other.names_nosd(0)
+    # A curve's top is its highest rate, rounded down; one load level records none.
+    assert [t.arrival_rate for t in curve_tops([_run(8, 2.0, 4.0), _run(16, 3.86789, 4.2)])] \
+        == [3.8678]
+    assert curve_tops([_run(8, 2.0, 4.0)]) == ()
+
+
 def test_headroom_fields_round_trip_and_are_checked(tmp_path):
     from specwatch.common.errors import ConfigError
     from specwatch.model.params import dump_params, load_params
@@ -137,7 +172,7 @@ def test_headroom_fields_round_trip_and_are_checked(tmp_path):
     assert cal is not None and cal.headroom_in_flight_sd is not None
     out = tmp_path / "p.yaml"
     dump_params(params, out)
-    assert load_params(out).calibrated_range == cal
+    assert load_params(out).calibrated_range == cal and cal.curve_tops
     bad = tmp_path / "bad.yaml"
     bad.write_text(EAGLE.read_text().replace("headroom_in_flight_sd:",
                                              "headroom_in_flight_sd: -1 #"))

@@ -34,11 +34,11 @@ from specwatch.calibrate.inputs import STEADY_REQUESTS_PER_SLOT, Point
 from specwatch.calibrate.saturation import point_arrays
 from specwatch.model import validity
 from specwatch.model.ceilings import ceiling_rate
-from specwatch.model.observed import CalibratedRange, MeasuredCeiling
+from specwatch.model.observed import CalibratedRange, CurveTop, MeasuredCeiling
 from specwatch.model.params import Params
 from specwatch.model.uncertainty import Band, Uncertainty
 
-__all__ = ["BAND_EDGES", "MIN_BAND_RUNS", "WRONG", "calibrated_range", "headroom",
+__all__ = ["BAND_EDGES", "MIN_BAND_RUNS", "WRONG", "calibrated_range", "curve_tops", "headroom",
            "residual_spread", "run_utilization", "summarise", "transient_note", "user_path"]
 
 #: Upper edges of the utilisation bands of the residual spread; the last band is open.
@@ -100,6 +100,22 @@ def measured_ceilings(points: Sequence[Point]) -> tuple[MeasuredCeiling, ...]:
     return tuple(out)
 
 
+def curve_tops(points: Sequence[Point]) -> tuple[CurveTop, ...]:
+    """The highest arrival rate of each curve measured at two load levels or more, rounded
+    down (4 decimals): a fixed point clearly below it lies between that curve's runs."""
+    out = []
+    for (_, k), runs in sorted(_curves(points).items()):
+        if len(runs) < 2:
+            continue
+        top = max(q.arrival_rate for q in runs)
+        out.append(CurveTop(
+            k=k, prompt_tokens=round(float(np.mean([q.prompt_tokens or 0.0 for q in runs])), 2),
+            generation_tokens=round(float(np.mean([q.generation_tokens or 0.0
+                                                   for q in runs])), 2),
+            arrival_rate=round(math.floor(top * 1e4) / 1e4, 4)))
+    return tuple(out)
+
+
 def headroom(points: Sequence[Point]) -> dict[str, float | None]:
     """How far the runs show the server below any knee or capacity (the calibrated range's
     `headroom_*` fields).
@@ -153,6 +169,7 @@ def calibrated_range(coef: model.Coefficients, points: Sequence[Point]) -> Calib
         max_arrival_rate_by_k=by_k,
         max_utilization_seen=round(float(util.max()), 4) if util.size else None,
         measured_ceilings=measured_ceilings(points),
+        curve_tops=curve_tops(points),
         **headroom(points),
     )
 

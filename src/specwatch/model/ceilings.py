@@ -29,7 +29,8 @@ from specwatch.model.coefficients import ArrayLike
 from specwatch.model.observed import CalibratedRange
 from specwatch.model.params import Params
 
-__all__ = ["LENGTH_TOLERANCE", "breakeven", "breakeven_interval", "ceiling_rate", "sd_ceiling"]
+__all__ = ["LENGTH_TOLERANCE", "breakeven", "breakeven_interval", "ceiling_rate", "sd_ceiling",
+           "top_rate"]
 
 #: A prediction lies on a measured curve when its mean prompt and generation tokens are both
 #: within this fraction of the curve's (the same workload).
@@ -52,6 +53,21 @@ def ceiling_rate(cal: CalibratedRange | None, k: ArrayLike, p: ArrayLike,
         same = (np.abs(kk - c.k) < 1e-9) & _near(pp, c.prompt_tokens) \
             & _near(gg, c.generation_tokens)
         out = np.where(same, np.minimum(out, c.arrival_rate), out)
+    return out
+
+
+def top_rate(cal: CalibratedRange | None, k: ArrayLike, p: ArrayLike,
+             g: ArrayLike) -> np.ndarray:
+    """The highest rate (req/s) a measured curve of each (k, p, g) was served at (k = 0: no
+    SD; `CalibratedRange.curve_tops`); 0 where no recorded curve has that k and lengths."""
+    kk, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, p, g)))
+    out = np.zeros(kk.shape)
+    if cal is None:
+        return out
+    for c in cal.curve_tops:
+        same = (np.abs(kk - c.k) < 1e-9) & _near(pp, c.prompt_tokens) \
+            & _near(gg, c.generation_tokens)
+        out = np.where(same, np.maximum(out, c.arrival_rate), out)
     return out
 
 

@@ -435,7 +435,9 @@ def optimal_draft_length(
     E(k) comes from the i.i.d. formula for α, or from a per-position acceptance profile
     (then k stops at len(profile): extrapolating it would be a guess). Only candidates
     within the validity ceiling compete; ties go to the smaller k (less work for the same
-    latency). If no k is valid, k = -1 and `reason` says why (from the no-SD system).
+    latency). If no k is valid, k = -1 and `reason` says why (from the no-SD system). SD off
+    is chosen only where no SD k is faster: where the best valid choice is no SD but an SD
+    k past the ceiling (not saturated) is priced faster, k = -1 with `above ceiling`.
     `draft_lengths` restricts the candidates (k = 0 is always one), e.g. to the k a sweep
     draws.
     """
@@ -474,6 +476,13 @@ def optimal_draft_length(
     any_valid = np.isfinite(best_lat)
     nosd_lat = cand.latency[..., 0]
     reason = np.where(any_valid, Reason.OK, cand.reason[..., 0]).astype(np.int8)
+    # SD off only where no SD k is faster: an SD k past the validity ceiling (not saturated)
+    # that the model prices below no SD makes the choice unvouched, not "off".
+    faster_past_ceiling = np.any(
+        (cand.reason[..., 1:] == Reason.ABOVE_CEILING)
+        & (np.nan_to_num(cand.latency[..., 1:], nan=np.inf) < best_lat[..., None]), axis=-1)
+    reason = np.where(any_valid & (best == 0) & faster_past_ceiling,
+                      np.int8(Reason.ABOVE_CEILING), reason).astype(np.int8)
     reason = np.where(alpha_bad, np.int8(Reason.ALPHA_OUT_OF_RANGE), reason).astype(np.int8)
     valid = reason == Reason.OK
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from specwatch.model.paramcheck import Ctx, count, integer, mapping
 
@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_LOAD_MARGIN",
     "SERVER_CAPACITY_NAMES",
     "CalibratedRange",
+    "CurveTop",
     "MeasuredCeiling",
     "ServerCapacity",
     "read_calibrated_range",
@@ -48,6 +49,16 @@ class MeasuredCeiling:
         return {"k": int(self.k), "prompt_tokens": float(self.prompt_tokens),
                 "generation_tokens": float(self.generation_tokens),
                 "arrival_rate": float(self.arrival_rate)}
+
+
+@dataclass(frozen=True)
+class CurveTop(MeasuredCeiling):
+    """The highest arrival rate one measured curve (k on one workload, measured at two load
+    levels or more) was served at: the server has no ceiling below it, so a latency at a
+    clearly lower rate lies between that curve's runs (the same fields as a ceiling)."""
+
+
+_Rate = TypeVar("_Rate", bound=MeasuredCeiling)
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,10 @@ class CalibratedRange:
     headroom_in_flight_sd: float | None = None
     headroom_in_flight_nosd: float | None = None
     headroom_tokens_per_step: float | None = None
+    #: The top of each measured curve: a fixed point below a curve's top rate by more than
+    #: the margin is between that curve's runs, so the headroom bound does not apply to it
+    #: (empty: not recorded).
+    curve_tops: tuple[CurveTop, ...] = ()
 
     def headroom_in_flight(self, draft_length: float) -> float | None:
         """The in-flight bound of the system that runs at this draft length (0 = no SD)."""
@@ -108,6 +123,8 @@ class CalibratedRange:
                 ("headroom_in_flight_sd", self.headroom_in_flight_sd),
                 ("headroom_in_flight_nosd", self.headroom_in_flight_nosd),
                 ("headroom_tokens_per_step", self.headroom_tokens_per_step)) if v is not None},
+            **({"curve_tops": [c.to_mapping() for c in self.curve_tops]}
+               if self.curve_tops else {}),
         }
 
 
@@ -139,7 +156,7 @@ def read_calibrated_range(ctx: Ctx, value: Any) -> CalibratedRange:
     names = ("max_arrival_rate", "max_in_flight", "draft_lengths", "margin",
              "max_tokens_per_step", "max_arrival_rate_by_k", "max_utilization_seen",
              "measured_ceilings", "headroom_in_flight_sd", "headroom_in_flight_nosd",
-             "headroom_tokens_per_step")
+             "headroom_tokens_per_step", "curve_tops")
     m = mapping(ctx, path, value, names, names[:3])
     rate = count(ctx, (*path, "max_arrival_rate"), m["max_arrival_rate"], "req/s")
     in_flight = count(ctx, (*path, "max_in_flight"), m["max_in_flight"], "requests")
@@ -171,23 +188,9 @@ def read_calibrated_range(ctx: Ctx, value: Any) -> CalibratedRange:
     if m.get("max_utilization_seen") is not None:
         seen = count(ctx, (*path, "max_utilization_seen"), m["max_utilization_seen"],
                       "a utilisation λ/λ_max")
-    ceilings: list[MeasuredCeiling] = []
-    if m.get("measured_ceilings") is not None:
-        cp = (*path, "measured_ceilings")
-        raw_c = m["measured_ceilings"]
-        if not isinstance(raw_c, list):
-            raise ctx.fail(cp, f"expected a list of ceilings, got {raw_c!r}")
-        names_c = ("k", "prompt_tokens", "generation_tokens", "arrival_rate")
-        for i, item in enumerate(raw_c):
-            cm = mapping(ctx, (*cp, i), item, names_c, names_c)
-            ceilings.append(MeasuredCeiling(
-                k=integer(ctx, (*cp, i, "k"), cm["k"], 0, 64),
-                prompt_tokens=count(ctx, (*cp, i, "prompt_tokens"), cm["prompt_tokens"],
-                                     "tokens"),
-                generation_tokens=count(ctx, (*cp, i, "generation_tokens"),
-                                         cm["generation_tokens"], "tokens"),
-                arrival_rate=count(ctx, (*cp, i, "arrival_rate"), cm["arrival_rate"],
-                                    "req/s")))
+    ceilings = _curve_rates(ctx, (*path, "measured_ceilings"), m.get("measured_ceilings"),
+                            MeasuredCeiling)
+    tops = _curve_rates(ctx, (*path, "curve_tops"), m.get("curve_tops"), CurveTop)
     headroom: dict[str, float | None] = {}
     for name, unit in (("headroom_in_flight_sd", "requests"),
                        ("headroom_in_flight_nosd", "requests"),
@@ -197,8 +200,28 @@ def read_calibrated_range(ctx: Ctx, value: Any) -> CalibratedRange:
     return CalibratedRange(max_arrival_rate=rate, max_in_flight=in_flight,
                            draft_lengths=tuple(sorted(set(ks))), margin=margin,
                            max_tokens_per_step=tokens, max_arrival_rate_by_k=by_k,
-                           max_utilization_seen=seen, measured_ceilings=tuple(ceilings),
-                           **headroom)
+                           max_utilization_seen=seen, measured_ceilings=ceilings,
+                           curve_tops=tops, **headroom)
+
+
+def _curve_rates(ctx: Ctx, path: tuple[str | int, ...], raw: Any,
+                 cls: type[_Rate]) -> tuple[_Rate, ...]:
+    """A list of per-curve rates (k, prompt and generation tokens, arrival rate)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ctx.fail(path, f"expected a list of curves, got {raw!r}")
+    names = ("k", "prompt_tokens", "generation_tokens", "arrival_rate")
+    out = []
+    for i, item in enumerate(raw):
+        cm = mapping(ctx, (*path, i), item, names, names)
+        out.append(cls(
+            k=integer(ctx, (*path, i, "k"), cm["k"], 0, 64),
+            prompt_tokens=count(ctx, (*path, i, "prompt_tokens"), cm["prompt_tokens"], "tokens"),
+            generation_tokens=count(ctx, (*path, i, "generation_tokens"),
+                                     cm["generation_tokens"], "tokens"),
+            arrival_rate=count(ctx, (*path, i, "arrival_rate"), cm["arrival_rate"], "req/s")))
+    return tuple(out)
 
 def read_server_capacity(ctx: Ctx, value: Any) -> ServerCapacity:
     """The `server_capacity` block: each stated term a count > 0."""

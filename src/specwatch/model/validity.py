@@ -13,7 +13,9 @@ outputs (`validity_reasons`) and the exporter's `sd_model_valid{reason}` series 
   (the knee's unit) more than the margin above the highest calibrated point (the parameters
   file records that range), or the batch in flight (either system) or its tokens per step
   more than the margin above the most a run with throughput headroom held: past a curve's
-  top run the runs cannot tell whether a knee or the capacity lies just beyond;
+  top run the runs cannot tell whether a knee or the capacity lies just beyond (not where λ
+  is below the top rate of a measured curve of the same k and lengths by more than the
+  margin: the latency then lies between that curve's runs);
 - ``extrapolated_k``: a draft length (other than 0) calibration never measured;
 - ``sensitive``: the 90% latency interval (the fit's residual spread carried through the
   fixed point, `model.uncertainty`) is wider than the limit (default ±15%): near the ceiling
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specwatch.model.ceilings import ceiling_rate
+from specwatch.model.ceilings import ceiling_rate, top_rate
 from specwatch.model.closed_form import Prediction, Reason, predict
 from specwatch.model.coefficients import ArrayLike, MoECoefficients
 from specwatch.model.observed import CalibratedRange
@@ -283,6 +285,10 @@ def _range_flags(cal: CalibratedRange, pred: Prediction, lam: np.ndarray, kk: np
             beyond_sd |= pred.sd.utilization > top
             beyond_nosd |= pred.nosd.utilization > top
         past_sd, past_nosd = _past_headroom(cal, in_flight, in_flight_nosd, kk)
+        # Clearly below the top rate a curve of the same k and lengths was served at, the
+        # latency lies between that curve's runs: no knee or capacity can be just beyond.
+        past_sd &= lam * f > top_rate(cal, kk, pp, gg)
+        past_nosd &= lam * f > top_rate(cal, 0.0, pp, gg)
     measured = np.array(cal.draft_lengths, dtype=float)
     new_k = (kk != 0) & ~np.any(np.abs(kk[..., None] - measured) < 1e-9, axis=-1)
     at_ceiling = lam >= ceiling_rate(cal, kk, pp, gg)

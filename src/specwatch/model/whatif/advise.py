@@ -210,7 +210,9 @@ def setup(inputs: AdviseInputs, traffic: Traffic | None) -> Setup:
 def judge_grid(st: Setup) -> Grid:
     """Every k at every percentile judged as predict judges it: a k whose prediction is
     declined (sensitive, beyond the calibrated load, at a measured ceiling) is not advised.
-    A percentile with no valid operating point at all is a capacity problem (InputError)."""
+    A percentile with no valid operating point at all, with or without SD, is a capacity
+    problem (InputError); one whose fastest choice lies past the validity ceiling has no best
+    k (`best_ok` false) but still has the valid ones."""
     params, p, g, ceiling = st.params, st.p, st.g, st.ceiling
     lam = np.array([st.rates[q] for q in PERCENTILES])
     ks = np.arange(1, st.k_max + 1, dtype=float)
@@ -224,7 +226,8 @@ def judge_grid(st: Setup) -> Grid:
         max_utilization=ceiling, max_halfwidth=st.limit)
     nosd = judged.prediction.nosd
     for i, q in enumerate(PERCENTILES):
-        if not bool(best.valid[i]):
+        if not bool(best.valid[i]) and not bool(nosd.valid[i, 0]) \
+                and not bool(np.any(judged.prediction.sd.valid[i])):
             util = float(nosd.utilization[i, 0])
             raise common.InputError(
                 f"--arrival-rate-{q}: {st.rates[q]:g} req/s leaves no valid operating point "
