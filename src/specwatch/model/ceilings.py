@@ -18,6 +18,7 @@ uncertainty modules.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from specwatch.model.breakeven import BreakEven, BreakEvenKind
 from specwatch.model.closed_form import breakeven as model_breakeven
 from specwatch.model.closed_form import latency
 from specwatch.model.coefficients import ArrayLike
-from specwatch.model.observed import CalibratedRange
+from specwatch.model.observed import CalibratedRange, MeasuredCeiling
 from specwatch.model.params import Params
 
 __all__ = ["LENGTH_TOLERANCE", "breakeven", "breakeven_interval", "ceiling_rate", "sd_ceiling",
@@ -41,34 +42,32 @@ def _near(x: np.ndarray, centre: float) -> np.ndarray:
     return np.abs(x - centre) <= LENGTH_TOLERANCE * max(abs(centre), 1e-12)
 
 
+def _on_curves(curves: Sequence[MeasuredCeiling], k: ArrayLike, p: ArrayLike, g: ArrayLike,
+               empty: float, pick: Callable[[np.ndarray, float], np.ndarray]) -> np.ndarray:
+    """`pick` over the rates of the recorded curves each (k, p, g) lies on (the same k,
+    lengths within LENGTH_TOLERANCE); `empty` where it lies on none."""
+    kk, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, p, g)))
+    out = np.full(kk.shape, empty)
+    for c in curves:
+        same = (np.abs(kk - c.k) < 1e-9) & _near(pp, c.prompt_tokens) \
+            & _near(gg, c.generation_tokens)
+        out = np.where(same, pick(out, c.arrival_rate), out)
+    return out
+
+
 def ceiling_rate(cal: CalibratedRange | None, k: ArrayLike, p: ArrayLike,
                  g: ArrayLike) -> np.ndarray:
     """The lowest measured ceiling (req/s) of the curve each (k, p, g) lies on (k = 0: no
     SD); +inf where no measured curve of that k and those lengths stopped rising."""
-    kk, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, p, g)))
-    out = np.full(kk.shape, np.inf)
-    if cal is None:
-        return out
-    for c in cal.measured_ceilings:
-        same = (np.abs(kk - c.k) < 1e-9) & _near(pp, c.prompt_tokens) \
-            & _near(gg, c.generation_tokens)
-        out = np.where(same, np.minimum(out, c.arrival_rate), out)
-    return out
+    return _on_curves(cal.measured_ceilings if cal is not None else (), k, p, g, np.inf,
+                      np.minimum)
 
 
 def top_rate(cal: CalibratedRange | None, k: ArrayLike, p: ArrayLike,
              g: ArrayLike) -> np.ndarray:
     """The highest rate (req/s) a measured curve of each (k, p, g) was served at (k = 0: no
     SD; `CalibratedRange.curve_tops`); 0 where no recorded curve has that k and lengths."""
-    kk, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, p, g)))
-    out = np.zeros(kk.shape)
-    if cal is None:
-        return out
-    for c in cal.curve_tops:
-        same = (np.abs(kk - c.k) < 1e-9) & _near(pp, c.prompt_tokens) \
-            & _near(gg, c.generation_tokens)
-        out = np.where(same, np.maximum(out, c.arrival_rate), out)
-    return out
+    return _on_curves(cal.curve_tops if cal is not None else (), k, p, g, 0.0, np.maximum)
 
 
 def _sd_cap(params: Params, k: np.ndarray, p: np.ndarray, g: np.ndarray) -> np.ndarray:
