@@ -271,6 +271,38 @@ def test_advise_without_a_vouched_k_says_why(capsys, rates, generation, limit, r
     assert f"k = 2: {reason}" in out["advice"][0]
 
 
+def test_advise_past_the_ceiling_names_why_and_does_not_call_it_sd_off(capsys):
+    """At 14, 14.5 and 14.8 req/s on the InstructCoder lengths every SD k is past the 0.9
+    utilisation ceiling while the model still prices k = 1 faster than no SD (its measured
+    break-even is 15.1 req/s): SD stays off because no k is vouched for, and the advice says
+    that (above_utilization_ceiling), not that SD would slow p99 down or that "SD off is the
+    best choice" from 14.4 req/s. Each percentile's `valid` agrees with its reasons."""
+    rc, out = run(capsys, "advise", "--params", EAGLE, "--arrival-rate-p50", "14",
+                  "--arrival-rate-p95", "14.5", "--arrival-rate-p99", "14.8",
+                  "--prompt-tokens", "144", "--generation-tokens", "200", "--json")
+    assert rc == 0 and not out["enable"]
+    assert "above_utilization_ceiling" in out["declined_draft_lengths"]["1"]
+    assert "above_utilization_ceiling" in out["advice"][0]
+    assert "slowing down p99" not in out["advice"][0]
+    assert out["sd_off_above_arrival_rate"] is None or out["sd_off_above_arrival_rate"] >= 15.09
+    assert not any("best choice is SD off" in line for line in out["advice"])
+    for item in out["percentiles"].values():
+        assert item["valid"] == (item["validity_reasons"] == [])
+
+
+def test_advice_past_the_ceiling_alone_says_measure_rather_than_recalibrate():
+    """Where every declined k is declined only for the utilisation ceiling, more
+    calibration runs would not vouch for it: the advice says to measure SD there."""
+    from specwatch.model.whatif.advice_text import _keep_off_lines
+
+    out = {"percentiles": {"p50": {"optimal_draft_length": None}}, "below_min_gain": None,
+           "declined_draft_lengths": {"1": ["above_utilization_ceiling"]}}
+    line = _keep_off_lines(out)[0]
+    assert "past the model's validity ceiling" in line and "re-calibrate" not in line
+    out["declined_draft_lengths"]["2"] = ["beyond_calibrated_load"]
+    assert "re-calibrate with runs at these loads" in _keep_off_lines(out)[0]
+
+
 def test_advise_vouches_for_a_load_between_the_runs_of_a_measured_curve(capsys):
     """At 12, 12.5 and 13 req/s on the InstructCoder lengths k = 2 holds more requests in
     flight than any run with throughput headroom did, but its own curve was served at up to

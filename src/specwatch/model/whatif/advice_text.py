@@ -71,9 +71,13 @@ def _keep_off_lines(out: dict[str, Any]) -> list[str]:
     if out.get("declined_draft_lengths"):
         named = "; ".join(f"k = {k}: {', '.join(r)}"
                           for k, r in out["declined_draft_lengths"].items())
+        reasons = {r for rs in out["declined_draft_lengths"].values() for r in rs}
+        todo = ("re-calibrate with runs at these loads" if reasons - {"above_utilization_ceiling"}
+                else "these loads are past the model's validity ceiling (max_utilization), "
+                "where it is not trusted: measure SD there (an A/B pair) before enabling it")
         return [
             "Keep speculative decoding off for now: no draft length's prediction is vouched "
-            f"for at every percentile ({named}); re-calibrate with runs at these loads."
+            f"for at every percentile ({named}); {todo}."
         ]
     if best50 == 0:
         return ["Keep speculative decoding off: at your p50 load no draft length beats "

@@ -243,14 +243,17 @@ def choose_static_k(st: Setup, grid: Grid) -> Choice:
     and off when the best gain is under ``min_gain``."""
     s = grid.speedup
     eligible = np.all(grid.valid, axis=0) & (s[2] >= 1.0)
-    # The k the model alone would have let compete, left out because a prediction of theirs
-    # is declined: the advice names them and why.
+    # The k the model prices no slower than no SD at p99 (past the validity ceiling too, not
+    # saturated), left out because a prediction of theirs is declined: the advice names them
+    # and why, rather than saying they slow p99 down.
     pred = grid.judged.prediction
-    model_s = np.where(pred.valid, pred.speedup, np.nan)
+    priced = np.isfinite(pred.sd.latency) & np.isfinite(pred.nosd.latency)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        model_s = np.where(priced, pred.nosd.latency / pred.sd.latency, np.nan)
     declined = {
         int(grid.ks[j]): sorted({r for i in range(grid.lam.size) if not grid.valid[i, j]
                                  for r in grid.judged.names((i, j))})
-        for j in np.flatnonzero(np.all(pred.valid, axis=0) & (model_s[2] >= 1.0) & ~eligible)
+        for j in np.flatnonzero(np.all(priced, axis=0) & (model_s[2] >= 1.0) & ~eligible)
     }
     with np.errstate(invalid="ignore", divide="ignore"):
         relative = WEIGHTS @ np.where(eligible[None, :], 1.0 / s, np.inf)
@@ -319,6 +322,7 @@ def _add_intervals(st: Setup, grid: Grid, static_k: int, per_q: dict[str, Any]) 
         item = per_q[q]
         item["validity_reasons"] = [r for r in judged.names(i)
                                     if r != validity.NO_CALIBRATED_RANGE]
+        item["valid"] = item["valid"] and not item["validity_reasons"]
         item["latency_interval"] = item["speedup_interval"] = None
         if iv is not None and static_k and item["valid"]:
             item["latency_interval"] = uncertainty.as_pair(iv.latency_sd[0][i],
@@ -342,21 +346,24 @@ def breakeven_of(st: Setup, grid: Grid, static_k: int
 
 
 def sd_off_above_rate(st: Setup) -> float | None:
-    """The arrival rate from which the best choice is SD off (any k), if below saturation;
-    a k at or past the throughput ceiling its runs measured does not count as SD on there."""
+    """The arrival rate from which the best choice is SD off (any k), if below the no-SD
+    validity ceiling: the first load past the last one where SD is the best choice at which
+    no SD is (a k at or past the throughput ceiling its runs measured counts as SD off there:
+    it does not serve). A load whose faster SD choice lies past the validity ceiling is
+    neither (no best k). None when no such load is scanned; 0 when SD is never the best."""
     model = st.params.model()
     nosd_c2 = float(latency(model, 1.0, 0, 1.0, st.p, st.g, max_utilization=1.0).utilization)
     lam_top = st.ceiling / nosd_c2 if nosd_c2 > 0 else 1000.0
     scan = np.linspace(0.0, lam_top, SCHEDULE_GRID)
     scan_best = optimal_draft_length(model, scan, p=st.p, g=st.g, k_max=st.k_max,
                                      max_utilization=st.ceiling, **st.acc.optimal_kwargs())
-    on = scan_best.valid & (scan_best.k > 0) \
-        & (scan < ceilings.ceiling_rate(st.params.calibrated_range, scan_best.k, st.p, st.g))
-    if on.any() and int(np.flatnonzero(on)[-1]) + 1 < scan.size:
-        return float(scan[int(np.flatnonzero(on)[-1]) + 1])
+    served = scan < ceilings.ceiling_rate(st.params.calibrated_range, scan_best.k, st.p, st.g)
+    on = scan_best.valid & (scan_best.k > 0) & served
+    off = scan_best.valid & ((scan_best.k == 0) | ~served)
     if not on.any():
-        return 0.0
-    return None
+        return 0.0 if off.any() else None
+    after = np.flatnonzero(off & (np.arange(scan.size) > int(np.flatnonzero(on)[-1])))
+    return float(scan[after[0]]) if after.size else None
 
 
 def _load_weighted_speedup(grid: Grid, choice: Choice) -> float | None:
