@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -89,13 +89,8 @@ def measured_ceilings(points: Sequence[Point]) -> tuple[MeasuredCeiling, ...]:
         for a, b in itertools.pairwise(runs):
             if b.in_flight >= PLATEAU_IN_FLIGHT * a.in_flight \
                     and b.arrival_rate < PLATEAU_THROUGHPUT * a.arrival_rate:
-                out.append(MeasuredCeiling(
-                    k=k, prompt_tokens=round(float(np.mean([q.prompt_tokens or 0.0
-                                                            for q in runs])), 2),
-                    generation_tokens=round(float(np.mean([q.generation_tokens or 0.0
-                                                           for q in runs])), 2),
-                    arrival_rate=round(math.floor(min(a.arrival_rate, b.arrival_rate) * 1e4)
-                                       / 1e4, 4)))
+                out.append(_on_curve(MeasuredCeiling, k, runs,
+                                     min(a.arrival_rate, b.arrival_rate)))
                 break
     return tuple(out)
 
@@ -107,13 +102,21 @@ def curve_tops(points: Sequence[Point]) -> tuple[CurveTop, ...]:
     for (_, k), runs in sorted(_curves(points).items()):
         if len(runs) < 2:
             continue
-        top = max(q.arrival_rate for q in runs)
-        out.append(CurveTop(
-            k=k, prompt_tokens=round(float(np.mean([q.prompt_tokens or 0.0 for q in runs])), 2),
-            generation_tokens=round(float(np.mean([q.generation_tokens or 0.0
-                                                   for q in runs])), 2),
-            arrival_rate=round(math.floor(top * 1e4) / 1e4, 4)))
+        out.append(_on_curve(CurveTop, k, runs, max(q.arrival_rate for q in runs)))
     return tuple(out)
+
+
+_Rate = TypeVar("_Rate", MeasuredCeiling, CurveTop)
+
+
+def _on_curve(cls: type[_Rate], k: int, runs: Sequence[Point], rate: float) -> _Rate:
+    """A rate recorded for one curve: its k, the mean lengths of its runs (2 decimals) and
+    the rate rounded down (4 decimals), so the run that measured it is at it."""
+    return cls(k=k,
+               prompt_tokens=round(float(np.mean([q.prompt_tokens or 0.0 for q in runs])), 2),
+               generation_tokens=round(float(np.mean([q.generation_tokens or 0.0
+                                                      for q in runs])), 2),
+               arrival_rate=round(math.floor(rate * 1e4) / 1e4, 4))
 
 
 def headroom(points: Sequence[Point]) -> dict[str, float | None]:

@@ -358,12 +358,7 @@ def sd_off_above_rate(st: Setup) -> float | None:
     scan_best = optimal_draft_length(model, scan, p=st.p, g=st.g, k_max=st.k_max,
                                      max_utilization=st.ceiling, **st.acc.optimal_kwargs())
     served = scan < ceilings.ceiling_rate(st.params.calibrated_range, scan_best.k, st.p, st.g)
-    on = scan_best.valid & (scan_best.k > 0) & served
-    off = scan_best.valid & ((scan_best.k == 0) | ~served)
-    if not on.any():
-        return 0.0 if off.any() else None
-    after = np.flatnonzero(off & (np.arange(scan.size) > int(np.flatnonzero(on)[-1])))
-    return float(scan[after[0]]) if after.size else None
+    return common.sd_off_above(scan, np.where(served, scan_best.k, 0), scan_best.valid)
 
 
 def _load_weighted_speedup(grid: Grid, choice: Choice) -> float | None:

@@ -227,6 +227,19 @@ def run_guarded(as_json: bool, body: Callable[[], int], empty: dict[str, Any]) -
         return exc.exit_code
 
 
+def sd_off_above(lams: np.ndarray, best: np.ndarray, valid: np.ndarray) -> float | None:
+    """The smallest rate of an ascending grid from which on the best choice is SD off: the
+    first valid k = 0 past the last valid SD k (the first rate when SD is never the best
+    choice; None when no such rate is on the grid). A rate without a valid best k is
+    neither SD on nor off. Shared by `sweep` and `advise`."""
+    on = valid & (best > 0)
+    if not on.any():
+        return float(lams[0]) if (valid & (best == 0)).any() else None
+    last_on = int(np.flatnonzero(on)[-1])
+    after = np.flatnonzero(valid & (best == 0) & (np.arange(lams.size) > last_on))
+    return float(lams[after[0]]) if after.size else None
+
+
 def fmt(value: Any, spec: str = ".3g", none: str = "—") -> str:
     if value is None:
         return none

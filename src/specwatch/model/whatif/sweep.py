@@ -76,16 +76,6 @@ def parse_arrival_rates(text: str) -> np.ndarray:
     return np.linspace(start, stop, n)
 
 
-def _sd_off_above(lams: np.ndarray, best: np.ndarray, valid: np.ndarray) -> float | None:
-    """Smallest swept λ from which on the best choice is SD off (k = 0) wherever valid."""
-    on = valid & (best > 0)
-    if not on.any():
-        return float(lams[0]) if (valid & (best == 0)).any() else None
-    last_on = int(np.flatnonzero(on)[-1])
-    after = np.flatnonzero(valid & (best == 0) & (np.arange(lams.size) > last_on))
-    return float(lams[after[0]]) if after.size else None
-
-
 @dataclass(frozen=True)
 class SweepInputs:
     """The sweep as the command line gives it (validated by :func:`compute`)."""
@@ -141,7 +131,7 @@ def compute(inputs: SweepInputs) -> dict[str, Any]:
         "curves": _curves(params, judged, lams.size, ks, e_arr, p, g),
         "best_draft_length": np.where(best_ok, best.k, -1),
         "best_speedup": np.where(best_ok, best.speedup, np.nan),
-        "sd_off_above_arrival_rate": _sd_off_above(lams, best.k, best_ok),
+        "sd_off_above_arrival_rate": common.sd_off_above(lams, best.k, best_ok),
         "valid": True,
         "calibrated_range": cal.to_mapping() if cal is not None else None,
         "max_interval_halfwidth": limit,
