@@ -192,6 +192,22 @@ def alertmanager(tmp_path: Path):
         process.wait(timeout=10)
 
 
+def _settled(port: int, key: tuple[str, str], want: dict[tuple[str, str], str]
+             ) -> dict[tuple[str, str], dict]:
+    """Each alert's status keyed by two labels, polled until every alert in `want` is listed
+    in its wanted state or 10 s pass. Alertmanager marks an alert inhibited asynchronously,
+    after it lists it, so the first listing of all alerts may still show one `active`."""
+    states: dict[tuple[str, str], dict] = {}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = {(a["labels"][key[0]], a["labels"][key[1]]): a["status"]
+                  for a in _api(port, "alerts")}
+        if all(states.get(k, {}).get("state") == v for k, v in want.items()):
+            break
+        time.sleep(0.1)
+    return states
+
+
 def test_target_down_inhibits_that_targets_sd_alerts_only(alertmanager: int):
     """With SpecwatchTargetDown firing for target a, a's SD alerts are suppressed (inhibited
     by it) while target b's identical alert stays active, and a's own down alert pages."""
@@ -209,12 +225,10 @@ def test_target_down_inhibits_that_targets_sd_alerts_only(alertmanager: int):
         alert(alertname="SDAcceptanceRateLow", severity="critical", target="b",
               model_name="m"),
     ])
-    states = {}
-    deadline = time.monotonic() + 10
-    while len(states) < 4 and time.monotonic() < deadline:
-        states = {(a["labels"]["alertname"], a["labels"]["target"]): a["status"]
-                  for a in _api(alertmanager, "alerts")}
-        time.sleep(0.1)
+    want = {("SDAcceptanceRateLow", "a"): "suppressed", ("SDPredictedSpeedupLow", "a"):
+            "suppressed", ("SDAcceptanceRateLow", "b"): "active",
+            ("SpecwatchTargetDown", "a"): "active"}
+    states = _settled(alertmanager, ("alertname", "target"), want)
     assert states[("SDAcceptanceRateLow", "a")]["state"] == "suppressed"
     assert states[("SDAcceptanceRateLow", "a")]["inhibitedBy"]
     assert states[("SDPredictedSpeedupLow", "a")]["state"] == "suppressed"
@@ -237,12 +251,11 @@ def test_breakeven_alert_inhibits_the_speedup_alert_of_the_same_model(alertmanag
         alert("SDPredictedSpeedupLow", "m1"),
         alert("SDPredictedSpeedupLow", "m2"),
     ])
-    states = {}
-    deadline = time.monotonic() + 10
-    while len(states) < 3 and time.monotonic() < deadline:
-        states = {(a["labels"]["alertname"], a["labels"]["model_name"]): a["status"]["state"]
-                  for a in _api(alertmanager, "alerts")}
-        time.sleep(0.1)
+    want = {("SDArrivalRateAboveBreakeven", "m1"): "active",
+            ("SDPredictedSpeedupLow", "m1"): "suppressed",
+            ("SDPredictedSpeedupLow", "m2"): "active"}
+    states = {key: status["state"] for key, status in
+              _settled(alertmanager, ("alertname", "model_name"), want).items()}
     assert states == {("SDArrivalRateAboveBreakeven", "m1"): "active",
                       ("SDPredictedSpeedupLow", "m1"): "suppressed",
                       ("SDPredictedSpeedupLow", "m2"): "active"}
