@@ -8,11 +8,12 @@ import random
 import sys
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, set_seed
 
 out = sys.argv[1]
 os.makedirs(out, exist_ok=True)
 random.seed(0)
+set_seed(0)  # the weights too: the acceptance at temperature 0 depends on them
 words = ["the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "speculative",
          "decoding", "draft", "verify", "token", "batch", "load", "latency"]
 corpus = [" ".join(random.choice(words) for _ in range(40)) for _ in range(2000)]
