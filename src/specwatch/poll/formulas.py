@@ -109,6 +109,29 @@ def solve_token_acceptance_probability(e: float, k: float) -> float | None:
     return lo + _BISECTION_HALF_WIDTH
 
 
+#: The ``method`` label of the draft-length-independent α (:func:`draft_length_independent_alpha`).
+ALPHA_FIRST_POSITION = "first_position"
+ALPHA_PER_TOKEN = "per_token"
+
+
+def draft_length_independent_alpha(first_position: float | None, token_alpha: float | None
+                                   ) -> tuple[float, str] | None:
+    """An acceptance measure that does not fall with the draft length k, and how it was made.
+
+    vLLM's acceptance rate (accepted / proposed) falls with k by construction: later
+    positions are accepted less often. The share of drafts whose first token was accepted
+    (from the per-position counters) does not depend on k, nor does the per-token α of the
+    i.i.d. model solved from the acceptance length and k; at k = 1 both equal the rate. The
+    first position is preferred where the engine counts positions. None when neither is a
+    finite number.
+    """
+    if first_position is not None and math.isfinite(first_position):
+        return clamp01(first_position), ALPHA_FIRST_POSITION
+    if token_alpha is not None and math.isfinite(token_alpha):
+        return clamp01(token_alpha), ALPHA_PER_TOKEN
+    return None
+
+
 def sample_bucket(value: float) -> int:
     """The index of the first :data:`SAMPLE_BUCKETS` bound holding ``value`` (a rounding
     tolerance of 1e-12); ``len(SAMPLE_BUCKETS)`` is the +Inf bucket."""

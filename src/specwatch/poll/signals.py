@@ -13,6 +13,8 @@ ACCEPTANCE_RATE = "sd_acceptance_rate"
 ACCEPTANCE_LENGTH = "sd_acceptance_length"
 DRAFT_LENGTH = "sd_draft_length"
 TOKEN_ACCEPTANCE_PROBABILITY = "sd_token_acceptance_probability"
+#: The draft-length-independent α (formulas.draft_length_independent_alpha), label ``method``.
+ACCEPTANCE_ALPHA = "sd_acceptance_alpha"
 POSITION_ACCEPTANCE_RATE = "sd_position_acceptance_rate"
 POSITION_CONDITIONAL_ACCEPTANCE_RATE = "sd_position_conditional_acceptance_rate"
 ACCEPTANCE_HETEROGENEITY = "sd_acceptance_heterogeneity"
