@@ -14,7 +14,8 @@ import pytest
 
 from specwatch.cli import main
 from specwatch.common.errors import ConfigError
-from specwatch.model import breakeven, latency
+from specwatch.model import BreakEvenKind, breakeven, latency
+from specwatch.model.costs import throughput_ceiling
 from specwatch.model.params import dump_params, load_params
 from specwatch.model.uncertainty import Band, Uncertainty, scaled_latency
 from specwatch.model.whatif.advice_text import advice_lines
@@ -51,17 +52,25 @@ def test_scaling_every_cost_is_the_fixed_point_at_a_scaled_rate(path, s):
 
 @pytest.mark.parametrize("path", [EAGLE, LARGE])
 def test_breakeven_of_scaled_systems(path):
-    """Both systems scaled by s: λ* scales by 1/s exactly; only SD's costs up: λ* falls."""
+    """Both systems scaled by s: λ* scales by 1/s exactly; only SD's costs up: λ* falls.
+    Where SD pays up to its ceiling (no λ*), that ceiling scales by 1/s (what its interval
+    uses)."""
     coef = load_params(path).coefficients
     for k, e in ((1, 1.66), (3, 2.23), (5, 2.37)):
         base = breakeven(coef, k, e, 114.0, 226.0)
         both = breakeven(coef, k, e, 114.0, 226.0, scale_sd=1.05, scale_nosd=1.05)
         assert int(both.kind) == int(base.kind)
+        ref = breakeven(_scaled(coef, 1.05), k, e, 114.0, 226.0)
+        assert int(ref.kind) == int(base.kind)
+        if int(base.kind) == BreakEvenKind.PAYS_TO_CEILING:
+            assert float(throughput_ceiling(_scaled(coef, 1.05), k, e, 114.0, 226.0)) == \
+                pytest.approx(float(throughput_ceiling(coef, k, e, 114.0, 226.0)) / 1.05,
+                              rel=1e-9)
+            continue
         assert float(both.rate) == pytest.approx(float(base.rate) / 1.05, rel=1e-9)
         worse = breakeven(coef, k, e, 114.0, 226.0, scale_sd=1.05, scale_nosd=0.95)
         assert float(worse.rate) < float(base.rate)
         # The same through the scaled coefficients themselves (the pieces' algebra).
-        ref = breakeven(_scaled(coef, 1.05), k, e, 114.0, 226.0)
         assert float(both.rate) == pytest.approx(float(ref.rate), rel=1e-9)
 
 
@@ -74,9 +83,10 @@ def test_predict_gives_every_interval_around_its_point(capsys):
         max(hi / out["latency_sd_s"] - 1, 1 - lo / out["latency_sd_s"]))
     s_lo, s_hi = out["speedup_interval"]
     assert s_lo < out["speedup"] < s_hi
-    b_lo, b_hi = out["breakeven_interval"]
-    # An open upper end (None): at the optimistic corner SD pays at every load.
-    assert b_lo < out["breakeven_arrival_rate"] < (math.inf if b_hi is None else b_hi)
+    # No break-even below SD's ceiling on this file: the ceiling carries the interval.
+    assert out["breakeven_kind"] == "pays_to_ceiling" and out["breakeven_interval"] is None
+    c_lo, c_hi = out["sd_ceiling_interval"]
+    assert c_lo < out["sd_ceiling_arrival_rate"] < c_hi
     assert out["interval_level"] == 0.9 and out["max_interval_halfwidth"] == 0.15
 
 
@@ -111,8 +121,8 @@ def test_sweep_carries_the_band(capsys):
                 assert lo < s < hi
             else:
                 assert s is None and lo is None and hi is None
-        b_lo, b_hi = c["breakeven_interval"]
-        assert b_lo < c["breakeven_arrival_rate"] < (math.inf if b_hi is None else b_hi)
+        c_lo, c_hi = c["sd_ceiling_interval"]
+        assert c_lo < c["sd_ceiling_arrival_rate"] < c_hi
 
 
 def test_advise_says_when_the_speedup_interval_straddles_1(capsys):
@@ -128,10 +138,12 @@ def test_advise_says_when_the_speedup_interval_straddles_1(capsys):
     lines = advice_lines(out)
     assert any("p99" in a and "straddles 1" in b
                for a, b in itertools.pairwise(lines))
-    # A break-even interval open above (no upper bound within the search) is '∞' in the
-    # text, as in predict and sweep (JSON null), not a traceback.
-    out["breakeven_interval"] = [out["breakeven_arrival_rate"] * 0.9, None]
-    assert any("SD stops paying above" in line and "–∞)" in line for line in advice_lines(out))
+    # A break-even interval open above (no crossing in the optimistic corner) is given in
+    # words, as in predict and sweep (JSON null), not '∞' and not a traceback.
+    out["breakeven_kind"], out["breakeven_arrival_rate"] = "pays_below", 9.0
+    out["breakeven_interval"] = [8.1, None]
+    assert any("falls to 1 at 9 req/s" in line and "interval above 8.1 req/s" in line
+               for line in advice_lines(out))
 
 
 def test_uncertainty_block_round_trips_and_is_checked(tmp_path):

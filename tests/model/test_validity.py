@@ -24,13 +24,16 @@ def run(capsys, *argv):
 
 def test_issue_example_is_saturated_not_a_speedup(capsys):
     """The issue's command: at 14.6 req/s the measured server is at its SD ceiling. The
-    whole-range fit says saturated (no speedup number) and break-even ≈ 14.6 req/s."""
+    whole-range fit says saturated (no speedup number), and SD's throughput ceiling ≈ 14.6
+    req/s, with no break-even below it."""
     rc, out = run(capsys, "predict", "--params", EAGLE, "--arrival-rate", "14.6", *ISSUE)
     assert rc == 2 and out["valid"] is False
     # At the ceiling itself (λ/λ_max within 1% of 1): saturated or just below its ceiling.
     assert out["validity_reasons"][0] in ("saturated", "above_utilization_ceiling")
     assert out["speedup"] is None
-    assert out["breakeven_arrival_rate"] == pytest.approx(14.58, rel=0.15)
+    assert out["breakeven_arrival_rate"] is None
+    assert out["breakeven_kind"] == "pays_to_ceiling"
+    assert out["sd_ceiling_arrival_rate"] == pytest.approx(14.58, rel=0.15)
     assert out["calibrated_range"]["max_arrival_rate"] > 14.6
 
 

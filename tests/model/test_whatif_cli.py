@@ -192,7 +192,7 @@ def test_sweep_table_lists_breakevens(params, capsys):
     assert main(["sweep", "--params", params, "--alpha", "0.5", *LENGTHS,
                  "--draft-lengths", "3", "--arrival-rates", "0:4:3"]) == 0
     text = capsys.readouterr().out
-    assert "SD pays below 4.462 req/s" in text
+    assert "break-even 4.46 req/s (SD pays below it)" in text
 
 
 @pytest.mark.parametrize(
@@ -249,7 +249,7 @@ def test_advise_text_names_the_off_threshold(params, capsys):
                  "--arrival-rate-p95", "2", "--arrival-rate-p99", "3", "--alpha", "0.5",
                  *LENGTHS]) == 0
     text = capsys.readouterr().out
-    assert "SD stops paying above" in text
+    assert "the predicted speedup falls to 1 at " in text and "(break-even" in text
     assert "num_speculative_tokens_per_batch_size" in text
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -172,9 +173,15 @@ def _leave_one_concurrency_out(fit: SystemFit) -> list[dict[str, Any]]:
 
 
 def _breakevens(fit: SystemFit) -> list[dict[str, Any]]:
-    """Measured against predicted break-even per workload and k. `predicted` is what the
-    parameters file gives (`model.ceilings.breakeven`: the fit's λ*, bounded by the measured
-    SD ceilings it records), `predicted_fit` the fit's alone."""
+    """Measured against predicted rate where SD stops paying, per workload and k. Measured:
+    the crossing of the two latency curves, or SD's ceiling where SD was still faster when its
+    curve stopped rising (`measured_kind`). Predicted: the break-even (speedup = 1) where the
+    model has one below SD's throughput ceiling, else that ceiling (`predicted_figure` says
+    which: near its ceiling a measured SD latency shoots up and crosses no-SD's, while the
+    model's stays finite up to it). `predicted` is what the parameters file gives
+    (`model.ceilings`: the fit's figures with the measured SD ceilings it records),
+    `predicted_fit` the fit's alone; `predicted_breakeven`, `predicted_kind` and
+    `predicted_ceiling` are the file's two figures."""
     coef = fit.coefficients
     assert coef is not None
     groups = sat.group_by_workload(fit.points, workload_labels(fit.points))
@@ -189,25 +196,42 @@ def _breakevens(fit: SystemFit) -> list[dict[str, Any]]:
         np.array([np.mean([q.prompt_tokens or 0.0 for q in sd]) for _, _, sd, _ in cells]),
         np.array([np.mean([q.generation_tokens for q in sd]) for _, _, sd, _ in cells]),
     )
-    # The break-even does not depend on the validity ceiling: any value gives the file's.
-    be = ceilings.breakeven(evidence.params_of(fit, model.DEFAULT_MAX_UTILIZATION), *args)
+    # Neither figure depends on the validity ceiling: any value gives the file's.
+    params = evidence.params_of(fit, model.DEFAULT_MAX_UTILIZATION)
+    be = ceilings.breakeven(params, *args)
     alone = model.breakeven(coef, *args)
+    ceiling, _ = ceilings.sd_throughput_ceiling(params, *args)
+    ceiling_fit, _ = ceilings.sd_throughput_ceiling(replace(params, calibrated_range=None),
+                                                    *args)
+    crossing = (model.BreakEvenKind.PAYS_BELOW, model.BreakEvenKind.PAYS_ABOVE)
+
+    def rate(b: model.BreakEven, i: int) -> float | None:
+        r = float(b.rate[i])
+        return r if int(b.kind[i]) in crossing and math.isfinite(r) else None
+
+    def finite(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
     out = []
     for i, (workload, k, sd, nosd) in enumerate(cells):
         measured = sat.measured_breakeven(sd, nosd) if nosd else None
-        pred = float(be.rate[i])
-        pred_fit = float(alone.rate[i])
+        pred_be, fit_be = rate(be, i), rate(alone, i)
+        pred = pred_be if pred_be is not None else finite(float(ceiling[i]))
+        pred_fit = fit_be if fit_be is not None else finite(float(ceiling_fit[i]))
         out.append({
             "workload": workload, "k": k,
-            "predicted": pred if math.isfinite(pred) else None,
+            "predicted": pred,
+            "predicted_figure": "breakeven" if pred_be is not None else "sd_ceiling",
+            "predicted_breakeven": pred_be,
             "predicted_kind": model.BreakEvenKind(int(be.kind[i])).name.lower(),
-            "predicted_fit": pred_fit if math.isfinite(pred_fit) else None,
+            "predicted_ceiling": finite(float(ceiling[i])),
+            "predicted_fit": pred_fit,
             "measured": measured[0] if measured else None,
             "measured_kind": measured[1] if measured else None,
             "relative_error": (pred / measured[0] - 1.0
-                               if measured and math.isfinite(pred) else None),
+                               if measured and pred is not None else None),
             "relative_error_fit": (pred_fit / measured[0] - 1.0
-                                   if measured and math.isfinite(pred_fit) else None),
+                                   if measured and pred_fit is not None else None),
         })
     return out
 

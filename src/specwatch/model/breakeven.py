@@ -1,4 +1,4 @@
-"""Break-even: the arrival rate λ* where SD stops (or starts) paying, from cost terms.
+"""Break-even: the arrival rate λ* where the predicted speedup crosses 1, from cost terms.
 
 Owns the kinds of break-even (`BreakEvenKind`: on which side of λ* SD pays), the closed form
 from both systems' cost terms (`breakeven_from_costs`, also calibration's per-configuration
@@ -37,6 +37,9 @@ class BreakEvenKind(IntEnum):
     NEVER_PAYS = 2  # S <= 1 at every load: λ* = 0
     PAYS_ABOVE = 3  # S < 1 below λ*, > 1 above (SD slower in isolation, cheaper under load)
     UNDEFINED = 4  # invalid inputs, or SD and no-SD cost exactly the same: λ* = NaN
+    # S > 1 at every load SD serves, and SD's throughput ceiling lies below no-SD's: no
+    # break-even below that ceiling (λ* = +inf); SD stops keeping up there, a separate figure
+    PAYS_TO_CEILING = 5
 
 
 @dataclass(frozen=True)
@@ -50,11 +53,13 @@ class BreakEven:
 
 def breakeven_of(kind: np.ndarray, cross: np.ndarray) -> BreakEven:
     """The rate each kind reports: the crossing for PAYS_BELOW/PAYS_ABOVE, +inf when SD
-    pays everywhere, 0 when it never pays, NaN when undefined (one rule for every solver)."""
+    pays everywhere or up to its ceiling (no crossing), 0 when it never pays, NaN when
+    undefined (one rule for every solver)."""
     rate = np.select(
         [kind == BreakEvenKind.PAYS_BELOW, kind == BreakEvenKind.PAYS_ABOVE,
-         kind == BreakEvenKind.PAYS_EVERYWHERE, kind == BreakEvenKind.NEVER_PAYS],
-        [cross, cross, np.inf, 0.0],
+         kind == BreakEvenKind.PAYS_EVERYWHERE, kind == BreakEvenKind.PAYS_TO_CEILING,
+         kind == BreakEvenKind.NEVER_PAYS],
+        [cross, cross, np.inf, np.inf, 0.0],
         default=np.nan,
     )
     return BreakEven(rate=rate, kind=kind.astype(np.int8))
@@ -104,8 +109,9 @@ def saturation_breakeven(
     Each system's latency along λ is a few hyperbolas α_j/(1 − λβ_j) (`saturation.pieces`),
     so the first crossing is one linear root per interval (`saturation.first_crossing`). The
     rules are those of the numeric scan (`closed_form._numeric_breakeven`, the tests'
-    reference): the first crossing below the lower ceiling, PAYS_BELOW at SD's ceiling when
-    SD is faster up to it and it lies below no-SD's, UNDEFINED for bad inputs or S(0) = 1.
+    reference): the first crossing below the lower ceiling, PAYS_TO_CEILING (no crossing)
+    when SD is faster up to its ceiling and it lies below no-SD's, UNDEFINED for bad inputs
+    or S(0) = 1.
     Unlike the scan, it also finds two crossings inside one grid cell and a crossing just
     below the ceiling. `ok` and the `s_*` inputs are the checked points
     (`closed_form.breakeven` makes them).
@@ -140,10 +146,9 @@ def saturation_breakeven(
         np.where(above0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
         np.where(above0, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
     )
-    # SD faster up to its own ceiling, which lies below no-SD's: past it SD saturates while
-    # no-SD still serves, so SD stops paying at its ceiling (the measured break-even's rule).
+    # SD faster up to its own ceiling, which lies below no-SD's: the speedup never falls to 1,
+    # SD stops keeping up at its ceiling (a throughput figure, not a break-even).
     capped = ~found & above0 & (sd_ceiling < nosd_ceiling)
-    cross = np.where(capped, sd_ceiling, cross)
-    kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
+    kind = np.where(capped, BreakEvenKind.PAYS_TO_CEILING, kind)
     kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
     return breakeven_of(kind, cross)

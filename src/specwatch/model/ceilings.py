@@ -1,17 +1,20 @@
-"""What the measured throughput ceilings decide: `saturated` at or past them, and the
-break-even they bound.
+"""What the measured throughput ceilings decide: `saturated` at or past them, SD's throughput
+ceiling, and where a break-even can lie.
 
 A measured ceiling (`observed.MeasuredCeiling`) is where one curve of the calibration runs
 (one k on one workload) stopped rising: more requests in flight brought no more throughput.
 A prediction for the same k on lengths within `LENGTH_TOLERANCE` at or past its rate is
-`saturated` (`model.validity`), whatever the fitted ceiling says. SD cannot pay where it
-does not serve, so the break-even every command and the live series report is the model's
-λ* lowered to SD's measured ceiling where no-SD still serves at that rate: the rule the model
-already applies to its own ceilings (docs/model.md, "Break-even, best k, batch-size
-schedule"). Without measured ceilings (a file without a calibrated range, or curves that
-never stopped rising) it is the model's λ*, unchanged. Pure numpy.
+`saturated` (`model.validity`), whatever the fitted ceiling says.
 
-May import: the model's closed form, break-even, coefficients, params, observed and
+Two figures, named apart. The break-even λ* is where the predicted speedup crosses 1. SD's
+throughput ceiling (`sd_throughput_ceiling`) is the arrival rate past which SD no longer keeps
+up: the lower of the model's SD ceiling and SD's measured one. Where the speedup stays above 1
+up to SD's measured ceiling and no-SD still serves there, there is no break-even below that
+ceiling (`PAYS_TO_CEILING`), not a break-even at it. Without measured ceilings (a file
+without a calibrated range, or curves that never stopped rising) λ* is the model's,
+unchanged. Pure numpy.
+
+May import: the model's closed form, break-even, coefficients, costs, params, observed and
 uncertainty modules.
 """
 
@@ -26,12 +29,13 @@ from specwatch.model import uncertainty
 from specwatch.model.breakeven import BreakEven, BreakEvenKind
 from specwatch.model.closed_form import breakeven as model_breakeven
 from specwatch.model.closed_form import latency
-from specwatch.model.coefficients import ArrayLike
+from specwatch.model.coefficients import ArrayLike, MoECoefficients
+from specwatch.model.costs import throughput_ceiling
 from specwatch.model.observed import CalibratedRange, MeasuredCeiling
 from specwatch.model.params import Params
 
 __all__ = ["LENGTH_TOLERANCE", "breakeven", "breakeven_interval", "ceiling_rate", "sd_ceiling",
-           "top_rate"]
+           "sd_ceiling_interval", "sd_throughput_ceiling", "top_rate"]
 
 #: A prediction lies on a measured curve when its mean prompt and generation tokens are both
 #: within this fraction of the curve's (the same workload).
@@ -93,43 +97,73 @@ def sd_ceiling(params: Params, k: float, p: float, g: float) -> float | None:
     return cap if math.isfinite(cap) else None
 
 
+def sd_throughput_ceiling(params: Params, k: ArrayLike, e: ArrayLike, p: ArrayLike,
+                          g: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """SD's throughput ceiling (req/s): the arrival rate past which SD at (k, E) no longer
+    keeps up, the lower of the model's ceiling (its dense part for MoE) and the measured
+    ceiling of the curve (k, p, g) lies on; with whether the measured one set it. NaN for
+    k = 0 (SD off) and bad inputs; +inf for a load-free fit without a measured ceiling."""
+    kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
+    coef = params.model()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dense = coef.dense if isinstance(coef, MoECoefficients) else coef
+        modelled = throughput_ceiling(dense, kk, ee, pp, gg)
+        measured = ceiling_rate(params.calibrated_range, kk, pp, gg)
+        ok = (kk > 0) & np.isfinite(kk) & (ee >= 1) & (pp >= 0) & (gg > 0)
+        rate = np.where(ok, np.minimum(modelled, measured), np.nan)
+    return rate, ok & (measured <= modelled)
+
+
 def breakeven(params: Params, k: ArrayLike, e: ArrayLike, p: ArrayLike,
               g: ArrayLike) -> BreakEven:
     """λ* as predict, sweep, advise, calibrate and the live series report it: the model's
-    (`closed_form.breakeven`), bounded by SD's measured ceiling (module docstring). Where
-    the bound applies, SD that pays below λ* (or everywhere) pays below the ceiling, and SD
-    that pays only above a λ* at or past it never pays."""
+    (`closed_form.breakeven`), where it lies below SD's measured ceiling (module docstring).
+    Where that ceiling is lower, SD that pays below λ* (or everywhere) pays up to the ceiling
+    with no break-even below it (PAYS_TO_CEILING), and SD that pays only above a λ* at or past
+    it never pays."""
     kk, ee, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, e, p, g)))
     be = model_breakeven(params.model(), kk, ee, pp, gg)
     cap = _sd_cap(params, kk, pp, gg)
     kind = be.kind.astype(np.int8)
     with np.errstate(invalid="ignore"):
-        below = ((kind == BreakEvenKind.PAYS_BELOW) & (be.rate > cap)) \
+        to_cap = ((kind == BreakEvenKind.PAYS_BELOW) & (be.rate >= cap)) \
             | ((kind == BreakEvenKind.PAYS_EVERYWHERE) & np.isfinite(cap))
         never = (kind == BreakEvenKind.PAYS_ABOVE) & (be.rate >= cap)
-    rate = np.where(below, cap, np.where(never, 0.0, be.rate))
-    kind = np.where(below, BreakEvenKind.PAYS_BELOW,
+    rate = np.where(to_cap, np.inf, np.where(never, 0.0, be.rate))
+    kind = np.where(to_cap, BreakEvenKind.PAYS_TO_CEILING,
                     np.where(never, BreakEvenKind.NEVER_PAYS, kind)).astype(np.int8)
     return BreakEven(rate=rate, kind=kind)
 
 
 def breakeven_interval(params: Params, k: float, e: float, p: float, g: float,
                        rate: float) -> tuple[float, float] | None:
-    """The 90% interval of λ* (`uncertainty.breakeven_interval`; `rate` the reported λ*),
-    with SD's measured ceiling, where one bounds λ*, known to the calibrated range's margin
-    (the spread of repeated benchmark runs): the upper end is at most the ceiling plus the
-    margin, and where the ceiling sets λ* itself the lower end is at most the ceiling less
-    it. None without an uncertainty block, for MoE models, and when λ* is not a finite
-    crossing."""
+    """The 90% interval of λ* (`uncertainty.breakeven_interval`; `rate` the reported, finite
+    λ*). An end at or past SD's measured ceiling, where one bounds λ*, is +inf: in that corner
+    the speedup does not fall to 1 below the ceiling. None without an uncertainty block, for
+    MoE models, and when λ* is not a finite crossing."""
     if params.uncertainty is None:
         return None
     iv = uncertainty.breakeven_interval(params.model(), params.uncertainty, k, e, p, g, rate)
     if iv is None:
         return None
     cap = sd_ceiling(params, k, p, g)
-    cal = params.calibrated_range
-    if cap is None or cal is None:
+    if cap is None:
         return iv
-    spread = 1.0 + cal.margin
-    lo = min(iv[0], cap / spread) if rate >= cap else iv[0]
-    return (lo, min(iv[1], cap * spread))
+    return (iv[0], iv[1] if iv[1] < cap else math.inf)
+
+
+def sd_ceiling_interval(params: Params, rate: float, measured: bool) -> tuple[float, float] | None:
+    """The 90% interval of SD's throughput ceiling `rate` (`sd_throughput_ceiling`): a
+    measured one known to the calibrated range's margin (the spread of repeated benchmark
+    runs), the model's to the fit's residual spread at utilisation 1 (SD's whole L(B) scaled
+    by 1 ± zσ divides its ceiling by that factor). None without an uncertainty block or a
+    finite rate."""
+    if not math.isfinite(rate) or rate <= 0:
+        return None
+    cal = params.calibrated_range
+    if measured and cal is not None:
+        return (rate / (1.0 + cal.margin), rate * (1.0 + cal.margin))
+    if params.uncertainty is None:
+        return None
+    d = params.uncertainty.z * float(params.uncertainty.sigma(1.0))
+    return (rate / (1.0 + d), rate / (1.0 - d) if d < 1.0 else math.inf)

@@ -379,11 +379,12 @@ def _numeric_breakeven(
         np.where(above0, BreakEvenKind.PAYS_BELOW, BreakEvenKind.PAYS_ABOVE),
         np.where(above0, BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.NEVER_PAYS),
     )
-    # SD faster up to its own ceiling, which lies below no-SD's: past it SD saturates while
-    # no-SD still serves, so SD stops paying at its ceiling (the measured break-even's rule).
-    # The scan stops short of the ceiling, and SD's latency may shoot up in that last stretch:
-    # bisect [last grid point, SD ceiling] with a saturated SD counting as "SD loses".
+    # SD faster up to its own ceiling, which lies below no-SD's. The scan stops short of the
+    # ceiling, and SD's latency may shoot up in that last stretch: bisect [last grid point,
+    # SD ceiling] with a saturated SD counting as "SD loses". A finite S <= 1 at the end is a
+    # crossing (PAYS_BELOW); otherwise S stays above 1 up to the ceiling: PAYS_TO_CEILING.
     capped = ~found & above0 & (sd_ceiling < nosd_ceiling)
+    crossed = np.zeros_like(capped)
     if capped.any():
         a2 = np.where(capped, lams[:, -1], 0.0)
         b2 = np.where(capped, sd_ceiling, 0.0)
@@ -393,8 +394,11 @@ def _numeric_breakeven(
             pays = np.isfinite(s_mid) & (s_mid > 1)
             a2 = np.where(pays, mid, a2)
             b2 = np.where(pays, b2, mid)
-        cross = np.where(capped, 0.5 * (a2 + b2), cross)
-    kind = np.where(capped, BreakEvenKind.PAYS_BELOW, kind)
+        s_end = speedup(coef, b2, s_k, s_e, s_p, s_g)
+        crossed = capped & np.isfinite(s_end) & (s_end <= 1)
+        cross = np.where(crossed, 0.5 * (a2 + b2), cross)
+    kind = np.where(crossed, BreakEvenKind.PAYS_BELOW,
+                    np.where(capped, BreakEvenKind.PAYS_TO_CEILING, kind))
     kind = np.where(ok & np.isfinite(s0) & (s0 != 1), kind, BreakEvenKind.UNDEFINED)
     return breakeven_of(kind.reshape(shape), cross.reshape(shape))
 

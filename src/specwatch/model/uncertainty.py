@@ -175,7 +175,7 @@ def breakeven_interval(coef: Model, unc: Uncertainty, k: float, e: float, p: flo
             out.append(r)
         elif kind == BreakEvenKind.NEVER_PAYS:
             out.append(0.0)
-        elif kind == BreakEvenKind.PAYS_EVERYWHERE:
+        elif kind in (BreakEvenKind.PAYS_EVERYWHERE, BreakEvenKind.PAYS_TO_CEILING):
             out.append(math.inf)
         else:
             return None

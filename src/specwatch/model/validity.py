@@ -61,6 +61,7 @@ __all__ = [
     "UNCERTAIN",
     "Assessment",
     "assess",
+    "figure_reasons",
     "model_reason_name",
     "range_reasons",
     "vouched",
@@ -333,3 +334,18 @@ def vouched(params: Params, arrival_rate: ArrayLike, k: ArrayLike, e: ArrayLike,
                     np.where(kk > 0, e, 1.0), p, g, max_utilization=max_utilization,
                     max_halfwidth=max_halfwidth)
     return judged.valid & chosen
+
+
+def figure_reasons(params: Params, rate: float | None, k: float, e: float, p: float, g: float,
+                   at_ceiling: bool = False) -> list[str]:
+    """Why a break-even or ceiling rate (req/s) lies outside the calibrated range: the range
+    reasons (`beyond_calibrated_load`, `extrapolated_k`) `predict` gives at that rate, for
+    both systems at a break-even (`assess`). At a ceiling no fixed point exists, so only the
+    rate and the draft length are judged. Empty for no rate or a file without a range."""
+    cal = params.calibrated_range
+    if rate is None or not np.isfinite(rate) or cal is None:
+        return []
+    if at_ceiling:
+        return range_reasons(cal, rate, None, k)
+    names = assess(params, rate, k, e, p, g, max_utilization=1.0).names()
+    return [n for n in names if n in (BEYOND_CALIBRATED_LOAD, EXTRAPOLATED_K)]

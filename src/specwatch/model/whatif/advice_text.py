@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from specwatch.model.whatif import common
+from specwatch.model.whatif.predict import breakeven_interval_text, ceiling_text, range_caveat
 
 
 def _gain(item: dict[str, Any]) -> str:
@@ -46,16 +47,24 @@ def _enable_lines(out: dict[str, Any]) -> list[str]:
                 f"{'∞' if hi is None else format(hi, '.2f')}x"
                 + (": it straddles 1, so the data cannot tell whether SD helps or hurts"
                    " at this load" if straddles else ""))
-    if out["breakeven_arrival_rate"] is not None:
-        biv = out.get("breakeven_interval")
+    cal = out.get("calibrated_range")
+    caveat = range_caveat(out.get("breakeven_reasons") or [], cal)
+    if out["breakeven_kind"] == "pays_below" and out["breakeven_arrival_rate"] is not None:
+        biv = breakeven_interval_text(out.get("breakeven_interval"))
         lines.append(
-            f"With k = {k}, SD stops paying above {out['breakeven_arrival_rate']:.3g} req/s"
-            + (f" (90% interval {biv[0]:.3g}–"
-               f"{'∞' if biv[1] is None else format(biv[1], '.3g')})" if biv else "")
+            f"With k = {k}, the predicted speedup falls to 1 at "
+            f"{out['breakeven_arrival_rate']:.3g} req/s (break-even"
+            + (f", 90% interval {biv}" if biv else "") + ")" + caveat
             + ": above that arrival rate turn it off (or use the schedule below)."
         )
     elif out["breakeven_kind"] == "pays_everywhere":
         lines.append(f"With k = {k}, SD pays at every load below saturation.")
+    elif out["breakeven_kind"] == "pays_to_ceiling":
+        lines.append(f"With k = {k}, the predicted speedup stays above 1 up to SD's throughput "
+                     "ceiling: no break-even below it.")
+    ceiling = ceiling_text(out)
+    if ceiling is not None:
+        lines.append(f"SD's throughput ceiling at k = {k}: {ceiling}.")
     return lines
 
 

@@ -29,7 +29,6 @@ import numpy as np
 
 from specwatch.model import ceilings, uncertainty, validity
 from specwatch.model.closed_form import (
-    BreakEvenKind,
     OptimalDraft,
     Reason,
     latency,
@@ -46,7 +45,7 @@ from specwatch.model.schedule import (
 )
 from specwatch.model.whatif import common
 from specwatch.model.whatif.advice_text import advice_lines
-from specwatch.model.whatif.predict import KIND_NAMES
+from specwatch.model.whatif.predict import breakeven_fields, ceiling_fields
 
 PERCENTILES = ("p50", "p95", "p99")
 # Share of time the load spends up to each percentile (the top 1% goes with p99).
@@ -330,19 +329,19 @@ def _add_intervals(st: Setup, grid: Grid, static_k: int, per_q: dict[str, Any]) 
             item["speedup_interval"] = uncertainty.as_pair(iv.speedup[0][i], iv.speedup[1][i])
 
 
-def breakeven_of(st: Setup, grid: Grid, static_k: int
-                 ) -> tuple[float | None, str | None, tuple[float, float] | None]:
-    """The advised k's break-even: (rate above which SD stops paying, kind, its interval)."""
+def breakeven_of(st: Setup, grid: Grid, static_k: int) -> dict[str, Any]:
+    """The advised k's break-even (speedup = 1) and SD's throughput ceiling, as predict gives
+    them (`predict.breakeven_fields`, `predict.ceiling_fields`); empty figures with SD off."""
     if not static_k:
-        return None, None, None
+        return {"breakeven_arrival_rate": None, "breakeven_interval": None,
+                "breakeven_kind": None, "breakeven_reasons": [],
+                "sd_ceiling_arrival_rate": None, "sd_ceiling_source": None,
+                "sd_ceiling_interval": None, "sd_ceiling_reasons": []}
     e = float(grid.es[static_k - 1])
-    be = ceilings.breakeven(st.params, static_k, e, st.p, st.g)
-    kind = KIND_NAMES[int(be.kind)]
-    if int(be.kind) != BreakEvenKind.PAYS_BELOW:
-        return None, kind, None
-    off_rate = float(be.rate)
-    return off_rate, kind, ceilings.breakeven_interval(st.params, float(static_k), e, st.p,
-                                                       st.g, off_rate)
+    figures = {**breakeven_fields(st.params, float(static_k), e, st.p, st.g),
+               **ceiling_fields(st.params, float(static_k), e, st.p, st.g)}
+    figures.pop("breakeven_measured_ceiling")
+    return figures
 
 
 def sd_off_above_rate(st: Setup) -> float | None:
@@ -375,7 +374,7 @@ def _summary(st: Setup, grid: Grid, choice: Choice, sched: Schedule, per_q: dict
              traffic: Traffic | None) -> dict[str, Any]:
     """The JSON-ready advice (without its lines of text)."""
     params, static_k = st.params, choice.k
-    off_rate, be_kind, be_iv = breakeven_of(st, grid, static_k)
+    figures = breakeven_of(st, grid, static_k)
     below = choice.below_min_gain
     return {
         "system": params.system,
@@ -392,9 +391,7 @@ def _summary(st: Setup, grid: Grid, choice: Choice, sched: Schedule, per_q: dict
         "sd_off_above_batch_size": sched.sd_off_above_batch_size,
         "max_num_seqs": st.max_num_seqs,
         "percentiles": per_q,
-        "breakeven_arrival_rate": off_rate,
-        "breakeven_interval": list(be_iv) if be_iv is not None else None,
-        "breakeven_kind": be_kind,
+        **figures,
         "sd_off_above_arrival_rate": sd_off_above_rate(st),
         "min_gain": st.min_gain,
         "declined_draft_lengths": {str(k): r for k, r in choice.declined.items()},

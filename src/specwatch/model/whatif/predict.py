@@ -30,6 +30,7 @@ KIND_NAMES = {
     BreakEvenKind.NEVER_PAYS: "never_pays",
     BreakEvenKind.PAYS_ABOVE: "pays_above",
     BreakEvenKind.UNDEFINED: "undefined",
+    BreakEvenKind.PAYS_TO_CEILING: "pays_to_ceiling",
 }
 
 EMPTY: dict[str, Any] = {
@@ -50,12 +51,18 @@ EMPTY: dict[str, Any] = {
     "latency_nosd_reasons": ["invalid_input"],
     "calibrated_range": None,
     "breakeven_arrival_rate": None,
+    "breakeven_reasons": [],
     "breakeven_measured_ceiling": None,
+    "sd_ceiling_arrival_rate": None,
+    "sd_ceiling_source": None,
+    "sd_ceiling_interval": None,
+    "sd_ceiling_reasons": [],
     "optimal_draft_length": None,
 }
 
 
 def breakeven_text(rate: float, kind: int) -> str:
+    """The break-even in words (the rate where the predicted speedup crosses 1, or why none)."""
     kind = BreakEvenKind(int(kind))
     if kind == BreakEvenKind.PAYS_BELOW:
         return f"{rate:.3g} req/s (SD pays below it)"
@@ -63,9 +70,85 @@ def breakeven_text(rate: float, kind: int) -> str:
         return f"{rate:.3g} req/s (SD pays only above it)"
     if kind == BreakEvenKind.PAYS_EVERYWHERE:
         return "none: SD pays at every load below saturation"
+    if kind == BreakEvenKind.PAYS_TO_CEILING:
+        return ("none below SD's throughput ceiling: the predicted speedup stays above 1 up "
+                "to it")
     if kind == BreakEvenKind.NEVER_PAYS:
         return "none: SD never pays"
     return "undefined"
+
+
+def range_caveat(reasons: list[str], cal: dict[str, Any] | None) -> str:
+    """' (outside the calibrated range …: reasons)' for a figure with range reasons, else ''
+    (the reasons `predict` gives at that rate)."""
+    if not reasons:
+        return ""
+    top = f", up to {cal['max_arrival_rate']:.3g} req/s" if cal else ""
+    return f" (outside the calibrated range{top}: {', '.join(reasons)})"
+
+
+def breakeven_interval_text(pair: list[float | None] | None) -> str:
+    """The 90% interval of a break-even in words: 'a–b req/s', or 'above a req/s' where the
+    optimistic end has no crossing (the speedup stays above 1 there)."""
+    if not pair:
+        return ""
+    lo, hi = pair
+    if hi is None:
+        return f"above {common.fmt(lo, '.3g')} req/s"
+    return f"{common.fmt(lo, '.3g')}–{common.fmt(hi, '.3g')} req/s"
+
+
+def ceiling_text(out: dict[str, Any], brief: bool = False) -> str | None:
+    """SD's throughput ceiling in words, or None (SD off, or no ceiling); `brief` for a
+    table's note."""
+    rate = out.get("sd_ceiling_arrival_rate")
+    if rate is None:
+        return None
+    measured = out.get("sd_ceiling_source") == "measured"
+    caveat = range_caveat(out.get("sd_ceiling_reasons") or [], out.get("calibrated_range"))
+    iv = out.get("sd_ceiling_interval")
+    span = (f", 90% interval {breakeven_interval_text(iv)}" if iv else "")
+    if brief:
+        return f"{rate:.4g} req/s ({'measured' if measured else 'model'}{span}){caveat}"
+    src = ("measured: the calibration runs of this k on these lengths stopped rising there"
+           if measured else "the model's")
+    return f"{rate:.3g} req/s, past which SD no longer keeps up ({src}{span}){caveat}"
+
+
+def ceiling_fields(params: Params, k: float, e: float, p: float, g: float) -> dict[str, Any]:
+    """SD's throughput ceiling for JSON: rate, source (measured / model), range reasons."""
+    rate, measured = ceilings.sd_throughput_ceiling(params, k, e, p, g)
+    r = float(rate)
+    if not math.isfinite(r):
+        return {"sd_ceiling_arrival_rate": None, "sd_ceiling_source": None,
+                "sd_ceiling_interval": None, "sd_ceiling_reasons": []}
+    src = "measured" if bool(measured) else "model"
+    iv = ceilings.sd_ceiling_interval(params, r, bool(measured))
+    return {"sd_ceiling_arrival_rate": r, "sd_ceiling_source": src,
+            "sd_ceiling_interval": uncertainty.as_pair(*iv) if iv is not None else None,
+            "sd_ceiling_reasons": (validity.figure_reasons(params, r, k, e, p, g,
+                                                           at_ceiling=True)
+                                   if src == "model" else [])}
+
+
+def breakeven_fields(params: Params, k: float, e: float, p: float, g: float,
+                     with_interval: bool = True) -> dict[str, Any]:
+    """The break-even for JSON: rate (None unless a finite crossing), kind, 90% interval,
+    range reasons, and SD's measured ceiling at this k (None where none bounds it)."""
+    be = ceilings.breakeven(params, k, e, p, g)
+    rate = float(be.rate)
+    finite = math.isfinite(rate) and int(be.kind) in (BreakEvenKind.PAYS_BELOW,
+                                                      BreakEvenKind.PAYS_ABOVE)
+    iv = (ceilings.breakeven_interval(params, k, e, p, g, rate)
+          if finite and with_interval else None)
+    return {
+        "breakeven_arrival_rate": rate if finite else None,
+        "breakeven_interval": uncertainty.as_pair(*iv) if iv is not None else None,
+        "breakeven_kind": KIND_NAMES[BreakEvenKind(int(be.kind))],
+        "breakeven_reasons": (validity.figure_reasons(params, rate, k, e, p, g)
+                              if finite else []),
+        "breakeven_measured_ceiling": ceilings.sd_ceiling(params, k, p, g),
+    }
 
 
 @dataclass(frozen=True)
@@ -138,16 +221,13 @@ def _prediction(params: Params, judged: validity.Assessment, lam: float, k: floa
                 p: float, g: float, limit: float) -> dict[str, Any]:
     """Latencies, speedup, their intervals, utilisation, validity and break-even."""
     pred = judged.prediction
-    be = ceilings.breakeven(params, k, e, p, g)
     model_ok = bool(pred.valid)
     usable_sd = bool(pred.sd.valid)
     usable_nosd = bool(pred.nosd.valid)
     both = bool(judged.valid)
     iv = judged.intervals
-    be_rate = float(be.rate)
-    be_iv = None
-    if iv is not None and params.uncertainty is not None and math.isfinite(be_rate):
-        be_iv = ceilings.breakeven_interval(params, k, e, p, g, be_rate)
+    figures = {**breakeven_fields(params, k, e, p, g, with_interval=iv is not None),
+               **(ceiling_fields(params, k, e, p, g) if k > 0 else {})}
     return dict(
         latency_sd_s=float(pred.sd.latency) if usable_sd else None,
         latency_nosd_s=float(pred.nosd.latency) if usable_nosd else None,
@@ -173,10 +253,7 @@ def _prediction(params: Params, judged: validity.Assessment, lam: float, k: floa
         latency_nosd_reasons=judged.names_nosd(),
         calibrated_range=(params.calibrated_range.to_mapping()
                           if params.calibrated_range is not None else None),
-        breakeven_arrival_rate=be_rate if math.isfinite(be_rate) else None,
-        breakeven_interval=list(be_iv) if be_iv is not None else None,
-        breakeven_kind=KIND_NAMES[BreakEvenKind(int(be.kind))],
-        breakeven_measured_ceiling=ceilings.sd_ceiling(params, k, p, g),
+        **figures,
     )
 
 
@@ -280,14 +357,14 @@ def render(out: dict[str, Any]) -> None:
                      f"{interval_text(out.get('speedup_interval'), '.3f')}")
     rate = out["breakeven_arrival_rate"]
     kind = {v: k for k, v in KIND_NAMES.items()}[out["breakeven_kind"]]
-    bound = out.get("breakeven_measured_ceiling")
-    notes.append("break-even arrival rate: " + breakeven_text(rate if rate is not None
-                                                               else math.inf, kind)
-                 + (f", 90% interval {interval_text(out['breakeven_interval'], '.3g')} req/s"
-                    if out.get("breakeven_interval") else "")
-                 + (f" (the throughput ceiling the calibration runs measured for k ="
-                    f" {f(out['draft_length'])} on these lengths: SD does not pay where it"
-                    " does not serve)" if bound is not None and rate == bound else ""))
+    biv = breakeven_interval_text(out.get("breakeven_interval"))
+    notes.append("break-even arrival rate (speedup = 1): "
+                 + breakeven_text(rate if rate is not None else math.inf, kind)
+                 + (f", 90% interval {biv}" if biv else "")
+                 + range_caveat(out.get("breakeven_reasons") or [], out.get("calibrated_range")))
+    ceiling = ceiling_text(out)
+    if ceiling is not None:
+        notes.append(f"SD throughput ceiling: {ceiling}")
     if out["optimal_draft_length"] is not None:
         k_opt = out["optimal_draft_length"]
         notes.append(

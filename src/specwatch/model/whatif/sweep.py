@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.model import ceilings, validity
+from specwatch.model import validity
 from specwatch.model.closed_form import (
     Reason,
     optimal_draft_length,
@@ -26,7 +26,15 @@ from specwatch.model.closed_form import (
 )
 from specwatch.model.params import Params
 from specwatch.model.whatif import common
-from specwatch.model.whatif.predict import KIND_NAMES
+from specwatch.model.whatif.predict import (
+    KIND_NAMES,
+    breakeven_fields,
+    breakeven_interval_text,
+    breakeven_text,
+    ceiling_fields,
+    ceiling_text,
+    range_caveat,
+)
 
 MAX_POINTS = 10_000
 EMPTY: dict[str, Any] = {"arrival_rates": [], "curves": [], "best_draft_length": []}
@@ -145,7 +153,6 @@ def _curves(params: Params, judged: validity.Assessment, n_lams: int, ks: list[i
     (NaN where declined), with the draft length's break-even."""
     model = params.model()
     k_arr = np.asarray(ks, dtype=float)
-    be = ceilings.breakeven(params, k_arr, e_arr, p, g)
     s0 = speedup(model, 0.0, k_arr, e_arr, p, g)
     pred = judged.prediction
     grid = (n_lams, len(ks))
@@ -159,15 +166,12 @@ def _curves(params: Params, judged: validity.Assessment, n_lams: int, ks: list[i
     for j, k in enumerate(ks):
         reasons = [judged.names((i, j)) for i in range(n_lams)]
         valid = judged.valid[:, j]
-        be_iv = ceilings.breakeven_interval(params, float(k), float(e_arr[j]), p, g,
-                                            float(be.rate[j]))
         curves.append({
             "draft_length": k,
             "acceptance_length": float(e_arr[j]),
             "isolated_speedup": float(s0[j]),
-            "breakeven_arrival_rate": float(be.rate[j]),
-            "breakeven_interval": list(be_iv) if be_iv is not None else None,
-            "breakeven_kind": KIND_NAMES[int(be.kind[j])],
+            **breakeven_fields(params, float(k), float(e_arr[j]), p, g),
+            **ceiling_fields(params, float(k), float(e_arr[j]), p, g),
             "speedup": np.where(valid, pred.speedup[:, j], np.nan),
             "speedup_lower": np.where(valid, s_lo[:, j], np.nan),
             "speedup_upper": np.where(valid, s_hi[:, j], np.nan),
@@ -316,25 +320,21 @@ def render(out: dict[str, Any]) -> None:
            else "acceptance profile " + ", ".join(f"{x:g}" for x in out["acceptance_profile"]))
     title = (f"specwatch sweep · {out['system']} · {acc}, p = {f(out['prompt_tokens'])}, "
              f"g = {f(out['generation_tokens'])} · speedup L_noSD/L_SD (— = not valid)")
-    notes = ["break-even per draft length:"]
+    notes = ["break-even (speedup = 1) and SD's throughput ceiling per draft length:"]
+    cal = out.get("calibrated_range")
     for c in out["curves"]:
         kind = c["breakeven_kind"]
-        if kind == "pays_below":
-            text = f"SD pays below {c['breakeven_arrival_rate']:.4g} req/s"
-        elif kind == "pays_above":
-            text = f"SD pays only above {c['breakeven_arrival_rate']:.4g} req/s"
-        elif kind == "pays_everywhere":
-            text = "SD pays at every load below saturation"
-        elif kind == "never_pays":
-            text = "SD never pays"
-        else:
-            text = "undefined"
-        biv = c.get("breakeven_interval")
-        if biv is not None:
-            text += (f" (90% interval {biv[0]:.4g}–"
-                     f"{'∞' if not math.isfinite(biv[1]) else format(biv[1], '.4g')} req/s)")
+        rate = c["breakeven_arrival_rate"]
+        text = ("none below SD's throughput ceiling" if kind == "pays_to_ceiling" else
+                breakeven_text(rate if rate is not None else math.inf,
+                               {v: k for k, v in KIND_NAMES.items()}[kind]))
+        biv = breakeven_interval_text(c.get("breakeven_interval"))
+        text += (f", 90% interval {biv}" if biv else "") \
+            + range_caveat(c.get("breakeven_reasons") or [], cal)
+        ceiling = ceiling_text({**c, "calibrated_range": cal}, brief=True)
         notes.append(f"  k = {c['draft_length']} (E = {c['acceptance_length']:.3f}, isolated "
-                     f"speedup {c['isolated_speedup']:.3f}x): {text}")
+                     f"speedup {c['isolated_speedup']:.3f}x): break-even {text}"
+                     + (f"; SD ceiling {ceiling}" if ceiling else ""))
     if out["sd_off_above_arrival_rate"] is not None:
         notes.append(f"best choice is SD off from {out['sd_off_above_arrival_rate']:.4g} req/s "
                      "on (within the swept range)")
