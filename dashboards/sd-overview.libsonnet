@@ -382,11 +382,12 @@ local row = g.panel.row;
 
     local breakeven =
       m.timeSeries(
-        'Break-even vs current arrival rate',
-        "The arrival rate above which the model predicts SD costs latency (break-even), against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate (recording rule). A break-even of +Inf (SD pays at every load below saturation) is off the chart; 0 means SD never pays. Arrival above break-even fires SDArrivalRateAboveBreakeven.",
+        'Break-even and SD throughput ceiling vs current arrival rate',
+        "Two model figures against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate (recording rule). Break-even: the arrival rate where the predicted speedup crosses 1; +Inf (no crossing: SD pays up to its ceiling) is off the chart, 0 means SD never pays; arrival above it fires SDArrivalRateAboveBreakeven. SD throughput ceiling: the arrival rate past which SD no longer keeps up, measured or modelled; the speedup may still be well above 1 just below it.",
         'reqps',
         [
           t('sd_breakeven_arrival_rate{%s}' % f.sd, who + ' break-even'),
+          t('sd_throughput_ceiling_arrival_rate{%s}' % f.sd, who + ' SD throughput ceiling'),
           t('sd_arrival_rate{%s}' % f.sdWindow, who + ' arrival'),
           t(rec(n.arrivalRate), '{{model_name}} completions (vLLM counters, %s)' % c.rateWindow),
         ],
@@ -556,14 +557,18 @@ local row = g.panel.row;
 
     local headroom =
       nowStat(
-        'Headroom to break-even (λ*/λ)',
-        "Break-even arrival rate over the measured arrival rate, both over the model window: how many times today's load the server can take before SD stops paying. Below 1 SD already costs latency (SDArrivalRateAboveBreakeven); +Inf means SD pays at every load below saturation. No value with no traffic.",
+        'Headroom to break-even and to SD ceiling (×λ)',
+        "Break-even arrival rate (where the predicted speedup crosses 1), and SD's throughput ceiling (past which SD no longer keeps up), each over the measured arrival rate, all over the model window: how many times today's load the server can take before SD stops paying, or stops keeping up. Break-even below 1: SD already costs latency (SDArrivalRateAboveBreakeven); +Inf: no crossing below SD's ceiling. No value with no traffic.",
         'none',
         [t(|||
           sd_breakeven_arrival_rate{%(f)s}
           / on (job, instance, target, model_name, window)
           (sd_arrival_rate{%(f)s} > 0)
-        ||| % { f: f.sd }, who)],
+        ||| % { f: f.sd }, who + ' to break-even'), t(|||
+          sd_throughput_ceiling_arrival_rate{%(f)s}
+          / on (job, instance, target, model_name, window)
+          (sd_arrival_rate{%(f)s} > 0)
+        ||| % { f: f.sd }, who + ' to SD ceiling')],
       )
       + stat.standardOptions.withDecimals(2)
       + stat.standardOptions.thresholds.withMode('absolute')

@@ -13,12 +13,15 @@ that the committed pages are current (`--check`, also run by tests/test_docs_gen
   parser (`add_arguments`), so a new option appears by re-running this script.
 - docs/deployment.md: deploy/README.md, the deployment guide beside the files it describes,
   with its relative links made absolute.
+- docs/whatif.md: the table of break-even (speedup = 1) and SD throughput ceiling per shipped
+  parameters file and k, from `specwatch sweep --json`, with the README sweep's details; every
+  such figure the docs quote comes from here.
 - docs/img/sweep-qwen3-32b-h100-eagle3.png and the README's picture block (both only with
   --images): what `specwatch sweep --plot` draws for the shipped EAGLE-3 example parameters,
-  and a caption whose every number comes from the same sweep. The PNG bytes depend on the
-  matplotlib version, so they are not compared; the numbers are. The caption's numbers are
-  also stored in the PNG (a text chunk), so `--check` and the tests fail when the README's
-  caption or the picture no longer match the shipped parameters.
+  and a caption of at most 3 lines whose every number comes from the same sweep. The PNG
+  bytes depend on the matplotlib version, so they are not compared; the numbers are. The
+  caption's numbers are also stored in the PNG (a text chunk), so `--check` and the tests
+  fail when the README's caption or the picture no longer match the shipped parameters.
 """
 
 from __future__ import annotations
@@ -53,6 +56,12 @@ SWEEP_IMAGE = REPO / "docs" / "img" / "sweep-qwen3-32b-h100-eagle3.png"
 SWEEP_PARAMS = REPO / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
 SWEEP_NAME = "qwen3-32b-h100-eagle3"  # how a user names the shipped example
 README = REPO / "README.md"
+WHATIF_PAGE = REPO / "docs" / "whatif.md"
+FIGURES_BEGIN = ("<!-- BEGIN GENERATED break-even and ceiling table by scripts/generate_docs.py"
+                 " from the shipped parameters; run `make generate` -->")
+FIGURES_END = "<!-- END GENERATED break-even and ceiling table -->"
+#: The README's caption: at most this many lines.
+CAPTION_LINES = 3
 PICTURE_BEGIN = ("<!-- BEGIN GENERATED picture and caption by scripts/generate_docs.py --images"
                  " from the shipped parameters; run `make docs-images` -->")
 PICTURE_END = "<!-- END GENERATED picture -->"
@@ -87,15 +96,18 @@ def _rate(x: float) -> str:
 
 
 def caption_numbers(out: dict) -> dict:
-    """Every number the caption states, from the sweep's output."""
+    """Every number the caption (and the whatif page's details of its sweep) states, from the
+    sweep's output."""
     best = out["best_draft_length"]
     rates = out["arrival_rates"]
     steps = []  # (best k, from rate) while SD pays
     for k, lam in zip(best, rates, strict=True):
         if k > 0 and (not steps or steps[-1][0] != k):
             steps.append((k, lam))
-    pays = [(c["breakeven_arrival_rate"], c["draft_length"]) for c in out["curves"]
-            if c["breakeven_kind"] == "pays_below"]
+    crossings = [[c["draft_length"], round(c["breakeven_arrival_rate"], 2)]
+                 for c in out["curves"] if c["breakeven_arrival_rate"] is not None]
+    caps = [(c["sd_ceiling_arrival_rate"], c["draft_length"]) for c in out["curves"]
+            if c["sd_ceiling_arrival_rate"] is not None]
     # Where the sweep ends in rates with no best k vouched for (every column declined, or
     # the fastest one), the last rate that has one: the caption must not say SD pays there.
     shown = [lam for k, lam in zip(best, rates, strict=True) if k >= 0]
@@ -105,48 +117,105 @@ def caption_numbers(out: dict) -> dict:
         "idle_best_k": best[0],
         "idle_speedup": round(out["best_speedup"][0], 2),
         "best_k_steps": [[k, round(lam, 2)] for k, lam in steps],
-        "breakeven_low": [round(min(pays)[0], 2), min(pays)[1]],
-        "breakeven_high": [round(max(pays)[0], 2), max(pays)[1]],
+        "breakevens": crossings,
+        "ceiling_low": [round(min(caps)[0], 2), min(caps)[1]],
+        "ceiling_high": [round(max(caps)[0], 2), max(caps)[1]],
         "sd_off_from": out["sd_off_above_arrival_rate"],
         "vouched_to": vouched_to,
         "fit_max_arrival_rate": round(out["calibrated_range"]["max_arrival_rate"], 1),
     }
 
 
+def _ks(pairs: list) -> str:
+    return ", ".join(f"{_rate(r)} req/s (k = {k})" for k, r in pairs)
+
+
 def picture_block(numbers: dict) -> str:
-    """The README's picture and caption (between the markers)."""
+    """The README's picture and caption (between the markers); the details are in
+    docs/whatif.md's generated table."""
     n = numbers
-    ks = ", ".join(str(k) for k, _ in n["best_k_steps"])
-    froms = ", ".join(_rate(lam) for _, lam in n["best_k_steps"])
-    command = " ".join(a if a != "sweep" else "specwatch sweep" for a in sweep_args())
-    if n["sd_off_from"] is not None:
-        off = (f"from {_rate(n['sd_off_from'])} req/s on no draft length beats plain"
-               " decoding: SD costs latency")
-    elif n["vouched_to"] is not None:
-        off = (f"SD pays up to {_rate(n['vouched_to'])} req/s; past that no draft length's"
-               " prediction is vouched for (hatched: saturated, or more requests in flight"
-               " than the calibration runs held with throughput headroom), so the picture"
-               " gives no best k there")
+    if n["breakevens"]:
+        be = f"the speedup falls to 1 at {_ks(n['breakevens'])}"
     else:
-        off = "SD pays over the whole range drawn"
+        be = "no draft length's speedup falls to 1 below SD's throughput ceiling"
+    if n["sd_off_from"] is not None:
+        off = f"; SD is off from {_rate(n['sd_off_from'])} req/s on"
+    elif n["vouched_to"] is not None:
+        off = f"; predictions are vouched for up to {_rate(n['vouched_to'])} req/s"
+    else:
+        off = ""
     image = (
         "![Predicted speedup of SD against arrival rate for Qwen3-32B with an EAGLE-3 drafter"
-        " on one\nH100, one curve per draft length, and below it the best draft length: past"
-        " the break-even\npoints (dots on the dashed line) SD makes requests slower]"
+        " on one\nH100, one curve per draft length, and below it the best draft length]"
         "(docs/img/sweep-qwen3-32b-h100-eagle3.png)")
     text = (
-        f"*`{command} --plot sweep.png` on the shipped example parameters (Qwen3-32B +"
-        " EAGLE-3, one H100, fitted to a public benchmark sweep up to"
-        f" {_rate(n['fit_max_arrival_rate'])} req/s, with the KV caches its servers stated):"
-        " idle, SD makes requests"
-        f" {n['idle_speedup']:.2f}x faster (k = {n['idle_best_k']}); the best draft length"
-        f" falls with load (k = {ks} from {froms} req/s); the break-even arrival rates run from"
-        f" {_rate(n['breakeven_low'][0])} req/s (k = {n['breakeven_low'][1]}) to"
-        f" {_rate(n['breakeven_high'][0])} req/s (k = {n['breakeven_high'][1]}; a hollow dot"
-        f" lies past the load up to which its curve's prediction is valid), and {off}."
-        " Picture and numbers written by `make docs-images`.*"
+        f"*Shipped EAGLE-3 example: idle, SD is {n['idle_speedup']:.2f}x faster"
+        f" (k = {n['idle_best_k']}); {be} ({_rate(n['ceiling_low'][0])}–"
+        f"{_rate(n['ceiling_high'][0])} req/s){off}. Figures per k:"
+        " [docs/whatif.md](docs/whatif.md#break-even-and-sd-throughput-ceiling).*"
     )
-    return f"{image}\n\n{textwrap.fill(text, width=96, break_on_hyphens=False)}"
+    caption = textwrap.fill(text, width=96, break_on_hyphens=False)
+    if caption.count("\n") + 1 > CAPTION_LINES:
+        raise SystemExit(f"README caption runs over {CAPTION_LINES} lines:\n{caption}")
+    return f"{image}\n\n{caption}"
+
+
+def figures_table() -> str:
+    """docs/whatif.md's table: per shipped parameters file and k, the break-even (speedup =
+    1) and SD's throughput ceiling, with the predicted speedup just below that ceiling, from
+    `specwatch sweep --json` on the README sweep's lengths; then the README sweep's details."""
+    from specwatch.model.closed_form import speedup
+    from specwatch.model.params import load_params
+
+    lines = [
+        "| parameters file | k | break-even (req/s) | SD throughput ceiling (req/s) |"
+        " speedup just below the ceiling |",
+        "|---|---:|---|---|---:|",
+    ]
+    for path in sorted((REPO / "examples" / "params").glob("*.yaml")):
+        args = ["sweep", "--params", str(path), "--prompt-tokens", "144",
+                "--generation-tokens", "200", "--draft-lengths", "1-6",
+                "--arrival-rates", "1:2:2", "--json"]
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            if cli.main(args) != 0:
+                raise SystemExit(f"specwatch {' '.join(args)} failed")
+        out = json.loads(buf.getvalue())
+        model = load_params(path).model()
+        for c in out["curves"]:
+            k, e = c["draft_length"], c["acceptance_length"]
+            rate, cap = c["breakeven_arrival_rate"], c["sd_ceiling_arrival_rate"]
+            reasons = ", ".join(c["breakeven_reasons"])
+            be = ("none below the ceiling" if rate is None
+                  else f"{rate:.2f}" + (f" ({reasons})" if reasons else ""))
+            cap_reasons = ", ".join(c["sd_ceiling_reasons"])
+            cap_text = "—" if cap is None else (
+                f"{cap:.2f} ({c['sd_ceiling_source']}"
+                + (f"; {cap_reasons}" if cap_reasons else "") + ")")
+            s_cap = (f"{float(speedup(model, cap * (1 - 1e-6), k, e, 144.0, 200.0)):.2f}x"
+                     if cap is not None else "—")
+            lines.append(f"| `{path.stem}` | {k} | {be} | {cap_text} | {s_cap} |")
+    n = caption_numbers(sweep_result())
+    command = " ".join(a if a != "sweep" else "specwatch sweep" for a in sweep_args())
+    steps = ", ".join(f"k = {k} from {_rate(lam)} req/s" for k, lam in n["best_k_steps"])
+    lines += [
+        "",
+        textwrap.fill(
+            f"The README's picture is `{command} --plot sweep.png`, on a fit of a public"
+            f" benchmark sweep up to {_rate(n['fit_max_arrival_rate'])} req/s. The best draft"
+            f" length falls with load: {steps}.", width=96, break_on_hyphens=False,
+            break_long_words=False),
+    ]
+    return "\n".join(lines)
+
+
+def whatif_page(current: str) -> str:
+    if FIGURES_BEGIN not in current or FIGURES_END not in current:
+        raise SystemExit(f"{WHATIF_PAGE}: the markers {FIGURES_BEGIN!r} and {FIGURES_END!r}"
+                         " are missing")
+    head, rest = current.split(FIGURES_BEGIN, 1)
+    _, tail = rest.split(FIGURES_END, 1)
+    return f"{head}{FIGURES_BEGIN}\n{figures_table()}\n{FIGURES_END}{tail}"
 
 
 def readme_with_picture(current: str, numbers: dict) -> str:
@@ -304,7 +373,8 @@ def deployment_page() -> str:
 def pages() -> dict[Path, str]:
     """Every generated page: path -> text it should have."""
     return {METRICS_PAGE: metrics_page(METRICS_PAGE.read_text(encoding="utf-8")),
-            CLI_PAGE: cli_page(), DEPLOY_PAGE: deployment_page()}
+            CLI_PAGE: cli_page(), DEPLOY_PAGE: deployment_page(),
+            WHATIF_PAGE: whatif_page(WHATIF_PAGE.read_text(encoding="utf-8"))}
 
 
 def stale_pages() -> list[str]:

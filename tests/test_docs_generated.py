@@ -127,28 +127,35 @@ def test_readme_picture_and_caption_numbers_are_todays() -> None:
 
 
 def test_readme_caption_states_the_sweeps_break_even_and_sd_off_rates() -> None:
-    """The caption's numbers are the sweep's, not a rounding that hides a change."""
+    """The caption's numbers are the sweep's, not a rounding that hides a change; it is at
+    most 3 lines, and it calls a break-even only a rate where the speedup crosses 1 (on the
+    shipped example there is none below SD's throughput ceiling, which it names apart)."""
     gen = _generator()
     out = gen.sweep_result()
     numbers = gen.caption_numbers(out)
-    pays = [c["breakeven_arrival_rate"] for c in out["curves"]
-            if c["breakeven_kind"] == "pays_below"]
-    assert numbers["breakeven_low"][0] == pytest.approx(min(pays), abs=0.01)
-    assert numbers["breakeven_high"][0] == pytest.approx(max(pays), abs=0.01)
+    crossings = [[c["draft_length"], c["breakeven_arrival_rate"]] for c in out["curves"]
+                 if c["breakeven_arrival_rate"] is not None]
+    assert numbers["breakevens"] == [[k, round(r, 2)] for k, r in crossings]
+    caps = [c["sd_ceiling_arrival_rate"] for c in out["curves"]]
+    assert numbers["ceiling_low"][0] == pytest.approx(min(caps), abs=0.01)
+    assert numbers["ceiling_high"][0] == pytest.approx(max(caps), abs=0.01)
     assert numbers["sd_off_from"] == out["sd_off_above_arrival_rate"]
+    caption = gen.picture_block(numbers).split("\n\n", 1)[1]
+    assert len(caption.splitlines()) <= 3, caption
     block = " ".join(gen.picture_block(numbers).split())
+    if not crossings:
+        assert "no draft length's speedup falls to 1 below SD's throughput ceiling" in block
+        assert f"({gen._rate(min(caps))}–{gen._rate(max(caps))} req/s)" in block
     best = out["best_draft_length"]
     if numbers["sd_off_from"] is not None:
-        assert f"{gen._rate(numbers['sd_off_from'])} req/s on" in block
+        assert f"off from {gen._rate(numbers['sd_off_from'])} req/s on" in block
     elif best[-1] < 0:
         # The sweep ends with no best k vouched for: the caption says up to where SD pays,
         # never that it pays over the whole range.
         last = max(lam for k, lam in zip(best, out["arrival_rates"], strict=True) if k >= 0)
         assert numbers["vouched_to"] == pytest.approx(last, abs=0.01)
-        assert f"SD pays up to {gen._rate(last)} req/s" in block
+        assert f"vouched for up to {gen._rate(last)} req/s" in block
         assert "whole range" not in block
-    else:
-        assert "SD pays over the whole range drawn" in block
 
 
 def test_performance_page_is_a_reference_and_the_run_log_an_archive() -> None:

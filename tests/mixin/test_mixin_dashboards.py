@@ -492,10 +492,15 @@ def test_top_row_answers_is_sd_paying_off_now():
     reads = [_reads(p) for p in top]
     assert {"sd_acceptance_rate"} in reads
     assert {"sd_predicted_speedup", "sd_model_valid"} in reads
-    assert {"sd_breakeven_arrival_rate", "sd_arrival_rate"} in reads
+    # Headroom to the break-even and, named apart, to SD's throughput ceiling.
+    both = {"sd_breakeven_arrival_rate", "sd_throughput_ceiling_arrival_rate", "sd_arrival_rate"}
+    assert both in reads
     assert {"ALERTS"} in reads
-    (headroom,) = [p for p in top if _reads(p) == {"sd_breakeven_arrival_rate", "sd_arrival_rate"}]
-    assert "on (job, instance, target, model_name, window)" in headroom["targets"][0]["expr"]
+    (headroom,) = [p for p in top if _reads(p) == both]
+    exprs = [tg["expr"] for tg in headroom["targets"]]
+    assert len(exprs) == 2 and "sd_breakeven_arrival_rate" in exprs[0]
+    assert "sd_throughput_ceiling_arrival_rate" in exprs[1]
+    assert all("on (job, instance, target, model_name, window)" in e for e in exprs)
     (speedup,) = [p for p in top if "sd_model_valid" in _reads(p)]
     mapped = [prop["value"] for o in speedup["fieldConfig"]["overrides"]
               for prop in o["properties"] if prop["id"] == "mappings"]

@@ -157,3 +157,27 @@ def test_a_break_even_interval_open_above_is_given_in_words(capsys, c64_eagle):
         iv = out["breakeven_interval"]
         if iv is not None:
             assert iv[0] is not None and (iv[1] is None or math.isfinite(iv[1]))
+
+
+def test_calibrates_report_names_both_figures_and_their_reasons(capsys):
+    """`calibrate --json` on the c <= 64 runs: per draft length, the break-even where the
+    speedup crosses 1 and SD's throughput ceiling apart, each past the calibrated range with
+    the reason; the terminal table marks them."""
+    rc, doc = _json(capsys, "calibrate", SWEEP, "--system", "eagle3", "--max-concurrency", 64,
+                    "--json")
+    assert rc == 0
+    (system,) = doc["systems"].values()
+    top = system["calibrated_range"]["max_arrival_rate"]
+    rows = system["draft_lengths"]
+    assert [r["k"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    for r in rows:
+        assert r["sd_ceiling_arrival_rate"] is not None and r["sd_ceiling_source"] == "model"
+        if r["breakeven_arrival_rate"] is not None:
+            assert r["breakeven_arrival_rate"] < r["sd_ceiling_arrival_rate"]
+        for key in ("breakeven", "sd_ceiling"):
+            rate = r[f"{key}_arrival_rate"]
+            if rate is not None and rate > top * 1.1:
+                assert "beyond_calibrated_load" in r[f"{key}_reasons"], (r["k"], key)
+    main(["calibrate", str(SWEEP), "--system", "eagle3", "--max-concurrency", "64"])
+    text = capsys.readouterr().out
+    assert "SD ceiling" in text and "outside the calibrated range (beyond_calibrated_load)" in text

@@ -14,9 +14,9 @@ from collections import defaultdict
 
 from specwatch.calibrate.reportfmt import (
     PARAMS_ORDER,
+    figure_cells,
     k_label,
     or_na,
-    rate_text,
     reason_kind,
     short_source,
     user_path_line,
@@ -49,13 +49,15 @@ def markdown_system(fit: SystemFit, fit_png: str, res_png: str) -> list[str]:
     lines.append("")
     if fit.draft_lengths:
         lines += [
-            "| k | E | zero-load speedup | break-even λ* (req/s) | kind |",
-            "|---:|---:|---:|---:|---|",
+            "| k | E | zero-load speedup | break-even λ* (req/s) | kind | SD ceiling (req/s) |"
+            " outside the calibrated range (reasons) |",
+            "|---:|---:|---:|---:|---|---:|---|",
         ]
         for d in fit.draft_lengths:
+            be, ceiling, notes = figure_cells(d)
             lines.append(
                 f"| {k_label(d.k)} | {d.acceptance_length:.2f} | {d.zero_load_speedup:.3f} |"
-                f" {rate_text(d.breakeven_arrival_rate)} | {d.breakeven_kind} |"
+                f" {be} | {d.breakeven_kind} | {ceiling} | {notes} |"
             )
         lines.append("")
     if fit.measured_speedups:

@@ -97,6 +97,9 @@ def _headline_json(fit: SystemFit) -> dict[str, Any]:
             k_label(d.k): _num(d.breakeven_arrival_rate) for d in fit.draft_lengths
         },
         "breakeven_kind": {k_label(d.k): d.breakeven_kind for d in fit.draft_lengths},
+        "sd_ceiling_arrival_rate": {
+            k_label(d.k): _num(d.sd_ceiling_arrival_rate) for d in fit.draft_lengths
+        },
         "zero_load_speedup": {k_label(d.k): _num(d.zero_load_speedup) for d in fit.draft_lengths},
     }
 
@@ -128,6 +131,10 @@ def _records_json(fit: SystemFit) -> dict[str, Any]:
                 "zero_load_speedup": _num(d.zero_load_speedup),
                 "breakeven_arrival_rate": _num(d.breakeven_arrival_rate),
                 "breakeven_kind": d.breakeven_kind,
+                "breakeven_reasons": list(d.breakeven_reasons),
+                "sd_ceiling_arrival_rate": _num(d.sd_ceiling_arrival_rate),
+                "sd_ceiling_source": d.sd_ceiling_source,
+                "sd_ceiling_reasons": list(d.sd_ceiling_reasons),
             }
             for d in fit.draft_lengths
         ],
@@ -405,13 +412,35 @@ def _summary_table(fit: SystemFit, written: Mapping[str, str]) -> Any:
     return summary
 
 
+def _be_kind(d: Any) -> tuple[str, str, str]:
+    """Break-even, kind and SD-ceiling cells (req/s); '†' marks a measured ceiling, '*' a
+    figure outside the calibrated range (the table's caption says so)."""
+    crossing = d.breakeven_kind in ("pays_below", "pays_above")
+    be = rate_text(d.breakeven_arrival_rate) if crossing else "none"
+    cap = d.sd_ceiling_arrival_rate
+    ceiling = "n/a" if math.isnan(cap) else rate_text(cap)
+    ceiling += "†" if d.sd_ceiling_source == "measured" else ""
+    return (be + ("*" if crossing and d.breakeven_reasons else ""), d.breakeven_kind,
+            ceiling + ("*" if d.sd_ceiling_reasons else ""))
+
+
 def _draft_length_table(fit: SystemFit) -> Any:
-    return _right_aligned_table(
-        "per draft length",
-        ("k", "E", "zero-load speedup", "break-even λ* (req/s)", "kind"),
+    t = _right_aligned_table(
+        "per draft length (req/s)",
+        ("k", "E", "zero-load speedup", "break-even", "kind", "SD ceiling"),
         ((k_label(d.k), f"{d.acceptance_length:.2f}", f"{d.zero_load_speedup:.3f}",
-          rate_text(d.breakeven_arrival_rate), d.breakeven_kind) for d in fit.draft_lengths),
+          *_be_kind(d)) for d in fit.draft_lengths),
     )
+    notes = []
+    if any(d.sd_ceiling_source == "measured" for d in fit.draft_lengths):
+        notes.append("† measured (the runs stopped rising there)")
+    reasons = sorted({r for d in fit.draft_lengths
+                      for r in (*d.breakeven_reasons, *d.sd_ceiling_reasons)})
+    if reasons:
+        notes.append(f"* outside the calibrated range ({', '.join(reasons)})")
+    if notes:
+        t.caption = "; ".join(notes)
+    return t
 
 
 def _speedup_table(fit: SystemFit) -> Any:

@@ -39,6 +39,20 @@ def rate_text(rate: float) -> str:
     return f"{rate:.2f}"
 
 
+def figure_cells(d: Any) -> tuple[str, str, str]:
+    """A draft length's break-even, SD ceiling and range-reason cells for the report tables
+    (`DraftLengthSummary`): a break-even only where the speedup crosses 1 ('none' otherwise:
+    the kind says why), the ceiling with its source."""
+    crossing = d.breakeven_kind in ("pays_below", "pays_above")
+    be = rate_text(d.breakeven_arrival_rate) if crossing else "none"
+    cap = d.sd_ceiling_arrival_rate
+    ceiling = "n/a" if math.isnan(cap) else f"{rate_text(cap)} ({d.sd_ceiling_source})"
+    notes = [f"{name}: {', '.join(r)}" for name, r in
+             (("λ*", d.breakeven_reasons if crossing else ()),
+              ("ceiling", d.sd_ceiling_reasons)) if r]
+    return be, ceiling, "; ".join(notes) or "-"
+
+
 def or_na(x: float | None, spec: str) -> str:
     """A figure in `spec`, or "n/a" where there is none."""
     return "n/a" if x is None else format(x, spec)

@@ -45,7 +45,8 @@ class ConfigurationFit:
 
 @dataclass(frozen=True)
 class DraftLengthSummary:
-    """What the fit says about one draft length: zero-load speedup and break-even."""
+    """What the fit says about one draft length: zero-load speedup, break-even (speedup = 1)
+    and SD's throughput ceiling."""
 
     k: float
     acceptance_length: float
@@ -54,6 +55,13 @@ class DraftLengthSummary:
     zero_load_speedup: float
     breakeven_arrival_rate: float
     breakeven_kind: str
+    #: SD's throughput ceiling (req/s; NaN unknown), a separate figure from the break-even:
+    #: the rate past which SD no longer keeps up, "measured" or from the "model".
+    sd_ceiling_arrival_rate: float = float("nan")
+    sd_ceiling_source: str | None = None
+    #: The range reasons predict gives at each figure's rate (beyond_calibrated_load, ...).
+    breakeven_reasons: tuple[str, ...] = ()
+    sd_ceiling_reasons: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

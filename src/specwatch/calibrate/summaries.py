@@ -25,7 +25,7 @@ from specwatch.calibrate.results import (
     MeasuredSpeedup,
     SystemFit,
 )
-from specwatch.model import ceilings
+from specwatch.model import ceilings, validity
 
 __all__ = [
     "acceptance_profile",
@@ -52,6 +52,10 @@ def summarize_six(fit: SystemFit) -> None:
         g_tok = float(np.mean([need_g(p) for p in pts]))
         s0 = float(model.speedup(coef, 0.0, key, e, p_tok, g_tok))
         be = ceilings.breakeven(params, key, e, p_tok, g_tok)
+        rate = float(be.rate)
+        cap, measured = ceilings.sd_throughput_ceiling(params, key, e, p_tok, g_tok)
+        cap_rate = float(cap)
+        source = "measured" if bool(measured) else "model"
         fit.draft_lengths.append(
             DraftLengthSummary(
                 k=key,
@@ -59,8 +63,15 @@ def summarize_six(fit: SystemFit) -> None:
                 prompt_tokens=p_tok,
                 generation_tokens=g_tok,
                 zero_load_speedup=s0,
-                breakeven_arrival_rate=float(be.rate),
+                breakeven_arrival_rate=rate,
                 breakeven_kind=model.BreakEvenKind(int(be.kind)).name.lower(),
+                sd_ceiling_arrival_rate=cap_rate,
+                sd_ceiling_source=source if math.isfinite(cap_rate) else None,
+                breakeven_reasons=tuple(validity.figure_reasons(params, rate, key, e, p_tok,
+                                                                g_tok)),
+                sd_ceiling_reasons=(tuple(validity.figure_reasons(
+                    params, cap_rate, key, e, p_tok, g_tok, at_ceiling=True))
+                    if source == "model" else ()),
             )
         )
 
@@ -98,6 +109,9 @@ def summarize_per_configuration(fit: SystemFit) -> None:
                 zero_load_speedup=float(np.mean(s0)) if s0 else float("nan"),
                 breakeven_arrival_rate=float(np.mean(finite)) if finite else rates[0],
                 breakeven_kind=kinds.pop() if len(kinds) == 1 else "mixed",
+                sd_ceiling_arrival_rate=(float(np.mean([1.0 / s.c2 for _, s in pairs]))
+                                         if all(s.c2 > 0 for _, s in pairs) else math.nan),
+                sd_ceiling_source="model" if all(s.c2 > 0 for _, s in pairs) else None,
             )
         )
     by_cfg = {(c.k, c.workload): c for c in fit.configurations}

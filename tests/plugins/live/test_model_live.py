@@ -139,21 +139,26 @@ def test_live_predictions_match_hand_computation(tmp_path):
         2.1 / 0.89, rel=1e-9)
     assert one(s, "sd_model_utilization", **lab) == pytest.approx(0.43 / 3, rel=1e-9)
     assert one(s, "sd_breakeven_arrival_rate", **lab) == pytest.approx(1.84 / 0.4124, rel=1e-9)
+    # SD's throughput ceiling, its own series: 1/C2 of SD (utilisation λ·C2 = 0.43/3 at λ = 1).
+    assert one(s, "sd_throughput_ceiling_arrival_rate", **lab) == pytest.approx(3 / 0.43,
+                                                                                 rel=1e-9)
     assert one(s, "sd_optimal_draft_length", **lab) == 2.0
     assert one(s, "specwatch_model_configured", target="a") == 1.0
 
 
-def test_live_break_even_is_bounded_by_the_measured_sd_ceiling(tmp_path):
+def test_a_measured_sd_ceiling_below_the_crossing_is_the_ceiling_not_a_break_even(tmp_path):
     """A measured ceiling of k = 3 on these lengths at 3 req/s (below the fit's λ* of
-    4.46 req/s, where no SD still serves): SD does not pay past it, so the live break-even is
-    3 req/s, the same number `specwatch predict` gives with the same file."""
+    4.46 req/s, where no SD still serves): the speedup does not fall to 1 before SD stops
+    keeping up, so there is no break-even (+Inf) and SD's throughput ceiling is 3 req/s, the
+    numbers `specwatch predict` gives with the same file."""
     params = PARAMS + (
         "calibrated_range:\n  max_arrival_rate: 5.0\n  max_in_flight: 10.0\n"
         "  draft_lengths: [0, 3]\n  measured_ceilings:\n"
         "  - {k: 3, prompt_tokens: 100, generation_tokens: 100, arrival_rate: 3.0}\n")
     s = run_pages(tmp_path, [ZERO, STEADY], params=params)
     lab = {"target": "a", "model_name": MODEL, "window": "5m"}
-    assert one(s, "sd_breakeven_arrival_rate", **lab) == 3.0
+    assert one(s, "sd_breakeven_arrival_rate", **lab) == math.inf
+    assert one(s, "sd_throughput_ceiling_arrival_rate", **lab) == 3.0
     assert one(s, "sd_model_valid", **lab) == 1.0  # λ = 1 req/s: below it, the fit's number
 
 
@@ -176,7 +181,8 @@ def test_missing_inputs_give_valid_zero_only(tmp_path):
     lab = {"target": "a", "model_name": MODEL, "window": "5m"}
     assert one(s, "sd_model_valid", **lab) == 0.0
     for name in ("sd_predicted_speedup", "sd_predicted_latency_seconds",
-                 "sd_breakeven_arrival_rate", "sd_optimal_draft_length", "sd_model_utilization"):
+                 "sd_breakeven_arrival_rate", "sd_throughput_ceiling_arrival_rate",
+                 "sd_optimal_draft_length", "sd_model_utilization"):
         assert not select(s, name), name
 
 

@@ -231,6 +231,20 @@ def _spans(lams: np.ndarray, mask: np.ndarray) -> list[tuple[float, float]]:
     return spans
 
 
+def _mark_figures(ax: Any, c: dict[str, Any], lams: np.ndarray, color: Any) -> None:
+    """One curve's SD throughput ceiling (a tick on the speedup-1 line) and break-even (a
+    dot on it, hollow when λ* lies past the last valid point of its curve)."""
+    cap = c.get("sd_ceiling_arrival_rate")
+    if cap is not None and lams[0] <= cap <= lams[-1]:
+        ax.plot([cap], [1.0], marker="|", ms=14, mew=2, color=color, ls="", zorder=4)
+    rate = c["breakeven_arrival_rate"]
+    if rate is not None and lams[0] <= rate <= lams[-1]:
+        ok_lams = lams[np.asarray(c["valid"])]
+        inside = ok_lams.size > 0 and rate <= ok_lams[-1] + (lams[1] - lams[0])
+        ax.plot([rate], [1.0], marker="o", ms=7, mec=color if not inside else "black",
+                mfc=color if inside else "white", mew=1.5, ls="", zorder=5)
+
+
 def write_plot(out: dict[str, Any], path: str) -> None:
     try:
         import matplotlib
@@ -256,13 +270,7 @@ def write_plot(out: dict[str, Any], path: str) -> None:
         lo, hi = np.asarray(c["speedup_lower"]), np.asarray(c["speedup_upper"])
         if np.isfinite(lo).any():
             ax.fill_between(lams, lo, hi, color=color, alpha=0.15, lw=0)
-        rate = c["breakeven_arrival_rate"]
-        if c["breakeven_kind"] in ("pays_below", "pays_above") and lams[0] <= rate <= lams[-1]:
-            # Hollow when λ* lies past the last valid point of its curve (above the ceiling).
-            ok_lams = lams[np.asarray(c["valid"])]
-            inside = ok_lams.size > 0 and rate <= ok_lams[-1] + (lams[1] - lams[0])
-            ax.plot([rate], [1.0], marker="o", ms=7, mec=color if not inside else "black",
-                    mfc=color if inside else "white", mew=1.5, ls="", zorder=5)
+        _mark_figures(ax, c, lams, color)
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     off = _spans(lams, best == 0)
     none = _spans(lams, best < 0)
@@ -280,9 +288,13 @@ def write_plot(out: dict[str, Any], path: str) -> None:
         level = out.get("interval_level") or 0.9
         ax.fill_between([], [], [], color="grey", alpha=0.15, lw=0,
                         label=f"{level:.0%} interval (fit's residual spread)")
-    ax.plot([], [], marker="o", ls="", color="grey", mec="black", label="break-even λ*")
-    ax.plot([], [], marker="o", ls="", mfc="white", mec="grey",
-            label="λ* past the validity ceiling")
+    if any(c["breakeven_arrival_rate"] is not None for c in out["curves"]):
+        ax.plot([], [], marker="o", ls="", color="grey", mec="black",
+                label="break-even λ* (speedup 1)")
+        ax.plot([], [], marker="o", ls="", mfc="white", mec="grey",
+                label="λ* past the validity ceiling")
+    ax.plot([], [], marker="|", ms=14, mew=2, ls="", color="grey",
+            label="SD throughput ceiling")
     acc = (f"α = {out['alpha']:.3g}" if out["alpha"] is not None
            else "per-position acceptance profile")
     # Two lines: a long system name and the inputs do not fit the figure's width in one.

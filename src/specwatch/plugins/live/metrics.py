@@ -14,6 +14,7 @@ from specwatch.expose.metricdefs import MetricDef, register
 PREDICTED_SPEEDUP = "sd_predicted_speedup"
 PREDICTED_LATENCY = "sd_predicted_latency_seconds"
 BREAKEVEN_ARRIVAL_RATE = "sd_breakeven_arrival_rate"
+SD_CEILING_ARRIVAL_RATE = "sd_throughput_ceiling_arrival_rate"
 OPTIMAL_DRAFT_LENGTH = "sd_optimal_draft_length"
 MODEL_UTILIZATION = "sd_model_utilization"
 MODEL_VALID = "sd_model_valid"
@@ -69,12 +70,25 @@ METRICS: tuple[MetricDef, ...] = (
             "±15% (the parameters file's `max_relative_halfwidth`)"),
     MetricDef(
         BREAKEVEN_ARRIVAL_RATE, "gauge", ("target", "model_name", "window"),
-        help="Arrival rate (req/s) at which the predicted speedup of the running configuration "
-             "crosses 1; +Inf: SD pays at every load below saturation, 0: it never pays.",
-        doc="arrival rate λ* where the running configuration's predicted speedup crosses 1 (SD "
-            "pays below it); `+Inf`: pays at every load below saturation; `0`: never pays; "
-            "absent when undefined. In the rare case where SD is slower alone but cheaper "
-            "under load, SD pays *above* it (`specwatch predict` says which)"),
+        help="Arrival rate (req/s) where the predicted speedup of the running k crosses 1; "
+             "+Inf: no crossing.",
+        doc="break-even: the arrival rate λ* where the running configuration's predicted "
+            "speedup crosses 1 (SD pays below it); `+Inf`: no crossing (SD pays at every load "
+            "below saturation, or up to its throughput ceiling, "
+            "`sd_throughput_ceiling_arrival_rate`); `0`: never pays; absent when undefined. "
+            "In the rare case where SD is slower alone but cheaper under load, SD pays *above* "
+            "it (`specwatch predict` says which, and whether it lies outside the calibrated "
+            "range)"),
+    MetricDef(
+        SD_CEILING_ARRIVAL_RATE, "gauge", ("target", "model_name", "window"),
+        help="Arrival rate (req/s) past which SD at the running k no longer keeps up "
+             "(not a break-even).",
+        doc="SD's throughput ceiling at the running configuration: the arrival rate past "
+            "which SD no longer keeps up, the lower of the model's ceiling and the one the "
+            "calibration runs measured for this k on these lengths. A separate figure from "
+            "the break-even: the predicted speedup may still be well above 1 just below it "
+            "(`specwatch predict` says which source set it, and whether it lies outside the "
+            "calibrated range); absent with SD off or when undefined"),
     MetricDef(
         OPTIMAL_DRAFT_LENGTH, "gauge", ("target", "model_name", "window"),
         help="Draft length with the lowest predicted latency at the live load among 0..k_max "

@@ -61,6 +61,7 @@ from specwatch.plugins.live.metrics import (
     PREDICTED_SPEEDUP,
     PREDICTED_SPEEDUP_LOWER,
     PREDICTED_SPEEDUP_UPPER,
+    SD_CEILING_ARRIVAL_RATE,
 )
 from specwatch.poll import derive, sources
 from specwatch.poll.config import ConfigSection, ServeConfig, register_section
@@ -110,6 +111,8 @@ class LivePrediction:
     latency_nosd: float | None = None
     utilization: float | None = None
     breakeven_rate: float | None = None
+    #: SD's throughput ceiling at the running k (req/s), a separate figure from breakeven_rate.
+    ceiling_rate: float | None = None
     optimal_draft_length: int | None = None
     #: Stable reason name (model.validity) when not valid: the `reason` label.
     reason_name: str = ""
@@ -224,6 +227,7 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
 
     be = ceilings.breakeven(params, k, e, p, g)
     be_rate = float(be.rate) if int(be.kind) != BreakEvenKind.UNDEFINED else None
+    cap = float(ceilings.sd_throughput_ceiling(params, k, e, p, g)[0])
     best = _best_draft_length(params, model, window_label, lam, k, e, p, g)
 
     lat_sd = float(pred.sd.latency)
@@ -249,6 +253,7 @@ def predict_live(params: Params, model: ModelSnapshot, window_label: str) -> Liv
         latency_nosd=_finite(float(pred.nosd.latency)) if valid else None,
         utilization=_finite(util),
         breakeven_rate=be_rate if be_rate is None or not math.isnan(be_rate) else None,
+        ceiling_rate=cap if math.isfinite(cap) and cap > 0 else None,
         optimal_draft_length=best,
         curve=speedup_curve(params, k, e, p, g),
         **(_intervals(judged) if valid else {}),
@@ -348,7 +353,7 @@ def with_capacity_mismatch(live: LivePrediction, fields: tuple[str, ...]) -> Liv
         live, valid=False, reason_name=validity.CAPACITY_MISMATCH,
         reason="the server states another capacity than the calibrated one ("
                + ", ".join(fields) + "): re-calibrate",
-        speedup=None, latency_sd=None, latency_nosd=None, breakeven_rate=None,
+        speedup=None, latency_sd=None, latency_nosd=None, breakeven_rate=None, ceiling_rate=None,
         optimal_draft_length=None, curve=(),
         provenance_mismatch=(*live.provenance_mismatch, *fields))
 
@@ -433,6 +438,7 @@ class LiveModel:
         speedup = metricdefs.gauge(PREDICTED_SPEEDUP)
         lat = metricdefs.gauge(PREDICTED_LATENCY)
         be = metricdefs.gauge(BREAKEVEN_ARRIVAL_RATE)
+        sd_cap = metricdefs.gauge(SD_CEILING_ARRIVAL_RATE)
         best = metricdefs.gauge(OPTIMAL_DRAFT_LENGTH)
         util = metricdefs.gauge(MODEL_UTILIZATION)
         valid = metricdefs.gauge(MODEL_VALID)
@@ -478,6 +484,8 @@ class LiveModel:
                             l_hi.add_metric([*key, mode], pair[1])
                 if live.breakeven_rate is not None:
                     be.add_metric(key, live.breakeven_rate)
+                if live.ceiling_rate is not None:
+                    sd_cap.add_metric(key, live.ceiling_rate)
                 if live.optimal_draft_length is not None:
                     best.add_metric(key, float(live.optimal_draft_length))
                 if live.utilization is not None:
@@ -490,7 +498,7 @@ class LiveModel:
                         curve_lo.add_metric([*key, point], lo)
                         curve_hi.add_metric([*key, point], hi)
         yield configured
-        for fam in (speedup, s_lo, s_hi, lat, l_lo, l_hi, be, best, util, valid, error,
+        for fam in (speedup, s_lo, s_hi, lat, l_lo, l_hi, be, sd_cap, best, util, valid, error,
                     mismatch, curve, curve_lo, curve_hi, curve_rate):
             if fam.samples:
                 yield fam
