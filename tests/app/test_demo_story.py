@@ -230,7 +230,8 @@ def steady_points(run: Run, values: list[tuple[float, float]], margin: float = 4
             if any(name in steady and lo + margin <= t <= hi - 60 for name, lo, hi in run.phases)}
 
 
-@pytest.mark.parametrize("title", ["Acceptance rate", "Break-even vs current arrival rate"])
+@pytest.mark.parametrize("title", ["Acceptance rate",
+                                   "Break-even and SD throughput ceiling vs current arrival rate"])
 def test_vllm_counter_lines_agree_with_the_exporter(run: Run, title: str) -> None:
     """On one panel, the exporter's line (5m window, scenario time) and the line from
     vLLM's counters (the recording rule's 5m, Prometheus on the wall clock) tell the same
