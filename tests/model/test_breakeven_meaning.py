@@ -181,3 +181,17 @@ def test_calibrates_report_names_both_figures_and_their_reasons(capsys):
     main(["calibrate", str(SWEEP), "--system", "eagle3", "--max-concurrency", "64"])
     text = capsys.readouterr().out
     assert "SD ceiling" in text and "outside the calibrated range (beyond_calibrated_load)" in text
+
+
+def test_advises_sd_off_rate_past_the_range_carries_the_reason(capsys, c64_eagle):
+    """The rate from which SD is off (any k) is a figure of the same kind: past the
+    calibrated range it says so, in JSON and text."""
+    argv = ["advise", "--params", c64_eagle, "--arrival-rate-p50", 3, "--arrival-rate-p95", 6,
+            "--arrival-rate-p99", 8, "--prompt-tokens", P, "--generation-tokens", G]
+    rc, out = _json(capsys, *argv, "--json")
+    assert rc == 0
+    top = load_params(c64_eagle).calibrated_range.max_arrival_rate
+    assert out["sd_off_above_arrival_rate"] > top * 1.1
+    assert out["sd_off_above_reasons"] == ["beyond_calibrated_load"]
+    text = _text(capsys, *argv)
+    assert "the best choice is SD off (outside the calibrated range" in text

@@ -123,7 +123,9 @@ def _schedule_lines(out: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     if out["sd_off_above_arrival_rate"] is not None and out["sd_off_above_arrival_rate"] > 0:
         lines.append(f"Whatever k: above {out['sd_off_above_arrival_rate']:.3g} req/s the best "
-                     "choice is SD off.")
+                     "choice is SD off"
+                     + range_caveat(out.get("sd_off_above_reasons") or [],
+                                    out.get("calibrated_range")) + ".")
     if out["num_speculative_tokens"] > 0:
         sched = ", ".join(f"[{a}, {b}, {c}]" for a, b, c in out["schedule"])
         lines.append(

@@ -392,7 +392,9 @@ def _summary(st: Setup, grid: Grid, choice: Choice, sched: Schedule, per_q: dict
         "max_num_seqs": st.max_num_seqs,
         "percentiles": per_q,
         **figures,
-        "sd_off_above_arrival_rate": sd_off_above_rate(st),
+        "sd_off_above_arrival_rate": (off := sd_off_above_rate(st)),
+        "sd_off_above_reasons": (validity.range_reasons(params.calibrated_range, off, None, 0)
+                                 if off else []),
         "min_gain": st.min_gain,
         "declined_draft_lengths": {str(k): r for k, r in choice.declined.items()},
         "below_min_gain": None if below is None else {

@@ -139,7 +139,8 @@ def compute(inputs: SweepInputs) -> dict[str, Any]:
         "curves": _curves(params, judged, lams.size, ks, e_arr, p, g),
         "best_draft_length": np.where(best_ok, best.k, -1),
         "best_speedup": np.where(best_ok, best.speedup, np.nan),
-        "sd_off_above_arrival_rate": common.sd_off_above(lams, best.k, best_ok),
+        "sd_off_above_arrival_rate": (off := common.sd_off_above(lams, best.k, best_ok)),
+        "sd_off_above_reasons": (validity.range_reasons(cal, off, None, 0) if off else []),
         "valid": True,
         "calibrated_range": cal.to_mapping() if cal is not None else None,
         "max_interval_halfwidth": limit,
@@ -349,7 +350,8 @@ def render(out: dict[str, Any]) -> None:
                      + (f"; SD ceiling {ceiling}" if ceiling else ""))
     if out["sd_off_above_arrival_rate"] is not None:
         notes.append(f"best choice is SD off from {out['sd_off_above_arrival_rate']:.4g} req/s "
-                     "on (within the swept range)")
+                     "on (within the swept range)"
+                     + range_caveat(out.get("sd_off_above_reasons") or [], cal))
     common.render_table(title, headers, rows, notes)
 
 
