@@ -567,7 +567,9 @@ def test_low_alpha_while_the_prediction_says_sd_pays_holds_and_says_why():
     `sd_pays` and its text names both signals; one event when the disagreement starts. The
     same α with a prediction inside the hysteresis band (1.1) switches off at 300 s."""
     mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.5, 0.05))
-    assert run(mc, range(0, 3600, 5), lambda t: obs(t, positions=LOW_ALPHA)) == []
+    # A failed poll every 200 s neither ends the disagreement nor starts a new one.
+    assert run(mc, range(0, 3600, 5), lambda t: obs(t, positions=LOW_ALPHA, up=t % 200 != 0)
+               ) == []
     st = mc.status()
     assert st.state == "enabled" and st.reason == "sd_pays"
     text = st.detail["waiting"]

@@ -164,7 +164,9 @@ class ModelController:
         self.hold = None
         disagreed, self.disagreement = self.disagreement, None
         decision = self._consider(obs, problem)
-        if self.disagreement is not None and disagreed is None:
+        if problem is not None:
+            self.disagreement = disagreed  # a poll without data neither starts nor ends one
+        elif self.disagreement is not None and disagreed is None:
             self._emit("switch_off_held", now, reason=self.disagreement)
         return decision
 
