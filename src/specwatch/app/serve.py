@@ -108,7 +108,8 @@ class ServeApp:
         self.pairs = pairs.install(self._host, cfg.section(pair_config.SECTION))
         self.controller = controller.install(self._host, controller.from_config(
             cfg, self.model.params, self.model.windows, clock=clock,
-            live_of=lambda m: m.slot(model_live.PREDICTION)))
+            live_of=lambda m: m.slot(model_live.PREDICTION),
+            measured_of=self.pairs.current_speedup if self.pairs is not None else None))
         if self.controller is None and self.pairs is None:
             # Only the controller and the A/B pairs read the windows' latency histograms: not
             # built without them.

@@ -31,17 +31,24 @@ from specwatch.plugins.control.settings import Settings
 PARAMS = "examples/params/qwen3-32b-h100-eagle3.yaml"
 GOOD = (0.8, 0.6, 0.45)  # per-position acceptance: rate (0.8+0.6+0.45)/3 = 0.617
 BAD = (0.3, 0.1, 0.05)  # rate 0.15
+#: First-position acceptance 0.15: on the shipped EAGLE-3 parameters at 0.5 req/s the model
+#: predicts 1.11x (interval 1.08-1.15), inside the hysteresis band: SD does not pay enough.
+VERY_BAD = (0.15, 0.03, 0.01)
 
 WEBHOOK = Settings(mode="webhook")
 RECOMMEND = Settings(mode="recommend")
 
 
-def obs(t: float, *, sd: bool = True, rate: float | None = None, positions=GOOD,
+def obs(t: float, *, sd: bool = True, rate: float | None = None, positions=None,
         drafts: float = 10_000.0, requests: float = 500.0, up: bool = True,
         complete: bool = True, lam: float = 2.0, span: float = 300.0, **kw) -> Observation:
-    """A poll of one model: by default SD on, healthy, busy, complete 5m window."""
+    """A poll of one model: by default SD on, healthy (GOOD), busy, complete 5m window. A
+    ``rate`` without ``positions`` is a flat profile at that rate (first-position
+    acceptance = vLLM's rate = α)."""
     if not up:
         return Observation(t=t)
+    if positions is None:
+        positions = GOOD if rate is None else (rate,) * 3
     if rate is None and sd:
         rate = sum(positions) / len(positions)
     return Observation(
@@ -259,7 +266,14 @@ def test_reenable_uses_model_at_live_load_with_remembered_profile():
 def test_reenable_after_low_acceptance_is_a_probe_with_doubling_backoff():
     """Acceptance stays bad: each switch-off for low acceptance doubles the wait before the
     next re-enable probe (600 s, 1200 s, 2400 s): a few probes, not a restart loop."""
-    assess = Scripted(lambda t: 1.8)  # the model likes the remembered (healthy) profile
+    class LikesGood(Scripted):
+        """1.8x on the remembered (healthy) profile, no k pays on the live bad one."""
+
+        def __call__(self, o: Observation, profile: AcceptanceProfile) -> Assessment:
+            a = super().__call__(o, profile)
+            return a if profile.positions == GOOD else Assessment(True, "ok", 0, 1.0)
+
+    assess = LikesGood(lambda t: 1.8)
     s = dataclasses.replace(WEBHOOK, stabilization_seconds=60)
     mc = ModelController("t", "m", s, assessor=assess)
     switches, off = [], set()
@@ -268,10 +282,10 @@ def test_reenable_after_low_acceptance_is_a_probe_with_doubling_backoff():
             sd = mc.pending.expects_sd  # the server applies a switch by the next poll
         else:
             sd = mc.observed_sd if mc.observed_sd is not None else True
-        rate = 0.6 if t < 1000 else 0.1
+        positions = GOOD if t < 1000 else BAD
         if not sd:
             off.add(t)
-        d = mc.step(obs(t, sd=sd, rate=rate, span=30.0))
+        d = mc.step(obs(t, sd=sd, positions=positions, span=30.0))
         if d is not None:
             switches.append((t, d.action))
     offs = [t for t, a in switches if a == "disable"]
@@ -324,11 +338,11 @@ def test_switch_latency_record_compares_window_quantiles():
     d = mc.step(obs(10, rate=0.1, histograms=before))
     assert d is not None and d.action == "disable"
     mc.step(obs(20, sd=False, histograms=after))  # switch observed at 20
-    assert mc.ratios == {}
+    assert mc.status().latency_ratios == {}
     mc.step(obs(320, sd=False, histograms=after))  # first window entirely after: 20..320
     # before: P50 = 0.5 + 0.5·50/100 = 0.75, P99 = 0.5 + 0.5·99/100 = 0.995
     # after (e2e): P50 = 1 + 1·50/100 = 1.5, P99 = 1 + 99/100 = 1.99; TTFT unchanged.
-    assert mc.ratios == pytest.approx({
+    assert mc.status().latency_ratios == pytest.approx({
         ("disable", "e2e", "50"): 1.5 / 0.75, ("disable", "e2e", "99"): 1.99 / 0.995,
         ("disable", "ttft", "50"): 1.0, ("disable", "ttft", "99"): 1.0})
     latency_events = [e for e in mc.take_events() if e["event"] == "switch_latency"]
@@ -371,21 +385,6 @@ def test_params_profile_is_the_fallback_before_any_healthy_window():
     d = mc.step(obs(0, sd=False))
     assert d is not None and d.action == "enable"
     assert assess.profiles[-1][1].source == "params"
-
-
-def test_recommended_k_keeps_the_expected_acceptance_rate_above_the_guard():
-    """The fitted EAGLE-3 profile implies acceptance rates 0.64, 0.50, 0.403, 0.33... at
-    k = 1, 2, 3, 4: with min_acceptance_rate 0.4 the model may only choose k <= 3 (a larger k
-    would trip the low-acceptance guard as soon as it ran)."""
-
-    params = load_params(PARAMS)
-    prof = params_profile(params)
-    assert [round(prof.rate_at(k), 3) for k in (1, 2, 3, 4)] == [0.639, 0.504, 0.403, 0.328]
-    assert admissible_k_max(prof, params.k_max, 0.4) == 3
-    assert admissible_k_max(prof, params.k_max, 0.0) == params.k_max
-    assess = model_assessor(params, 0.4)
-    a = assess(obs(0, sd=False, lam=0.5), prof)
-    assert a.valid and 1 <= a.best_draft_length <= 3
 
 
 class Banded(Scripted):
@@ -433,12 +432,12 @@ def test_the_model_assessor_gives_the_interval_of_its_best_speedup():
     assert a.valid and a.best_draft_length and a.best_speedup_interval is not None
     lo, hi = a.best_speedup_interval
     assert lo < a.best_speedup < hi
-def test_recommended_k_below_the_models_says_acceptance_guard():
+def test_low_alpha_in_the_demos_bimodal_phase_while_sd_pays_says_sd_pays():
     """The demo's bimodal phase: a window where hard traffic dominates has acceptance 0.38
-    at position 0, so the guard admits no k (every k is expected below 0.4) and the
-    controller recommends k = 0, while the model, unguarded, finds k = 4 best (1.34x) and SD
-    stays on (the switch-off waits for its stabilization). The state says why:
-    acceptance_guard, not a silent contradiction."""
+    at position 0, below min_acceptance_alpha, while the model finds k = 4 best (1.34x, its
+    interval above enable_above_speedup). SD pays, so SD stays on at the model's k and the
+    state says why (sd_pays: low acceptance against the predicted speedup), not a silent
+    contradiction and not a switch-off."""
     from specwatch.model import extend_profile
     from specwatch.sim.scenario import packaged_scenario_path
 
@@ -452,14 +451,17 @@ def test_recommended_k_below_the_models_says_acceptance_guard():
     for t in range(0, 120, 5):
         mc.step(obs(t, positions=positions, lam=3.0, live_optimal_k=int(model.k)))
     st = mc.status()
-    assert st.state == "enabled" and st.recommended_draft_length == 0
-    assert st.reason == "acceptance_guard"
-    assert st.detail["reason"] == "acceptance_guard"
+    assert st.state == "enabled" and st.recommended_draft_length == int(model.k)
+    assert st.reason == "sd_pays" and st.detail["reason"] == "sd_pays"
+    assert "acceptance α 0.380 (first-position acceptance) below" in st.detail["waiting"]
+    assert f"the model predicts {float(model.speedup):.2f}x at k={int(model.k)}" \
+        in st.detail["waiting"]
 
 
 def test_reason_follows_what_holds_the_state():
-    """The model (scripted) keeps predicting a speedup at its k while acceptance drops below
-    the guard for 700 s: first SD stays on with a smaller recommendation (acceptance_guard),
+    """The model keeps predicting some speedup (1.11x, inside the hysteresis band) while
+    acceptance drops below the guard for 700 s: first SD stays on with k = 0 recommended
+    (acceptance_guard),
     then it goes off for the guard (acceptance_guard); once acceptance is back, the
     switch-on waits for its stabilization window (stabilization), then the controller
     follows the model again (agrees)."""
@@ -470,7 +472,7 @@ def test_reason_follows_what_holds_the_state():
     k = best.best_draft_length
     seen = []
     for t in range(0, 2000, 10):
-        positions = BAD if 300 <= t < 1000 else GOOD
+        positions = VERY_BAD if 300 <= t < 1000 else GOOD
         mc.step(obs(t, positions=positions, lam=0.5, live_optimal_k=k))
         st = mc.status()
         if not seen or seen[-1] != (st.state, st.reason):
@@ -501,3 +503,108 @@ def test_the_model_assessor_never_offers_a_best_k_it_cannot_vouch_for(limit, ok_
     a = assess(obs(0.0, lam=rate), AcceptanceProfile("live", GOOD))
     assert not a.valid and a.best_draft_length is None
     assert a.reason.startswith("best k = ") and reason in a.reason
+
+
+# ----------------------------------------------------------------- the k-independent guard
+
+#: EAGLE-3 at k = 5 in the simulator (beta α, mean 0.58, concentration 15: the packaged
+#: eagle3-k5 scenario): P(first i+1 drafts accepted) per position. vLLM's acceptance rate
+#: (their mean) is 0.25, below 0.4; the first-position acceptance is 0.55.
+EAGLE3_K5 = (0.551, 0.319, 0.192, 0.120, 0.078)
+
+
+def test_eagle3_at_k5_keeps_sd_on_although_vllms_rate_is_below_the_threshold():
+    """The shipped EAGLE-3 parameters at k = 5: vLLM's rate 0.25 reads as low acceptance,
+    but the first-position acceptance is 0.55 and the model predicts about 1.9x at 3 req/s.
+    The controller compares the α that does not fall with k: no switch in an hour, SD
+    stays on, agreeing with the model, and recommends the model's k."""
+    params = load_params(PARAMS)
+    assert round(sum(EAGLE3_K5) / 5, 2) == 0.25
+    assess = model_assessor(params, 0.4)
+    best = assess(obs(0, positions=EAGLE3_K5, lam=3.0), AcceptanceProfile("live", EAGLE3_K5))
+    assert best.valid and best.best_speedup > 1.7 and best.k_limit is None
+    mc = ModelController("t", "m", RECOMMEND, assessor=assess)
+    decisions = run(mc, range(0, 3600, 5), lambda t: obs(
+        t, positions=EAGLE3_K5, lam=3.0, live_optimal_k=best.best_draft_length))
+    assert decisions == []
+    st = mc.status()
+    assert st.state == "enabled" and st.reason == "agrees"
+    assert st.recommended_draft_length == best.best_draft_length
+
+
+def test_admissible_k_is_all_or_none_by_the_first_position():
+    """The guard no longer picks k (α is the same at every k): the fitted EAGLE-3 profile
+    (first position 0.64) admits every k at 0.4, where vLLM's rate would have cut k at 3,
+    and none at 0.7. The model's best k is then the unguarded one."""
+    params = load_params(PARAMS)
+    prof = params_profile(params)
+    assert prof.independent_alpha() == (pytest.approx(0.6389), "first_position")
+    assert admissible_k_max(prof, params.k_max, 0.4) == params.k_max
+    assert admissible_k_max(prof, params.k_max, 0.7) == 0
+    assert admissible_k_max(AcceptanceProfile("live", alpha=0.5), 6, 0.4) == 6  # per-token
+    a = model_assessor(params, 0.4)(obs(0, sd=False, lam=0.5), prof)
+    unguarded = model_assessor(params, 0.0)(obs(0, sd=False, lam=0.5), prof)
+    assert a.valid and a.best_draft_length == unguarded.best_draft_length
+    assert a.k_limit is None
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """A measured A/B speedup as the pairs plug-in gives it (MeasuredFigures)."""
+
+    pair: str
+    speedup: float
+    lower: float
+    upper: float
+
+
+LOW_ALPHA = (0.3, 0.12, 0.05)  # first-position acceptance 0.3 < 0.4
+
+
+def test_low_alpha_while_the_prediction_says_sd_pays_holds_and_says_why():
+    """α 0.3 below min_acceptance_alpha, but the model predicts 1.5x with a 90% interval
+    [1.45, 1.55] above enable_above_speedup (1.2): no switch-off in an hour; the state is
+    `sd_pays` and its text names both signals; one event when the disagreement starts. The
+    same α with a prediction inside the hysteresis band (1.1) switches off at 300 s."""
+    mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.5, 0.05))
+    # A failed poll every 200 s neither ends the disagreement nor starts a new one.
+    assert run(mc, range(0, 3600, 5), lambda t: obs(t, positions=LOW_ALPHA, up=t % 200 != 0)
+               ) == []
+    st = mc.status()
+    assert st.state == "enabled" and st.reason == "sd_pays"
+    text = st.detail["waiting"]
+    assert "acceptance α 0.300 (first-position acceptance) below min_acceptance_alpha 0.4" \
+        in text
+    assert "the model predicts 1.50x at k=3 (90% interval 1.45-1.55)" in text
+    assert st.recommended_draft_length == 3
+    held = [e for e in mc.take_events() if e["event"] == "switch_off_held"]
+    assert len(held) == 1 and held[0]["reason"] == text
+
+    mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.1, 0.03))
+    d = run(mc, range(0, 3600, 5), lambda t: obs(t, positions=LOW_ALPHA))
+    assert d == [(300, "disable")]
+    assert mc.last_decision["reason_code"] == "low_acceptance"
+    assert mc.status().reason == "acceptance_guard"
+
+
+@pytest.mark.parametrize(("lower", "switches"), [(1.25, []), (1.10, [(300, "disable")])])
+def test_measured_ab_speedup_above_the_band_holds_a_switch_off(lower, switches):
+    """No model, α 0.3: the measured A/B speedup 1.3x whose 90% interval starts at 1.25
+    (above enable_above_speedup) keeps SD on; one whose interval reaches 1.10 does not."""
+    m = Measured("ab", 1.3, lower, 1.35)
+    mc = ModelController("t", "m", RECOMMEND)
+    assert run(mc, range(0, 3600, 5), lambda t: obs(t, positions=LOW_ALPHA,
+                                                    measured=m)) == switches
+    if not switches:
+        assert mc.status().reason == "sd_pays"
+        assert "the A/B pair ab measures 1.30x (90% interval 1.25-1.35)" in mc.waiting
+
+
+def test_a_switch_off_alert_is_held_while_sd_pays():
+    """A firing SDAcceptanceRateLow while the prediction shows SD paying: no switch-off."""
+    mc = ModelController("t", "m", RECOMMEND, assessor=Banded(lambda t: 1.6, 0.05))
+    run(mc, range(0, 100, 5), obs)
+    mc.alert("fp", "SDAcceptanceRateLow", True, starts_at=100.0, now=100.0)
+    assert run(mc, range(100, 3600, 5), obs) == []
+    assert mc.status().reason == "sd_pays"
+    assert "Alertmanager alert SDAcceptanceRateLow firing" in mc.waiting

@@ -198,30 +198,58 @@ def test_receiver_ignores_unknown_targets_other_alerts_and_other_methods(harness
 
 
 def test_alert_through_the_receiver_switches_off_with_the_same_guards(harness):
-    """A firing SDAcceptanceRateLow for a/m while acceptance looks fine to the exporter:
-    nothing while the target is down (stale data), then a switch-off at the first fresh poll,
-    the alert having held for more than the stabilization window (60 s)."""
+    """A firing SDAcceptanceRateLow for a/m while acceptance looks fine to the exporter, at
+    12 req/s, where the model vouches for no speedup (its best k is saturated): nothing
+    while the target is down (stale data), then a switch-off at the first fresh poll, the
+    alert having held for more than the stabilization window (60 s). The state's reason is
+    then `no_prediction`: the model has no valid prediction at that load."""
     h = harness()
     for _ in range(20):  # 100 s of healthy traffic: window complete
-        h.poll()
+        h.poll(lam=12.0)
     starts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.clock.t))
     status, text, _ = h.post(webhook_payload(alert("a", starts=starts)))
     assert status == 200 and json.loads(text)["alerts"][0]["outcome"] == "accepted"
     for _ in range(16):  # 80 s with the target down: no decision on stale data
-        h.poll(down=True)
+        h.poll(down=True, lam=12.0)
         assert h.status()["state"] == "enabled"
         assert h.status()["blocked"] == "target down: no fresh data"
-    h.poll()  # first fresh poll: the alert has held for 80 s >= 60 s
+    h.poll(lam=12.0)  # first fresh poll: the alert has held for 80 s >= 60 s
     st = h.status()
     assert st["state"] == "disabled" and st["last_decision"]["reason_code"] == "alert"
     series = h.metrics()
     assert select(series, "sd_controller_state", target="a", state="disabled") \
         == {("sd_controller_state", frozenset({("target", "a"), ("model_name", "m"),
                                                 ("state", "disabled"),
-                                                ("reason", "alert")})): 1.0}
+                                                ("reason", "no_prediction")})): 1.0}
     assert list(select(series, "sd_controller_transitions_total", target="a",
                        action="disable").values()) == [1.0]
     assert not select(series, "sd_controller_state", target="b")
+
+
+def test_alert_while_the_model_says_sd_pays_is_held_and_the_state_says_why(harness):
+    """The same alert at 4 req/s, where the model predicts SD paying well above
+    enable_above_speedup: no switch-off in 10 minutes; the state series' reason is
+    `sd_pays` and GET /controller says, in words, which signals disagree."""
+    h = harness()
+    for _ in range(20):
+        h.poll()
+    starts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(h.clock.t))
+    status, _, _ = h.post(webhook_payload(alert("a", starts=starts)))
+    assert status == 200
+    for _ in range(120):
+        h.poll()
+    st = h.status()
+    assert st["state"] == "enabled" and st["reason"] == "sd_pays", st
+    assert st["waiting"].startswith("keeping SD on, the signals disagree: Alertmanager "
+                                    "alert SDAcceptanceRateLow firing; but SD pays: the "
+                                    "model predicts "), st["waiting"]
+    series = h.metrics()
+    assert select(series, "sd_controller_state", target="a", state="enabled") \
+        == {("sd_controller_state", frozenset({("target", "a"), ("model_name", "m"),
+                                                ("state", "enabled"),
+                                                ("reason", "sd_pays")})): 1.0}
+    assert list(select(series, "sd_controller_transitions_total", target="a",
+                       action="disable").values()) == [0.0]
 
 
 WEBHOOK = ("      mode: webhook\n      stabilization_seconds: 60\n"
@@ -517,3 +545,29 @@ def test_controller_reads_the_live_models_prediction_of_the_running_configuratio
     assessment = h.status()["assessment"]
     assert assessment is not None and assessment["current_speedup"] is not None, assessment
     assert assessment["current_speedup"] == pytest.approx(live[0], rel=1e-6)
+
+
+def test_the_old_min_acceptance_rate_key_sets_the_alpha_guard_with_a_warning(tmp_path, caplog):
+    """`min_acceptance_rate` (the key before the guard compared the k-independent α) still
+    works: it sets min_acceptance_alpha and a warning says so; both keys at once exit 2."""
+    from specwatch.plugins.control.controller import from_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("targets:\n  - name: a\n    url: http://127.0.0.1:1/\n    controller:\n"
+                   "      min_acceptance_rate: 0.3\n")
+    with caplog.at_level("WARNING"):
+        ctl = from_config(config.build_config(str(cfg), [], "127.0.0.1:0", 5.0), {}, {})
+    assert ctl is not None and ctl.targets["a"].settings.min_acceptance_alpha == 0.3
+    assert "targets[0].controller.min_acceptance_rate is deprecated: it now sets " \
+        "min_acceptance_alpha" in caplog.text
+
+
+def test_both_acceptance_keys_at_once_exit_2(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("targets:\n  - url: http://127.0.0.1:1/\n    controller:\n"
+                   "      min_acceptance_rate: 0.3\n      min_acceptance_alpha: 0.4\n")
+    assert main(["serve", "--config", str(cfg), "--listen", "127.0.0.1:0"]) == 2
+    err = capsys.readouterr().err
+    assert "targets[0].controller.min_acceptance_rate: the deprecated name of " \
+        "min_acceptance_alpha; set only min_acceptance_alpha" in err, err
+    assert "Traceback" not in err

@@ -349,3 +349,24 @@ def test_config_errors_name_the_key(tmp_path, pairs, options, message):
     with pytest.raises(ConfigError) as err:
         config.build_config(write(tmp_path, doc), [], None, None)
     assert message in str(err.value)
+
+
+def test_current_speedup_is_the_series_of_the_bin_the_pair_is_at():
+    """What the controller reads (current_speedup): the mean speedup and its interval of the
+    bin and band the pair is at now, the same numbers as the exposed series; None for a
+    target that is no pair's SD side, before a bin is compared, and once the load moved to
+    a bin without enough requests."""
+    tr = tracker()
+    assert tr.current_speedup("sd", MODEL) is None
+    for i in range(1, 5):
+        tr.observe(target("sd", 60.0 * i, 3.0, 1.5, k=3))
+        tr.observe(target("base", 60.0 * i, 3.0, 3.0))
+    m = tr.current_speedup("sd", MODEL)
+    assert m is not None and m.pair == "ab"
+    cell = {"arrival_rate_bin": "2-4", "acceptance_band": "0.75-1", "statistic": "mean"}
+    assert (m.speedup, m.lower, m.upper) == pytest.approx((
+        value(tr, "sd_measured_speedup", **cell), value(tr, "sd_measured_speedup_lower", **cell),
+        value(tr, "sd_measured_speedup_upper", **cell)))
+    assert tr.current_speedup("base", MODEL) is None
+    tr.observe(target("sd", 300.0, 6.0, 1.5, k=3))  # the load moved to the 4-8 bin
+    assert tr.current_speedup("sd", MODEL) is None

@@ -48,6 +48,14 @@ class Observation:
     histograms: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
     live_speedup: float | None = None  # sd_predicted_speedup of the running configuration
     live_optimal_k: int | None = None  # sd_optimal_draft_length (the model, no guard)
+    measured: MeasuredFigures | None = None  # the A/B pair's measured speedup, if any
+
+    @property
+    def independent_alpha(self) -> tuple[float, str] | None:
+        """The draft-length-independent α of the window and how it was made (first-position
+        acceptance, else the per-token α): what ``min_acceptance_alpha`` is compared with."""
+        return formulas.draft_length_independent_alpha(
+            self.positions[0] if self.positions else None, self.alpha)
 
 
 class LiveFigures(Protocol):
@@ -62,6 +70,22 @@ class LiveFigures(Protocol):
 
 #: Reads the live model's prediction of one model's snapshot (None when there is none).
 LiveReader = Callable[[ModelSnapshot], "LiveFigures | None"]
+
+
+class MeasuredFigures(Protocol):
+    """What the controller reads of a measured A/B pair whose SD side is the controlled
+    target: the mean e2e speedup (baseline / SD) of the bin the pair is at now (arrival
+    rate and acceptance band) and its 90% interval (the pairs plug-in's
+    ``sd_measured_speedup{statistic="mean"}`` and its bounds)."""
+
+    pair: str
+    speedup: float
+    lower: float
+    upper: float
+
+
+#: Reads the measured A/B speedup of (target, model) now (None without a compared bin).
+MeasuredReader = Callable[[str, str], "MeasuredFigures | None"]
 
 
 @dataclass(frozen=True)
@@ -80,24 +104,17 @@ class AcceptanceProfile:
     draft_length: float | None = None
     measured_at: float | None = None
 
-    def rate_at(self, k: int) -> float | None:
-        """vLLM's acceptance rate (accepted / proposed) this profile implies at draft length k.
-
-        The rate depends on k (later positions accept less), so the switch-on guard compares
-        min_acceptance_rate with the rate at the k that would run, not at the k measured.
-        """
-        if k <= 0:
-            return None
-        if self.positions:
-            prof = extend_profile(self.positions, k)
-            return float(sum(prof[:k])) / k
-        if self.alpha is not None and 0.0 <= self.alpha < 1.0:
-            a = self.alpha
-            return (a - a ** (k + 1)) / (k * (1.0 - a)) if a > 0 else 0.0
-        return self.acceptance_rate
+    def independent_alpha(self) -> tuple[float, str] | None:
+        """The profile's draft-length-independent α (first position, else the per-token α)
+        and its method: the same at every k, so the guard means the same whatever k runs."""
+        return formulas.draft_length_independent_alpha(
+            self.positions[0] if self.positions else None, self.alpha)
 
     def as_json(self) -> dict[str, Any]:
+        ind = self.independent_alpha()
         return {"source": self.source, "rate": json_number(self.acceptance_rate),
+                "independent_alpha": json_number(ind[0]) if ind else None,
+                "independent_alpha_method": ind[1] if ind else None,
                 "per_position": [round(p, 6) for p in self.positions] or None,
                 "alpha": json_number(self.alpha), "draft_length": json_number(self.draft_length),
                 "measured_at": iso_time(self.measured_at)}
@@ -116,29 +133,58 @@ class Assessment:
     #: residual spread, or SD off is best): the controller does not switch while it
     #: straddles its hysteresis threshold (reason `uncertain`).
     best_speedup_interval: tuple[float, float] | None = None
-    #: The largest k the acceptance guard admits (:func:`admissible_k_max`); None: no limit.
+    #: The largest k the acceptance guard admits (:func:`admissible_k_max`): 0 when the
+    #: profile's α is below min_acceptance_alpha; None: no limit. The best k and speedup
+    #: above are the model's own (unguarded): what SD would buy, whatever the guard says.
     k_limit: int | None = None
+
+    @property
+    def guarded_draft_length(self) -> int | None:
+        """The best k the guard admits (0: SD off); None without a valid assessment."""
+        if not self.valid or self.best_draft_length is None:
+            return None
+        return min(self.best_draft_length, self.k_limit) if self.k_limit is not None \
+            else self.best_draft_length
 
 
 Assessor = Callable[[Observation, AcceptanceProfile], Assessment]
 Scheduler = Callable[[Observation, AcceptanceProfile], list[list[int]] | None]
 
 
-def admissible_k_max(profile: AcceptanceProfile, k_max: int, min_acceptance_rate: float) -> int:
-    """The largest k whose expected acceptance rate stays >= min_acceptance_rate.
+def admissible_k_max(profile: AcceptanceProfile, k_max: int, min_acceptance_alpha: float) -> int:
+    """The largest k the acceptance guard admits: all (``k_max``) when the profile's
+    draft-length-independent α is at or above ``min_acceptance_alpha`` (or unknown), none (0)
+    below it.
 
-    A recommendation that would trip the low-acceptance guard as soon as it runs would make
-    the controller flap, so the model only chooses among these k (the rate is
-    non-increasing in k, so they are 1..this value; 0 when none qualifies).
+    vLLM's acceptance rate falls with k by construction, so a guard on it cut k at a level
+    that depended on k. The α used here is the same at every k, so the guard no longer
+    chooses k: the model does (the profile's later positions price a longer draft), and the
+    guard only says whether the drafter is accepted often enough for SD at all.
     """
-    best = 0
-    for k in range(1, k_max + 1):
-        rate = profile.rate_at(k)
-        if rate is None or rate >= min_acceptance_rate - 1e-12:
-            best = k
-        else:
-            break
-    return best
+    ind = profile.independent_alpha()
+    if ind is None or ind[0] >= min_acceptance_alpha - 1e-12:
+        return k_max
+    return 0
+
+
+def sd_pays(a: Assessment | None, measured: MeasuredFigures | None, threshold: float
+            ) -> list[str]:
+    """The evidence that SD pays beyond the hysteresis band (the level that would switch SD
+    on, ``threshold`` = enable_above_speedup), in words: a valid predicted speedup whose
+    90% interval (or the value, without one) is at or above it, and a measured A/B
+    speedup whose 90% interval is at or above it. Empty when neither shows it."""
+    out = []
+    if a is not None and a.valid and a.best_draft_length and a.best_speedup is not None:
+        iv = a.best_speedup_interval
+        low = iv[0] if iv is not None else a.best_speedup
+        if low >= threshold and a.best_speedup >= threshold:
+            band = f" (90% interval {iv[0]:.2f}-{iv[1]:.2f})" if iv is not None else ""
+            out.append(f"the model predicts {a.best_speedup:.2f}x at k={a.best_draft_length}"
+                       f"{band}")
+    if measured is not None and measured.lower >= threshold:
+        out.append(f"the A/B pair {measured.pair} measures {measured.speedup:.2f}x (90% "
+                   f"interval {measured.lower:.2f}-{measured.upper:.2f})")
+    return out
 
 
 def _profile_kwargs(profile: AcceptanceProfile, k_max: int) -> dict[str, Any] | None:
@@ -149,13 +195,13 @@ def _profile_kwargs(profile: AcceptanceProfile, k_max: int) -> dict[str, Any] | 
     return None
 
 
-def model_assessor(params: Params, min_acceptance_rate: float = 0.0) -> Assessor:
+def model_assessor(params: Params, min_acceptance_alpha: float = 0.0) -> Assessor:
     """The latency model at the live load (λ, p, g of the window) with a given profile.
 
     The profile is extended to k_max as the live model series do (model.extend_profile), so
-    the best k here is the one ``sd_optimal_draft_length`` shows when SD is on, except that
-    k is limited to those whose expected acceptance rate stays at or above
-    ``min_acceptance_rate`` (:func:`admissible_k_max`).
+    the best k here is the one ``sd_optimal_draft_length`` shows when SD is on. The guard
+    (:func:`admissible_k_max`) does not change it; it sets ``k_limit`` to 0 when the
+    profile's α is below ``min_acceptance_alpha``.
     """
     coef = params.model()
 
@@ -165,8 +211,9 @@ def model_assessor(params: Params, min_acceptance_rate: float = 0.0) -> Assessor
                                   ("generation length", g)) if x is None]
         if missing:
             return Assessment(False, "missing " + ", ".join(missing))
-        k_max = admissible_k_max(profile, params.k_max, min_acceptance_rate)
-        kwargs = _profile_kwargs(profile, max(k_max, 1))
+        k_max = params.k_max
+        limit = admissible_k_max(profile, k_max, min_acceptance_alpha)
+        kwargs = _profile_kwargs(profile, k_max)
         if kwargs is None:
             return Assessment(False, "no usable acceptance profile")
         opt = optimal_draft_length(coef, lam, p=p, g=g, k_max=k_max,
@@ -182,7 +229,7 @@ def model_assessor(params: Params, min_acceptance_rate: float = 0.0) -> Assessor
             return Assessment(False, f"best k = {k} not vouched for: "
                               + ", ".join(judged.names()))
         return Assessment(True, "ok", k, speedup, current, _speedup_interval(judged),
-                          k_limit=k_max if k_max < params.k_max else None)
+                          k_limit=limit if limit < k_max else None)
 
     return assess
 
@@ -210,7 +257,7 @@ def _speedup_interval(judged: Any) -> tuple[float, float] | None:
 
 
 def model_scheduler(params: Params, max_num_seqs: int,
-                    min_acceptance_rate: float = 0.0) -> Scheduler:
+                    min_acceptance_alpha: float = 0.0) -> Scheduler:
     """The batch-size schedule (:mod:`specwatch.model.schedule`, as `advise` gives it) for a
     profile and load (k limited as in :func:`model_assessor`)."""
     coef = params.model()
@@ -218,7 +265,7 @@ def model_scheduler(params: Params, max_num_seqs: int,
     def schedule(obs: Observation, profile: AcceptanceProfile) -> list[list[int]] | None:
         if obs.prompt_tokens is None or obs.generation_tokens is None:
             return None
-        k_max = admissible_k_max(profile, params.k_max, min_acceptance_rate)
+        k_max = admissible_k_max(profile, params.k_max, min_acceptance_alpha)
         kwargs = _profile_kwargs(profile, max(k_max, 1))
         if kwargs is None or k_max < 1:
             return None
@@ -258,9 +305,10 @@ def window_quantiles(histograms: Mapping[str, Sequence[tuple[float, float]]]
 
 
 def observe(target: TargetSnapshot, model_name: str, window: str,
-            window_seconds: float | None, live_of: LiveReader | None = None) -> Observation:
+            window_seconds: float | None, live_of: LiveReader | None = None,
+            measured_of: MeasuredReader | None = None) -> Observation:
     """Build one model's observation from a target snapshot (pure); ``live_of`` reads the
-    live model's prediction for it."""
+    live model's prediction for it, ``measured_of`` the measured A/B speedup."""
     t = target.timestamp if target.timestamp is not None else 0.0
     if not target.up:
         return Observation(t=t)
@@ -301,7 +349,9 @@ def observe(target: TargetSnapshot, model_name: str, window: str,
         generation_tokens=v.get(derive.MEAN_GENERATION_TOKENS),
         mean_latency=v.get(derive.MEAN_LATENCY_SECONDS),
         histograms=dict(w.histograms), live_speedup=live_speedup,
-        live_optimal_k=None if live_k is None else int(live_k))
+        live_optimal_k=None if live_k is None else int(live_k),
+        measured=measured_of(target.name, model_name) if measured_of is not None and sd_on
+        else None)
 
 
 def _pos_key(p: str) -> int:

@@ -46,6 +46,7 @@ from specwatch.plugins.control.assess import (
     AcceptanceProfile,
     Assessor,
     LiveReader,
+    MeasuredReader,
     Scheduler,
     model_assessor,
     model_scheduler,
@@ -137,10 +138,13 @@ class Controller:
                  deliver_factory: Callable[[_TargetControl], Deliver | None] | None = None,
                  wait: Callable[[float], bool] | None = None,
                  retention: float = 3600.0, max_models: int = DEFAULT_MAX_MODELS,
-                 live_of: LiveReader | None = None) -> None:
+                 live_of: LiveReader | None = None,
+                 measured_of: MeasuredReader | None = None) -> None:
         self.targets = {t.name: t for t in targets}
         #: Reads the live model's prediction of a model's snapshot (given by the application).
         self.live_of = live_of
+        #: Reads the measured A/B speedup of (target, model) (given by the application).
+        self.measured_of = measured_of
         #: A model absent from its target's page for longer than this is forgotten (the
         #: exporter's history retention: it forgets the model then too).
         self.retention = float(retention)
@@ -244,7 +248,7 @@ class Controller:
                     tc.last_seen[name] = now
                 mc = self._machine(tc, name)
                 obs = observe(target, name, tc.settings.window, tc.settings.window_seconds,
-                              self.live_of)
+                              self.live_of, self.measured_of)
                 decision = mc.step(obs)
                 _log_events(mc)
                 if decision is not None and tc.settings.mode != "recommend":
@@ -441,13 +445,15 @@ def default_delivery(tc: _TargetControl) -> Deliver | None:
 def from_config(cfg: ServeConfig, params: Mapping[str, Params],
                 model_windows: Mapping[str, str], clock: Callable[[], float] = time.time,
                 live_of: LiveReader | None = None,
+                measured_of: MeasuredReader | None = None,
                 deliver_factory: Callable[[_TargetControl], Deliver | None] | None = None,
                 wait: Callable[[float], bool] | None = None) -> Controller | None:
     """Build the controller from the serve configuration (None when no target has one).
 
     ``params`` and ``model_windows`` are the live model's (the same parameters files and
-    the same window as the sd_predicted_* series), and ``live_of`` reads its prediction from
-    a model's snapshot. Errors are ConfigError naming the key.
+    the same window as the sd_predicted_* series), ``live_of`` reads its prediction from
+    a model's snapshot and ``measured_of`` the measured A/B speedup of a pair's SD side.
+    Errors are ConfigError naming the key.
     """
     where = cfg.source
     windows: dict[str, float | None] = {label: secs for label, secs in cfg.windows}
@@ -464,8 +470,8 @@ def from_config(cfg: ServeConfig, params: Mapping[str, Params],
         s = settings_from_raw(raw, where, path, windows, window)
         p = params.get(t.name)
         targets.append(_TargetControl(
-            t.name, t.url, s, model_assessor(p, s.min_acceptance_rate) if p else None,
-            model_scheduler(p, s.max_num_seqs, s.min_acceptance_rate) if p else None,
+            t.name, t.url, s, model_assessor(p, s.min_acceptance_alpha) if p else None,
+            model_scheduler(p, s.max_num_seqs, s.min_acceptance_alpha) if p else None,
             params_profile(p)))
         if p is None:
             log.warning("controller for %s has no parameters file (params): it can switch SD "
@@ -483,7 +489,8 @@ def from_config(cfg: ServeConfig, params: Mapping[str, Params],
     longest = max([secs for _, secs in cfg.windows] or [0.0])
     retention = max(longest, 3600.0) + 2 * cfg.poll_interval
     return Controller(targets, receiver, clock=clock, deliver_factory=deliver_factory,
-                      wait=wait, retention=retention, live_of=live_of)
+                      wait=wait, retention=retention, live_of=live_of,
+                      measured_of=measured_of)
 
 
 def install(host: PluginHost, ctl: Controller | None) -> Controller | None:

@@ -25,18 +25,23 @@ from specwatch.plugins.control.assess import (
     Assessor,
     Observation,
     Scheduler,
-    window_figures,
-    window_quantiles,
+    sd_pays,
 )
 from specwatch.plugins.control.jsonview import iso_time, json_number
+from specwatch.plugins.control.records import SwitchRecords
 from specwatch.plugins.control.settings import (
     ACTIONS,
     EPS,
     Settings,
 )
+from specwatch.poll import formulas
 
 log = logging.getLogger(__name__)
 
+
+#: How each draft-length-independent α is made, in words (formulas' method labels).
+_ALPHA_TEXT = {formulas.ALPHA_FIRST_POSITION: "first-position acceptance",
+               formulas.ALPHA_PER_TOKEN: "per-token α from acceptance length and k"}
 
 #: Firing alerts remembered per model (distinct fingerprints); the oldest goes first.
 MAX_ALERTS_PER_MODEL = 64
@@ -76,14 +81,6 @@ class _Alert:
     received_at: float
 
 
-@dataclass
-class _Record:
-    action: str
-    switched_at: float
-    before: dict[tuple[str, str], float] | None
-    before_figures: dict[str, float] | None = None
-
-
 class ModelController:
     """The state machine of one model of one target (pure: no clock, no I/O).
 
@@ -118,16 +115,13 @@ class ModelController:
         self.cond_reasons: list[tuple[str, str]] = []
         self.waiting: str | None = None
         self.hold: str | None = None  # REASONS code of `waiting`
+        self.disagreement: str | None = None  # why SD stays on against a switch-off
         self.blocked: str | None = "no poll yet"
         self.remembered: AcceptanceProfile | None = None
         self.profile: AcceptanceProfile | None = None
         self.assessment: Assessment | None = None
         self.alerts: dict[str, _Alert] = {}
-        self.before: dict[tuple[str, str], float] | None = None
-        self.record: _Record | None = None
-        self.ratios: dict[tuple[str, str, str], float] = {}
-        self.before_figures: dict[str, float] | None = None
-        self.switch_window: dict[str, Any] | None = None
+        self.records = SwitchRecords()
         self.last_decision: dict[str, Any] | None = None
         self.events: list[dict[str, Any]] = []
         self._obs: Observation | None = None
@@ -157,8 +151,9 @@ class ModelController:
         if problem is None:
             self._update_latency_record(obs)
         live = self._live_profile(obs) if soft is None and self.observed_sd else None
-        if problem is None and live is not None and live.acceptance_rate is not None \
-                and live.acceptance_rate >= self.s.min_acceptance_rate:
+        ind = live.independent_alpha() if live is not None else None
+        if problem is None and live is not None and ind is not None \
+                and ind[0] >= self.s.min_acceptance_alpha:
             self.remembered = dataclasses.replace(live, source="remembered")
         self.profile = live or self.remembered or self.fallback_profile
         self.assessment = None
@@ -167,6 +162,16 @@ class ModelController:
         self.blocked = problem
         self.waiting = None
         self.hold = None
+        disagreed, self.disagreement = self.disagreement, None
+        decision = self._consider(obs, problem)
+        if problem is not None:
+            self.disagreement = disagreed  # a poll without data neither starts nor ends one
+        elif self.disagreement is not None and disagreed is None:
+            self._emit("switch_off_held", now, reason=self.disagreement)
+        return decision
+
+    def _consider(self, obs: Observation, problem: str | None) -> Decision | None:
+        now = obs.t
         if self.state is None:
             return None
         if self.state == "pending":
@@ -247,9 +252,7 @@ class ModelController:
             self._emit("draft_length_changed", now, configured_k=k, previous=old_k)
             return
         action = "enable" if sd else "disable"
-        self.record = _Record(action, now, self.before, self.before_figures)
-        self.before = None
-        self.before_figures = None
+        self.records.switched(action, now)
         p = self.pending
         if self.state == "pending" and p is not None and p.expects_sd == sd:
             self.pending = None
@@ -338,11 +341,13 @@ class ModelController:
                 and now - self.last_switch_at >= s.max_reenable_delay_seconds:
             self.strikes = 0
         reasons: list[tuple[str, str]] = []
-        if self.observed_sd and obs.acceptance_rate is not None \
-                and obs.acceptance_rate < s.min_acceptance_rate:
+        ind = obs.independent_alpha if self.observed_sd else None
+        if ind is not None and ind[0] < s.min_acceptance_alpha:
+            rate = "" if obs.acceptance_rate is None else \
+                f"; vLLM's acceptance rate {obs.acceptance_rate:.3f} at k={self.observed_k}"
             reasons.append(("low_acceptance",
-                            f"acceptance rate {obs.acceptance_rate:.3f} below "
-                            f"min_acceptance_rate {s.min_acceptance_rate:g}"))
+                            f"acceptance α {ind[0]:.3f} ({_ALPHA_TEXT[ind[1]]}) below "
+                            f"min_acceptance_alpha {s.min_acceptance_alpha:g}{rate}"))
         iv = a.best_speedup_interval if a is not None else None
         if a is not None and a.valid and a.best_speedup is not None \
                 and a.best_speedup < s.disable_below_speedup and iv is not None \
@@ -358,6 +363,17 @@ class ModelController:
         alert_since, alert_name = self._active_alert()
         if alert_name is not None:
             reasons.append(("alert", f"Alertmanager alert {alert_name} firing"))
+        pays = sd_pays(a, obs.measured, s.enable_above_speedup) if reasons else []
+        if pays:
+            # Never a switch-off while SD pays beyond the hysteresis band: the signals
+            # disagree, and the state says which (the drafter, or the alert, needs a look).
+            self._reset_condition()
+            self.disagreement = (
+                "keeping SD on, the signals disagree: " + "; ".join(r for _, r in reasons)
+                + "; but SD pays: " + " and ".join(pays) + f", at or above "
+                f"enable_above_speedup {s.enable_above_speedup:g}")
+            self.waiting, self.hold = self.disagreement, "sd_pays"
+            return None
         return self._hold("disable", reasons, now, alert_since)
 
     def _consider_enable(self, now: float) -> Decision | None:
@@ -374,11 +390,11 @@ class ModelController:
         elif not a.valid:
             self.waiting = f"no valid prediction: {a.reason}"
             self.hold = "no_prediction"
-        elif a.best_draft_length and (rate := prof.rate_at(a.best_draft_length)) is not None \
-                and rate < s.min_acceptance_rate:
-            self.waiting = (f"acceptance rate {rate:.3f} expected at k={a.best_draft_length} "
-                            f"({prof.source} profile) below min_acceptance_rate "
-                            f"{s.min_acceptance_rate:g}")
+        elif a.best_draft_length and (ind := prof.independent_alpha()) is not None \
+                and ind[0] < s.min_acceptance_alpha:
+            self.waiting = (f"acceptance α {ind[0]:.3f} ({_ALPHA_TEXT[ind[1]]}, "
+                            f"{prof.source} profile) below min_acceptance_alpha "
+                            f"{s.min_acceptance_alpha:g}")
             self.hold = "acceptance_guard"
         elif self._active_alert()[1] is not None:
             self.waiting = "a switch-off alert is firing"
@@ -459,7 +475,7 @@ class ModelController:
                 schedule = self.scheduler(obs, prof)
             except Exception:  # the schedule is advice; never lose the decision over it
                 log.exception("computing the batch-size schedule failed")
-        k = a.best_draft_length if a is not None and a.valid else None
+        k = self.recommended_k()
         update = None
         dynamic = None
         if d.action == "enable" and k:
@@ -494,33 +510,19 @@ class ModelController:
 
     # -- before/after record -----------------------------------------------------------------
     def _update_latency_record(self, obs: Observation) -> None:
-        quantiles, count = window_quantiles(obs.histograms)
-        if not quantiles or count < max(1.0, self.s.min_requests_per_window):
-            return
-        rec = self.record
-        if rec is not None and obs.window_start is not None \
-                and obs.window_start >= rec.switched_at - EPS:
-            ratios = {}
-            if rec.before:
-                for key, after in quantiles.items():
-                    before = rec.before.get(key)
-                    if before and before > 0:
-                        ratios[(rec.action, *key)] = after / before
-            self.ratios = ratios
-            self.record = None
-            self.switch_window = {"action": rec.action, "switched_at": rec.switched_at,
-                                  "before": rec.before_figures or {},
-                                  "after": window_figures(obs)}
-            self._emit("switch_latency", obs.t, action=rec.action,
-                       switched_at=iso_time(rec.switched_at), window=self.s.window,
-                       before={f"{lat}_p{q}": json_number(v) for (lat, q), v in
-                               (rec.before or {}).items()} or None,
-                       after={f"{lat}_p{q}": json_number(v) for (lat, q), v in quantiles.items()},
-                       ratio={f"{lat}_p{q}": json_number(v) for (_a, lat, q), v in ratios.items()})
-        self.before = quantiles
-        self.before_figures = window_figures(obs)
+        event = self.records.update(obs, self.s.min_requests_per_window, self.s.window)
+        if event is not None:
+            self._emit("switch_latency", obs.t, **event)
 
     # -- status ------------------------------------------------------------------------------
+    def recommended_k(self) -> int | None:
+        """The model's best k, or 0 where the acceptance guard holds SD off (not while SD
+        pays against a switch-off condition); None without a valid assessment."""
+        a = self.assessment
+        if a is None or not a.valid:
+            return None
+        return a.best_draft_length if self.hold == "sd_pays" else a.guarded_draft_length
+
     def reason(self) -> str:
         """Why the state (and the recommended k) is what it is next to the model's own view,
         the running window's ``sd_optimal_draft_length`` (see settings.REASONS)."""
@@ -533,11 +535,13 @@ class ModelController:
         model_k = obs.live_optimal_k
         if model_k is None and a is not None and a.valid:
             model_k = a.best_draft_length
+        if self.hold == "sd_pays":
+            return "sd_pays"
         if model_k is None:
             return "no_prediction"
         if self.state == "enabled":
-            # The recommendation is the model's best k among those whose expected acceptance
-            # rate stays at or above min_acceptance_rate (assess.admissible_k_max).
+            # The recommendation is the model's best k unless the acceptance α is below
+            # min_acceptance_alpha (assess.admissible_k_max): then 0.
             if a is not None and a.valid and a.k_limit is not None and a.k_limit < model_k:
                 return "acceptance_guard"
             if self.cond == "disable" and self.hold is not None:
@@ -548,8 +552,8 @@ class ModelController:
         # disabled
         if model_k <= 0:
             return "agrees"
-        if self.observed_sd and obs.acceptance_rate is not None \
-                and obs.acceptance_rate < s.min_acceptance_rate:
+        ind = obs.independent_alpha
+        if self.observed_sd and ind is not None and ind[0] < s.min_acceptance_alpha:
             return "acceptance_guard"
         if self.hold is not None:
             return self.hold
@@ -581,9 +585,9 @@ class ModelController:
         }
         return ControllerStatus(
             mode=self.s.mode, state=self.state, observed_sd=self.observed_sd,
-            recommended_draft_length=a.best_draft_length if a is not None and a.valid else None,
+            recommended_draft_length=self.recommended_k(),
             transitions=dict(self.transitions), last_transition_timestamp=self.last_transition_at,
-            actuation_errors=self.errors, latency_ratios=dict(self.ratios), detail=detail,
-            switch_window=self.switch_window, reason=self.reason())
+            actuation_errors=self.errors, latency_ratios=dict(self.records.ratios),
+            detail=detail, switch_window=self.records.switch_window, reason=self.reason())
 
 

@@ -22,20 +22,22 @@ METRICS: tuple[MetricDef, ...] = (
              "come back with it yet), 0 for the others. reason: why the state and the "
              "recommended draft length are what they are next to the model's "
              "sd_optimal_draft_length (agrees, acceptance_guard, alert, hysteresis, "
-             "stabilization, min_interval, no_prediction, no_data, pending; more may come).",
+             "stabilization, min_interval, no_prediction, no_data, pending, sd_pays; more "
+             "may come).",
         doc="[controller](controller.md) state: 1 for the current one of `enabled`, "
             "`disabled`, `pending`, 0 for the other two; only for targets with a controller. "
             "`reason` (the same on the three series) says why the state and the recommended "
             "k are what they are next to the model's `sd_optimal_draft_length`: `agrees`, "
             "`acceptance_guard`, `alert`, `hysteresis`, `stabilization`, `min_interval`, "
-            "`no_prediction`, `no_data`, `pending` ([controller](controller.md#reason))"),
+            "`no_prediction`, `no_data`, `pending`, `sd_pays` "
+            "([controller](controller.md#reason))"),
     MetricDef(
         "sd_controller_recommended_draft_length", "gauge", ("target", "model_name"),
         help="Draft length with the lowest predicted latency at the live load (0 = SD off), "
              "from the live or the last known good acceptance profile; absent without a valid "
              "prediction.",
-        doc="best k at the live load (0 = SD off) among those whose expected acceptance rate "
-            "stays ≥ `min_acceptance_rate`; absent without a valid prediction"),
+        doc="best k at the live load; 0 = SD off, also while the acceptance α is below "
+            "`min_acceptance_alpha` and SD does not pay; absent without a valid prediction"),
     MetricDef(
         "sd_controller_transitions", "counter", ("target", "model_name", "action"),
         help="Switches decided by the controller, by action (in recommend mode: "

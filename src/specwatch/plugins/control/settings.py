@@ -9,6 +9,7 @@ May import: ``specwatch.poll.config`` and ``specwatch.common``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from specwatch.common.schema import (
 from specwatch.common.secretfile import read_secret_file
 from specwatch.poll.config import ConfigSection, register_section
 
+log = logging.getLogger(__name__)
+
 MODES = ("recommend", "webhook", "command")
 STATES = ("enabled", "disabled", "pending")
 #: Why the controller's state (and recommended k) is what it is next to the latency model's
@@ -38,9 +41,14 @@ STATES = ("enabled", "disabled", "pending")
 #: One value at a time; new values may be added (docs/controller.md lists them).
 REASONS = {
     "agrees": "the state and the recommended k follow the model",
-    "acceptance_guard": "the acceptance rate (measured, or expected at a larger k) is below "
-                        "min_acceptance_rate: SD off, or a smaller k, although the model "
-                        "predicts a speedup",
+    "acceptance_guard": "the draft-length-independent acceptance α (measured, or of the "
+                        "remembered profile) is below min_acceptance_alpha and SD does not "
+                        "pay beyond the hysteresis band: SD off (recommended k 0), although "
+                        "the model predicts some speedup",
+    "sd_pays": "a switch-off condition holds (low acceptance α, an alert), but a valid "
+               "predicted speedup or the measured A/B speedup shows SD paying at or above "
+               "enable_above_speedup: SD stays on and the state names the signals that "
+               "disagree",
     "alert": "an Alertmanager alert holds SD off",
     "hysteresis": "SD is off and the predicted speedup is between disable_below_speedup and "
                   "enable_above_speedup",
@@ -77,8 +85,12 @@ CONTROLLER_SCHEMA: dict[str, Key] = {
                                  doc="switch SD off below this best predicted speedup"),
     "enable_above_speedup": Key((int, float), check=positive,
                                 doc="switch SD on at or above this predicted speedup"),
+    "min_acceptance_alpha": Key((int, float), check=unit_interval,
+                                doc="switch SD off below this draft-length-independent "
+                                    "acceptance α (first-position acceptance, else the "
+                                    "per-token α), unless SD pays"),
     "min_acceptance_rate": Key((int, float), check=unit_interval,
-                               doc="switch SD off below this acceptance rate"),
+                               doc="deprecated name of min_acceptance_alpha"),
     "stabilization_seconds": Key(DURATION, check=duration_or_zero,
                                  doc="a condition must hold this long"),
     "min_switch_interval_seconds": Key(DURATION, check=duration_or_zero,
@@ -140,7 +152,7 @@ class Settings:
     window_seconds: float | None = 300.0  # None: the count window (complete when present)
     disable_below_speedup: float = 1.05
     enable_above_speedup: float = 1.2
-    min_acceptance_rate: float = 0.4
+    min_acceptance_alpha: float = 0.4
     stabilization_seconds: float = 300.0
     min_switch_interval_seconds: float = 600.0
     min_drafts_per_window: float = 500.0
@@ -158,7 +170,7 @@ class Settings:
     command_timeout: float = 120.0
 
 
-_SETTING_KEYS = ("disable_below_speedup", "enable_above_speedup", "min_acceptance_rate",
+_SETTING_KEYS = ("disable_below_speedup", "enable_above_speedup", "min_acceptance_alpha",
                  "stabilization_seconds", "min_switch_interval_seconds",
                  "min_drafts_per_window", "min_requests_per_window", "pending_timeout_seconds",
                  "max_reenable_delay_seconds", "max_num_seqs", "max_attempts",
@@ -176,6 +188,17 @@ def settings_from_raw(raw: Mapping[str, Any], where: str, path: str,
         return ConfigError(f"{where}: {path}.{key}: {msg}" if key else f"{where}: {path}: {msg}")
 
     values: dict[str, Any] = {k: raw[k] for k in _SETTING_KEYS if k in raw}
+    if "min_acceptance_rate" in raw:
+        # The old name compared vLLM's acceptance rate, which falls with k by construction;
+        # the guard now compares the α that does not, which equals that rate at k = 1.
+        if "min_acceptance_alpha" in raw:
+            raise fail("min_acceptance_rate", "the deprecated name of min_acceptance_alpha; "
+                       "set only min_acceptance_alpha")
+        values["min_acceptance_alpha"] = raw["min_acceptance_rate"]
+        log.warning("%s: %s.min_acceptance_rate is deprecated: it now sets "
+                    "min_acceptance_alpha, compared with the first-position acceptance (else "
+                    "the per-token α), which does not fall with k; rename the key",
+                    where, path)
     mode = raw.get("mode", "recommend")
     s = Settings(mode=mode, **values)
     if s.enable_above_speedup <= s.disable_below_speedup:

@@ -145,6 +145,16 @@ class _Side:
     bins: dict[tuple[int, str, int], deque[_Segment]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class MeasuredSpeedup:
+    """A pair's measured mean e2e speedup (baseline / SD) in one bin, with its 90% interval."""
+
+    pair: str
+    speedup: float
+    lower: float
+    upper: float
+
+
 class PairTracker:
     """Segments of every pair side, fed by a target hook; renders the pair families."""
 
@@ -295,6 +305,35 @@ class PairTracker:
             if band is None:
                 continue  # no acceptance known for the pair: no regime to file it under
             side.bins.setdefault((idx, src, band), deque(maxlen=maxlen)).append(seg)
+
+    def current_speedup(self, target: str, model: str) -> MeasuredSpeedup | None:
+        """The measured mean speedup where a pair whose SD side is ``target`` is now (its
+        current arrival-rate bin and acceptance band), with its 90% interval: what the
+        ``sd_measured_speedup{statistic="mean"}`` series and its bounds show for that cell.
+        None where no such pair or no compared bin (each side under ``min_requests``)."""
+        with self._lock:
+            for pair in self.pairs:
+                if pair.sd != target or (pair.model is not None and pair.model != model):
+                    continue
+                sd = self._sides.get((pair.sd, model))
+                base = self._sides.get((pair.baseline, model))
+                if sd is None or base is None or sd.current_bin is None \
+                        or sd.latest_acceptance is None:
+                    continue
+                band = bin_index(self.settings.acceptance_bands, sd.latest_acceptance)
+                if band is None:
+                    continue
+                cell = (sd.current_bin, pair.sd, band)
+                sd_segs, base_segs = list(sd.bins.get(cell, ())), list(base.bins.get(cell, ()))
+                need = max(self.settings.min_requests, 1)
+                if min(sum(g.requests for g in sd_segs),
+                       sum(g.requests for g in base_segs)) < need:
+                    continue
+                mean = _ratios("e2e_latency_seconds", sd_segs, base_segs).get("mean")
+                interval = mean_ratio_interval(sd_segs, base_segs)
+                if mean is not None and interval is not None:
+                    return MeasuredSpeedup(pair.name, mean, interval[0], interval[1])
+        return None
 
     # -- rendering (scrapes) -------------------------------------------------------------------
     def _models(self, pair: PairConfig) -> list[str]:
