@@ -168,7 +168,7 @@ def test_mixin_render_from_the_wheel_uses_the_users_selector(installed) -> None:
     bindir, cwd, env = installed
     result = _run([bindir / "specwatch", "mixin", "render", "--out", "out",
                    "--set", 'vllmSelector=job="llm"',
-                   "--set", 'exporterSelector=job="llm"'], cwd=cwd, env=env)
+                   "--set", 'exporterSelector=job="llm-specwatch"'], cwd=cwd, env=env)
     assert result.returncode == 0, result.stderr
     rules = sorted((cwd / "out" / "alerts").glob("*.yaml"))
     assert len(rules) == 2
@@ -177,7 +177,8 @@ def test_mixin_render_from_the_wheel_uses_the_users_selector(installed) -> None:
     for path in rules:
         doc = yaml.safe_load(path.read_text())
         exprs = [r["expr"] for g in doc["groups"] for r in g["rules"] if "{" in r["expr"]]
-        assert exprs and all('job="llm"' in e for e in exprs), path
+        assert exprs and all('job="llm"' in e or 'job="llm-specwatch"' in e
+                             for e in exprs), path
 
 
 def test_calibrate_from_the_wheel_refits_the_shipped_example(installed) -> None:

@@ -3,7 +3,9 @@ installed the wheel and has no Jsonnet tooling (`specwatch mixin`, whose options
 :mod:`specwatch.cli.mixin`).
 
 A ``--set KEY=VALUE`` names a dotted path into the mixin's ``_config`` (config.libsonnet: the
-same keys, the same meaning), so it is what a Jsonnet user writes as ``_config+:: {...}``. The
+same keys, the same meaning), so it is what a Jsonnet user writes as ``_config+:: {...}``. A
+key that holds dots itself (the file names under ``dashboardTitles``) is written as it is:
+the longest key that exists is taken at each level. The
 two selectors are separate keys on purpose: ``vllmSelector`` picks vLLM's own series (the
 recording rules, the latency panels), ``exporterSelector`` picks specwatch's ``sd_*`` series
 (every SD alert); they are different scrape jobs, so one value for both leaves one side empty.
@@ -82,6 +84,35 @@ def _typed(key: str, text: str, default: Any) -> Any:
     return text
 
 
+def _resolve(key: str, config: dict[str, Any]) -> tuple[list[str], Any]:
+    """The config path a dotted ``key`` names and its default value.
+
+    A key may itself contain dots (``dashboardTitles.specwatch-sd-overview.json``): at each
+    level the longest run of parts that is a key there is taken, so a file name is written as
+    it is."""
+    parts = key.split(".")
+    path: list[str] = []
+    node: Any = config
+    i = 0
+    while i < len(parts):
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: {'.'.join(path)} is a value, not a group of "
+                              "settings")
+        for j in range(len(parts), i, -1):
+            candidate = ".".join(parts[i:j])
+            if candidate in node:
+                path.append(candidate)
+                node = node[candidate]
+                i = j
+                break
+        else:
+            where = ".".join(path) or "_config"
+            known = ", ".join(sorted(node))
+            raise ConfigError(f"--set {key}: {where} has no key {'.'.join(parts[i:])!r} "
+                              f"(known: {known})")
+    return path, node
+
+
 def parse_sets(sets: list[str], config: dict[str, Any]) -> dict[str, Any]:
     """``["a.b=1", ...]`` -> the nested overrides dict `render` merges into ``_config``,
     each value typed as its key's default and checked (`specwatch.mixin.validate`)."""
@@ -93,21 +124,15 @@ def parse_sets(sets: list[str], config: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
         if key in NOT_A_KEY:
             raise ConfigError(f"--set {key}: {NOT_A_KEY[key]}")
-        path = key.split(".")
-        node: Any = config
-        for depth, part in enumerate(path):
-            if not isinstance(node, dict) or part not in node:
-                where = ".".join(path[:depth]) or "_config"
-                known = ", ".join(sorted(node)) if isinstance(node, dict) else "none"
-                raise ConfigError(f"--set {key}: {where} has no key {part!r} "
-                                  f"(known: {known})")
-            node = node[part]
-        value = _typed(key, text, node)
-        validate.check_value(key, value)
+        path, default = _resolve(key, config)
+        value = _typed(key, text, default)
+        validate.check_value(key, value, path)
         target = overrides
         for part in path[:-1]:
             target = target.setdefault(part, {})
         target[path[-1]] = value
+    validate.check_selectors(overrides.get("vllmSelector", config["vllmSelector"]),
+                             overrides.get("exporterSelector", config["exporterSelector"]))
     return overrides
 
 
