@@ -1,6 +1,6 @@
 """`specwatch mixin test` follows the user's configuration: `mixin render` writes the bundle's
-rule tests carried over to its --set values (selectors, URLs, thresholds in the text,
-switched-off alerts), so every render the docs show passes its tests, and a rule that is
+rule tests carried over to its --set values (selectors, URLs, thresholds, switched-off
+alerts), so every render the docs show passes its tests, and a rule that is
 really broken still fails them.
 
 Why: the tests were written for the default configuration; a render with the documented
@@ -70,8 +70,13 @@ def test_mixin_test_passes_after_every_documented_render(tmp_path: Path, capsys,
     ['exporterSelector=job=~"specwatch|sw"', "rateWindow=10m"],
     ["grafanaURL=", "alerts.SpecwatchTargetDown.severity=critical",
      "alertLabels.component=sd-bundle"],
+    # Thresholds either way: the compared inputs are scaled, the printed values follow.
+    ["alerts.SDAcceptanceRateLow.threshold=0.2", "alerts.SDModelDrift.threshold=0.3",
+     "alerts.SDPredictedSpeedupLow.threshold=1.2", "alerts.SDMeasuredSlowdown.threshold=0.9"],
+    ["alerts.SDAcceptanceRateLow.threshold=0.6", "alerts.SDModelSaturated.threshold=0.8",
+     "alerts.SDAcceptanceBimodal.threshold=0.7", "alerts.SDModelDrift.threshold=0.1"],
 ])
-def test_mixin_test_passes_for_other_selectors_windows_and_labels(
+def test_mixin_test_passes_for_other_selectors_windows_labels_and_thresholds(
         tmp_path: Path, capsys, sets: list[str]) -> None:
     _render(tmp_path / "m", sets)
     capsys.readouterr()
@@ -106,10 +111,10 @@ def test_mixin_test_still_fails_an_injected_fault(tmp_path: Path, capsys, alert:
     assert "FAILED" in out and alert in out
 
 
-def test_a_threshold_past_a_tests_input_names_the_alert(tmp_path: Path, capsys) -> None:
-    """Test inputs are not moved with a threshold: one moved past them is a real change of
+def test_a_duration_past_a_tests_times_names_the_alert(tmp_path: Path, capsys) -> None:
+    """Evaluation times are not moved with a `for`: a longer one is a real change of
     behaviour, reported by the alert's name."""
-    _render(tmp_path / "m", ["alerts.SDModelDrift.threshold=0.3"])
+    _render(tmp_path / "m", ["alerts.SDModelDrift.for=45m"])
     capsys.readouterr()
     assert cli.main(["mixin", "test", str(tmp_path / "m")]) == 1
     out = capsys.readouterr().out

@@ -190,3 +190,10 @@ def test_a_dotted_key_that_does_not_exist_names_the_known_keys(tmp_path: Path, c
 def test_dashboard_uid_is_a_grafana_uid(tmp_path: Path, capsys, value: str) -> None:
     err = _render_error(tmp_path, capsys, f"dashboardUIDs.specwatch-exporter.json={value}")
     assert "dashboardUIDs" in err and "40" in err
+
+
+def test_the_bundle_label_cannot_be_emptied(tmp_path: Path, capsys) -> None:
+    """An empty alertLabels value removes the label the Alertmanager routes match on: the
+    alerts would fall to the root route unseen."""
+    err = _render_error(tmp_path, capsys, "alertLabels.component=")
+    assert "alertLabels.component" in err and "Alertmanager" in err

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(alerts/tests/*.yaml: every alert firing and silent) against the rule files under "
         "DIR/alerts (what `specwatch mixin render --out DIR` wrote), or the packaged rules "
         "without DIR, with the tests that render carried over to its --set values (selectors, "
-        "URLs, thresholds in the text): a test that fails names an alert whose rule behaves "
+        "URLs, thresholds): a test that fails names an alert whose rule behaves "
         "differently.",
     )
     t.add_argument("dir", nargs="?", type=Path, metavar="DIR",

@@ -21,7 +21,7 @@ rendered by the same code (`specwatch.mixin.render`).
 
 The render also writes the bundle's rule tests (``alerts/tests/*.yaml``: each alert firing
 and silent) carried over to the same values (`specwatch.mixin.ruletests`: the user's selectors,
-URLs, thresholds in the annotations, switched-off alerts), and ``mixin test DIR`` runs those:
+URLs, thresholds, switched-off alerts), and ``mixin test DIR`` runs those:
 it passes for rules that behave as the bundle's do, and names the alert whose rule does not.
 """
 

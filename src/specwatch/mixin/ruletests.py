@@ -17,11 +17,14 @@ hide among them. Here each test is carried over to the user's configuration:
   changed (a threshold, a duration, ``grafanaURL``, ``runbookURLPattern``) is replaced by its
   new text, and a label value printed by the template (``job``) by the new value; an
   annotation the render no longer has (``grafanaURL=''``) is no longer expected;
+- a changed ``threshold``: the input series the alert compares with it are scaled by new /
+  old threshold (each input keeps its side of the threshold), and the value the annotation
+  prints follows;
 - tests of an alert switched off (``enabled=false``) are left out.
 
-What is not carried over: the input values and evaluation times. A threshold or a ``for``
-moved past a test's input (``threshold=0.2`` where the test feeds 0.3 and expects a page)
-fails that test, naming the alert that now behaves differently; that is the point of the test.
+What is not carried over: evaluation times and durations. A ``for``, a window or a
+``minArrivalRate`` moved past a test's input fails that test, naming the alert that now
+behaves differently; that is the point of the test.
 """
 
 from __future__ import annotations
@@ -134,6 +137,18 @@ class _Carry:
         self.user_rules = _alerts(user["alerts"])
         self.records = {r["record"]: r["expr"] for g in user["rules"]["groups"]
                         for r in g["rules"] if "record" in r}
+        # metric -> factor: the series an alert compares with its threshold, scaled by
+        # new / old threshold, so that each test input keeps its side of the threshold.
+        self.scale: dict[str, float] = {}
+        for alert, cfg in default["config"]["alerts"].items():
+            old_t = cfg.get("threshold")
+            new_t = user["config"]["alerts"][alert].get("threshold")
+            if alert not in self.default_rules or not old_t or not new_t or old_t == new_t:
+                continue
+            m = re.search(rf"([a-zA-Z_:][\w:]*)\{{[^}}]*\}}[^<>=\n]*?[<>]=?\s*{old_t:g}\b",
+                          self.default_rules[alert]["expr"])
+            if m and f"{new_t:g}" in self.user_rules.get(alert, {}).get("expr", ""):
+                self.scale[m.group(1)] = new_t / old_t
 
     def series(self, text: str, expr: str | None = None) -> str:
         """An input series (``expr`` None: every label kept) or an expected sample of the
@@ -230,8 +245,77 @@ def _carry_text(text: str, old: str, new: str, job: str | None, new_job: str | N
     return text
 
 
+_NUMBER = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+# promtool's expanding notation: a, a+bxn, a-bxn, axn, _ (no sample), stale.
+_STEP = re.compile(rf"({_NUMBER})(?:([-+])({_NUMBER}))?(x\d+)?")
+
+
+def _metric(series: str) -> str:
+    return series.split("{", 1)[0].strip()
+
+
+def _short(value: float) -> str:
+    """A scaled input value, rounded past float noise (0.2625, not 0.26249999999999996)."""
+    return f"{value:.10g}"
+
+
+def _scaled_values(values: str, factor: float) -> str:
+    out = []
+    for token in values.split():
+        m = _STEP.fullmatch(token)
+        if m is None:
+            out.append(token)  # _ or stale
+            continue
+        start, sign, step, times = m.groups()
+        text = _short(float(start) * factor)
+        if sign:
+            text += sign + _short(float(step) * factor)
+        out.append(text + (times or ""))
+    return " ".join(out)
+
+
+def _go_format(action: str, value: float) -> str | None:
+    """``$value`` as the template ``action`` prints it, for the forms the bundle uses."""
+    if "humanizePercentage" in action:
+        percent = value * 100
+        return f"{percent:.4g}%" if 1 <= abs(percent) < 1000 or percent == 0 else None
+    m = re.search(r'printf\s+"%(\.\d+[fg])"', action)
+    return f"{value:{m.group(1)}}" if m else None
+
+
+def _scaled_text(text: str, template: str, lhs: str, scale: Mapping[str, float]) -> str:
+    """Values printed in an expected annotation, for inputs scaled by ``scale`` (metric ->
+    factor): ``$value`` (the alert's compared series ``lhs``) and ``.Value`` of a query's
+    first sample (the metric that query names)."""
+    parts = _ACTION.split(template)
+    source = ""
+    for i in range(1, len(parts), 2):
+        action, prefix = parts[i], parts[i - 1][-12:]
+        queried = re.search(r'printf\s+"([a-zA-Z_:][\w:]*)\{', action)
+        if queried and "query" in action:
+            source = queried.group(1)
+        metric = lhs if "$value" in action else source if ".Value" in action else ""
+        factor = scale.get(metric)
+        if factor is None or not prefix:
+            continue
+        percent = "humanizePercentage" in action
+
+        def scaled(m: re.Match[str], action: str = action, percent: bool = percent,
+                   factor: float = factor) -> str:
+            old = float(m.group(2)) / (100 if percent else 1)
+            new = _go_format(action, float(_short(old * factor)))
+            return m.group(1) + new if new is not None else m.group(0)
+
+        text = re.sub(rf"({re.escape(prefix)})({_NUMBER}){'%' if percent else ''}", scaled,
+                      text)
+    return text
+
+
 def _carry_test(test: dict[str, Any], carry: _Carry) -> dict[str, Any] | None:
     for series in test.get("input_series", []):
+        factor = carry.scale.get(_metric(series["series"]))
+        if factor is not None:
+            series["values"] = _scaled_values(str(series["values"]), factor)
         series["series"] = carry.series(series["series"], "")
     kept = []
     for case in test.get("alert_rule_test", []):
@@ -244,6 +328,11 @@ def _carry_test(test: dict[str, Any], carry: _Carry) -> dict[str, Any] | None:
             exp["exp_labels"] = carry.exp_labels(alert, labels)
             if "exp_annotations" in exp:
                 exp["exp_annotations"] = carry.annotations(alert, exp["exp_annotations"], job)
+                if carry.scale:
+                    lhs = _metric(re.sub(r"^[\w\s(]*?\(", "", carry.user_rules[alert]["expr"]))
+                    exp["exp_annotations"] = {
+                        k: _scaled_text(str(v), carry.user_rules[alert]["annotations"].get(
+                            k, ""), lhs, carry.scale) for k, v in exp["exp_annotations"].items()}
         kept.append(case)
     if "alert_rule_test" in test:
         test["alert_rule_test"] = kept

@@ -22,7 +22,8 @@ What is checked, by key:
   so ``cluster, instance`` would silently regroup every recording rule.
 - ``runbookURLPattern``: an http(s) URL with exactly one ``%s`` (the lower-cased alert name;
   ``%%`` for a literal ``%``), as Jsonnet's ``%`` operator formats it.
-- ``grafanaURL``: an http(s) URL or ``''``; ``dashboardUIDs.*``: a Grafana uid.
+- ``grafanaURL``: an http(s) URL or ``''``; ``dashboardUIDs.*``: a Grafana uid;
+  ``alertLabels.*``: a non-empty value (Alertmanager routes on it).
 - the two selectors together: not the same matcher list (one scrape job cannot be both vLLM
   and specwatch; one side's queries would be empty).
 
@@ -203,6 +204,14 @@ def _grafana_url(key: str, value: Any) -> None:
                           "https://grafana.example.com, or '' for no link")
 
 
+def _alert_label(key: str, value: Any) -> None:
+    text = str(value)
+    if not text or "\n" in text:
+        raise ConfigError(f"--set {key}: {text!r} is not a label value; expected a non-empty "
+                          "single-line value: Alertmanager routes specwatch's alerts on it "
+                          "(deploy/alertmanager matches component=\"specwatch\")")
+
+
 def _grafana_uid(key: str, value: Any) -> None:
     if not _GRAFANA_UID.fullmatch(str(value)):
         raise ConfigError(f"--set {key}: {value!r} is not a Grafana dashboard uid; expected at "
@@ -234,6 +243,7 @@ CHECKS: tuple[tuple[str, Callable[[str, Any], None]], ...] = (
     ("runbookURLPattern", _url_pattern),
     ("grafanaURL", _grafana_url),
     ("dashboardUIDs.*", _grafana_uid),
+    ("alertLabels.*", _alert_label),
     ("grafana.refresh", _duration(optional=True)),
     ("grafana.xyChartMaxFrames", _number(1, _INF, integer=True)),
 )
