@@ -148,3 +148,14 @@ def test_series_labels_satisfy_the_selector(selector: str, labels: dict[str, str
 ])
 def test_which_labels_a_rule_keeps(expr: str, label: str, kept: bool) -> None:
     assert ruletests.keeps(expr, label) is kept
+
+
+def test_a_selector_the_tests_cannot_match_still_renders_with_a_note(tmp_path: Path,
+                                                                     capsys) -> None:
+    """The rules stand when no test series can be built for a regex (RE2's POSIX classes):
+    the render says in one line that its tests were not written."""
+    _render(tmp_path / "m", ['vllmSelector=job=~"[[:alpha:]]{3}q"'])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rule tests not written" in err and "Traceback" not in err
+    assert (tmp_path / "m" / "alerts" / "specwatch-rules.yaml").is_file()
+    assert not (tmp_path / "m" / "alerts" / "tests").exists()

@@ -15,6 +15,7 @@ they pass, 1 when one fails.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from specwatch.mixin import overrides
@@ -67,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{result.files} rule test files against {result.rules_dir}: "
               + ("passed" if result.passed else "FAILED"))
         return 0 if result.passed else 1
-    for rel in overrides.render_bundle(args.out, args.sets, args.fmt):
+    notes: list[str] = []
+    for rel in overrides.render_bundle(args.out, args.sets, args.fmt, notes):
         print(args.out / rel)
+    for note in notes:
+        print(f"specwatch mixin: note: {note}", file=sys.stderr)
     return 0

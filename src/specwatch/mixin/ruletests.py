@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,18 @@ _SIMPLE = ((".*", ""), (".+", "x"), ("\\d+", "0"), ("\\d", "0"), ("\\w+", "a"),
            ("[0-9]+", "0"), ("[a-z]+", "a"), ("[a-z0-9]+", "a"), ("\\", ""))
 
 
+def _full(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` (Prometheus' RE2 syntax, read by Python's re) matches all of
+    ``text``; a ConfigError for a pattern Python cannot read."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # RE2's [[:alpha:]] reads as a set
+        try:
+            return re.fullmatch(pattern, text) is not None
+        except re.error as exc:
+            raise ConfigError(f"mixin test: cannot build a label value for the regex "
+                              f"{pattern!r} ({exc}); the rule tests need one") from None
+
+
 def _example(pattern: str) -> str | None:
     """A short string the regex ``pattern`` fully matches, or None."""
     simple = pattern
@@ -65,11 +78,8 @@ def _example(pattern: str) -> str | None:
         simple = simple.replace(piece, text)
     simple = re.sub(r"\(\?:|[()^$]", "", simple)
     for candidate in (simple, *simple.split("|"), "", "x"):
-        try:
-            if re.fullmatch(pattern, candidate):
-                return candidate
-        except re.error:
-            return None
+        if _full(pattern, candidate):
+            return candidate
     return None
 
 
@@ -82,15 +92,15 @@ def labels_for(selector: str, base: Mapping[str, str]) -> dict[str, str]:
             labels[name] = value
         elif op == "!=" and current == value:
             labels[name] = f"{value}-other" if value else "other"
-        elif op == "=~" and not re.fullmatch(value, current):
+        elif op == "=~" and not _full(value, current):
             example = _example(value)
             if example is None:
                 raise ConfigError(f"mixin test: no label value matches {name}=~{quoted} of the "
                                   f"selector {selector!r}; the rule tests need one")
             labels[name] = example
-        elif op == "!~" and re.fullmatch(value, current):
+        elif op == "!~" and _full(value, current):
             for candidate in (f"{current}-other", "other", "x0"):
-                if not re.fullmatch(value, candidate):
+                if not _full(value, candidate):
                     labels[name] = candidate
                     break
         if labels.get(name) == "":
