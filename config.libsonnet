@@ -43,6 +43,12 @@
     // external URL (e.g. 'https://grafana.example.com'), or '' for no link.
     grafanaURL: 'http://127.0.0.1:3000',
 
+    // Labels every specwatch alert carries. Alertmanager routes the bundle's alerts on
+    // them, so that merged under another root route they take no other team's alerts: the
+    // shipped routes (deploy/alertmanager/alertmanager.yml) match component="specwatch".
+    // Change the route's matcher with the value.
+    alertLabels: { component: 'specwatch' },
+
     // Alerts. Each one can be switched off (`enabled: false`), and its threshold,
     // pending duration (`for`) and severity changed. Severities follow the
     // monitoring-mixins convention: critical pages a human now, warning goes to a

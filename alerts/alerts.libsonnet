@@ -40,7 +40,7 @@
         alert: name,
         expr: expr,
         'for': cfg['for'],
-        labels: { severity: cfg.severity },
+        labels: c.alertLabels { severity: cfg.severity },
         annotations: {
           summary: summary,
           description: description,

@@ -31,7 +31,7 @@
               on: on,
             },
             'for': cfg['for'],
-            labels: { severity: cfg.severity },
+            labels: c.alertLabels { severity: cfg.severity },
             annotations: {
               summary: 'Speculative decoding is measured slower than its baseline.',
               description: 'Pair {{ $labels.pair }} measures a %(stat)s speedup %(what)s {{ printf "%%.2f" $value }}x for {{ $labels.model_name }} at the current load and acceptance (arrival-rate bin {{ $labels.arrival_rate_bin }} req/s, acceptance band {{ $labels.acceptance_band }}; threshold %(t)gx): the target running SD answers slower than the baseline without it.' % {

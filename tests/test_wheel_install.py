@@ -168,7 +168,7 @@ def test_mixin_render_from_the_wheel_uses_the_users_selector(installed) -> None:
     bindir, cwd, env = installed
     result = _run([bindir / "specwatch", "mixin", "render", "--out", "out",
                    "--set", 'vllmSelector=job="llm"',
-                   "--set", 'exporterSelector=job="llm"'], cwd=cwd, env=env)
+                   "--set", 'exporterSelector=job="llm-specwatch"'], cwd=cwd, env=env)
     assert result.returncode == 0, result.stderr
     rules = sorted((cwd / "out" / "alerts").glob("*.yaml"))
     assert len(rules) == 2
@@ -177,7 +177,20 @@ def test_mixin_render_from_the_wheel_uses_the_users_selector(installed) -> None:
     for path in rules:
         doc = yaml.safe_load(path.read_text())
         exprs = [r["expr"] for g in doc["groups"] for r in g["rules"] if "{" in r["expr"]]
-        assert exprs and all('job="llm"' in e for e in exprs), path
+        assert exprs and all('job="llm"' in e or 'job="llm-specwatch"' in e
+                             for e in exprs), path
+    # The rule tests rendered for the same values pass against them.
+    tested = _run([bindir / "specwatch", "mixin", "test", "out"], cwd=cwd, env=env)
+    assert tested.returncode == 0, tested.stdout[-3000:] + tested.stderr
+    # The Operator path: PrometheusRules and dashboard ConfigMaps, schema-checked with the
+    # schemas the wheel carries.
+    k8s = _run([bindir / "specwatch", "mixin", "render", "--format", "kubernetes", "--out", "k8s",
+                "--set", 'vllmSelector=job="llm"',
+                "--set", "grafanaURL=https://grafana.example.com"], cwd=cwd, env=env)
+    assert k8s.returncode == 0, k8s.stderr
+    text = (cwd / "k8s" / "prometheusrule-specwatch-alerts.yaml").read_text()
+    assert "kind: PrometheusRule" in text and "https://grafana.example.com/d/" in text
+    assert (cwd / "k8s" / "kustomization.yaml").is_file()
 
 
 def test_calibrate_from_the_wheel_refits_the_shipped_example(installed) -> None:

@@ -25,6 +25,8 @@ from deploytools import ALERTMANAGER_CONFIG, REPO, free_port, generator, run, sy
 CONTROLLER = "specwatch-controller"
 BY_SEVERITY = {"critical": "oncall-pagerduty", "warning": "slack-sd-alerts",
                "info": "slack-sd-info"}
+# The label every mixin alert carries (config.libsonnet, alertLabels) and the routes match.
+BUNDLE_LABEL = {"component": "specwatch"}
 
 
 def _routes_test(labels: dict[str, str], expected: list[str]) -> subprocess.CompletedProcess:
@@ -66,16 +68,17 @@ def test_amtool_check_config_passes():
     ],
 )
 def test_routes_pin_label_sets_to_receivers(labels, expected):
-    """Each label set resolves to exactly these receivers, in routing-tree order."""
-    labels = {**labels, "target": "vllm-a", "model_name": "qwen3-8b"}
+    """Each label set (of a specwatch alert: component="specwatch") resolves to exactly these
+    receivers, in routing-tree order."""
+    labels = {**labels, **BUNDLE_LABEL, "target": "vllm-a", "model_name": "qwen3-8b"}
     result = _routes_test(labels, expected)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_routes_test_is_live():
     """amtool really verifies: a wrong expectation exits non-zero."""
-    result = _routes_test({"alertname": "SDAcceptanceRateLow", "severity": "critical"},
-                          ["slack-sd-info"])
+    result = _routes_test({"alertname": "SDAcceptanceRateLow", "severity": "critical",
+                           **BUNDLE_LABEL}, ["slack-sd-info"])
     assert result.returncode != 0
 
 
@@ -214,7 +217,8 @@ def test_target_down_inhibits_that_targets_sd_alerts_only(alertmanager: int):
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
     def alert(**labels: str) -> dict:
-        return {"labels": labels, "annotations": {"summary": "test"}, "startsAt": now}
+        return {"labels": {**labels, **BUNDLE_LABEL}, "annotations": {"summary": "test"},
+                "startsAt": now}
 
     _api(alertmanager, "alerts", [
         alert(alertname="SpecwatchTargetDown", severity="warning", target="a"),
@@ -243,7 +247,7 @@ def test_breakeven_alert_inhibits_the_speedup_alert_of_the_same_model(alertmanag
 
     def alert(name: str, model: str) -> dict:
         return {"labels": {"alertname": name, "severity": "warning", "target": "a",
-                           "model_name": model},
+                           "model_name": model, **BUNDLE_LABEL},
                 "annotations": {"summary": "test"}, "startsAt": now}
 
     _api(alertmanager, "alerts", [

@@ -482,7 +482,8 @@ def test_low_acceptance_alert_reaches_the_controller_through_alertmanager(tmp_pa
         accepted = 'outcome="ignored_model"'  # authenticated, the model never polled
         assert _metric(exporter_port, "specwatch_controller_alerts_total", accepted) == 0
         alert = {"labels": {"alertname": "SDAcceptanceRateLow", "severity": "critical",
-                            "target": "vllm", "model_name": "demo/llama-8b-eagle3"},
+                            "component": "specwatch", "target": "vllm",
+                            "model_name": "demo/llama-8b-eagle3"},
                  "annotations": {"summary": "low"},
                  "startsAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         request = urllib.request.Request(
@@ -490,8 +491,11 @@ def test_low_acceptance_alert_reaches_the_controller_through_alertmanager(tmp_pa
             headers={"Content-Type": "application/json"}, method="POST")
         urllib.request.urlopen(request, timeout=5).close()
         # The controller route waits group_wait (10s) before its first notification.
+        def routes(route: dict) -> list[dict]:
+            return [route] + [r for child in route.get("routes", []) for r in routes(child)]
+
         group_wait = parse_duration(next(
-            r for r in am_config["route"]["routes"] if r["receiver"] == "specwatch-controller"
+            r for r in routes(am_config["route"]) if r["receiver"] == "specwatch-controller"
         )["group_wait"])
         deadline = time.monotonic() + group_wait + 15
         while _metric(exporter_port, "specwatch_controller_alerts_total", accepted) != 1:

@@ -3,7 +3,9 @@ installed the wheel and has no Jsonnet tooling (`specwatch mixin`, whose options
 :mod:`specwatch.cli.mixin`).
 
 A ``--set KEY=VALUE`` names a dotted path into the mixin's ``_config`` (config.libsonnet: the
-same keys, the same meaning), so it is what a Jsonnet user writes as ``_config+:: {...}``. The
+same keys, the same meaning), so it is what a Jsonnet user writes as ``_config+:: {...}``. A
+key that holds dots itself (the file names under ``dashboardTitles``) is written as it is:
+the longest key that exists is taken at each level. The
 two selectors are separate keys on purpose: ``vllmSelector`` picks vLLM's own series (the
 recording rules, the latency panels), ``exporterSelector`` picks specwatch's ``sd_*`` series
 (every SD alert); they are different scrape jobs, so one value for both leaves one side empty.
@@ -17,10 +19,10 @@ written when promtool is installed. The files written are the same three the rep
 commits (``alerts/specwatch-alerts.yaml``, ``alerts/specwatch-rules.yaml``, ``dashboards/*.json``),
 rendered by the same code (`specwatch.mixin.render`).
 
-The rule tests (``alerts/tests/*.yaml``: each alert firing and silent) are written for the
-default configuration (exporter scraped as ``job="specwatch"``, vLLM as ``job="vllm"``, the
-default thresholds and durations): a render with those values passes, and a render with others
-shows which alerts now behave differently.
+The render also writes the bundle's rule tests (``alerts/tests/*.yaml``: each alert firing
+and silent) carried over to the same values (`specwatch.mixin.ruletests`: the user's selectors,
+URLs, thresholds, switched-off alerts), and ``mixin test DIR`` runs those:
+it passes for rules that behave as the bundle's do, and names the alert whose rule does not.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any
 
 from specwatch import __version__
 from specwatch.common.errors import ConfigError
-from specwatch.mixin import render, validate
+from specwatch.mixin import kubernetes, render, ruletests, validate
 
 # Keys that are not in `_config` but that a user may try; each gets its own explanation.
 NOT_A_KEY = {
@@ -82,6 +84,35 @@ def _typed(key: str, text: str, default: Any) -> Any:
     return text
 
 
+def _resolve(key: str, config: dict[str, Any]) -> tuple[list[str], Any]:
+    """The config path a dotted ``key`` names and its default value.
+
+    A key may itself contain dots (``dashboardTitles.specwatch-sd-overview.json``): at each
+    level the longest run of parts that is a key there is taken, so a file name is written as
+    it is."""
+    parts = key.split(".")
+    path: list[str] = []
+    node: Any = config
+    i = 0
+    while i < len(parts):
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: {'.'.join(path)} is a value, not a group of "
+                              "settings")
+        for j in range(len(parts), i, -1):
+            candidate = ".".join(parts[i:j])
+            if candidate in node:
+                path.append(candidate)
+                node = node[candidate]
+                i = j
+                break
+        else:
+            where = ".".join(path) or "_config"
+            known = ", ".join(sorted(node))
+            raise ConfigError(f"--set {key}: {where} has no key {'.'.join(parts[i:])!r} "
+                              f"(known: {known})")
+    return path, node
+
+
 def parse_sets(sets: list[str], config: dict[str, Any]) -> dict[str, Any]:
     """``["a.b=1", ...]`` -> the nested overrides dict `render` merges into ``_config``,
     each value typed as its key's default and checked (`specwatch.mixin.validate`)."""
@@ -93,21 +124,15 @@ def parse_sets(sets: list[str], config: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
         if key in NOT_A_KEY:
             raise ConfigError(f"--set {key}: {NOT_A_KEY[key]}")
-        path = key.split(".")
-        node: Any = config
-        for depth, part in enumerate(path):
-            if not isinstance(node, dict) or part not in node:
-                where = ".".join(path[:depth]) or "_config"
-                known = ", ".join(sorted(node)) if isinstance(node, dict) else "none"
-                raise ConfigError(f"--set {key}: {where} has no key {part!r} "
-                                  f"(known: {known})")
-            node = node[part]
-        value = _typed(key, text, node)
-        validate.check_value(key, value)
+        path, default = _resolve(key, config)
+        value = _typed(key, text, default)
+        validate.check_value(key, value, path)
         target = overrides
         for part in path[:-1]:
             target = target.setdefault(part, {})
         target[path[-1]] = value
+    validate.check_selectors(overrides.get("vllmSelector", config["vllmSelector"]),
+                             overrides.get("exporterSelector", config["exporterSelector"]))
     return overrides
 
 
@@ -117,7 +142,8 @@ def promtool_check(files: dict[str, str]) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         return
-    rule_files = {rel: text for rel, text in files.items() if rel.endswith(".yaml")}
+    rule_files = {rel: text for rel, text in files.items()
+                  if rel in (render.ALERTS_FILE, render.RULES_FILE)}
     with tempfile.TemporaryDirectory(prefix="specwatch-mixin-") as tmp:
         paths = []
         for rel, text in rule_files.items():
@@ -139,16 +165,38 @@ def promtool_check(files: dict[str, str]) -> None:
                           "nothing written: check the --set values")
 
 
-def render_bundle(out: Path, sets: Sequence[str]) -> list[str]:
+FORMATS = ("files", "kubernetes")
+
+
+def render_bundle(out: Path, sets: Sequence[str], fmt: str = "files",
+                  notes: list[str] | None = None) -> list[str]:
     """Render the rules and dashboards with the ``--set`` overrides under ``out``; the
-    relative paths written (nothing is written when a value or the rules are bad)."""
+    relative paths written (nothing is written when a value or the rules are bad). What the
+    user should know about the output is appended to ``notes``.
+
+    ``files``: the rule files, the dashboards and the rule tests carried over to the values;
+    ``kubernetes``: PrometheusRule objects, dashboard ConfigMaps and their kustomization
+    (`specwatch.mixin.kubernetes`), each checked against its vendored schema."""
+    notes = [] if notes is None else notes
     overrides = parse_sets(list(sets), render.default_config())
-    command = "specwatch mixin render --out DIR" + "".join(
+    command = "specwatch mixin render --out DIR" + (
+        f" --format {fmt}" if fmt != "files" else "") + "".join(
         f" --set {shlex.quote(s)}" for s in sets)
     header = (f"# Generated by `{command}` from the specwatch mixin"
               f" (specwatch {__version__}). Do not edit: render again.\n")
     files = render.render_files(overrides, header)
     promtool_check(files)
+    if fmt == "kubernetes":
+        braced = command.replace("{", "{{").replace("}", "}}")
+        files = kubernetes.manifests(
+            files, f"# Generated by `{braced}` from the specwatch mixin (specwatch "
+                   f"{__version__}; {{source}}). Do not edit: render again.\n")
+    else:
+        try:
+            files.update(ruletests.render_tests(overrides))
+        except ConfigError as exc:  # the rules stand; only their tests cannot follow
+            notes.append(f"rule tests not written ({exc}); `mixin test` runs the bundle's "
+                         "tests for the default configuration")
     try:
         return render.write_rendered(out, files)
     except OSError as exc:
@@ -166,15 +214,16 @@ class RuleTests:
 
 
 def run_rule_tests(folder: Path | None) -> RuleTests:
-    """``promtool test rules`` with the bundle's tests against ``folder``/alerts (a render's
-    output), or the packaged rules for None."""
+    """``promtool test rules`` against ``folder``/alerts (a render's output) with the tests
+    that render wrote for its values (the bundle's own, for a folder without them), or the
+    packaged rules and tests for None."""
     promtool = shutil.which("promtool")
     if promtool is None:
         raise ConfigError("mixin test needs promtool (Prometheus' tool; Debian/Ubuntu: apt-get "
                           "install prometheus, or from a Prometheus release) on the PATH")
     bundle = render.mixin_dir()
     rules_dir = (folder / "alerts") if folder else (bundle / "alerts")
-    tests = sorted((bundle / "alerts" / "tests").glob("*.yaml"))
+    tests = (ruletests.tests_in(folder) if folder else []) or ruletests.tests_in(bundle)
     if not tests:
         raise ConfigError(f"no rule tests in {bundle / 'alerts' / 'tests'}: a bundle without "
                           "its tests (reinstall specwatch)")

@@ -18,8 +18,16 @@ What is checked, by key:
 - thresholds: a number in the range that makes the comparison meaningful (an acceptance rate
   in [0, 1], a speedup above 0 ...).
 - enumerations (``severity``, ``source``, ``statistic``): one of the known words.
+- ``clusterLabel``: one label name; it is spliced into every ``by (...)``/``on (...)`` list,
+  so ``cluster, instance`` would silently regroup every recording rule.
+- ``runbookURLPattern``: an http(s) URL with exactly one ``%s`` (the lower-cased alert name;
+  ``%%`` for a literal ``%``), as Jsonnet's ``%`` operator formats it.
+- ``grafanaURL``: an http(s) URL or ``''``; ``dashboardUIDs.*``: a Grafana uid;
+  ``alertLabels.*``: a non-empty value (Alertmanager routes on it).
+- the two selectors together: not the same matcher list (one scrape job cannot be both vLLM
+  and specwatch; one side's queries would be empty).
 
-Keys the table does not know (dashboard titles, tags, URLs) keep only the type check of
+Keys the table does not know (dashboard titles, tags) keep only the type check of
 `specwatch.mixin.overrides`.
 """
 
@@ -27,7 +35,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specwatch.common.errors import ConfigError
@@ -154,6 +163,61 @@ def _one_of(words: tuple[str, ...]) -> Callable[[str, Any], None]:
     return check
 
 
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+# Grafana's uid rule: letters, digits, '-' and '_', at most 40 characters.
+_GRAFANA_UID = re.compile(r"[a-zA-Z0-9_-]{1,40}")
+# A Jsonnet/Python format directive: '%' then flags, width, precision and a conversion.
+_FORMAT_DIRECTIVE = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?(.?)")
+
+
+def _label_name(key: str, value: Any) -> None:
+    if not _LABEL_NAME.fullmatch(str(value)):
+        raise ConfigError(f"--set {key}: {value!r} is not one label name; expected a Prometheus "
+                          "label name such as cluster ([a-zA-Z_][a-zA-Z0-9_]*): it is added to "
+                          "every aggregation, so a list would regroup every rule")
+
+
+def _http_url(text: str) -> bool:
+    """An absolute http(s) URL with a host and nothing a template or a shell would split."""
+    if any(ch.isspace() for ch in text) or "{{" in text or "}}" in text:
+        return False
+    parts = urllib.parse.urlsplit(text)
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
+
+
+def _url_pattern(key: str, value: Any) -> None:
+    text = str(value)
+    conversions = [m.group(1) for m in _FORMAT_DIRECTIVE.finditer(text)]
+    placeholders = [c for c in conversions if c != "%"]
+    if placeholders != ["s"] or not _http_url(text.replace("%%", "%25").replace("%s", "x")):
+        raise ConfigError(f"--set {key}: {text!r} is not a URL pattern; expected an http(s) URL "
+                          "with exactly one %s (replaced by the lower-cased alert name) and %% "
+                          "for a literal %, e.g. https://wiki.example.com/specwatch#%s")
+
+
+def _grafana_url(key: str, value: Any) -> None:
+    text = str(value)
+    # The links append /d/<uid>/?<variables>, so the address ends at its path.
+    if text != "" and (not _http_url(text) or "?" in text or "#" in text):
+        raise ConfigError(f"--set {key}: {text!r} is not Grafana's address; expected an "
+                          "http(s) URL without query or fragment, such as "
+                          "https://grafana.example.com, or '' for no link")
+
+
+def _alert_label(key: str, value: Any) -> None:
+    text = str(value)
+    if not text or "\n" in text:
+        raise ConfigError(f"--set {key}: {text!r} is not a label value; expected a non-empty "
+                          "single-line value: Alertmanager routes specwatch's alerts on it "
+                          "(deploy/alertmanager matches component=\"specwatch\")")
+
+
+def _grafana_uid(key: str, value: Any) -> None:
+    if not _GRAFANA_UID.fullmatch(str(value)):
+        raise ConfigError(f"--set {key}: {value!r} is not a Grafana dashboard uid; expected at "
+                          "most 40 letters, digits, '-' or '_'")
+
+
 _INF = math.inf
 # Dotted key (``*`` for any alert) -> check. The first pattern that matches wins.
 CHECKS: tuple[tuple[str, Callable[[str, Any], None]], ...] = (
@@ -175,29 +239,60 @@ CHECKS: tuple[tuple[str, Callable[[str, Any], None]], ...] = (
     ("alerts.SDModelSaturated.threshold", _number(0, 1, low_open=True)),
     ("alerts.SDModelDrift.threshold", _number(0, _INF, low_open=True)),
     ("alerts.*.threshold", _number(0, _INF, low_open=True)),
+    ("clusterLabel", _label_name),
+    ("runbookURLPattern", _url_pattern),
+    ("grafanaURL", _grafana_url),
+    ("dashboardUIDs.*", _grafana_uid),
+    ("alertLabels.*", _alert_label),
     ("grafana.refresh", _duration(optional=True)),
     ("grafana.xyChartMaxFrames", _number(1, _INF, integer=True)),
 )
 
 
-def _matches(pattern: str, key: str) -> bool:
-    p, k = pattern.split("."), key.split(".")
-    return len(p) == len(k) and all(a in ("*", b) for a, b in zip(p, k, strict=True))
+def _matches(pattern: str, parts: Sequence[str]) -> bool:
+    p = pattern.split(".")
+    return len(p) == len(parts) and all(a in ("*", b) for a, b in zip(p, parts, strict=True))
 
 
-def check_value(key: str, value: Any) -> None:
-    """Raise ConfigError when ``value`` is not valid for the dotted config ``key``."""
+def check_value(key: str, value: Any, parts: Sequence[str] | None = None) -> None:
+    """Raise ConfigError when ``value`` is not valid for the config key ``key`` (its path
+    ``parts``, when a part holds a dot; else the dotted ``key`` split)."""
+    path = tuple(parts) if parts is not None else tuple(key.split("."))
     for pattern, check in CHECKS:
-        if _matches(pattern, key):
+        if _matches(pattern, path):
             check(key, value)
             return
 
 
-def check_overrides(overrides: Mapping[str, Any], path: str = "") -> None:
+def _normalized(selector: str) -> frozenset[tuple[str, str, str]]:
+    """A matcher list as a set of (name, op, value): spacing, order and quoting ignored."""
+    out = set()
+    for name, op, quoted in matchers(selector):
+        body = quoted[1:-1]
+        if quoted[0] != "`":
+            body = re.sub(r"\\(.)", r"\1", body)
+        out.add((name.strip('"'), op, body))
+    return frozenset(out)
+
+
+def check_selectors(vllm: str, exporter: str) -> None:
+    """Refuse one selector for both vLLM's and specwatch's series."""
+    try:
+        same = _normalized(vllm) == _normalized(exporter)
+    except ValueError:  # each is checked on its own first
+        return
+    if same:
+        raise ConfigError(f"--set vllmSelector and exporterSelector: both select {exporter!r}; "
+                          "vLLM's series and specwatch's sd_* series come from different scrape "
+                          "jobs, so one of the two would match nothing (e.g. vllmSelector="
+                          "'job=\"vllm\"', exporterSelector='job=\"specwatch\"')")
+
+
+def check_overrides(overrides: Mapping[str, Any], path: tuple[str, ...] = ()) -> None:
     """Every leaf of a nested overrides dict, checked."""
     for key, value in overrides.items():
-        where = f"{path}.{key}" if path else str(key)
+        where = (*path, str(key))
         if isinstance(value, Mapping):
             check_overrides(value, where)
         else:
-            check_value(where, value)
+            check_value(".".join(where), value, where)
