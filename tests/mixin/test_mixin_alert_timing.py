@@ -75,7 +75,9 @@ def _series(drop: Drop, scrape_s: int, phase: int) -> list[dict]:
             acc.append(f"{a:.4f}")
             arr.append(f"{r:.4f}")
         labels = f'{LABELS}, window="{window}"'
-        out.append({"series": f"sd_acceptance_rate{{{labels}}}", "values": " ".join(acc)})
+        # The α the alert reads (first-position acceptance: the drop's numbers at any k).
+        out.append({"series": f'sd_acceptance_alpha{{{labels}, method="first_position"}}',
+                    "values": " ".join(acc)})
         out.append({"series": f"sd_arrival_rate{{{labels}}}", "values": " ".join(arr)})
     return out
 
