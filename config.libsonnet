@@ -90,7 +90,7 @@
         // Exporter window the alert reads (source 'exporter'). 1m, not the 5m of the
         // dashboards: the `for` clock starts when the window crosses the threshold, and a
         // 5m window of a drop that follows heavy traffic crosses it up to 5 minutes late
-        // (4.3 min in the demo), so the page would come 14-15 minutes after the drop.
+        // (4.8 min in the demo), so the alert would come 14-15 minutes after the drop.
         // With 1m it comes 10-12 minutes after (tests/mixin/test_mixin_alert_timing.py).
         window: '1m',
         // An isolated missing sample (a failed poll drops the target's series for one
