@@ -98,7 +98,8 @@
   local lowWindow = if low.source == 'exporter' then low.window else c.rateWindow,
   // What the low-acceptance alert compared, in words (the α's `method` label decides).
   local lowMeasure =
-    if alpha then 'acceptance α ({{ $labels.method }}: {{ if eq $labels.method "first_position" }}the share of drafts whose first token was accepted{{ else }}the per-token α solved from the acceptance length and k{{ end }}; unlike the acceptance rate it does not fall with k)'
+    // One template part: each costs a label value's worth of the controller's webhook body.
+    if alpha then 'acceptance α (method {{ $labels.method }}: first_position is the share of drafts whose first token was accepted, per_token the per-token α solved from the acceptance length and k; unlike the acceptance rate it does not fall with k)'
     else "acceptance rate (vLLM's accepted / proposed draft tokens)",
 
   // The SD dashboard link, for alert groups kept in other files (alerts/measured.libsonnet).
