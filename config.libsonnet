@@ -6,7 +6,7 @@
 //   local specwatch = (import 'mixin.libsonnet') + {
 //     _config+:: {
 //       vllmSelector: 'job="inference", namespace="llm"',
-//       alerts+: { SDAcceptanceRateLow+: { threshold: 0.35, measure: 'rate' } },
+//       alerts+: { SDAcceptanceRateLow+: { threshold: 0.35, 'for': '15m' } },
 //     },
 //   };
 {

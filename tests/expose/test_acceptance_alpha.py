@@ -19,6 +19,7 @@ from prometheus_client.exposition import generate_latest
 from specwatch.expose.collector import SpecwatchCollector
 from specwatch.poll import derive
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.snapshot import WindowSignals
 
 CONSTRUCTED = FIXTURES / "constructed"
 
@@ -89,3 +90,15 @@ def test_no_alpha_without_drafts_or_positions():
     assert _series(cached, "sd_acceptance_rate")
     for text in (cached, library):
         assert "sd_acceptance_alpha" not in text
+
+
+def test_a_window_without_position_0_falls_back_to_the_per_token_alpha():
+    """A window whose position-0 rate is missing (its counter unknown at a window's end:
+    left out, not 0) is not labelled first_position with another position's rate."""
+    values = {derive.TOKEN_ACCEPTANCE_PROBABILITY: 0.55}
+    rates = {"0": 0.63, "1": 0.4}
+    w = WindowSignals("5m", values, {derive.POSITION_ACCEPTANCE_RATE: rates})
+    assert derive.acceptance_alpha(w) == (0.63, "first_position")
+    w = WindowSignals("5m", values, {derive.POSITION_ACCEPTANCE_RATE: {"1": 0.4}})
+    assert derive.acceptance_alpha(w) == (0.55, "per_token")
+    assert derive.acceptance_alpha(WindowSignals("5m", {})) is None

@@ -275,7 +275,7 @@ def acceptance_alpha(w: WindowSignals) -> tuple[float, str] | None:
     plug-in get the same value from one place.
     """
     rates = w.positions.get(POSITION_ACCEPTANCE_RATE)
-    first = next(iter(rates.values()), None) if rates else None  # rates are in position order
+    first = rates.get(sources.FIRST_POSITION) if rates else None
     return draft_length_independent_alpha(first, w.values.get(TOKEN_ACCEPTANCE_PROBABILITY))
 
 
