@@ -232,9 +232,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_low_acceptance_alert_goes_pending_only_in_the_low_phase(live: Any) -> None:
-    """The alert reads the α (vLLM counts positions: the first position's acceptance), which
-    is never below vLLM's rate (acceptance is a prefix: position 0 is accepted at least as
-    often as the mean position)."""
+    """The alert reads the α (vLLM counts positions: the first position's acceptance). With
+    full drafts it is at least vLLM's rate (acceptance is a prefix: position 0 is accepted at
+    least as often as any later one); n-gram drafts can be shorter than k, so that is not
+    asserted, only each phase's side of the threshold."""
     stack, start, low_start, end, states, seen = live
 
     def per_second(expr: str) -> list[tuple[float, float]]:
@@ -254,10 +255,8 @@ def test_low_acceptance_alert_goes_pending_only_in_the_low_phase(live: Any) -> N
           f"{min(low):.2f}-{max(low):.2f}; vLLM's rate in the low phase "
           f"{min(low_rate):.2f}-{max(low_rate):.2f}; alert states {states}")
     # The premise: temperature 0 keeps every window of the high phase above the threshold
-    # (the rate already is, about 0.6, and the α is at least the rate); temperature 1 sends
-    # both far below it.
+    # (the rate, about 0.6, already is); temperature 1 sends both far below it.
     where = f"(s from start, α, rate): {series}"
-    assert all(v >= rate[t] - 1e-9 for t, v in alpha if t in rate), where
     assert min(high) > 0.4, where
     assert max(low) < 0.3 and max(low_rate) < 0.2, where
     assert not states["high"], f"alert states {seen}; {where}"

@@ -385,7 +385,8 @@ def test_exporter_and_recording_rule_agree_on_acceptance(prometheus):
 def test_exporter_and_recording_rule_agree_on_alpha(prometheus):
     """The α the acceptance alert reads: the exporter's 1m sd_acceptance_alpha and the
     recording rule's first-position acceptance from vLLM's counters (both
-    method="first_position") describe the same traffic and stay above vLLM's rate (k = 4)."""
+    method="first_position") describe the same traffic; on these pages (k = 4) the α is
+    never below vLLM's rate."""
     base, start, end = prometheus
     exporter = _query_range(
         base, 'sd_acceptance_alpha{job="specwatch", window="1m", method="first_position"}',
