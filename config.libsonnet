@@ -6,7 +6,7 @@
 //   local specwatch = (import 'mixin.libsonnet') + {
 //     _config+:: {
 //       vllmSelector: 'job="inference", namespace="llm"',
-//       alerts+: { SDAcceptanceRateLow+: { threshold: 0.35, severity: 'warning' } },
+//       alerts+: { SDAcceptanceRateLow+: { threshold: 0.35, 'for': '15m' } },
 //     },
 //   };
 {
@@ -53,15 +53,40 @@
     // pending duration (`for`) and severity changed. Severities follow the
     // monitoring-mixins convention: critical pages a human now, warning goes to a
     // ticket/chat during working hours, info is context that is not routed on its own.
+    //
+    // Severity policy: a page (critical) is reserved for speculative decoding that makes
+    // requests slower, held for the alert's `for`:
+    //   - SDMeasuredSlowdown: the measured A/B speedup's 90% interval ends below 1
+    //     (bound 'upper', threshold 1);
+    //   - SDPredictedSlowdown: a valid prediction whose whole 90% interval is below 1
+    //     (sd_predicted_speedup_upper < 1 while sd_model_valid is 1).
+    // Everything else is a warning or info: low acceptance, a small predicted speedup,
+    // drift, saturation. Low acceptance that does slow requests down pages through one of
+    // the two slowdown alerts. Keep the policy when you change a `bound`, a `threshold`
+    // or a severity: a page that SD is merely less useful than it could be wakes people
+    // for something that can wait until morning.
     alerts: {
-      // Rolling acceptance rate (accepted / proposed draft tokens) below the threshold:
-      // the drafts are mostly wasted verifier work. Pages. Absent, and therefore silent,
-      // when no drafts were verified in the window (an idle server never pages); also
-      // silent below minArrivalRate, where a handful of prompts decides the ratio and
-      // nobody waits on the latency.
+      // Rolling draft acceptance below the threshold: most drafts are rejected and their
+      // verification is wasted verifier work. A ticket (warning), not a page: it says SD
+      // pays less, not that it slows requests down (the slowdown alerts page for that).
+      // Absent, and therefore silent, when no drafts were verified in the window (an idle
+      // server never alerts); also silent below minArrivalRate, where a handful of prompts
+      // decides the ratio and nobody waits on the latency.
       SDAcceptanceRateLow: {
         enabled: true,
-        severity: 'critical',
+        severity: 'warning',
+        // What is compared with the threshold:
+        // 'alpha': the draft-length-independent acceptance α, the same at every k: the
+        //   share of drafts whose first token was accepted (label method="first_position",
+        //   from vLLM's per-position counters), else the per-token α solved from the
+        //   acceptance length and k (method="per_token"; exporter source only). At k = 1 it
+        //   equals vLLM's acceptance rate, so 0.4 keeps its meaning.
+        // 'rate': vLLM's acceptance rate, accepted / proposed draft tokens. It falls with k
+        //   by construction (later positions are accepted less often): on the public
+        //   Qwen3-32B sweep EAGLE-3 reads 0.22-0.25 at k = 6 where it is 1.7-2.1x faster (its
+        //   first-position acceptance: 0.62-0.66), so a fixed threshold fires on healthy SD.
+        //   Only for a threshold chosen for one k.
+        measure: 'alpha',
         threshold: 0.4,
         'for': '10m',
         // Rides over a single failed poll or scrape instead of resolving and re-firing
@@ -71,7 +96,7 @@
         // Exporter window the alert reads (source 'exporter'). 1m, not the 5m of the
         // dashboards: the `for` clock starts when the window crosses the threshold, and a
         // 5m window of a drop that follows heavy traffic crosses it up to 5 minutes late
-        // (4.3 min in the demo), so the page would come 14-15 minutes after the drop.
+        // (4.8 min in the demo), so the alert would come 14-15 minutes after the drop.
         // With 1m it comes 10-12 minutes after (tests/mixin/test_mixin_alert_timing.py).
         window: '1m',
         // An isolated missing sample (a failed poll drops the target's series for one
@@ -79,17 +104,26 @@
         // sample within this grace (last_over_time) instead of the instant value. Keep it
         // at least 2x the scrape interval of specwatch. '' reads instant values.
         missingSampleGrace: '2m',
-        // 'exporter': specwatch's windowed sd_acceptance_rate (labels target, model_name);
-        // 'vllm': the recording rule computed from vLLM's counters, for Prometheus setups
-        // without the exporter (labels job, model_name).
+        // 'exporter': specwatch's windowed sd_acceptance_alpha (or sd_acceptance_rate with
+        // measure 'rate'; labels target, model_name); 'vllm': the recording rules computed
+        // from vLLM's counters, for Prometheus setups without the exporter (labels job,
+        // model_name; measure 'alpha' needs vLLM's per-position counters, vLLM v1).
         source: 'exporter',
       },
       // The latency model predicts that SD buys less than `threshold` x speedup at the
-      // current load (below 1, SD makes requests slower).
+      // current load (below 1, SD makes requests slower). A warning: the point prediction
+      // alone does not prove a slowdown (SDPredictedSlowdown pages when its interval does).
       SDPredictedSpeedupLow: {
         enabled: true,
         severity: 'warning',
         threshold: 1.05,
+        'for': '15m',
+      },
+      // A valid prediction (sd_model_valid 1) whose whole 90% interval is below 1: the
+      // model is confident that SD makes requests slower at the current load. Pages.
+      SDPredictedSlowdown: {
+        enabled: true,
+        severity: 'critical',
         'for': '15m',
       },
       // The measured arrival rate is above the model's break-even arrival rate: at this
@@ -136,10 +170,11 @@
       // ratio's 90% interval (sd_measured_speedup_upper) is below it, so a bin too noisy to
       // tell stays silent; `'point'`: the ratio itself (sd_measured_speedup, statistic
       // `statistic`). Unlike SDPredictedSpeedupLow this is a measurement, not a model's
-      // prediction.
+      // prediction. Pages (the severity policy above) with bound 'upper' and threshold 1:
+      // set severity 'warning' if you change either.
       SDMeasuredSlowdown: {
         enabled: true,
-        severity: 'warning',
+        severity: 'critical',
         threshold: 1,
         bound: 'upper',
         statistic: 'mean',

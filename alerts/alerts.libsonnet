@@ -63,11 +63,16 @@
   local graced(sel) =
     if low.missingSampleGrace == '' then sel
     else 'last_over_time(%s[%s])' % [sel, low.missingSampleGrace],
+  assert std.member(['alpha', 'rate'], low.measure) : "alerts.SDAcceptanceRateLow.measure must be 'alpha' or 'rate', got %s" % low.measure,
+  local alpha = low.measure == 'alpha',
   local lowExpr =
     if low.source == 'exporter' then
       |||
         %(rate)s < %(threshold)g
-      ||| % { rate: graced(exp('sd_acceptance_rate', low.window)), threshold: low.threshold }
+      ||| % {
+        rate: graced(exp(if alpha then 'sd_acceptance_alpha' else 'sd_acceptance_rate', low.window)),
+        threshold: low.threshold,
+      }
       + (
         if low.minArrivalRate > 0 then |||
           and on (%(on)s)
@@ -78,7 +83,10 @@
     else if low.source == 'vllm' then
       |||
         %(rate)s < %(threshold)g
-      ||| % { rate: graced(rec.acceptanceRate), threshold: low.threshold }
+      ||| % {
+        rate: graced(if alpha then rec.acceptanceAlpha else rec.acceptanceRate),
+        threshold: low.threshold,
+      }
       + (
         if low.minArrivalRate > 0 then |||
           and on (%(on)s)
@@ -88,6 +96,11 @@
       )
     else error "alerts.SDAcceptanceRateLow.source must be 'exporter' or 'vllm', got %s" % low.source,
   local lowWindow = if low.source == 'exporter' then low.window else c.rateWindow,
+  // What the low-acceptance alert compared, in words (the α's `method` label decides).
+  local lowMeasure =
+    // One template part: each costs a label value's worth of the controller's webhook body.
+    if alpha then 'acceptance α (method {{ $labels.method }}: first_position is the share of drafts whose first token was accepted, per_token the per-token α solved from the acceptance length and k; unlike the acceptance rate it does not fall with k)'
+    else "acceptance rate (vLLM's accepted / proposed draft tokens)",
 
   // The SD dashboard link, for alert groups kept in other files (alerts/measured.libsonnet).
   sdDashboardURL:: dashboardURL,
@@ -100,12 +113,15 @@
           alert(
             'SDAcceptanceRateLow',
             lowExpr,
-            'Speculative decoding acceptance rate is low.',
-            'The %(w)s acceptance rate of %(where)s has been {{ $value | humanizePercentage }} for %(for)s (threshold %(t)g): most draft tokens are rejected and their verification is wasted work.' % {
+            if alpha then 'Speculative decoding acceptance is low.'
+            else 'Speculative decoding acceptance rate is low.',
+            'The %(w)s %(measure)s of %(where)s has been {{ $value | humanizePercentage }} for %(for)s (threshold %(t)g): %(what)s, and their verification is wasted work.' % {
               w: lowWindow,
+              measure: lowMeasure,
               where: where,
               'for': low['for'],
               t: low.threshold,
+              what: if alpha then 'most drafts are rejected early' else 'most draft tokens are rejected',
             },
             dashboardURL,
           ),
@@ -125,6 +141,24 @@
             'The latency model predicts a speedup of {{ printf "%%.2f" $value }}x for %(where)s at the current load (threshold %(t)gx; below 1 speculative decoding makes requests slower).' % {
               where: where,
               t: a.SDPredictedSpeedupLow.threshold,
+            },
+            dashboardURL,
+          ),
+          alert(
+            'SDPredictedSlowdown',
+            // The upper end of the 90% interval below 1: the whole interval is.
+            |||
+              %(upper)s < 1
+              and on (%(on)s)
+              %(valid)s == 1
+            ||| % {
+              upper: exp('sd_predicted_speedup_upper'),
+              valid: exp('sd_model_valid'),
+              on: exporterOn,
+            },
+            'Speculative decoding is predicted to make requests slower.',
+            'The latency model predicts that speculative decoding makes requests of %(where)s slower at the current load: the whole 90%% interval of the predicted speedup is below 1 (upper end {{ printf "%%.2f" $value }}x) and the prediction is valid. Turn SD off or lower k for this load.' % {
+              where: where,
             },
             dashboardURL,
           ),

@@ -23,6 +23,7 @@
     acceptedTokens: name('vllm_spec_decode_num_accepted_tokens', 'rate' + w),
     drafts: name('vllm_spec_decode_num_drafts', 'rate' + w),
     acceptanceRate: name('vllm_spec_decode_acceptance_rate', 'ratio_rate' + w),
+    acceptanceAlpha: name('vllm_spec_decode_acceptance_alpha', 'ratio_rate' + w),
     acceptanceLength: name('vllm_spec_decode_acceptance_length', 'ratio_rate' + w),
     draftLength: name('vllm_spec_decode_draft_length', 'ratio_rate' + w),
     draftLengthConfigured: name('vllm_spec_decode_draft_length_configured', 'max'),
@@ -64,6 +65,21 @@
             // vLLM's acceptance rate: accepted / proposed draft tokens, 0-1.
             record: n.acceptanceRate,
             expr: '%s\n/\n(%s > 0)\n' % [n.acceptedTokens, n.draftTokens],
+          },
+          {
+            // The draft-length-independent acceptance α (the exporter's sd_acceptance_alpha,
+            // method first_position): the share of verification steps whose first draft
+            // token was accepted. Unlike the rate above it does not fall with k; at k = 1 it
+            // equals it. Absent on servers without per-position counters (vLLM V0).
+            record: n.acceptanceAlpha,
+            expr: |||
+              sum by (%(by)s) (
+                rate(vllm:spec_decode_num_accepted_tokens_per_pos_total{%(sel)s, position="0"}[%(w)s])
+              )
+              /
+              (%(drafts)s > 0)
+            ||| % { by: by, sel: c.vllmSelector, w: w, drafts: n.drafts },
+            labels: { method: 'first_position' },
           },
           {
             // Mean tokens committed per verification step, bonus token included: 1..k+1.

@@ -112,12 +112,14 @@ local row = g.panel.row;
       ||| % { num: num, den: den, f: f.vllm };
     local acceptanceRate =
       m.timeSeries(
-        'Acceptance rate',
-        'Accepted / proposed draft tokens (vLLM\'s definition, 0-1) over the exporter window selected above, per target and model. The dashed line is the SDAcceptanceRateLow threshold (%g; the alert fires after %s below it). Lines marked "vLLM counters" are the same ratio from the recording rule on vLLM\'s counters (%s window), a cross-check that needs no exporter. A gap means no drafts were verified in the window (an idle server), not an acceptance of 0.' % [a.SDAcceptanceRateLow.threshold, a.SDAcceptanceRateLow['for'], c.rateWindow],
+        'Acceptance α and rate',
+        "The acceptance α (share of drafts whose first token was accepted, or the per-token α where the engine has no per-position counters: label method) beside vLLM's acceptance rate (accepted / proposed draft tokens), over the exporter window selected above. The rate falls with the draft length k by construction, because later positions are accepted less often; the α does not, and equals the rate at k = 1. The dashed line is the SDAcceptanceRateLow threshold on the %s (%g; the alert fires after %s below it). Lines marked \"vLLM counters\" are the same from the recording rules on vLLM's counters (%s window). A gap means no drafts were verified in the window (an idle server), not an acceptance of 0." % [if a.SDAcceptanceRateLow.measure == 'alpha' then 'α' else 'rate', a.SDAcceptanceRateLow.threshold, a.SDAcceptanceRateLow['for'], c.rateWindow],
         'percentunit',
         [
-          t('sd_acceptance_rate{%s}' % f.sdWindow, who),
-          t(rec(n.acceptanceRate), '{{model_name}} (vLLM counters, %s)' % c.rateWindow),
+          t('sd_acceptance_alpha{%s}' % f.sdWindow, who + ' α ({{method}})'),
+          t(rec(n.acceptanceAlpha), '{{model_name}} α (vLLM counters, %s)' % c.rateWindow),
+          t('sd_acceptance_rate{%s}' % f.sdWindow, who + ' rate'),
+          t(rec(n.acceptanceRate), '{{model_name}} rate (vLLM counters, %s)' % c.rateWindow),
         ],
       )
       + ts.standardOptions.withMin(0)
@@ -516,14 +518,22 @@ local row = g.panel.row;
     local acceptanceNow =
       nowStat(
         'Acceptance now',
-        'Measured acceptance rate (accepted / proposed draft tokens) per target and model over the exporter window selected above. Red below the SDAcceptanceRateLow threshold (%g). No value: no drafts verified in the window.' % a.SDAcceptanceRateLow.threshold,
+        "Acceptance α (share of drafts whose first token was accepted; the per-token α where positions are not counted) and vLLM's acceptance rate (accepted / proposed draft tokens) per target and model over the exporter window selected above. The rate falls with the draft length k by construction, the α does not (they are equal at k = 1); the %s is red below the SDAcceptanceRateLow threshold (%g). No value: no drafts verified in the window." % [if a.SDAcceptanceRateLow.measure == 'alpha' then 'α' else 'rate', a.SDAcceptanceRateLow.threshold],
         'percentunit',
-        [t('sd_acceptance_rate{%s}' % f.sdWindow, who)],
+        [
+          t('sd_acceptance_alpha{%s}' % f.sdWindow, who + ' α'),
+          t('sd_acceptance_rate{%s}' % f.sdWindow, who + ' rate'),
+        ],
       )
       + stat.standardOptions.thresholds.withMode('absolute')
       + stat.standardOptions.thresholds.withSteps([
         { color: 'red', value: null },
         { color: 'green', value: a.SDAcceptanceRateLow.threshold },
+      ])
+      // Only the measure the alert compares is coloured by its threshold.
+      + stat.standardOptions.withOverrides([
+        stat.standardOptions.override.byRegexp.new(if a.SDAcceptanceRateLow.measure == 'alpha' then '.* rate$' else '.* α$')
+        + stat.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: 'blue' }),
       ]);
 
     local speedupNow =

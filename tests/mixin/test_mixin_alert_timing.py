@@ -9,7 +9,7 @@ them stale; an instant selector then returns nothing and the alert's `for` clock
 The input is what the exporter exposes after a step change of acceptance: each window
 (1m, 5m) mixes the traffic before and after the drop in proportion to the draft tokens of
 each, so a window crosses the threshold late when the traffic before the drop was heavier.
-Two drops: the demo's (`specwatch demo`: 12 req/s at acceptance 0.57, then 3 req/s at 0.29)
+Two drops: the demo's (`specwatch demo`: 12 req/s at α 0.74, then 3 req/s at 0.33)
 and one at constant traffic (0.7 -> 0.2 at 2 req/s). Every 10th scrape finds the target
 down (all derived series stale), at each of the ten phases, for scrape intervals of 15 s and
 30 s and rule evaluation intervals of 15 s and 1 m. The fire time is read from
@@ -46,7 +46,7 @@ class Drop:
 
 
 DROPS = (
-    Drop("demo", 0.57, 0.29, 12.0, 3.0),
+    Drop("demo", 0.74, 0.33, 12.0, 3.0),
     Drop("constant-traffic", 0.7, 0.2, 2.0, 2.0),
 )
 
@@ -75,7 +75,9 @@ def _series(drop: Drop, scrape_s: int, phase: int) -> list[dict]:
             acc.append(f"{a:.4f}")
             arr.append(f"{r:.4f}")
         labels = f'{LABELS}, window="{window}"'
-        out.append({"series": f"sd_acceptance_rate{{{labels}}}", "values": " ".join(acc)})
+        # The α the alert reads (first-position acceptance: the drop's numbers at any k).
+        out.append({"series": f'sd_acceptance_alpha{{{labels}, method="first_position"}}',
+                    "values": " ".join(acc)})
         out.append({"series": f"sd_arrival_rate{{{labels}}}", "values": " ".join(arr)})
     return out
 

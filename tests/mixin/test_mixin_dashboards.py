@@ -396,9 +396,11 @@ def test_no_panel_sums_distributions_of_several_targets_or_models(name):
 
 
 def test_acceptance_panel_draws_the_alert_threshold():
-    """The 0.4 line on the acceptance panel is the alert's threshold from the same config."""
+    """The 0.4 line on the acceptance panel is the alert's threshold from the same config,
+    drawn beside the α the alert reads and vLLM's rate."""
     d = DASHBOARDS["specwatch-sd-overview.json"]
-    (p,) = [p for p in panels(d) if p["title"] == "Acceptance rate"]
+    (p,) = [p for p in panels(d) if p["title"] == "Acceptance α and rate"]
+    assert {"sd_acceptance_alpha", "sd_acceptance_rate"} <= _reads(p)
     steps = p["fieldConfig"]["defaults"]["thresholds"]["steps"]
     threshold = mixin.default_config()["alerts"]["SDAcceptanceRateLow"]["threshold"]
     assert steps[1]["value"] == threshold == 0.4
@@ -481,6 +483,25 @@ def _reads(p: dict) -> set[str]:
     return set().union(*(metric_names(t["expr"]) for t in p["targets"]))
 
 
+def test_acceptance_now_colours_only_the_alerts_measure():
+    """"Acceptance now" shows the α beside vLLM's rate; the threshold colours the α only
+    (the rate falls with k by construction, so 0.4 means nothing for it)."""
+    d = DASHBOARDS["specwatch-sd-overview.json"]
+    (p,) = [p for p in panels(d) if p["title"] == "Acceptance now"]
+    legends = {t["legendFormat"]: t["expr"] for t in p["targets"]}
+    assert any(e.startswith("sd_acceptance_alpha{") and f.endswith(" α")
+               for f, e in legends.items())
+    assert any(e.startswith("sd_acceptance_rate{") and f.endswith(" rate")
+               for f, e in legends.items())
+    (override,) = p["fieldConfig"]["overrides"]
+    assert override["matcher"] == {"id": "byRegexp", "options": ".* rate$"}
+    assert override["properties"] == [
+        {"id": "color", "value": {"mode": "fixed", "fixedColor": "blue"}}]
+    for desc in (p["description"], next(q["description"] for q in panels(d)
+                                        if q["title"] == "Acceptance α and rate")):
+        assert "falls with the draft length k" in desc
+
+
 def test_top_row_answers_is_sd_paying_off_now():
     """The first row: measured acceptance, predicted speedup with its validity, headroom to
     break-even (lambda*/lambda over the same window), and the specwatch alerts firing for
@@ -490,7 +511,7 @@ def test_top_row_answers_is_sd_paying_off_now():
     assert first_row["type"] == "row"
     top = _titles_by_row(d)[first_row["title"]]
     reads = [_reads(p) for p in top]
-    assert {"sd_acceptance_rate"} in reads
+    assert {"sd_acceptance_alpha", "sd_acceptance_rate"} in reads
     assert {"sd_predicted_speedup", "sd_model_valid"} in reads
     # Headroom to the break-even and, named apart, to SD's throughput ceiling.
     both = {"sd_breakeven_arrival_rate", "sd_throughput_ceiling_arrival_rate", "sd_arrival_rate"}

@@ -103,15 +103,27 @@ def test_promtool_unit_tests_pass():
     assert proc.stdout.count("SUCCESS") == len(TEST_FILES)
 
 
-def test_vllm_source_variant_passes_its_promtool_tests(tmp_path):
-    """With source 'vllm', the low-acceptance alert reads the recording rules from vLLM's
-    counters: it fires on sustained low acceptance and never on an idle server."""
-    alerts_dir = _render_into(tmp_path, {"alerts": {"SDAcceptanceRateLow": {"source": "vllm"}}})
+@pytest.mark.parametrize(
+    ("low", "test_file"),
+    [({"source": "vllm"}, "vllm-source.yaml"), ({"measure": "rate"}, "rate-measure.yaml")],
+)
+def test_low_acceptance_variants_pass_their_promtool_tests(tmp_path, low, test_file):
+    """With source 'vllm', the low-acceptance alert reads the α recorded from vLLM's
+    per-position counters: it fires on sustained low acceptance, never on an idle server nor
+    on a long draft whose rate alone is low. With measure 'rate' it reads vLLM's rate."""
+    alerts_dir = _render_into(tmp_path, {"alerts": {"SDAcceptanceRateLow": low}})
     dest = alerts_dir / "tests" / "overrides"
     dest.mkdir(parents=True)
-    shutil.copy(OVERRIDE_TESTS / "vllm-source.yaml", dest)
-    proc = _run([promtool(), "test", "rules", str(dest / "vllm-source.yaml")])
+    shutil.copy(OVERRIDE_TESTS / test_file, dest)
+    proc = _run([promtool(), "test", "rules", str(dest / test_file)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # And each variant's tests fail against the default rules (they test the variant).
+    default_dir = _render_into(tmp_path / "default", {})
+    (default_dir / "tests" / "overrides").mkdir(parents=True)
+    shutil.copy(OVERRIDE_TESTS / test_file, default_dir / "tests" / "overrides")
+    proc = _run([promtool(), "test", "rules",
+                 str(default_dir / "tests" / "overrides" / test_file)])
+    assert proc.returncode != 0, f"{test_file} passes against the default rules too"
 
 
 @pytest.mark.parametrize(
@@ -190,12 +202,39 @@ def test_every_configured_alert_is_rendered_and_listed_in_the_docs():
         assert f"`{name}`" in readme, f"{name} missing from docs/dashboards-alerts.md"
 
 
-def test_low_acceptance_alert_pages():
-    """SDAcceptanceRateLow is the paging alert (severity critical, 0.4 for 10m)."""
+def test_low_acceptance_alert_reads_the_draft_length_independent_alpha():
+    """SDAcceptanceRateLow compares the α (not vLLM's rate, which falls with k) with 0.4
+    for 10m, and is a warning: low acceptance alone does not make requests slower."""
     (low,) = [a for a in _alerts() if a["alert"] == "SDAcceptanceRateLow"]
-    assert low["labels"]["severity"] == "critical"
+    assert low["labels"]["severity"] == "warning"
     assert low["for"] == "10m"
-    assert "< 0.4" in low["expr"]
+    assert re.search(r"sd_acceptance_alpha\{[^}]*\}\[2m\]\) < 0.4\n", low["expr"])
+    assert "sd_acceptance_rate" not in low["expr"]
+    assert "$labels.method" in low["annotations"]["description"]
+    rate = _alert(mixin.render_rules({"alerts": {"SDAcceptanceRateLow": {"measure": "rate"}}}),
+                  "SDAcceptanceRateLow")
+    assert "sd_acceptance_rate{" in rate["expr"] and "sd_acceptance_alpha" not in rate["expr"]
+
+
+def _proves_slowdown(expr: str) -> bool:
+    """The expression holds only where SD makes requests slower: the measured speedup's
+    upper bound below 1, or a valid prediction's upper bound below 1."""
+    measured = re.search(r"^sd_measured_speedup_upper\{[^}]*statistic=\"mean\"\} < 1\n", expr)
+    predicted = (re.search(r"^sd_predicted_speedup_upper\{[^}]*\} < 1\n", expr)
+                 and re.search(r"sd_model_valid\{[^}]*\} == 1\n", expr))
+    return bool(measured or predicted)
+
+
+def test_only_a_slowdown_pages():
+    """The severity policy (config.libsonnet, runbook.md): critical only for SD that makes
+    requests slower, measured (SDMeasuredSlowdown, bound upper) or predicted with its whole
+    interval (SDPredictedSlowdown); both exist and page, and nothing else does."""
+    critical = {a["alert"]: a["expr"] for a in _alerts() if a["labels"]["severity"] == "critical"}
+    assert set(critical) == {"SDMeasuredSlowdown", "SDPredictedSlowdown"}
+    for name, expr in critical.items():
+        assert _proves_slowdown(expr), name
+    assert not _proves_slowdown(_alert(mixin.render_rules(
+        {"alerts": {"SDMeasuredSlowdown": {"bound": "point"}}}), "SDMeasuredSlowdown")["expr"])
 
 
 def test_recording_rules_are_named_level_metric_operations():
@@ -223,7 +262,7 @@ def test_render_rules_applies_overrides_deeply():
     assert names[0] == "specwatch-vllm-spec-decode.rules", "recording rules come first"
     low = _alert(rules, "SDAcceptanceRateLow")
     assert (low["for"], low["keep_firing_for"]) == ("1m", "30s")
-    assert low["labels"]["severity"] == "critical"
+    assert low["labels"]["severity"] == "warning"
     assert "< 0.4" in low["expr"]
     speedup = _alert(rules, "SDPredictedSpeedupLow")
     assert speedup["for"] == "15m"
@@ -284,6 +323,7 @@ def test_every_located_alert_links_to_its_dashboard_filtered_to_its_target():
         ),
         ({"rateWindow": {"x": 1}}, "'rateWindow': expected a str, got an object"),
         ({"alerts": {"SDAcceptanceRateLow": {"source": "both"}}}, "must be 'exporter' or 'vllm'"),
+        ({"alerts": {"SDAcceptanceRateLow": {"measure": "length"}}}, "must be 'alpha' or 'rate'"),
     ],
 )
 def test_bad_overrides_are_clear_errors(overrides, message):

@@ -382,6 +382,32 @@ def test_exporter_and_recording_rule_agree_on_acceptance(prometheus):
     assert len(close) >= 0.5 * len(common), [(t, ours[t], theirs[t]) for t in common]
 
 
+def test_exporter_and_recording_rule_agree_on_alpha(prometheus):
+    """The α the acceptance alert reads: the exporter's 1m sd_acceptance_alpha and the
+    recording rule's first-position acceptance from vLLM's counters (both
+    method="first_position") describe the same traffic; on these pages (k = 4) the α is
+    never below vLLM's rate."""
+    base, start, end = prometheus
+    exporter = _query_range(
+        base, 'sd_acceptance_alpha{job="specwatch", window="1m", method="first_position"}',
+        start, end)
+    prom = _query_range(
+        base,
+        'sum(increase(vllm:spec_decode_num_accepted_tokens_per_pos_total{job="vllm",'
+        ' position="0"}[1m])) / sum(increase(vllm:spec_decode_num_drafts_total{job="vllm"}[1m]))',
+        start, end)
+    rate = _query_range(base, 'sd_acceptance_rate{job="specwatch", window="1m"}', start, end)
+    assert exporter and prom and rate
+    ours = {float(t): float(v) for t, v in exporter[0]["values"]}
+    theirs = {float(t): float(v) for t, v in prom[0]["values"]}
+    rates = {float(t): float(v) for t, v in rate[0]["values"]}
+    common = sorted(set(ours) & set(theirs))
+    assert len(common) >= 10
+    close = [t for t in common if abs(ours[t] - theirs[t]) <= 0.1]
+    assert len(close) >= 0.5 * len(common), [(t, ours[t], theirs[t]) for t in common]
+    assert all(ours[t] >= rates[t] for t in ours if t in rates)
+
+
 def test_every_alert_expression_evaluates_on_real_label_sets(prometheus):
     """Vector matching errors (many-to-many, duplicate series) only show with real label sets:
     every alert expression must evaluate over the whole range without one."""

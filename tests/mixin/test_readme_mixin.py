@@ -54,7 +54,8 @@ def test_readme_mixin_command_gives_an_acceptance_alert_that_fires(tmp_path: Pat
         "tests": [{
             "interval": "1m",
             "input_series": [
-                {"series": f"sd_acceptance_rate{{{labels}}}", "values": "0.2x30"},
+                {"series": f'sd_acceptance_alpha{{{labels}, method="first_position"}}',
+                 "values": "0.2x30"},
                 {"series": f"sd_arrival_rate{{{labels}}}", "values": "2x30"},
             ],
             "promql_expr_test": [{

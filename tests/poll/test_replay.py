@@ -104,7 +104,7 @@ class Independent:
         self.history.append((t, snap))
 
     def expected(self) -> dict[tuple[str, str, str | None], float]:
-        """{(metric, window, position): value} for the newest poll."""
+        """{(metric, window, position or method): value} for the newest poll."""
         t, cur = self.history[-1]
         out: dict[tuple[str, str, str | None], float] = {}
         bases = {}
@@ -137,6 +137,8 @@ class Independent:
                     out[("sd_position_conditional_acceptance_rate", label, pos)] = p[pos] / prev
                     prev = p[pos]
                 p0, p1 = p["0"], p["1"]
+                # vLLM counts positions: the draft-length-independent α is position 0's.
+                out[("sd_acceptance_alpha", label, "first_position")] = p0
                 if 0 < p0 < 1:
                     h = (p1 - p0 * p0) / (p0 * (1 - p0))
                     out[("sd_acceptance_heterogeneity", label, None)] = min(1.0, max(0.0, h))
@@ -244,7 +246,8 @@ def derived_from_scrape(series) -> dict[tuple[str, str, str | None], float]:
     for (name, labels), v in series.items():
         if name.startswith("sd_") and "window" in dict(labels):
             lab = dict(labels)
-            out[(name, lab["window"], lab.get("position"))] = v
+            # The third part: the position, or the α's method.
+            out[(name, lab["window"], lab.get("position", lab.get("method")))] = v
     return out
 
 

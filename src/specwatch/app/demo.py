@@ -404,14 +404,15 @@ class Demo:
             lines.append(f"  {self.prometheus_note}")
         lines += ["", "What to look at:"]
         exp = self.exporter_url()
-        lines.append(f"  {exp}/metrics: sd_acceptance_rate, sd_acceptance_length, "
+        lines.append(f"  {exp}/metrics: sd_acceptance_alpha, sd_acceptance_rate, "
+                     "sd_acceptance_length, "
                      "sd_arrival_rate, sd_acceptance_bimodality_coefficient, and (with the "
                      "model) sd_predicted_speedup and sd_breakeven_arrival_rate")
         if self.prometheus_url:
             p = self.prometheus_url
-            lines.append(f"  {p}/graph?g0.expr=sd_position_acceptance_rate%7Bwindow%3D%221m%22"
-                         "%2Cposition%3D%220%22%7D  (first-position acceptance: what the "
-                         "controller compares with 0.4; vLLM's sd_acceptance_rate falls with k)")
+            lines.append(f"  {p}/graph?g0.expr=sd_acceptance_alpha%7Bwindow%3D%221m%22%7D"
+                         "  (the α the 0.4 alert and the controller compare; vLLM's "
+                         "sd_acceptance_rate falls with k)")
             lines.append(f"  {p}/graph?g0.expr=sd_predicted_speedup  (falls below 1 past "
                          "break-even)")
             lines.append(f"  {p}/alerts  (each alert of the story goes pending, fires "
@@ -439,9 +440,8 @@ class Demo:
                 truth = ph.acceptance.truth(m.num_speculative_tokens, ph.generation_tokens)
                 acc = truth.get("acceptance_rate")
                 first = (truth.get("position_acceptance_rate") or [None])[0]
-                acc_txt = f", acceptance rate ≈ {acc:.2f}" if acc is not None else ""
-                if first is not None:
-                    acc_txt += f", first position ≈ {first:.2f}"
+                acc_txt = (f", α ≈ {first:.2f}" if first is not None else "") + (
+                    f", acceptance rate ≈ {acc:.2f}" if acc is not None else "")
                 lines.append(f"  {at}  {m.model_name}: {ph.name} ({rate_txt}{acc_txt})")
                 start += ph.duration_s
         if sc.description:

@@ -66,6 +66,8 @@ WINDOW_GAUGES: tuple[str, ...] = (
     derive.EFFECTIVE_BATCH_SIZE, derive.MEAN_PROMPT_TOKENS, derive.MEAN_GENERATION_TOKENS,
     derive.MEAN_LATENCY_SECONDS, derive.BIMODALITY_COEFFICIENT,
 )
+#: The draft-length-independent α, labelled ``method`` (``derive.acceptance_alpha``).
+ALPHA = derive.ACCEPTANCE_ALPHA
 POSITION_GAUGES: tuple[str, ...] = (
     derive.POSITION_ACCEPTANCE_RATE, derive.POSITION_CONDITIONAL_ACCEPTANCE_RATE,
 )
@@ -419,6 +421,7 @@ def derived_families(snap: Snapshot, keep_empty: bool = False) -> Iterator[Metri
     """The sd_* series of every target that is up (a down target exposes none); families
     without samples are left out unless ``keep_empty``."""
     gauges = {name: metricdefs.gauge(name) for name in WINDOW_GAUGES}
+    alpha = metricdefs.gauge(ALPHA)
     pos_gauges = {name: metricdefs.gauge(name) for name in POSITION_GAUGES}
     configured = metricdefs.gauge("sd_draft_length_configured")
     samples = metricdefs.histogram("sd_acceptance_rate_samples")
@@ -433,6 +436,9 @@ def derived_families(snap: Snapshot, keep_empty: bool = False) -> Iterator[Metri
                     fam = gauges.get(name)
                     if fam is not None:
                         fam.add_metric([tname, mname, w.window], value)
+                got = derive.acceptance_alpha(w)
+                if got is not None:
+                    alpha.add_metric([tname, mname, w.window, got[1]], got[0])
                 for name, per_pos in w.positions.items():
                     fam = pos_gauges.get(name)
                     if fam is not None:
@@ -444,7 +450,7 @@ def derived_families(snap: Snapshot, keep_empty: bool = False) -> Iterator[Metri
                            zip(h.bounds, h.cumulative_counts, strict=False)]
                 buckets.append(("+Inf", float(h.count)))
                 samples.add_metric([tname, mname], buckets, h.sum)
-    for fam in (*gauges.values(), *pos_gauges.values(), configured, samples):
+    for fam in (*gauges.values(), alpha, *pos_gauges.values(), configured, samples):
         if fam.samples or keep_empty:
             yield fam
 
@@ -467,6 +473,7 @@ SAMPLES = "sd_acceptance_rate_samples"
 _FAMILY_ORDER: tuple[tuple[str, bool], ...] = (
     *((name, True) for name in HEALTH),
     *((name, False) for name in WINDOW_GAUGES),
+    (ALPHA, False),
     *((name, False) for name in POSITION_GAUGES),
     (CONFIGURED, False), (SAMPLES, False))
 
@@ -557,6 +564,10 @@ def render_target(t: TargetSnapshot) -> dict[str, bytes]:
                             out[name] = [line]
                         else:
                             lines.append(line)
+                got = derive.acceptance_alpha(w)
+                if got is not None:
+                    out.setdefault(ALPHA, []).append(
+                        f'{ALPHA}{{method="{got[1]}",{ml},{tl},{wl}}} {fg(got[0])}\n')
                 for name, per_pos in w.positions.items():
                     if name in _POSITION_NAMES:
                         lines = out.setdefault(name, [])

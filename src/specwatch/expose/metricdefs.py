@@ -101,6 +101,17 @@ METRICS: tuple[MetricDef, ...] = (
         doc="per-token α of the i.i.d. model: E = (1 − α^(k+1)) / (1 − α) solved by bisection "
             "with k = `sd_draft_length`; not the acceptance rate"),
     MetricDef(
+        signals.ACCEPTANCE_ALPHA, "gauge", ("target", "model_name", "window", "method"),
+        help="Acceptance that does not fall with k: first-position acceptance, else per-token "
+             "alpha.",
+        doc="the draft-length-independent acceptance α the acceptance alert reads: "
+            "`method=\"first_position\"`, the share of drafts whose first token was accepted "
+            "(`sd_position_acceptance_rate{position=\"0\"}`), where the engine counts "
+            "positions; else `method=\"per_token\"`, `sd_token_acceptance_probability`. "
+            "Unlike `sd_acceptance_rate` it does not fall with k by construction (later "
+            "positions are accepted less often); at k = 1 it equals the rate. Absent when "
+            "neither exists"),
+    MetricDef(
         signals.POSITION_ACCEPTANCE_RATE, "gauge", ("target", "model_name", "window", "position"),
         help="Share of drafts whose token at this position was accepted, over "
              "the window." + WINDOW_NOTE,

@@ -17,7 +17,7 @@ What is checked, by key:
   a Prometheus duration or ``<N>req``.
 - thresholds: a number in the range that makes the comparison meaningful (an acceptance rate
   in [0, 1], a speedup above 0 ...).
-- enumerations (``severity``, ``source``, ``statistic``): one of the known words.
+- enumerations (``severity``, ``source``, ``statistic``, ``measure``): one of the known words.
 - ``clusterLabel``: one label name; it is spliced into every ``by (...)``/``on (...)`` list,
   so ``cluster, instance`` would silently regroup every recording rule.
 - ``runbookURLPattern``: an http(s) URL with exactly one ``%s`` (the lower-cased alert name;
@@ -56,6 +56,7 @@ _REQUEST_WINDOW = re.compile(r"[1-9]\d*req")
 SEVERITIES = ("critical", "warning", "info")
 SOURCES = ("exporter", "vllm")
 STATISTICS = ("mean", "p50", "p99")
+MEASURES = ("alpha", "rate")
 
 
 def is_duration(text: str) -> bool:
@@ -232,6 +233,7 @@ CHECKS: tuple[tuple[str, Callable[[str, Any], None]], ...] = (
     ("alerts.*.severity", _one_of(SEVERITIES)),
     ("alerts.*.source", _one_of(SOURCES)),
     ("alerts.*.statistic", _one_of(STATISTICS)),
+    ("alerts.*.measure", _one_of(MEASURES)),
     ("alerts.*.minArrivalRate", _number(0, _INF)),
     ("alerts.*.minSamples", _number(1, _INF, integer=True)),
     ("alerts.SDAcceptanceRateLow.threshold", _number(0, 1)),

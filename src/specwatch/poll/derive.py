@@ -40,6 +40,7 @@ from specwatch.poll.formulas import (
     acceptance_length,
     acceptance_rate,
     clamp01,
+    draft_length_independent_alpha,
     sglang_acceptance_length,
     sglang_acceptance_rate,
     solve_token_acceptance_probability,
@@ -47,6 +48,7 @@ from specwatch.poll.formulas import (
 from specwatch.poll.ring import UNKNOWN, HistoryRing, ModelHistory
 from specwatch.poll.samples import sglang_proposed_per_verify
 from specwatch.poll.signals import (
+    ACCEPTANCE_ALPHA,
     ACCEPTANCE_HETEROGENEITY,
     ACCEPTANCE_LENGTH,
     ACCEPTANCE_RATE,
@@ -66,11 +68,12 @@ from specwatch.poll.windowbase import count_base_index_known, time_base_indices,
 from specwatch.poll.windowplan import Present, WindowPlan
 
 __all__ = [
-    "ACCEPTANCE_HETEROGENEITY", "ACCEPTANCE_LENGTH", "ACCEPTANCE_RATE", "ARRIVAL_RATE",
-    "BIMODALITY_COEFFICIENT", "DRAFT_LENGTH", "EFFECTIVE_BATCH_SIZE", "MEAN_GENERATION_TOKENS",
-    "MEAN_LATENCY_SECONDS", "MEAN_PROMPT_TOKENS", "POSITION_ACCEPTANCE_RATE",
-    "POSITION_CONDITIONAL_ACCEPTANCE_RATE", "TOKEN_ACCEPTANCE_PROBABILITY", "DeriveConfig",
-    "WindowRows", "derive_model", "derive_models",
+    "ACCEPTANCE_ALPHA", "ACCEPTANCE_HETEROGENEITY", "ACCEPTANCE_LENGTH", "ACCEPTANCE_RATE",
+    "ARRIVAL_RATE", "BIMODALITY_COEFFICIENT", "DRAFT_LENGTH", "EFFECTIVE_BATCH_SIZE",
+    "MEAN_GENERATION_TOKENS", "MEAN_LATENCY_SECONDS", "MEAN_PROMPT_TOKENS",
+    "POSITION_ACCEPTANCE_RATE", "POSITION_CONDITIONAL_ACCEPTANCE_RATE",
+    "TOKEN_ACCEPTANCE_PROBABILITY", "DeriveConfig", "WindowRows", "acceptance_alpha",
+    "derive_model", "derive_models",
 ]
 
 
@@ -260,6 +263,20 @@ def _traffic(v: dict[str, float], r: list[float], plan: WindowPlan, dt: float) -
         elif requests > 0:
             # SGLang pages without the per-request histograms: token counter / requests.
             v[mean_name] = r[i_sum] / requests
+
+
+def acceptance_alpha(w: WindowSignals) -> tuple[float, str] | None:
+    """The window's draft-length-independent α and its method
+    (:func:`~specwatch.poll.formulas.draft_length_independent_alpha`): the first position's
+    acceptance where the engine counts positions, else the per-token α of the window; None
+    when the window has neither (no drafts: no series).
+
+    Read from the window's own signals, so the exposition, the alert's series and any
+    plug-in get the same value from one place.
+    """
+    rates = w.positions.get(POSITION_ACCEPTANCE_RATE)
+    first = rates.get(sources.FIRST_POSITION) if rates else None
+    return draft_length_independent_alpha(first, w.values.get(TOKEN_ACCEPTANCE_PROBABILITY))
 
 
 def _finite(values: dict[str, float]) -> dict[str, float]:

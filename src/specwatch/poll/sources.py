@@ -68,6 +68,7 @@ DRAFTS = "drafts"  # verify steps with >= 1 draft token (vLLM v1 >= 0.8.5)
 DRAFT_TOKENS = "draft_tokens"  # proposed draft tokens
 ACCEPTED_TOKENS = "accepted_tokens"  # accepted draft tokens (bonus token excluded)
 ACCEPTED_PER_POSITION = "accepted_tokens_per_position"  # identity carries `position`
+FIRST_POSITION = "0"  # the `position` of the first draft token (vLLM counts from 0)
 EMITTED_TOKENS = "emitted_tokens"  # vLLM v0 only
 VERIFY_CALLS = "verify_calls"  # SGLang: verification forward passes of finished requests
 GENERATION_TOKENS = "generation_tokens"  # all output tokens
