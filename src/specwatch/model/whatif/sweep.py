@@ -228,15 +228,12 @@ def _spans(lams: np.ndarray, mask: np.ndarray) -> list[tuple[float, float]]:
 
 
 def write_plot(out: dict[str, Any], path: str) -> None:
-    try:
-        import matplotlib
+    # Without matplotlib the ModuleNotFoundError reaches the command line, which names the
+    # extra and the pip command for this install (from a clone or from the index).
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise common.InputError(
-            "--plot: needs matplotlib (pip install 'specwatch[analysis]')"
-        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     lams = out["arrival_rates"]
     best = np.asarray(out["best_draft_length"])
     fig, (ax, axk) = plt.subplots(
