@@ -114,3 +114,12 @@ def test_landing_page_says_why_a_target_is_down(tmp_path: Path) -> None:
         app.stop()
     (line,) = re.findall(r"<li>t: [^<]*</li>", landing)
     assert "down" in line and "connection" in line and "unknown" not in line, line
+
+
+def test_a_missing_scenario_file_names_the_packaged_scenarios(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "specwatch", "simulate", "--scenario", "my-scenario.yaml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "scenario file not found" in line and "acceptance-drop" in line, line
