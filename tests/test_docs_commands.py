@@ -17,7 +17,9 @@ Commands that do not end by themselves run shortened, as stated here:
   10 s, then stop on SIGTERM with exit 0;
 - `specwatch demo` gets `--duration 20` and free ports for its parts, and must exit 0;
 - a config file is `specwatch serve --config FILE` with the rules for serve above; a config
-  that names a file the page does not give is written with that file empty.
+  that names a file the page does not give is written with that file empty;
+- a `# prometheus.yml` or `# alertmanager.yml` block is checked by `promtool check config` or
+  `amtool check-config`, in the page's folder after the page's commands before it.
 
 The test prints what it ran: where, the command, exit status and seconds.
 Slow (builds and installs the wheel): `make test-docs`, `make test-all`.
@@ -121,6 +123,14 @@ def _config_with_page(text: str, url: str, folder: Path) -> str:
 
 
 def _run_item(item: DocItem, cwd: Path, env: dict[str, str], url: str) -> tuple[int, str]:
+    if item.kind in ("prometheus", "alertmanager"):
+        path = cwd / f"{item.kind}-{item.line}.yml"
+        path.write_text(item.text)
+        check = (["promtool", "check", "config", path] if item.kind == "prometheus"
+                 else ["amtool", "check-config", path])
+        done = subprocess.run([str(c) for c in check], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=120)
+        return done.returncode, done.stdout[-2000:] + done.stderr[-2000:]
     if item.kind == "config":
         path = cwd / f"config-{item.line}.yaml"
         path.write_text(_config_with_page(item.text, url, cwd))

@@ -6,7 +6,9 @@ What counts:
 - a command: a line of a code block (fenced, or indented by four spaces) that starts with
   ``specwatch ``, joined with its ``\\`` continuation lines; its ``--set`` lines come with it;
 - a config file: a code block (a fenced ``yaml`` block or an indented one) whose first line is
-  a top-level key of the serve config (``global:``, ``targets:``, ``pairs:``, ...).
+  a top-level key of the serve config (``global:``, ``targets:``, ``pairs:``, ...);
+- a Prometheus or Alertmanager config: a block whose first line is ``# prometheus.yml`` or
+  ``# alertmanager.yml`` (checked with promtool / amtool, in the page's folder).
 
 What is not run, and why, is in the page beside the command, where a reader sees it too:
 
@@ -42,7 +44,7 @@ class DocItem:
 
     page: Path
     line: int
-    kind: str  # "command" | "config"
+    kind: str  # "command" | "config" | "prometheus" | "alertmanager"
     text: str
     skip: str | None = None
     exit_code: int = 0
@@ -121,6 +123,10 @@ def items(page: Path) -> list[DocItem]:
             else:
                 exit_code = int(arg)
         first = next((ln for ln in block.lines if ln.strip()), "")
+        if first.strip() in ("# prometheus.yml", "# alertmanager.yml"):
+            kind = first.strip()[2:].split(".")[0]
+            out.append(DocItem(page, block.start, kind, "\n".join(block.lines) + "\n", skip))
+            continue
         if (block.lang in ("yaml", "yml", "") and first.startswith(CONFIG_KEYS)
                 and not any(ln.lstrip().startswith("specwatch ") for ln in block.lines)):
             out.append(DocItem(page, block.start, "config", "\n".join(block.lines) + "\n",
