@@ -21,12 +21,14 @@ Commands that do not end by themselves run shortened, as stated here:
 - a `# prometheus.yml` or `# alertmanager.yml` block is checked by `promtool check config` or
   `amtool check-config`, in the page's folder after the page's commands before it.
 
-The test prints what it ran: where, the command, exit status and seconds.
+The test prints what it ran: where, the command, exit status and seconds. A second test
+follows docs/quickstart.md to its end: the SD alert in a real Prometheus and Alertmanager.
 Slow (builds and installs the wheel): `make test-docs`, `make test-all`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -202,3 +204,67 @@ def test_every_documented_command_runs_as_the_page_says(wheel, tmp_path: Path) -
                                 f"{item.exit_code}: {shown}\n{out[-1500:]}")
     print("\n" + "\n".join(report))
     assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None
+                    or shutil.which("prometheus-alertmanager") is None,
+                    reason="prometheus/alertmanager not installed (make setup installs them)")
+def test_the_quickstart_ends_with_an_sd_alert_in_prometheus_and_alertmanager(
+        wheel, tmp_path: Path) -> None:
+    """docs/quickstart.md followed from the installed wheel: its simulated vLLM, its exporter
+    command, its rules render and its prometheus.yml and alertmanager.yml, on free ports
+    instead of the page's, with a real Prometheus and Alertmanager. Shortened as stated: the
+    simulator runs at `--speed 10` (the acceptance drops after 30 s instead of 5 minutes;
+    the alert reads the exporter's acceptance ratio, which speed does not change)."""
+    _, env = wheel
+    page = {it.kind + str(i): it for i, it in enumerate(
+        it for it in all_items() if it.page.name == "quickstart.md" and it.skip is None)}
+    commands = [it.text for it in page.values() if it.kind == "command"]
+    simulate = next(c for c in commands if c.startswith("specwatch simulate"))
+    serve = next(c for c in commands if c.startswith("specwatch serve"))
+    render = [c for c in commands if c.startswith("specwatch mixin render")][-1]
+    prom_cfg = next(it.text for it in page.values() if it.kind == "prometheus")
+    am_cfg = next(it.text for it in page.values() if it.kind == "alertmanager")
+    sim_port, exp_port, am_port, prom_port = (_free_port() for _ in range(4))
+    ports = {"127.0.0.1:8000": f"127.0.0.1:{sim_port}",
+             "127.0.0.1:10440": f"127.0.0.1:{exp_port}", "127.0.0.1:9093": f"127.0.0.1:{am_port}"}
+
+    def ported(text: str) -> str:
+        for old, new in ports.items():
+            text = text.replace(old, new)
+        return text
+
+    assert subprocess.run(["bash", "-c", render], cwd=tmp_path, env=env,
+                          capture_output=True, timeout=300).returncode == 0
+    (tmp_path / "prometheus.yml").write_text(ported(prom_cfg))
+    (tmp_path / "alertmanager.yml").write_text(ported(am_cfg))
+    procs = [subprocess.Popen(["bash", "-c", f"exec {cmd}"], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                              start_new_session=True) for cmd in (
+        f"{ported(_without_comment(simulate))} --speed 10",
+        f"{ported(_without_comment(serve))} --listen 127.0.0.1:{exp_port}",
+        f"prometheus-alertmanager --config.file=alertmanager.yml --cluster.listen-address= "
+        f"--web.listen-address=127.0.0.1:{am_port} --storage.path=am",
+        f"prometheus --config.file=prometheus.yml --web.listen-address=127.0.0.1:{prom_port} "
+        f"--storage.tsdb.path=data")]
+    started = time.monotonic()
+    seen: list[str] = []
+    try:
+        while time.monotonic() - started < 300:
+            try:
+                alerts = json.loads(_get(f"http://127.0.0.1:{am_port}/api/v2/alerts"))
+            except OSError:
+                alerts = []
+            seen = [a["labels"].get("alertname", "") for a in alerts]
+            if "SDAcceptanceRateLow" in seen:
+                break
+            time.sleep(5)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=30)
+    took = time.monotonic() - started
+    print(f"quickstart: Alertmanager holds {sorted(set(seen))} after {took:.0f} s")
+    assert "SDAcceptanceRateLow" in seen, f"no SD alert in Alertmanager after {took:.0f} s"
