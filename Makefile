@@ -6,12 +6,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps test test-all test-live lint lint-jsonnet fmt fmt-jsonnet generate check-generated demo bench fuzz clean dist docs docs-images
+.PHONY: help setup system-deps test test-all test-docs test-live lint lint-jsonnet fmt fmt-jsonnet generate check-generated demo bench fuzz clean dist docs docs-images
 
 help:
 	@echo "make demo             simulated vLLM + exporter (+ Prometheus when on the PATH); runtime install only"
 	@echo "make test             default test suite (installs what it needs)"
 	@echo "make test-all         default suite plus slow tests"
+	@echo "make test-docs        run every command and config file of README.md and docs/ (wheel venv)"
 	@echo "make test-live        against a real vLLM (CPU build in its own venv; ~7 min)"
 	@echo "make lint             ruff, jsonnetfmt, import-linter layering contracts, mkdocs --strict"
 	@echo "make generate         render the mixin (dashboards/, alerts/) and the reference pages (docs/)"
@@ -43,6 +44,12 @@ test: setup
 
 test-all: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Every `specwatch ...` command and serve config file of README.md and docs/*.md, run from
+# the installed wheel (tests/test_docs_commands.py; slow, so also part of test-all). It
+# prints what it ran: where, the command, exit status and seconds.
+test-docs: setup
+	$(BIN)/python -m pytest -q -s tests/test_docs_commands.py $(PYTEST_ARGS)
 
 # A real vLLM (CPU build, n-gram SD on a tiny random model), the exporter and Prometheus
 # with the rules: tests/live/. The vLLM virtualenv (about 3.5 GB) is made once and reused

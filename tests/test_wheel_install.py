@@ -17,7 +17,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers.pageserver import Page, PageSequenceServer, fixture_pages
+from helpers.wheelvenv import wheel_venv
 from mixin_helpers import promtool
 
 pytestmark = pytest.mark.slow
@@ -56,33 +56,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
     """(venv bin folder, an empty working folder, environment) after `pip install wheel`."""
-    base = tmp_path_factory.mktemp("wheel-install")
-    dist = base / "dist"
-    # What `make dist` runs (without build isolation, so that it works offline: setuptools
-    # and wheel come from the dev extra), then twine's metadata check.
-    built = _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, ROOT],
-                 cwd=base, env=dict(os.environ))
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    files = sorted(dist.iterdir())
-    assert sorted(p.suffix for p in files) == [".gz", ".whl"], files
-    checked = _run([sys.executable, "-m", "twine", "check", "--strict", *files], cwd=base,
-                   env=dict(os.environ))
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    venv = base / "venv"
-    made = _run([sys.executable, "-m", "venv", venv], cwd=base, env=dict(os.environ))
-    assert made.returncode == 0, made.stderr
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("SPECWATCH_")}
-    wheel = next(p for p in files if p.suffix == ".whl")
-    pip = _run([venv / "bin" / "python", "-m", "pip", "install", "-q", f"{wheel}[analysis]"],
-               cwd=base, env=env, timeout=900)
-    assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
-    empty = base / "empty"
-    empty.mkdir()
-    where = _run([venv / "bin" / "python", "-c", "import specwatch; print(specwatch.__file__)"],
-                 cwd=empty, env=env)
-    assert where.stdout.strip().startswith(str(venv)), where.stdout + where.stderr
-    return venv / "bin", empty, env
+    return wheel_venv(tmp_path_factory.mktemp("wheel-install"))
 
 
 def test_serve_from_the_wheel_derives_sd_series_from_a_recorded_page(installed) -> None:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Explained in docs/controller.md (command mode).
 # specwatch controller -> Kubernetes: switch vLLM's speculative decoding off or on by patching
 # the Deployment's --speculative-config argument. Changing the pod template makes Kubernetes
 # roll the Deployment; specwatch sees the new configuration on the restarted server's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Explained in docs/controller.md (command mode).
 # specwatch controller -> systemd: switch vLLM's speculative decoding off or on for a vLLM
 # server run by a systemd unit, then restart the unit.
 #

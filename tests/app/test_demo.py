@@ -30,6 +30,19 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def assert_prometheus_links_work(banner: str, prom: str) -> None:
+    """Every Prometheus page the banner points to answers 200 on the installed Prometheus
+    (Debian's 2.42 serves only its classic UI: /alerts is a 404 there), and a graph link
+    still carries its expression after any redirect (2.42's /graph drops it)."""
+    links = re.findall(re.escape(prom) + r"/\S*", banner)
+    assert any("alerts" in link for link in links), banner
+    for link in links:
+        with urllib.request.urlopen(link, timeout=5) as resp:
+            assert resp.status == 200, link
+            if "g0.expr=" in link:
+                assert "g0.expr=" in resp.geturl(), (link, resp.geturl())
+
+
 @pytest.mark.parametrize("prometheus", ["auto", "off"])
 def test_demo_starts_serves_and_stops_cleanly_on_ctrl_c(prometheus: str) -> None:
     """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) stops the demo
@@ -65,6 +78,7 @@ def test_demo_starts_serves_and_stops_cleanly_on_ctrl_c(prometheus: str) -> None
         if prometheus == "auto":
             prom = re.search(r"Prometheus\s+(\S+)", text).group(1)
             assert get(prom + "-/ready")
+            assert_prometheus_links_work(text, prom.rstrip("/"))
         else:
             assert "Prometheus: off" in text
         os.killpg(proc.pid, signal.SIGINT)

@@ -116,6 +116,21 @@ def test_bench_json_inputs_fit_with_per_file_options(tmp_path, capsys):
     assert load_params(tmp_path / "b.yaml").system == "h100-eagle3"
 
 
+def test_bench_json_system_is_named_from_model_id_unless_system_is_given(tmp_path, capsys):
+    """vllm bench serve records the served model (`model_id`): without --system the fitted
+    system is named after it, not "default"; --system still names it."""
+    files = sorted(BENCH.glob("*.jsonl"))
+    nosd = BENCH / "qwen3-32b-nosd.jsonl"
+    args = [*[f for f in files if f != nosd], "--no-sd", nosd, "--model", "linear", "--json"]
+    code, stdout, err = _run(capsys, *args, "--out", tmp_path / "a.yaml")
+    assert code == 0, err
+    assert list(json.loads(stdout)["systems"]) == ["Qwen/Qwen3-32B"]
+    assert load_params(tmp_path / "a.yaml").system == "Qwen/Qwen3-32B"
+    code, stdout, err = _run(capsys, *args, "--system", "mine", "--out", tmp_path / "b.yaml")
+    assert code == 0, err
+    assert list(json.loads(stdout)["systems"]) == ["mine"]
+
+
 def test_compare_verdicts_and_exit_status(tmp_path, capsys):
     """--compare: a re-fit on the same data is within tolerance (exit 0); a file whose verify
     cost is 30% higher has drifted (exit 1) and the report names the change."""

@@ -153,7 +153,9 @@ def test_missing_optional_dependency_is_one_line_naming_the_extra(tmp_path: Path
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     if extra:
-        assert f"pip install 'specwatch[{extra}]'" in lines[0]
+        # This suite runs from an editable install of the clone (make setup): the hint is
+        # the clone's command, not the index's, which a clone's user may not reach.
+        assert f"pip install -e '.[{extra}]' (in {ROOT}, the clone it came from)" in lines[0]
     else:
         assert "pip install jsonnet" in lines[0]
 
@@ -163,7 +165,21 @@ def test_missing_specwatch_module_is_not_disguised_as_an_extra() -> None:
     exc = ModuleNotFoundError("No module named 'specwatch.nope'", name="specwatch.nope")
     assert cli.missing_dependency_message("serve", exc) is None
     exc = ModuleNotFoundError("No module named 'matplotlib.pyplot'", name="matplotlib.pyplot")
-    assert "specwatch[analysis]" in (cli.missing_dependency_message("sweep", exc) or "")
+    assert "[analysis]" in (cli.missing_dependency_message("sweep", exc) or "")
+
+
+@pytest.mark.parametrize("direct_url, command", [
+    (None, "pip install 'specwatch[analysis]'"),
+    ({"url": "file:///src/spec%20watch", "dir_info": {}},
+     "pip install '.[analysis]' (in /src/spec watch, the clone it came from)"),
+    ({"url": "file:///src/specwatch", "dir_info": {"editable": True}},
+     "pip install -e '.[analysis]' (in /src/specwatch, the clone it came from)"),
+    ({"url": "file:///tmp/specwatch-0.1.0-py3-none-any.whl", "archive_info": {}},
+     "pip install 'specwatch[analysis]'"),
+])
+def test_the_extra_hint_follows_how_specwatch_was_installed(direct_url, command) -> None:
+    """pip's direct_url.json (PEP 610) tells a clone install from an index install."""
+    assert cli.extra_install_command("analysis", direct_url) == command
 
 
 # --------------------------------------------------------------------------- the wheel

@@ -36,6 +36,15 @@ def test_table_names_are_unique_and_follow_prometheus_naming() -> None:
         assert len(set(m.labels)) == len(m.labels), m.name
 
 
+def test_every_help_is_one_short_line() -> None:
+    """HELP is what `curl /metrics` and Prometheus's metric explorer show: one plain line of at
+    most 100 characters, for the exporter's series and every plug-in's (the catalogue holds
+    them all); formulas and caveats are in the reference's `doc` column."""
+    for d in METRICS:
+        assert "\n" not in d.help and d.help.strip() == d.help, d.name
+        assert len(d.help) <= metricdefs.HELP_MAX_CHARS, f"{d.name}: {len(d.help)} chars"
+
+
 def test_no_collector_builds_a_family_outside_the_table() -> None:
     """Every `*MetricFamily(...)` call of the exporter lives in metricdefs; the simulator's
     families (vLLM's own names) are the only others. A new series is added to the table."""
@@ -106,6 +115,8 @@ def test_what_the_exporter_serves_is_what_the_table_defines() -> None:
         proc.communicate(timeout=30)
     checked = 0
     for name, fam in families.items():
+        # Every HELP a scrape shows, prometheus_client's own families included.
+        assert len(fam.documentation) <= metricdefs.HELP_MAX_CHARS, (name, fam.documentation)
         if name.startswith(("process_", "python_")):
             continue
         assert name in BY_NAME, f"{name} is served but not defined in metricdefs.METRICS"

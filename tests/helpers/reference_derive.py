@@ -93,9 +93,9 @@ UNKNOWN = -math.inf
 
 def delta(base: Counters, cur: Counters, key: tuple[str, str | None]) -> float:
     """Increase of one aggregated counter; a key missing from ``base`` started at 0 later;
-    NaN when it is unknown at either end."""
+    NaN when it is unknown at either end (UNKNOWN, or a total overflowed to +inf)."""
     c, b = cur.get(key, 0.0), base.get(key, 0.0)
-    if c == UNKNOWN or b == UNKNOWN:
+    if math.isinf(c) or math.isinf(b):
         return math.nan
     return max(0.0, c - b)
 
@@ -220,8 +220,8 @@ def window_buckets(base: Counters, cur: Counters, signal: str
     cur_get, base_get = cur.get, base.get
     for bound, key in keys:
         c, b = cur_get(key, 0.0), base_get(key, 0.0)
-        if c == UNKNOWN or b == UNKNOWN:
-            return ()  # an unknown bucket: no histogram
+        if math.isinf(c) or math.isinf(b):
+            return ()  # an unknown bucket (or an overflowed total): no histogram
         running = max(running, c - b)  # delta(), inline
         out.append((bound, running))
     return tuple(out)

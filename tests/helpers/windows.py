@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from helpers.reference_derive import delta
 from helpers.ring import HistoryEntry
 from specwatch.poll import derive, sources
-from specwatch.poll.samples import delta
 from specwatch.poll.snapshot import WindowSignals
 from specwatch.poll.windowbase import count_base_index, time_base_indices
 from specwatch.poll.windowplan import Present, WindowPlan

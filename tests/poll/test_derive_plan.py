@@ -26,6 +26,10 @@ from specwatch.poll import derive, history, sources
 from specwatch.poll.formulas import solve_token_acceptance_probability
 from specwatch.poll.snapshot import ModelSnapshot, WindowSignals
 
+# The histories hold counter totals that overflowed to +inf: an arithmetic warning means a
+# path computed with a value that is not one (inf - inf) instead of leaving it out.
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
+
 POOL: list[tuple[str, str | None]] = [
     (sources.DRAFTS, None), (sources.DRAFT_TOKENS, None), (sources.ACCEPTED_TOKENS, None),
     (sources.VERIFY_CALLS, None), (sources.VERIFY_CALLS, "x"), (sources.GENERATION_TOKENS, None),

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -175,6 +176,21 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], timeout: float) -> None
                 return
         time.sleep(0.2)
     raise SpecwatchError(f"prometheus was not ready at {url} after {timeout:g}s")
+
+
+def prometheus_ui_prefix(url: str) -> str:
+    """The path prefix of the Prometheus web UI at ``url``: ``/classic`` where only the
+    classic UI is served (Debian's 2.x packages, built without the React UI: ``/alerts`` is a
+    404 and ``/graph`` redirects without its query), else ``""`` (upstream 2.x and 3.x)."""
+    def status(path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"{url}{path}", timeout=2.0) as resp:
+                return int(resp.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return 0
+    return "/classic" if status("/alerts") == 404 and status("/classic/alerts") == 200 else ""
 
 
 # --------------------------------------------------------------------------- the demo
@@ -409,7 +425,7 @@ class Demo:
                      "sd_arrival_rate, sd_acceptance_bimodality_coefficient, and (with the "
                      "model) sd_predicted_speedup and sd_breakeven_arrival_rate")
         if self.prometheus_url:
-            p = self.prometheus_url
+            p = self.prometheus_url + prometheus_ui_prefix(self.prometheus_url)
             lines.append(f"  {p}/graph?g0.expr=sd_acceptance_alpha%7Bwindow%3D%221m%22%7D"
                          "  (the α the 0.4 alert and the controller compare; vLLM's "
                          "sd_acceptance_rate falls with k)")

@@ -41,7 +41,7 @@ from specwatch.poll import config, derive, sources
 from specwatch.poll.discovery import TargetSource
 from specwatch.poll.pipeline import DEFAULT_MAX_MODELS, ForgetHook, Pipeline, PollResult, TargetHook
 from specwatch.poll.poller import Poller, PollTarget
-from specwatch.poll.snapshot import Snapshot
+from specwatch.poll.snapshot import Snapshot, TargetSnapshot
 from specwatch.web.limits import REJECT_REASONS, ServerLimits
 from specwatch.web.negotiate import accepts_gzip, by_preference
 from specwatch.web.routing import Handler, Request, Response, only_get
@@ -170,8 +170,7 @@ class ServeApp:
 
     def landing_handler(self, _req: Request) -> Response:
         rows = "".join(
-            f"<li>{html.escape(t.name)}: {'up' if t.up else 'down'} "
-            f"({html.escape(t.engine)})</li>"
+            f"<li>{html.escape(t.name)}: {html.escape(_target_state(t))}</li>"
             for t in self.pipeline.snapshot.targets.values())
         page = (f"<!doctype html><html><head><title>specwatch</title></head><body>"
                 f"<h1>specwatch {html.escape(__version__)}</h1>"
@@ -269,3 +268,14 @@ def server_limits(cfg: config.ServeConfig) -> ServerLimits:
         request_timeout=h.get("request_timeout", d.request_timeout),
         idle_timeout=h.get("idle_timeout", d.idle_timeout),
         handshake_timeout=h.get("tls_handshake_timeout", d.handshake_timeout))
+
+
+def _target_state(t: TargetSnapshot) -> str:
+    """A landing-page line's state: up with the engine read, or down with why (the last
+    poll's error, already free of credentials as logged), or not polled yet."""
+    if t.up:
+        return f"up ({t.engine})"
+    engine = "" if t.engine == "unknown" else f" ({t.engine})"
+    if t.last_error:
+        return f"down{engine}: {t.last_error}"
+    return f"down{engine}: not polled yet" if t.timestamp is None else f"down{engine}"

@@ -326,6 +326,8 @@ def read_bench_json(
     includes e2el; otherwise the mean of the per-request `latencies` of successful requests),
     mean_ttft_ms, max_concurrency, and the spec_decode_* fields vLLM adds when the server
     exposes SD metrics. `--metadata draft_length=K`, `system=NAME`, `dataset=NAME` are read too.
+    The system is `--metadata system=NAME`, else ``default_system`` (``--system``), else the
+    result's `model_id` (the served model).
     """
     options = options or BenchOptions()
     docs = json_documents(path, text)
@@ -366,7 +368,9 @@ def _bench_point(where: str, doc: Any, default_system: str | None, options: Benc
         name = "spec_decode_per_position_acceptance_rates[]"
         profile = _check_profile(tuple(need(v, where, name) for v in positions), where, k)
     ttft_ms = number(doc.get("mean_ttft_ms"), where, "mean_ttft_ms", required=False)
-    system = str(doc.get("system") or "").strip() or default_system or DEFAULT_SYSTEM
+    # --metadata system=NAME, else --system, else the served model vLLM recorded.
+    system = (str(doc.get("system") or "").strip() or default_system
+              or str(doc.get("model_id") or "").strip() or DEFAULT_SYSTEM)
     return Point(
         source=where,
         system=system,

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import json
 import sys
+import urllib.parse
+from collections.abc import Mapping
+from typing import Any
 
 from specwatch import __version__
 from specwatch.common.errors import SpecwatchError
@@ -50,7 +55,33 @@ def missing_dependency_message(name: str, exc: ModuleNotFoundError) -> str | Non
         return (f"specwatch {name}: error: needs the Python package {package!r}, which is not "
                 f"installed: pip install {package}")
     return (f"specwatch {name}: error: needs {package}, which is not installed; it comes with "
-            f"the {extra!r} extra: pip install 'specwatch[{extra}]'")
+            f"the {extra!r} extra: {extra_install_command(extra, _direct_url())}")
+
+
+def _direct_url() -> dict[str, Any] | None:
+    """How this specwatch was installed: pip's record of a direct install (PEP 610
+    ``direct_url.json``: a local folder, a file or a VCS URL), None for an index install."""
+    # Every specwatch metadata folder on the path: a source tree's egg-info (left by a
+    # build) can come before the installed one, and it has no direct_url.json.
+    for dist in importlib.metadata.distributions(name="specwatch"):
+        text = dist.read_text("direct_url.json")
+        if text:
+            try:
+                return json.loads(text)
+            except ValueError:
+                return None
+    return None
+
+
+def extra_install_command(extra: str, direct_url: Mapping[str, Any] | None) -> str:
+    """The pip command that adds ``extra`` to this install: from the clone it was installed
+    from (``.[extra]`` there, ``-e`` kept for an editable install), else from the index."""
+    url = str((direct_url or {}).get("url", ""))
+    if "dir_info" in (direct_url or {}) and url.startswith("file://"):
+        folder = urllib.parse.unquote(urllib.parse.urlparse(url).path)
+        editable = "-e " if direct_url["dir_info"].get("editable") else ""
+        return f"pip install {editable}'.[{extra}]' (in {folder}, the clone it came from)"
+    return f"pip install 'specwatch[{extra}]'"
 
 
 def _usage() -> str:

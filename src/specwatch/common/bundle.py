@@ -75,6 +75,23 @@ def resolve_params(value: str) -> Path:
     return path  # the loader reports "cannot read" with the name the user gave
 
 
+def missing_params_hint(value: str, spelling: str) -> str:
+    """What to append to "parameters file not found" for ``value``: the shipped example of
+    the same file name, or the shipped names, each as ``spelling`` + name (``--params `` on
+    the command line, ``params: `` in a config), since a clone's path such as
+    ``examples/params/NAME.yaml`` does not exist outside the clone but the name does."""
+    examples = example_params()
+    if not examples:
+        return ""
+    name = Path(value).name
+    for suffix in (".yaml", ".yml"):
+        name = name.removesuffix(suffix)
+    if name in examples:
+        return f"; the shipped example of that name works from any folder: {spelling}{name}"
+    return ("; a shipped example can be named instead of a path: "
+            + ", ".join(f"{spelling}{n}" for n in examples))
+
+
 if __name__ == "__main__":  # pragma: no cover - exercised by the wheel test
     try:
         print(bundle_dir())

@@ -26,8 +26,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from specwatch.poll import signals
 
-WINDOW_NOTE = (" Computed from the exporter's own poll history (every poll interval), so all"
-               " Prometheus replicas see the same value.")
+#: A HELP line is one plain sentence of at most this many characters; formulas and caveats
+#: go in ``doc`` (docs/metrics.md).
+HELP_MAX_CHARS = 100
 TYPES = ("gauge", "counter", "histogram")
 
 
@@ -54,18 +55,16 @@ class MetricDef:
 METRICS: tuple[MetricDef, ...] = (
     MetricDef(
         signals.ACCEPTANCE_RATE, "gauge", ("target", "model_name", "window"),
-        help="Accepted / proposed draft tokens over the window (vLLM's "
-             "definition, 0-1)." + WINDOW_NOTE,
+        help="Share of proposed draft tokens accepted over the window (vLLM's acceptance rate).",
         doc="accepted / proposed draft tokens (vLLM's definition)"),
     MetricDef(
         signals.ACCEPTANCE_LENGTH, "gauge", ("target", "model_name", "window"),
-        help="Tokens committed per verify cycle over the window: 1 + accepted "
-             "/ drafts (bonus token included)." + WINDOW_NOTE,
+        help="Tokens committed per verify cycle over the window, bonus token included.",
         doc="tokens committed per verify cycle, 1 + accepted / drafts (bonus token included), "
             "1 … k + 1"),
     MetricDef(
         signals.DRAFT_LENGTH, "gauge", ("target", "model_name", "window"),
-        help="Proposed draft tokens per draft over the window (effective k)." + WINDOW_NOTE,
+        help="Draft tokens proposed per draft over the window (the effective draft length).",
         doc="proposed draft tokens per draft: the effective k (below the configured k with "
             "n-gram misses, dynamic SD, suffix decoding)"),
     MetricDef(
@@ -75,8 +74,7 @@ METRICS: tuple[MetricDef, ...] = (
         doc="configured k: number of `position` series (SGLang: `speculative_num_steps`)"),
     MetricDef(
         "sd_server_kv_cache_tokens", "gauge", ("target",),
-        help="KV-cache capacity in tokens the server states (vLLM cache_config_info: "
-             "kv_cache_size_tokens, else num_gpu_blocks x block_size; summed over engines).",
+        help="KV-cache capacity in tokens, as the server states it (summed over its engines).",
         doc="KV-cache capacity in tokens the server states on its page (vLLM "
             "`vllm:cache_config_info`: `kv_cache_size_tokens`, else `num_gpu_blocks` × "
             "`block_size`), summed over its engines; absent when an engine does not state "
@@ -89,15 +87,12 @@ METRICS: tuple[MetricDef, ...] = (
         doc="KV-cache blocks the server states (`num_gpu_blocks`), summed over its engines"),
     MetricDef(
         "sd_server_max_num_seqs", "gauge", ("target",),
-        help="Most requests the server runs at once, as the target's configuration states "
-             "it (targets[].max_num_seqs: vLLM does not expose it).",
+        help="Most requests the server runs at once, from the target's max_num_seqs setting.",
         doc="`targets[].max_num_seqs` of the configuration (vLLM's `--max-num-seqs`, which "
             "no vLLM page states); absent when not configured"),
     MetricDef(
         signals.TOKEN_ACCEPTANCE_PROBABILITY, "gauge", ("target", "model_name", "window"),
-        help="Per-token acceptance probability alpha of the i.i.d. model, "
-             "solved from the acceptance length and draft length (not the "
-             "acceptance rate)." + WINDOW_NOTE,
+        help="Per-token acceptance probability of the i.i.d. model (not the acceptance rate).",
         doc="per-token α of the i.i.d. model: E = (1 − α^(k+1)) / (1 − α) solved by bisection "
             "with k = `sd_draft_length`; not the acceptance rate"),
     MetricDef(
@@ -113,58 +108,48 @@ METRICS: tuple[MetricDef, ...] = (
             "neither exists"),
     MetricDef(
         signals.POSITION_ACCEPTANCE_RATE, "gauge", ("target", "model_name", "window", "position"),
-        help="Share of drafts whose token at this position was accepted, over "
-             "the window." + WINDOW_NOTE,
+        help="Share of drafts whose token at this position was accepted, over the window.",
         doc="share of drafts whose token at `position` was accepted, p_i"),
     MetricDef(
         signals.POSITION_CONDITIONAL_ACCEPTANCE_RATE, "gauge",
         ("target", "model_name", "window", "position"),
-        help="Acceptance at this position given the previous position was "
-             "accepted, over the window." + WINDOW_NOTE,
+        help="Acceptance at this position when the previous one was accepted, over the window.",
         doc="p_i / p_(i−1): acceptance at `position` given the previous one was accepted"),
     MetricDef(
         signals.ACCEPTANCE_HETEROGENEITY, "gauge", ("target", "model_name", "window"),
-        help="Share of the maximum possible variance of per-draft acceptance, "
-             "(p1 - p0^2) / (p0 (1 - p0)) from positions 0 and 1: 0 "
-             "homogeneous traffic, 1 an all-or-nothing mixture. A lower bound "
-             "when acceptance decays with position." + WINDOW_NOTE,
+        help="How much acceptance differs between drafts: 0 all alike, 1 all or nothing.",
         doc="(p_1 − p_0²) / (p_0 (1 − p_0)), 0 … 1: spread of acceptance across drafts (next "
             "section)"),
     MetricDef(
         signals.ARRIVAL_RATE, "gauge", ("target", "model_name", "window"),
-        help="Finished requests per second over the window (the arrival rate "
-             "in steady state)." + WINDOW_NOTE,
+        help="Finished requests per second over the window (the arrival rate in steady state).",
         doc="finished requests per second (= arrival rate in steady state; 0 on an idle "
             "server: a true value over elapsed time)"),
     MetricDef(
         signals.EFFECTIVE_BATCH_SIZE, "gauge", ("target", "model_name", "window"),
-        help="Mean requests in flight over the window by Little's law (arrival "
-             "rate x mean e2e latency)." + WINDOW_NOTE,
+        help="Mean requests in flight over the window (arrival rate times mean latency).",
         doc="mean requests in flight, Little's law λ · L"),
     MetricDef(
         signals.MEAN_PROMPT_TOKENS, "gauge", ("target", "model_name", "window"),
-        help="Mean prompt tokens per finished request over the window." + WINDOW_NOTE,
+        help="Mean prompt tokens per finished request over the window.",
         doc="mean prompt tokens per finished request"),
     MetricDef(
         signals.MEAN_GENERATION_TOKENS, "gauge", ("target", "model_name", "window"),
-        help="Mean generated tokens per finished request over the window." + WINDOW_NOTE,
+        help="Mean generated tokens per finished request over the window.",
         doc="mean generated tokens per finished request"),
     MetricDef(
         signals.MEAN_LATENCY_SECONDS, "gauge", ("target", "model_name", "window"),
-        help="Mean end-to-end request latency over the window." + WINDOW_NOTE,
+        help="Mean end-to-end request latency over the window.",
         doc="mean end-to-end request latency"),
     MetricDef(
         "sd_acceptance_rate_samples", "histogram", ("target", "model_name"),
-        help="Acceptance rate of each poll interval with enough drafts (one observation per "
-             "interval), 0.05-wide buckets.",
+        help="Acceptance rate of each poll interval with enough drafts.",
         doc="one observation per poll interval with ≥ `min_drafts_per_sample` drafts: that "
             "interval's acceptance rate; buckets 0.05 wide"),
     MetricDef(
         signals.BIMODALITY_COEFFICIENT, "gauge", ("target", "model_name", "window"),
-        help="Sarle's bimodality coefficient of the per-poll-interval acceptance rates in "
-             "the window that a change over time does not explain (within the segments left "
-             "by at most two level shifts, never above the raw coefficient); above 5/9 "
-             "suggests two populations that coexist." + WINDOW_NOTE,
+        help="Bimodality of per-interval acceptance rates; above 5/9 suggests two kinds of "
+             "traffic.",
         doc="Sarle's coefficient of the samples in the window (≥ `min_bimodality_samples`) "
             "that a change over time does not explain: measured within the segments left by "
             "at most two level shifts, never above the raw coefficient (see *Acceptance "
@@ -189,10 +174,7 @@ METRICS: tuple[MetricDef, ...] = (
             "present)"),
     MetricDef(
         "specwatch_target_series_dropped", "counter", ("target", "reason"),
-        help="Source series not used, by reason: max_series (the target's cap: whole models "
-             "are dropped so that published values stay exact), invalid (a counter series "
-             "NaN, negative or conflicting on a page: only the signals that read it are left "
-             "out).",
+        help="Source series of the target not used, by reason (max_series, invalid).",
         doc="source series not used: `max_series` (whole models beyond the target's cap), "
             "`invalid` (a counter series NaN, ±Inf, negative, above 2⁵³ or listed twice with "
             "different values on one page: only the signals that read it are left out for "
@@ -200,10 +182,7 @@ METRICS: tuple[MetricDef, ...] = (
             "value)"),
     MetricDef(
         "specwatch_target_models_dropped", "counter", ("target", "reason"),
-        help="Models of the target dropped to keep the exporter's state bounded, by reason: "
-             "max_models (more models on a page than targets[].max_models; the extra ones "
-             "are not followed), vanished_limit (a vanished model forgotten before the "
-             "retention ended, oldest first).",
+        help="Models of the target dropped to keep the exporter's state bounded, by reason.",
         doc="models dropped to keep the exporter's state bounded: `max_models` (more models "
             "on one page than `targets[].max_models`, default 100; the extra ones, by name "
             "after the models already followed, are not followed; counted on each such "
@@ -212,16 +191,14 @@ METRICS: tuple[MetricDef, ...] = (
             "`max_models`). The first drop of each reason is logged once"),
     MetricDef(
         "specwatch_target_label_values_truncated", "counter", ("target",),
-        help="Label values from the target (model names, positions) longer than "
-             "global.max_label_value_bytes, cut and suffixed with a hash of the whole value.",
+        help="Label values from the target cut to the length limit (a hash keeps them distinct).",
         doc="distinct label values per poll read from the target (model names, positions) "
             "longer than `global.max_label_value_bytes` (default 256 bytes), cut and "
             "suffixed with `~` and 12 hex digits of their SHA-256, so distinct long values "
             "stay distinct and a series keeps its history"),
     MetricDef(
         "specwatch_target_resets", "counter", ("target",),
-        help="Polls of the target in which at least one source counter restarted (server, "
-             "engine or adapter restart).",
+        help="Polls in which a source counter of the target restarted (server or engine restart).",
         doc="polls in which at least one source counter restarted. Named without `counter` "
             "because `promtool check metrics` rejects a counter whose name contains "
             "`_counter_` (architecture.md lists it as `specwatch_target_counter_resets_total`)"),
@@ -239,8 +216,7 @@ METRICS: tuple[MetricDef, ...] = (
         doc="configured targets not polled because `global.max_targets` was reached"),
     MetricDef(
         "specwatch_targets_discovered", "gauge", (),
-        help="Targets known to this exporter (static and file_sd, every shard); it polls the "
-             "ones of its shard (global.shard_index of global.shard_count).",
+        help="Targets known to this exporter, of every shard (it polls those of its own shard).",
         doc="targets known to this exporter, static and `file_sd`, of every shard; it polls "
             "those of its shard (`global.shard_index` of `global.shard_count`)"),
     MetricDef(
@@ -250,11 +226,7 @@ METRICS: tuple[MetricDef, ...] = (
             "are kept)"),
     MetricDef(
         "specwatch_http_requests_rejected", "counter", ("reason",),
-        help="Requests and connections the HTTP server refused, by reason (in_flight_limit: "
-             "503; connection_limit; timeout: request not received or not answered in time; "
-             "tls_handshake; unauthorized: 401; rate_limited: 429; bad_request: 400, "
-             "ambiguous framing or HTTP/0.9; auth_rate_limited: 429, too many failed logins "
-             "from the address; client_connection_limit: the address holds its share).",
+        help="Requests and connections the exporter's HTTP server refused, by reason.",
         doc="requests or connections the HTTP server refused: `in_flight_limit` (503), "
             "`connection_limit`, `timeout` (request not received, or handler not done, within "
             "`request_timeout`), `tls_handshake` (failed or over `tls_handshake_timeout`, bad "

@@ -406,12 +406,17 @@ def load_params(path: str | os.PathLike[str]) -> Params:
     return _build(ctx, doc)
 
 
+#: The first line of a written parameters file: where a reader finds what it means.
+HEADER = ("# Latency-model parameters written by specwatch calibrate; "
+          "explained in docs/whatif.md (Parameters file).\n")
+
+
 def dump_params(params: Params, path: str | os.PathLike[str]) -> None:
     """Write a parameters file atomically (a reader never sees half a file).
 
     Floats are written with repr precision, so load_params(dump_params(p)) == p.
     """
-    text = yaml.safe_dump(params.to_mapping(), sort_keys=False, allow_unicode=True)
+    text = HEADER + yaml.safe_dump(params.to_mapping(), sort_keys=False, allow_unicode=True)
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
     try:

@@ -45,7 +45,7 @@ from specwatch.poll.formulas import (
     sglang_acceptance_rate,
     solve_token_acceptance_probability,
 )
-from specwatch.poll.ring import UNKNOWN, HistoryRing, ModelHistory
+from specwatch.poll.ring import HistoryRing, ModelHistory
 from specwatch.poll.samples import sglang_proposed_per_verify
 from specwatch.poll.signals import (
     ACCEPTANCE_ALPHA,
@@ -382,9 +382,11 @@ def _plan(ring: HistoryRing, absent: np.ndarray, histograms: bool
 def _increases(m: np.ndarray) -> np.ndarray:
     """Per base row of ``m`` (the last row: the newest entry), the increase of each counter
     up to the newest entry: never negative, never -0.0; NaN where the counter is unknown at
-    either end (the signals that read it are left out, never 0). ``m`` is written to."""
+    either end (the signals that read it are left out, never 0). Unknown is UNKNOWN (an
+    invalid source series) or a total that overflowed to +inf, whose increase no subtraction
+    gives (inf - inf). ``m`` is written to."""
     m[np.isnan(m)] = 0.0  # an absent counter counts from 0
-    unknown = m == UNKNOWN
+    unknown = np.isinf(m)  # UNKNOWN is -inf
     if unknown.any():
         m[unknown] = 0.0
     diff = m[-1] - m[:-1]

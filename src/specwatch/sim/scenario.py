@@ -377,7 +377,9 @@ def resolve_scenario_path(value: str) -> Path:
         known = ", ".join(packaged_scenario_names())
         raise ConfigError(f"scenario {value!r}: no such file and no packaged scenario by that "
                           f"name (packaged: {known})")
-    raise ConfigError(f"{value}: scenario file not found")
+    known = ", ".join(packaged_scenario_names())
+    raise ConfigError(f"{value}: scenario file not found; a packaged scenario can be named "
+                      f"instead of a path: {known}")
 
 
 def load_scenario(value: str | Path, *, load_coefficients: bool = True) -> Scenario:

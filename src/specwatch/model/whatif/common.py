@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.common.bundle import resolve_params
+from specwatch.common.bundle import missing_params_hint, resolve_params
 from specwatch.common.errors import ConfigError
 from specwatch.model.closed_form import (
     Reason,
@@ -83,7 +83,13 @@ def check_acceptance_length(option: str, value: float, k: float) -> float:
 
 def load(opts: ModelOptions) -> Params:
     """Load the parameters file and check the overrides."""
-    params = load_params(resolve_params(opts.params))
+    path = resolve_params(opts.params)
+    try:
+        params = load_params(path)
+    except ConfigError as exc:
+        if path.exists():
+            raise
+        raise ConfigError(f"{exc}{missing_params_hint(opts.params, '--params ')}") from None
     ceiling = opts.max_utilization
     if ceiling is not None and not (math.isfinite(ceiling) and 0.0 < ceiling <= 1.0):
         raise InputError(f"--max-utilization: expected a number in (0, 1], got {ceiling}")

@@ -247,15 +247,12 @@ def _mark_figures(ax: Any, c: dict[str, Any], lams: np.ndarray, color: Any) -> N
 
 
 def write_plot(out: dict[str, Any], path: str) -> None:
-    try:
-        import matplotlib
+    # Without matplotlib the ModuleNotFoundError reaches the command line, which names the
+    # extra and the pip command for this install (from a clone or from the index).
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise common.InputError(
-            "--plot: needs matplotlib (pip install 'specwatch[analysis]')"
-        ) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     lams = out["arrival_rates"]
     best = np.asarray(out["best_draft_length"])
     fig, (ax, axk) = plt.subplots(

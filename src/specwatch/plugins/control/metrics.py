@@ -17,13 +17,8 @@ _SWITCH_SIDE = ("target", "model_name", "action", "side")
 METRICS: tuple[MetricDef, ...] = (
     MetricDef(
         "sd_controller_state", "gauge", ("target", "model_name", "state", "reason"),
-        help="Controller state of the target and model: 1 for the current state (enabled: SD "
-             "on, disabled: SD off, pending: a switch was requested and the server has not "
-             "come back with it yet), 0 for the others. reason: why the state and the "
-             "recommended draft length are what they are next to the model's "
-             "sd_optimal_draft_length (agrees, acceptance_guard, alert, hysteresis, "
-             "stabilization, min_interval, no_prediction, no_data, pending, sd_pays; more "
-             "may come).",
+        help="Controller state (enabled, disabled, pending): 1 for the current one; reason says "
+             "why.",
         doc="[controller](controller.md) state: 1 for the current one of `enabled`, "
             "`disabled`, `pending`, 0 for the other two; only for targets with a controller. "
             "`reason` (the same on the three series) says why the state and the recommended "
@@ -33,9 +28,7 @@ METRICS: tuple[MetricDef, ...] = (
             "([controller](controller.md#reason))"),
     MetricDef(
         "sd_controller_recommended_draft_length", "gauge", ("target", "model_name"),
-        help="Draft length with the lowest predicted latency at the live load (0 = SD off), "
-             "from the live or the last known good acceptance profile; absent without a valid "
-             "prediction.",
+        help="Draft length with the lowest predicted latency at the live load (0 = SD off).",
         doc="best k at the live load; 0 = SD off, also while the acceptance α is below "
             "`min_acceptance_alpha` and SD does not pay; absent without a valid prediction"),
     MetricDef(
@@ -50,16 +43,13 @@ METRICS: tuple[MetricDef, ...] = (
         doc="Unix time of the last decided switch"),
     MetricDef(
         "sd_controller_actuation_errors", "counter", ("target", "model_name"),
-        help="Decisions that did not take effect: delivery failed after its retries, or the "
-             "server did not report the requested configuration within pending_timeout_seconds.",
+        help="Controller decisions that did not take effect (not delivered, or not applied in "
+             "time).",
         doc="decisions that did not take effect: delivery failed after its retries, or the "
             "server did not report the switch within `pending_timeout_seconds`"),
     MetricDef(
         "sd_controller_models_dropped", "counter", ("target", "reason"),
-        help="Models the controller of a target forgot, by reason: retention (gone from the "
-             "page for longer than the exporter keeps history), limit (more than 100 models "
-             "at once; least recently seen first), vanished_limit or target_removed (the "
-             "exporter forgot the model for that reason, so the controller did too).",
+        help="Models the controller of a target forgot, by reason.",
         doc="models the controller of a target forgot: `retention` (gone from the page longer "
             "than the exporter keeps history), `limit` (more than 100 models at once; least "
             "recently seen first), `vanished_limit` / `target_removed` (the exporter forgot "
@@ -67,9 +57,8 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef(
         "sd_switch_latency_ratio", "gauge",
         ("target", "model_name", "action", "latency", "percentile"),
-        help="Latency quantile over the decision window after the last switch divided by the "
-             "same quantile before it (below 1: the switch helped), for end-to-end latency and "
-             "TTFT at the 50th and 99th percentile.",
+        help="Latency after the last SD switch over latency before it (below 1: the switch "
+             "helped).",
         doc="quantile of e2e latency (`latency=\"e2e\"`) or TTFT (`\"ttft\"`) over the decision "
             "window after the last switch ÷ the same before it, `percentile` = `50`, `99`. The "
             "label is not `quantile` (architecture.md's spelling): `promtool check metrics` "
@@ -78,14 +67,12 @@ METRICS: tuple[MetricDef, ...] = (
     # switches`): the decision window before the switch and the first complete one after.
     MetricDef(
         "sd_switch_timestamp_seconds", "gauge", ("target", "model_name", "action"),
-        help="Unix time of the SD switch of the last complete before/after record (the "
-             "server came back with the new configuration).",
+        help="Unix time of the SD switch of the last complete before/after record.",
         doc="Unix time of the switch behind the last complete before/after record (its "
             "`sd_switch_window_*` figures); a new value is a new record"),
     MetricDef(
         "sd_switch_window_latency_seconds", "gauge", _SWITCH_SIDE,
-        help="Mean e2e request latency over the decision window before (side=before) or "
-             "after (side=after) the last switch.",
+        help="Mean end-to-end latency in the window before or after the last SD switch.",
         doc="mean e2e latency of the decision window before (`side=\"before\"`) or after "
             "(`\"after\"`) the last switch (a calibration point's L)"),
     MetricDef(
@@ -103,21 +90,18 @@ METRICS: tuple[MetricDef, ...] = (
         doc="mean generated tokens of that window"),
     MetricDef(
         "sd_switch_window_draft_length", "gauge", _SWITCH_SIDE,
-        help="Proposed draft tokens per draft over the decision window before or after the "
-             "last switch (absent on the side with SD off).",
+        help="Draft tokens per draft in the window before or after the last SD switch.",
         doc="proposed draft tokens per draft of that window (absent with SD off)"),
     MetricDef(
         "sd_switch_window_acceptance_length", "gauge", _SWITCH_SIDE,
-        help="Tokens per verify cycle over the decision window before or after the last "
-             "switch (absent on the side with SD off).",
+        help="Tokens per verify cycle in the window before or after the last SD switch.",
         doc="tokens per verify cycle of that window (absent with SD off)"),
 )
 #: The Alertmanager receiver's series (listed last in the reference).
 RECEIVER_METRICS: tuple[MetricDef, ...] = (
     MetricDef(
         "specwatch_controller_alerts", "counter", ("outcome",),
-        help="Alertmanager alerts received by the controller receiver, by outcome (accepted, "
-             "resolved, ignored_alertname, ignored_target, ignored_model).",
+        help="Alertmanager alerts the controller received, by outcome.",
         doc="Alertmanager alerts received: `accepted`, `resolved`, `ignored_alertname`, "
             "`ignored_target`, `ignored_model`; only with the receiver configured"),
 )

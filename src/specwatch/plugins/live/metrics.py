@@ -33,20 +33,17 @@ PREDICTED_LATENCY_UPPER = "sd_predicted_latency_upper_seconds"
 METRICS: tuple[MetricDef, ...] = (
     MetricDef(
         PREDICTED_SPEEDUP, "gauge", ("target", "model_name", "window"),
-        help="Predicted mean-latency speedup of SD at the live load, L_noSD / L_SD, each "
-             "system at its own fixed point (present only when sd_model_valid is 1).",
+        help="Predicted mean-latency speedup of SD at the live load (while sd_model_valid is 1).",
         doc="predicted L_noSD / L_SD at the live load, k, E, p, g of the model window (each "
             "system at its own fixed point); only while `sd_model_valid` is 1"),
     MetricDef(
         PREDICTED_LATENCY, "gauge", ("target", "model_name", "window", "mode"),
-        help="Predicted mean end-to-end request latency with SD (mode=\"sd\", the running draft "
-             "length) and without (mode=\"nosd\").",
+        help="Predicted mean end-to-end latency with SD (mode=sd) and without (mode=nosd).",
         doc="predicted mean e2e latency with SD at the running k (`mode=\"sd\"`) and without "
             "(`mode=\"nosd\"`); only while `sd_model_valid` is 1"),
     MetricDef(
         PREDICTED_SPEEDUP_LOWER, "gauge", ("target", "model_name", "window"),
-        help="Lower bound of the 90% interval of sd_predicted_speedup (the fit's residual "
-             "spread carried through the fixed point); present with it.",
+        help="Lower end of the 90% interval of sd_predicted_speedup.",
         doc="lower end of the 90% interval of `sd_predicted_speedup`: the calibration's "
             "residual spread of L(B), per utilisation band, carried through the fixed point "
             "([model.md](model.md#uncertainty)); a separate gauge (not a `bound` label) so "
@@ -81,8 +78,7 @@ METRICS: tuple[MetricDef, ...] = (
             "range)"),
     MetricDef(
         SD_CEILING_ARRIVAL_RATE, "gauge", ("target", "model_name", "window"),
-        help="Arrival rate (req/s) past which SD at the running k no longer keeps up "
-             "(not a break-even).",
+        help="Arrival rate (req/s) past which SD at the running k no longer keeps up.",
         doc="SD's throughput ceiling at the running configuration: the arrival rate past "
             "which SD no longer keeps up, the lower of the model's ceiling and the one the "
             "calibration runs measured for this k on these lengths. A separate figure from "
@@ -91,8 +87,7 @@ METRICS: tuple[MetricDef, ...] = (
             "calibrated range); absent with SD off or when undefined"),
     MetricDef(
         OPTIMAL_DRAFT_LENGTH, "gauge", ("target", "model_name", "window"),
-        help="Draft length with the lowest predicted latency at the live load among 0..k_max "
-             "(0 = SD off), from the measured per-position acceptance.",
+        help="Draft length with the lowest predicted latency at the live load (0 = SD off).",
         doc="k in 0 … `k_max` with the lowest predicted latency at the live load, 0 = SD off; "
             "acceptance from the live per-position rates (extended geometrically past the "
             "running k), or from α when there are none; present even when the running "
@@ -100,16 +95,13 @@ METRICS: tuple[MetricDef, ...] = (
             "(sensitive, beyond the calibrated load: as `sweep`'s best k)"),
     MetricDef(
         MODEL_UTILIZATION, "gauge", ("target", "model_name", "window"),
-        help="Model utilisation lambda/lambda_max of the running SD configuration (lambda*C2 "
-             "in the linear model): 1 is saturation (may exceed 1: then sd_model_valid is 0).",
+        help="Load of the running SD configuration as a share of its capacity; 1 is saturation.",
         doc="λ/λ_max of the running SD configuration (λ · C2 in the linear model; 1 = "
             "saturation; can exceed 1, then `sd_model_valid` is 0); present whenever the "
             "inputs are"),
     MetricDef(
         MODEL_VALID, "gauge", ("target", "model_name", "window", "reason"),
-        help="1 when every model input is present, both systems are below the validity "
-             "ceiling, the load is inside the calibrated range and the server is not "
-             "queueing, else 0 with reason (then speedup and latencies are absent).",
+        help="1 when the model's prediction holds at the live load, else 0 with a reason.",
         doc="1 (`reason=\"\"`) when every input is present, both systems are below the "
             "validity ceiling (`max_utilization`, default 0.9), the load is inside the "
             "parameters file's calibrated range and the server is not queueing; else 0 with "
@@ -120,16 +112,12 @@ METRICS: tuple[MetricDef, ...] = (
             "`server_capacity`), `missing_input` or `invalid_input`"),
     MetricDef(
         MODEL_LATENCY_ERROR, "gauge", ("target", "model_name", "window"),
-        help="Predicted mean latency at the observed load over the measured mean latency of "
-             "the window, minus 1 (signed; present when both exist). Sustained |error| means "
-             "the calibration no longer describes the server.",
+        help="Predicted over measured mean latency, minus 1; a lasting error means recalibrate.",
         doc="predicted mean latency at the observed load over the measured mean latency of "
             "the window, minus 1 (signed); present when both exist; alert `SDModelDrift`"),
     MetricDef(
         MODEL_PROVENANCE_MISMATCH, "gauge", ("target", "model_name", "window", "field"),
-        help="1 when a provenance field of the parameters file (field=model) or its "
-             "server_capacity (field=kv_cache_tokens, kv_cache_tokens_sd, max_num_seqs) "
-             "contradicts what the target states.",
+        help="1 when the parameters file's model or capacity contradicts what the target states.",
         doc="1 when the parameters file's `provenance.<field>` (`model`) contradicts the "
             "target's `model_name`, or its `server_capacity.<field>` (`kv_cache_tokens` for "
             "a server without SD, `kv_cache_tokens_sd` with SD, `max_num_seqs`) what the "
@@ -143,9 +131,7 @@ METRICS: tuple[MetricDef, ...] = (
             "it)"),
     MetricDef(
         MODEL_SPEEDUP_CURVE, "gauge", ("target", "model_name", "window", "point"),
-        help="Predicted speedup L_noSD / L_SD at the arrival rate of grid point `point` "
-             "(sd_model_curve_arrival_rate), for the window's measured acceptance, draft "
-             "length and request lengths; only points where the prediction is valid.",
+        help="Predicted speedup at the arrival rate of this curve point, for the live acceptance.",
         doc="the model's speedup curve at the window's measured k, E, p, g: the predicted "
             "speedup at the arrival rate `sd_model_curve_arrival_rate` with the same labels; "
             "24 grid points (`point` = `00` … `23`) from 0 up to `max_utilization` × the "
@@ -154,8 +140,7 @@ METRICS: tuple[MetricDef, ...] = (
             "k; the live `queueing` state does not apply); no inputs, no curve"),
     MetricDef(
         MODEL_CURVE_ARRIVAL_RATE, "gauge", ("target", "model_name", "window", "point"),
-        help="Arrival rate (req/s) of grid point `point` of the speedup curve "
-             "(sd_model_speedup_curve); present exactly where that point is.",
+        help="Arrival rate (req/s) of this point of the speedup curve (sd_model_speedup_curve).",
         doc="arrival rate (req/s) of the curve's grid point `point`: the x of "
             "`sd_model_speedup_curve`, present exactly where it is"),
     MetricDef(

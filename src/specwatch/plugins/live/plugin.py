@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
 from prometheus_client.core import Metric
 
+from specwatch.common.bundle import missing_params_hint
 from specwatch.common.errors import ConfigError
 from specwatch.common.schema import Key
 from specwatch.expose import metricdefs
@@ -525,13 +527,14 @@ def from_config(cfg: ServeConfig) -> LiveModel:
             where = (f"targets[{i}].model_window" if "model_window" in t.raw
                      else "global.model_window")
             raise ConfigError(
-                f"{where}: window {label!r} is not computed; expected one of "
+                f"{cfg.source}: {where}: window {label!r} is not computed; expected one of "
                 f"{', '.join(labels)} (add it to global.windows)"
             )
         try:
             params[t.name] = load_params(path)
         except ConfigError as exc:
-            raise ConfigError(f"targets[{i}].params: {exc}") from None
+            hint = "" if os.path.exists(path) else missing_params_hint(path, "params: ")
+            raise ConfigError(f"{cfg.source}: targets[{i}].params: {exc}{hint}") from None
     return LiveModel(params, windows, seqs)
 
 

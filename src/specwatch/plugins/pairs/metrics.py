@@ -19,8 +19,8 @@ _PAIR_SIDE = (*_PAIR, "side")
 METRICS: tuple[MetricDef, ...] = (
     MetricDef(
         "sd_measured_speedup", "gauge", _PAIR_STAT,
-        help="Baseline e2e request latency / SD e2e request latency of a pair's targets at the "
-             "same arrival rate (> 1: SD is faster), over the finished requests of the bin.",
+        help="Baseline latency over SD latency of an A/B pair at the same load (above 1: SD is "
+             "faster).",
         doc="measured A/B pair (`pairs:`, [exporter](exporter.md#measured-ab-pairs)): baseline "
             "e2e latency ÷ SD e2e latency over the bin's finished requests, `statistic` = "
             "`mean`, `p50`, `p99`; only where both sides have `pair_options.min_requests` in "
@@ -39,20 +39,19 @@ METRICS: tuple[MetricDef, ...] = (
         doc="upper end of that interval (what `SDMeasuredSlowdown` compares with 1)"),
     MetricDef(
         "sd_measured_ttft_ratio", "gauge", _PAIR_STAT,
-        help="Baseline time to first token / SD time to first token of a pair's targets at the "
-             "same arrival rate (> 1: SD is faster), over the finished requests of the bin.",
+        help="Baseline time to first token over SD's, of an A/B pair at the same load (above 1: "
+             "SD faster).",
         doc="the same ratio for time to first token, `statistic` = `p50`, `p99` (only where "
             "the buckets resolve them)"),
     MetricDef(
         "sd_measured_inter_token_latency_ratio", "gauge", _PAIR_STAT,
-        help="Baseline inter-token latency / SD inter-token latency of a pair's targets at the "
-             "same arrival rate (> 1: SD is faster), over the finished requests of the bin.",
+        help="Baseline inter-token latency over SD's, of an A/B pair at equal load (above 1: SD "
+             "faster).",
         doc="the same ratio for inter-token latency (`vllm:inter_token_latency_seconds`), "
             "`statistic` = `p50`, `p99`"),
     MetricDef(
         "sd_measured_arrival_rate", "gauge", _PAIR,
-        help="Mean arrival rate (requests/s) of a pair's windows in the bin (both sides): where "
-             "the measured point sits.",
+        help="Mean arrival rate (req/s) of an A/B pair's windows in this bin.",
         doc="mean arrival rate (req/s) of the bin's windows, both sides: the x of a measured "
             "point"),
     MetricDef(
@@ -62,8 +61,7 @@ METRICS: tuple[MetricDef, ...] = (
             "`pair_options.retention`"),
     MetricDef(
         "sd_pair_current_arrival_rate_bin", "gauge", _PAIR,
-        help="1 for the bin and acceptance band the pair is at now (the SD side's current "
-             "arrival rate and acceptance rate).",
+        help="1 for the arrival-rate bin and acceptance band an A/B pair is in now.",
         doc="1 for the bin and acceptance band of the pair's current arrival rate and "
             "acceptance (what `SDMeasuredSlowdown` joins on and the measured points are "
             "filtered by)"),
