@@ -12,8 +12,6 @@ May import `specwatch.common` and `calibrate.inputfiles`.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,6 +20,7 @@ from typing import Any
 
 from specwatch.calibrate.inputfiles import (
     CSV_REQUIRED,
+    csv_rows,
     detect_format,
     json_documents,
     need,
@@ -166,14 +165,13 @@ def read_csv(path: Path, text: str, default_system: str | None) -> list[Point]:
     their systems, belongs to every one of those systems: a per-drafter fit is "the no-SD runs
     plus one drafter's runs", and the no-SD runs are measured once.
     """
-    reader = csv.DictReader(io.StringIO(text))
-    fields = [f.strip() for f in (reader.fieldnames or [])]
-    reader.fieldnames = fields
+    reader, rows = csv_rows(path, text)
+    fields = list(reader.fieldnames or [])
     missing = [c for c in CSV_REQUIRED if c not in fields]
     if missing:
         raise ConfigError(f"{path}: missing required column(s) {', '.join(missing)}")
     raw_points: list[tuple[Point, bool]] = []
-    for row in reader:
+    for row in rows:
         where = f"{path} row {reader.line_num}"
         if None in row:
             raise ConfigError(f"{where}: more cells than header columns")
@@ -232,10 +230,9 @@ def read_sweep_csv(path: Path, text: str, default_system: str | None) -> list[Po
     mean_out_tok; concurrency = conc; TTFT = ttft / 1000. The system is "<target>+<draft>",
     and the no-SD rows belong to every drafter's system.
     """
-    reader = csv.DictReader(io.StringIO(text))
-    reader.fieldnames = [f.strip() for f in (reader.fieldnames or [])]
+    reader, csv_lines = csv_rows(path, text)
     rows: list[tuple[Point, bool]] = []
-    for row in reader:
+    for row in csv_lines:
         where = f"{path} row {reader.line_num}"
         if None in row:
             raise ConfigError(f"{where}: more cells than header columns")

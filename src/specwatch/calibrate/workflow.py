@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from specwatch.calibrate.inputs import BenchOptions, Point, read_inputs, systems_of
+from specwatch.common import boundedfile
 from specwatch.common.errors import ConfigError
 
 
@@ -79,9 +78,8 @@ def _bench_options(req: CalibrateRequest) -> dict[str, BenchOptions]:
 def _params_file(path: str) -> bool:
     """True when `path` looks like a parameters file (YAML mapping with `coefficients`)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-        doc = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        doc = boundedfile.read_yaml(path, boundedfile.PARAMETERS)
+    except ConfigError:
         return False
     return isinstance(doc, dict) and "coefficients" in doc
 

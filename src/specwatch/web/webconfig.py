@@ -37,6 +37,7 @@ from typing import Any
 import bcrypt
 
 from specwatch.common import tlsfiles
+from specwatch.common.boundedfile import WEB_CONFIG
 from specwatch.common.errors import ConfigError
 from specwatch.common.schema import CheckError, Key, parse_duration, read_yaml, validate
 
@@ -180,7 +181,7 @@ class WebConfig:
 
 def load(path: str) -> WebConfig:
     """Read, validate and build a web config; raise ConfigError naming file and key."""
-    data = read_yaml(path)
+    data = read_yaml(path, WEB_CONFIG)
     if isinstance(data, dict):
         # An empty section (`basic_auth_users:` with nothing under it) means "not set".
         data = {k: v for k, v in data.items() if v is not None}
