@@ -23,6 +23,7 @@ from typing import Any
 from specwatch.calibrate.inputs import BenchOptions, Point, read_inputs, systems_of
 from specwatch.common import boundedfile
 from specwatch.common.errors import ConfigError
+from specwatch.model.closed_form import MAX_DRAFT_LENGTH
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,11 @@ class CalibrateRequest:
 def _bench_options(req: CalibrateRequest) -> dict[str, BenchOptions]:
     out: dict[str, BenchOptions] = {}
     for k_text, path in req.draft_length:
-        try:
-            k = int(k_text)
-        except ValueError:
-            raise ConfigError(f"--draft-length {k_text} {path}: K must be an integer") from None
-        if k < 0:
-            raise ConfigError(f"--draft-length {k_text} {path}: K must be >= 0")
+        text = k_text.strip()
+        if not (text.isdecimal() and len(text) <= 3 and int(text) <= MAX_DRAFT_LENGTH):
+            raise ConfigError(f"--draft-length {k_text} {path}: K must be an integer in "
+                              f"[0, {MAX_DRAFT_LENGTH}]")
+        k = int(text)
         if path in out:
             raise ConfigError(f"{path}: given twice in --draft-length/--no-sd")
         out[path] = BenchOptions(draft_length=k, no_sd=k == 0)
