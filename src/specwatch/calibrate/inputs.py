@@ -29,6 +29,10 @@ from specwatch.calibrate.inputfiles import (
 )
 from specwatch.common.errors import ConfigError
 
+#: Most runs (rows, JSON lines) calibrate reads: 10^5 runs fit in about 20 s and 400 MiB
+#: (bench/bench_calibrate.py); every run past that costs memory before any fit starts.
+MAX_RUNS = 100_000
+
 #: Name given to the system of inputs that do not say which system they measured.
 DEFAULT_SYSTEM = "default"
 
@@ -479,20 +483,38 @@ def read_inputs(
     """Read every input file (format by content) into one list of points."""
     bench_options = dict(bench_options or {})
     points: list[Point] = []
+    runs = 0
     for raw in paths:
         path = Path(raw)
         text = read_text(path)
         kind = detect_format(path, text)
+        # a CSV's runs are at most its lines less its header (counted before they are read);
+        # a bench JSON's are its documents (counted as read: its size bounds them)
+        runs += text.count("\n") - 1 if kind != "bench-json" else 0
+        if runs > MAX_RUNS:
+            raise _too_many_runs(path)
         if kind == "bench-json":
             options = bench_options.get(str(raw)) or bench_options.get(str(path))
-            points.extend(read_bench_json(path, text, default_system, options))
+            read = read_bench_json(path, text, default_system, options)
+            runs += len(read)
+            points.extend(read)
         elif kind == "csv":
             _reject_bench_options(raw, bench_options)
             points.extend(read_csv(path, text, default_system))
         else:
             _reject_bench_options(raw, bench_options)
             points.extend(read_sweep_csv(path, text, default_system))
+        if runs > MAX_RUNS:
+            raise _too_many_runs(path)
     return points
+
+
+def _too_many_runs(path: Path) -> ConfigError:
+    return ConfigError(
+        f"{path}: the inputs hold more than {MAX_RUNS} runs, more than calibrate fits within "
+        f"its time and memory bounds; average the repeated runs of each configuration (same "
+        f"draft length, concurrency and lengths) into one row, or calibrate one system at a "
+        f"time from its own files")
 
 
 def _reject_bench_options(raw: str | os.PathLike[str], options: Mapping[str, BenchOptions]) -> None:
