@@ -23,7 +23,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 #: Runs from which the knee grid is solved from the normal equations.
-GRAM_MIN_POINTS = 2000
+GRAM_MIN_POINTS = 500
 
 #: Eigenvalues of the column-scaled Gram matrix below this fraction of the largest are
 #: treated as zero (a column that is all zeros, e.g. a knee above every run's load).
