@@ -185,6 +185,9 @@ SAMPLE = [
      "--prompt-tokens", "144", "--generation-tokens", "200", "--arrival-rate", "nan"],
     ["calibrate", "x.csv", "--kv-cache-tokens", "1e308"],
     ["serve", "--target", "http://127.0.0.1:9/metrics", "--shard-count", "1e308"],
+    ["calibrate", "--prometheus", "http://127.0.0.1:9", "--start", "nan"],
+    ["advise", "--params", "qwen3-32b-h100-eagle3", "--prometheus", "http://127.0.0.1:9",
+     "--range", "99999999999999999d"],
 ]
 
 

@@ -26,13 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "and peak batch from this Prometheus (instead of the flags)")
     prom.add_argument("--selector", default="", metavar="MATCHERS",
                       help='label matchers of the vLLM series, e.g. model_name="llama"')
-    prom.add_argument("--range", dest="range_", default="7d", metavar="DURATION",
+    prom.add_argument("--range", type=numbers.DURATION, dest="range_", default="7d",
+                      metavar="DURATION",
                       help="history to read (default 7d)")
-    prom.add_argument("--rate-window", default="5m", metavar="DURATION",
+    prom.add_argument("--rate-window", type=numbers.DURATION, default="5m", metavar="DURATION",
                       help="rate() window of the request rate (default 5m)")
-    prom.add_argument("--step", default="1m", metavar="DURATION",
+    prom.add_argument("--step", type=numbers.DURATION, default="1m", metavar="DURATION",
                       help="resolution of the request-rate percentiles (default 1m)")
-    prom.add_argument("--at", default="now", metavar="TIME",
+    prom.add_argument("--at", type=numbers.TIME, default="now", metavar="TIME",
                       help="end of the range: now (default), now-1d, RFC 3339 or Unix seconds")
     prom.add_argument("--timeout", type=numbers.TIMEOUT, default=30.0, metavar="SECONDS",
                       help="per Prometheus query (default 30)")

@@ -131,11 +131,14 @@ def _add_prometheus_arguments(parser: argparse.ArgumentParser) -> None:
     prom = parser.add_argument_group("Prometheus history")
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (HTTP API)")
     prom.add_argument(
-        "--start", metavar="T", help="start: RFC 3339, Unix seconds, or now-DURATION (e.g. now-6h)"
+        "--start", type=numbers.TIME, metavar="T",
+        help="start: RFC 3339, Unix seconds, or now-DURATION (e.g. now-6h)"
     )
-    prom.add_argument("--end", metavar="T", default="now", help="end (default now)")
+    prom.add_argument("--end", type=numbers.TIME, metavar="T", default="now",
+                      help="end (default now)")
     prom.add_argument(
-        "--step", metavar="S", default="60s", help="resolution; at least 4 scrape intervals (60s)"
+        "--step", type=numbers.DURATION, metavar="S", default="60s",
+        help="resolution; at least 4 scrape intervals (60s)"
     )
     prom.add_argument(
         "--selector",
@@ -144,7 +147,8 @@ def _add_prometheus_arguments(parser: argparse.ArgumentParser) -> None:
         help="label matchers added to every series, e.g. 'model_name=\"qwen\"'",
     )
     prom.add_argument(
-        "--min-window", metavar="S", default="5m", help="shortest steady window kept (5m)"
+        "--min-window", type=numbers.DURATION, metavar="S", default="5m",
+        help="shortest steady window kept (5m)"
     )
     prom.add_argument(
         "--point-sources",

@@ -6,8 +6,8 @@ range; ``inf``, ``nan``, an empty string and values out of range are one argpars
 naming the option and what was expected (exit 2). The ranges are the option's meaning
 (a probability in [0, 1)), else generous bounds far above any real value that keep
 arithmetic finite and allocations small (:data:`MAX_RATE`, :data:`MAX_TOKENS`, ...).
-List-valued numeric options (``--draft-lengths 1-8``, ``--arrival-rates 0:40:81``) are
-checked by the parser of the layer that owns them, bounds first.
+List-valued numeric options (``--draft-lengths 1-8``, ``--arrival-rates 0:40:81``),
+durations and times are checked by the parser of the layer that owns them, bounds first.
 """
 
 from __future__ import annotations
@@ -134,5 +134,21 @@ def _arrival_rates(text: str) -> object:
     return sweep.parse_arrival_rates(text)
 
 
+def _duration(text: str) -> object:
+    from specwatch.calibrate import prometheus  # only the commands that query Prometheus
+
+    return prometheus.parse_duration(text, "duration")
+
+
+def _time(text: str) -> object:
+    from specwatch.calibrate import prometheus
+
+    return prometheus.parse_time(text, "time")
+
+
 DRAFT_LENGTHS = checked_text(_draft_lengths)
 ARRIVAL_RATES = checked_text(_arrival_rates)
+#: A Prometheus-style duration (60s, 5m, 1h; at most 10 years).
+DURATION = checked_text(_duration)
+#: A time: RFC 3339, Unix seconds, now or now-DURATION.
+TIME = checked_text(_time)
