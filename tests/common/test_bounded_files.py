@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.certs import make_pki
 
 from specwatch.cli import main
 from specwatch.common import boundedfile
@@ -188,6 +189,35 @@ def test_every_config_kind_refuses_fifos_and_devices(argv, bad, fifo, tmp_path):
     path = str(fifo) if bad == "fifo" else bad
     rc, out = run_subprocess([a.replace("{bad}", path) for a in argv], timeout=20)
     assert f"{path}: is a " in one_line(rc, out) and "not a regular file" in out
+
+
+@pytest.mark.parametrize(("config", "key"), [
+    ("targets: [{{name: t, url: 'https://127.0.0.1:9/metrics', tls: {{ca_file: {bad}}}}}]\n",
+     "targets[0].tls.ca_file"),
+    ("targets: [{{name: t, url: 'https://127.0.0.1:9/metrics', "
+     "tls: {{cert_file: {bad}, key_file: {bad}}}}}]\n", "targets[0].tls.cert_file"),
+], ids=["target-ca", "target-cert"])
+def test_tls_files_openssl_reads_are_checked_first(config, key, fifo, tmp_path):
+    """OpenSSL opens a TLS file itself: a FIFO as a target's ca_file hung serve at start-up.
+    It is refused before OpenSSL sees it."""
+    cfg = tmp_path / "specwatch.yaml"
+    cfg.write_text(config.format(bad=fifo))
+    rc, out = run_subprocess(["serve", "--config", str(cfg), "--listen", "127.0.0.1:0"],
+                             timeout=20)
+    assert f"{key}: '{fifo}' is a FIFO, not a regular file" in one_line(rc, out)
+
+
+def test_web_config_client_ca_fifo_is_refused(fifo, tmp_path):
+    pki = make_pki(tmp_path / "pki")
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {pki.server.cert}\n"
+                   f"  key_file: {pki.server.key}\n"
+                   f"  client_auth_type: RequireAndVerifyClientCert\n"
+                   f"  client_ca_file: {fifo}\n")
+    rc, out = run_subprocess(["serve", "--target", "http://127.0.0.1:9/metrics", "--listen",
+                              "127.0.0.1:0", "--web-config", str(web)], timeout=20)
+    assert f"tls_server_config.client_ca_file: '{fifo}' is a FIFO, not a regular file" \
+        in one_line(rc, out)
 
 
 @pytest.mark.parametrize(("text", "error"), [

@@ -73,6 +73,8 @@ SCENARIO = FileKind("scenario file", 1 * MIB)
 FILE_SD = FileKind("file_sd file", 4 * MIB)
 #: Prometheus rule file of the bundle.
 RULE_FILE = FileKind("rule file", 4 * MIB)
+#: TLS certificate, key or CA bundle (read by OpenSSL; a system CA bundle is about 200 KiB).
+TLS_FILE = FileKind("TLS file", 4 * MIB)
 #: Secret (a bearer token, a password, a header value).
 SECRET = FileKind("secret file", 64 * KIB, "point it at a file holding only the secret")
 
@@ -95,33 +97,51 @@ def _type_of(mode: int) -> str:
     return "not a regular file"
 
 
+def _open_checked(path: str, kind: FileKind, where: str | None) -> tuple[int, str]:
+    """An open descriptor of the regular file ``path`` within the size limit of its kind,
+    and the head of every error line about it."""
+    head = f"{where}: {path!r}" if where else f"{path}:"
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if where:
+            raise ConfigError(f"{where}: cannot read {path!r}: {exc.strerror}") from None
+        if exc.errno == errno.ENOENT:
+            raise FileMissingError(f"{path}: {kind.name} not found (no such file or "
+                                   f"directory)") from None
+        raise ConfigError(f"{path}: cannot read {kind.name}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            hint = kind.hint or f"a {kind.name} is read whole, so it must be a regular file"
+            raise ConfigError(f"{head} is {_type_of(info.st_mode)}, not a regular file: {hint}")
+        if info.st_size > kind.limit:
+            raise ConfigError(f"{head} is {info.st_size} bytes, over the "
+                              f"{size_text(kind.limit)} limit for a {kind.name}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, head
+
+
+def check_regular(path: str | os.PathLike[str], kind: FileKind, *,
+                  where: str | None = None) -> None:
+    """Refuse what :func:`read_bytes` refuses, without reading: for a file another library
+    reads (OpenSSL reads the TLS files), which would block on a FIFO."""
+    fd, _ = _open_checked(os.fspath(path), kind, where)
+    os.close(fd)
+
+
 def read_bytes(path: str | os.PathLike[str], kind: FileKind, *, where: str | None = None) -> bytes:
     """The bytes of the regular file ``path``, at most ``kind.limit`` of them.
 
     ``where`` (a config key) starts every error line when given, followed by the quoted
     path; otherwise the line starts with the path.
     """
-    shown = os.fspath(path)
-    head = f"{where}: {shown!r}" if where else f"{shown}:"
+    fd, head = _open_checked(os.fspath(path), kind, where)
+    limit = kind.limit
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
-        fd = os.open(shown, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        if where:
-            raise ConfigError(f"{where}: cannot read {shown!r}: {exc.strerror}") from None
-        if exc.errno == errno.ENOENT:
-            raise FileMissingError(f"{shown}: {kind.name} not found (no such file or "
-                                   f"directory)") from None
-        raise ConfigError(f"{shown}: cannot read {kind.name}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            hint = kind.hint or f"a {kind.name} is read whole, so it must be a regular file"
-            raise ConfigError(f"{head} is {_type_of(info.st_mode)}, not a regular file: {hint}")
-        limit = kind.limit
-        if info.st_size > limit:
-            raise ConfigError(f"{head} is {info.st_size} bytes, over the {size_text(limit)} "
-                              f"limit for a {kind.name}")
         chunks: list[bytes] = []
         got = 0
         while got <= limit:  # st_size may be 0 or stale (procfs, a file being written)
