@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import json
 import math
@@ -272,10 +271,7 @@ def metrics_page(current: str) -> str:
 
 def _parser(name: str) -> argparse.ArgumentParser:
     """The command's parser, built as `specwatch.cli.main` builds it."""
-    module = importlib.import_module(cli.COMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"specwatch {name}", description=cli.COMMANDS[name][1])
-    module.add_arguments(parser)
-    return parser
+    return cli.build_parser(name)
 
 
 Subcommands = list[tuple[str, argparse.ArgumentParser]]

@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from specwatch.app.demo_time import scaled_alert_durations, scaled_rules, wall_timestamps
+from specwatch.common import boundedfile
 from specwatch.common.bundle import ALERTS_DIR, bundle_dir
 from specwatch.common.errors import ConfigError, SpecwatchError
 from specwatch.sim.scenario import Scenario, load_scenario
@@ -93,8 +94,8 @@ def default_rule_files() -> list[Path]:
         if path.stem.endswith(("_test", "-test", ".test")) or path.name.startswith("test"):
             continue
         try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
+            doc = boundedfile.read_yaml(path, boundedfile.RULE_FILE)
+        except ConfigError:
             continue
         if isinstance(doc, dict) and isinstance(doc.get("groups"), list):
             files.append(path)

@@ -119,6 +119,22 @@ def _on_curve(cls: type[_Rate], k: int, runs: Sequence[Point], rate: float) -> _
                arrival_rate=round(math.floor(rate * 1e4) / 1e4, 4))
 
 
+def _with_headroom(runs: Sequence[Point]) -> np.ndarray:
+    """Per run of one curve: does a run holding more requests in flight serve at least
+    PLATEAU_THROUGHPUT times its throughput? (The best throughput among the runs holding
+    more, from a running maximum in order of requests in flight: n log n, not n².)"""
+    held = np.array([r.in_flight for r in runs], dtype=float)
+    rate = np.array([r.arrival_rate for r in runs], dtype=float)
+    order = np.argsort(-held, kind="stable")
+    best = np.maximum.accumulate(rate[order])
+    # the first position of each run's in-flight value: the runs before it hold more
+    first = np.searchsorted(-held[order], -held[order], side="left")
+    above = np.where(first > 0, best[np.maximum(first - 1, 0)], -np.inf)
+    out = np.empty(len(runs), dtype=bool)
+    out[order] = above >= PLATEAU_THROUGHPUT * rate[order]
+    return out
+
+
 def headroom(points: Sequence[Point]) -> dict[str, float | None]:
     """How far the runs show the server below any knee or capacity (the calibrated range's
     `headroom_*` fields).
@@ -142,9 +158,8 @@ def headroom(points: Sequence[Point]) -> dict[str, float | None]:
             continue
         held[sd] = held[sd] or 0.0
         tokens = tokens or 0.0
-        for a in runs:
-            if any(b.in_flight > a.in_flight
-                   and b.arrival_rate >= PLATEAU_THROUGHPUT * a.arrival_rate for b in runs):
+        for a, has in zip(runs, _with_headroom(runs), strict=True):
+            if has:
                 held[sd] = max(held[sd] or 0.0, a.in_flight)
                 tokens = max(tokens, a.in_flight * (a.draft_length + 1.0))
     return {

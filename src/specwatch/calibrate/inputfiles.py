@@ -14,9 +14,12 @@ import csv
 import io
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from specwatch.common import boundedfile
 from specwatch.common.errors import ConfigError
 
 __all__ = [
@@ -24,6 +27,8 @@ __all__ = [
     "CSV_REQUIRED",
     "MAX_MAGNITUDE",
     "SWEEP_REQUIRED",
+    "csv_errors",
+    "csv_rows",
     "detect_format",
     "json_documents",
     "need",
@@ -90,15 +95,10 @@ def need(raw: Any, where: str, name: str) -> float:
 
 
 def read_text(path: Path) -> str:
-    """Read a file as UTF-8 text; binary garbage becomes a ConfigError, not a traceback."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    """Read a file as UTF-8 text, with the bounds of a calibration input (a regular file of
+    at most 64 MiB: `specwatch.common.boundedfile`); binary garbage becomes a ConfigError,
+    not a traceback."""
+    data = boundedfile.read_bytes(path, boundedfile.CALIBRATION_INPUT)
     if b"\x00" in data:
         raise ConfigError(f"{path}: binary data; expected a vllm bench serve JSON or a CSV file")
     try:
@@ -116,7 +116,7 @@ def detect_format(path: Path, text: str) -> str:
         raise ConfigError(f"{path}: empty file; expected a vllm bench serve JSON or a CSV file")
     if stripped[0] in "{[":
         return "bench-json"
-    header = _csv_header(text)
+    header = _csv_header(path, text)
     names = {h.strip() for h in header}
     if set(CSV_REQUIRED) <= names:
         return "csv"
@@ -130,27 +130,60 @@ def detect_format(path: Path, text: str) -> str:
     )
 
 
-def _csv_header(text: str) -> list[str]:
-    first = next(csv.reader(io.StringIO(text)), [])
+def _csv_header(path: Path, text: str) -> list[str]:
+    reader = csv.reader(io.StringIO(text))
+    with csv_errors(path, reader):
+        first = next(reader, [])
     return [c.strip() for c in first]
 
 
-def json_documents(path: Path, text: str) -> list[tuple[str, Any]]:
-    """Parse one JSON document, a list of runs, or `--append-result` output (one per line)."""
+@contextmanager
+def csv_errors(path: Path, reader: Any) -> Iterator[None]:
+    """A malformed CSV row (a field over the csv module's 128 KiB limit, a NUL, a stray quote)
+    is one ConfigError naming the file and row, not a ``_csv.Error`` traceback."""
     try:
-        doc = json.loads(text)
-    except RecursionError:
-        raise ConfigError(f"{path}: JSON nested too deeply to be a benchmark result") from None
+        yield
+    except csv.Error as exc:
+        if "field larger than field limit" in str(exc):
+            # raised before the reader counts the line it was reading
+            limit = csv.field_size_limit() // 1024
+            raise ConfigError(f"{path} row {reader.line_num + 1}: a field is longer than "
+                              f"{limit} KiB; a calibration CSV holds numbers and short "
+                              f"names") from None
+        raise ConfigError(f"{path} row {reader.line_num}: not valid CSV: {exc}") from None
+
+
+def csv_rows(path: Path, text: str) -> tuple[csv.DictReader[str], Iterator[dict[str, Any]]]:
+    """A DictReader over ``text`` (its header read, names stripped) and its rows, each read
+    under :func:`csv_errors`."""
+    reader = csv.DictReader(io.StringIO(text))
+    with csv_errors(path, reader):
+        reader.fieldnames = [f.strip() for f in (reader.fieldnames or [])]
+
+    def rows() -> Iterator[dict[str, Any]]:
+        while True:
+            with csv_errors(path, reader):
+                row = next(reader, None)
+            if row is None:
+                return
+            yield row
+
+    return reader, rows()
+
+
+def json_documents(path: Path, text: str) -> list[tuple[str, Any]]:
+    """Parse one JSON document, a list of runs, or `--append-result` output (one per line);
+    nesting bounded and duplicate keys refused (`specwatch.common.boundedfile.load_json`)."""
+    try:
+        doc = boundedfile.load_json(text, str(path))
     except json.JSONDecodeError as first_error:
         docs: list[tuple[str, Any]] = []
         for number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue
+            where = f"{path} line {number}"
             try:
-                docs.append((f"{path} line {number}", json.loads(line)))
-            except RecursionError:
-                raise ConfigError(f"{path} line {number}: JSON nested too deeply to be a "
-                                  f"benchmark result") from None
+                docs.append((where, boundedfile.load_json(line, where)))
             except json.JSONDecodeError as exc:
                 if number == 1 and not docs:
                     raise ConfigError(

@@ -12,8 +12,6 @@ May import `specwatch.common` and `calibrate.inputfiles`.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,6 +20,7 @@ from typing import Any
 
 from specwatch.calibrate.inputfiles import (
     CSV_REQUIRED,
+    csv_rows,
     detect_format,
     json_documents,
     need,
@@ -29,6 +28,10 @@ from specwatch.calibrate.inputfiles import (
     read_text,
 )
 from specwatch.common.errors import ConfigError
+
+#: Most runs (rows, JSON lines) calibrate reads: 10^5 runs fit in about 20 s and 400 MiB
+#: (bench/bench_calibrate.py); every run past that costs memory before any fit starts.
+MAX_RUNS = 100_000
 
 #: Name given to the system of inputs that do not say which system they measured.
 DEFAULT_SYSTEM = "default"
@@ -166,14 +169,13 @@ def read_csv(path: Path, text: str, default_system: str | None) -> list[Point]:
     their systems, belongs to every one of those systems: a per-drafter fit is "the no-SD runs
     plus one drafter's runs", and the no-SD runs are measured once.
     """
-    reader = csv.DictReader(io.StringIO(text))
-    fields = [f.strip() for f in (reader.fieldnames or [])]
-    reader.fieldnames = fields
+    reader, rows = csv_rows(path, text)
+    fields = list(reader.fieldnames or [])
     missing = [c for c in CSV_REQUIRED if c not in fields]
     if missing:
         raise ConfigError(f"{path}: missing required column(s) {', '.join(missing)}")
     raw_points: list[tuple[Point, bool]] = []
-    for row in reader:
+    for row in rows:
         where = f"{path} row {reader.line_num}"
         if None in row:
             raise ConfigError(f"{where}: more cells than header columns")
@@ -232,10 +234,9 @@ def read_sweep_csv(path: Path, text: str, default_system: str | None) -> list[Po
     mean_out_tok; concurrency = conc; TTFT = ttft / 1000. The system is "<target>+<draft>",
     and the no-SD rows belong to every drafter's system.
     """
-    reader = csv.DictReader(io.StringIO(text))
-    reader.fieldnames = [f.strip() for f in (reader.fieldnames or [])]
+    reader, csv_lines = csv_rows(path, text)
     rows: list[tuple[Point, bool]] = []
-    for row in reader:
+    for row in csv_lines:
         where = f"{path} row {reader.line_num}"
         if None in row:
             raise ConfigError(f"{where}: more cells than header columns")
@@ -486,20 +487,38 @@ def read_inputs(
     """Read every input file (format by content) into one list of points."""
     bench_options = dict(bench_options or {})
     points: list[Point] = []
+    runs = 0
     for raw in paths:
         path = Path(raw)
         text = read_text(path)
         kind = detect_format(path, text)
+        # a CSV's runs are at most its lines less its header (counted before they are read);
+        # a bench JSON's are its documents (counted as read: its size bounds them)
+        runs += text.count("\n") - 1 if kind != "bench-json" else 0
+        if runs > MAX_RUNS:
+            raise _too_many_runs(path)
         if kind == "bench-json":
             options = bench_options.get(str(raw)) or bench_options.get(str(path))
-            points.extend(read_bench_json(path, text, default_system, options))
+            read = read_bench_json(path, text, default_system, options)
+            runs += len(read)
+            points.extend(read)
         elif kind == "csv":
             _reject_bench_options(raw, bench_options)
             points.extend(read_csv(path, text, default_system))
         else:
             _reject_bench_options(raw, bench_options)
             points.extend(read_sweep_csv(path, text, default_system))
+        if runs > MAX_RUNS:
+            raise _too_many_runs(path)
     return points
+
+
+def _too_many_runs(path: Path) -> ConfigError:
+    return ConfigError(
+        f"{path}: the inputs hold more than {MAX_RUNS} runs, more than calibrate fits within "
+        f"its time and memory bounds; average the repeated runs of each configuration (same "
+        f"draft length, concurrency and lengths) into one row, or calibrate one system at a "
+        f"time from its own files")
 
 
 def _reject_bench_options(raw: str | os.PathLike[str], options: Mapping[str, BenchOptions]) -> None:

@@ -78,6 +78,12 @@ _SELECTOR_RE = re.compile(
 )
 
 
+#: Longest duration a flag takes (10 years): longer ones overflow the times they offset.
+MAX_DURATION_S = 10 * 365 * 86400.0
+#: Latest Unix time a flag takes: the end of the year 9999, as RFC 3339 allows.
+MAX_UNIX_SECONDS = 253402300799.0
+
+
 def parse_duration(text: str, name: str) -> float:
     """Seconds from a Prometheus-style duration ("60s", "5m", "1h") or a plain number."""
     t = text.strip()
@@ -92,6 +98,8 @@ def parse_duration(text: str, name: str) -> float:
         value = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
     if not (value > 0 and math.isfinite(value)):
         raise ConfigError(f"{name}: expected a positive duration, got {text!r}")
+    if value > MAX_DURATION_S:
+        raise ConfigError(f"{name}: expected a duration of at most 10 years, got {text!r}")
     return value
 
 
@@ -104,9 +112,14 @@ def parse_time(text: str, name: str, now: float | None = None) -> float:
     if t.startswith("now-"):
         return now - parse_duration(t[4:], name)
     try:
-        return float(t)
+        seconds = float(t)
     except ValueError:
         pass
+    else:
+        if not 0 <= seconds <= MAX_UNIX_SECONDS:  # NaN fails too
+            raise ConfigError(f"{name}: expected Unix seconds between 0 and "
+                              f"{MAX_UNIX_SECONDS:.0f} (the year 9999), got {text!r}")
+        return seconds
     try:
         parsed = _dt.datetime.fromisoformat(t.replace("Z", "+00:00"))
     except ValueError:

@@ -46,6 +46,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from specwatch import model
+from specwatch.calibrate import kneegrid
 from specwatch.calibrate.inputs import Point
 from specwatch.model.observed import ServerCapacity
 
@@ -139,11 +140,11 @@ class SaturationFit:
 def point_arrays(points: Sequence[Point], load: str = "in_flight") -> tuple[np.ndarray, ...]:
     """(load, k, e, p, g) per point; ``load`` names the point's load field (requests in
     flight, or ``arrival_rate``); e is 1 without SD, p 0 where not recorded."""
-    b = np.array([getattr(p, load) for p in points], dtype=float)
-    k = np.array([p.draft_length for p in points], dtype=float)
-    e = np.array([p.acceptance_length if p.sd else 1.0 for p in points], dtype=float)
-    p_ = np.array([p.prompt_tokens or 0.0 for p in points], dtype=float)
-    g = np.array([p.generation_tokens for p in points], dtype=float)
+    rows = np.array([(getattr(p, load), p.draft_length,
+                      p.acceptance_length if p.draft_length > 0 else 1.0,
+                      p.prompt_tokens or 0.0, p.generation_tokens) for p in points],
+                    dtype=float).reshape(-1, 5)
+    b, k, e, p_, g = (np.ascontiguousarray(col) for col in rows.T)
     return b, k, e, p_, g
 
 
@@ -177,6 +178,8 @@ def _solve(arrays: tuple[np.ndarray, ...], knee_v: float, knee_d: float,
     b, k, cyc, lat = arrays
     x = _design(b, k, cyc, knee_v, knee_d, capacity)
     w = 1.0 / lat
+    if len(b) >= kneegrid.GRAM_MIN_POINTS:
+        return kneegrid.solve_weighted(x * w[:, None])
     sol, _ = nnls(x * w[:, None], lat * w, maxiter=50 * x.shape[1])
     rel = x @ sol / lat - 1.0
     return sol, float(np.sqrt(np.mean(rel**2)))
@@ -342,8 +345,18 @@ _Grid = dict[_Key, tuple[np.ndarray, float]]  # key -> (solution, relative RMS)
 
 def _knee_grid(arrays: tuple[np.ndarray, ...], knees_d: Sequence[float], caps: Sequence[float],
                sd: np.ndarray, hold: np.ndarray, seqs: float) -> _Grid:
-    """NNLS at every (knee_v, knee_d, SD capacity) of the grid."""
+    """NNLS at every (knee_v, knee_d, SD capacity) of the grid (from the normal equations
+    on many runs: `calibrate.kneegrid`)."""
     grid: _Grid = {}
+    if len(arrays[0]) >= kneegrid.GRAM_MIN_POINTS:
+        by_cap = {cap: kneegrid.grid_at_capacity(arrays, KNEES_V, knees_d,
+                                                 _per_point(sd, hold, cap, seqs))
+                  for cap in caps}
+        for kv in KNEES_V:
+            for kd in knees_d:
+                for cap in caps:
+                    grid[(kv, kd, cap)] = by_cap[cap][(kv, kd)]
+        return grid
     for kv in KNEES_V:
         for kd in knees_d:
             for cap in caps:

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from specwatch.calibrate.inputs import BenchOptions, Point, read_inputs, systems_of
+from specwatch.common import boundedfile
 from specwatch.common.errors import ConfigError
+from specwatch.model.closed_form import MAX_DRAFT_LENGTH
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,11 @@ class CalibrateRequest:
 def _bench_options(req: CalibrateRequest) -> dict[str, BenchOptions]:
     out: dict[str, BenchOptions] = {}
     for k_text, path in req.draft_length:
-        try:
-            k = int(k_text)
-        except ValueError:
-            raise ConfigError(f"--draft-length {k_text} {path}: K must be an integer") from None
-        if k < 0:
-            raise ConfigError(f"--draft-length {k_text} {path}: K must be >= 0")
+        text = k_text.strip()
+        if not (text.isdecimal() and len(text) <= 3 and int(text) <= MAX_DRAFT_LENGTH):
+            raise ConfigError(f"--draft-length {k_text} {path}: K must be an integer in "
+                              f"[0, {MAX_DRAFT_LENGTH}]")
+        k = int(text)
         if path in out:
             raise ConfigError(f"{path}: given twice in --draft-length/--no-sd")
         out[path] = BenchOptions(draft_length=k, no_sd=k == 0)
@@ -79,9 +78,8 @@ def _bench_options(req: CalibrateRequest) -> dict[str, BenchOptions]:
 def _params_file(path: str) -> bool:
     """True when `path` looks like a parameters file (YAML mapping with `coefficients`)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-        doc = yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        doc = boundedfile.read_yaml(path, boundedfile.PARAMETERS)
+    except ConfigError:
         return False
     return isinstance(doc, dict) and "coefficients" in doc
 

@@ -16,7 +16,7 @@ import json
 import sys
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from specwatch import __version__
 from specwatch.common.errors import SpecwatchError
@@ -84,6 +84,27 @@ def extra_install_command(extra: str, direct_url: Mapping[str, Any] | None) -> s
     return f"pip install 'specwatch[{extra}]'"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``specwatch CMD: error: --flag: what was expected``
+    (argparse prints the whole usage first), exit status 2."""
+
+    #: The last error, as printed without the help hint (``--json`` commands print it too).
+    last_error: str | None = None
+
+    def error(self, message: str) -> NoReturn:
+        message = message.removeprefix("argument ").replace("\n", " ")
+        self.last_error = message
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser(name: str) -> argparse.ArgumentParser:
+    """The parser of command ``name`` (imports its module)."""
+    module = importlib.import_module(COMMANDS[name][0])
+    parser = Parser(prog=f"specwatch {name}", description=COMMANDS[name][1])
+    module.add_arguments(parser)
+    return parser
+
+
 def _usage() -> str:
     lines = [f"usage: specwatch <command> [options]   (specwatch {__version__})", "", "commands:"]
     width = max((len(c) for c in COMMANDS), default=0)
@@ -108,10 +129,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         module = importlib.import_module(COMMANDS[name][0])
-        parser = argparse.ArgumentParser(prog=f"specwatch {name}",
-                                         description=COMMANDS[name][1])
-        module.add_arguments(parser)
-        args = parser.parse_args(rest)
+        parser = build_parser(name)
+        try:
+            args = parser.parse_args(rest)
+        except SystemExit as exc:
+            # A command with --json answers a bad option with its JSON verdict too.
+            message = getattr(parser, "last_error", None)
+            if exc.code == 2 and message and "--json" in rest and hasattr(module, "json_error"):
+                module.json_error(message)
+            return exc.code if isinstance(exc.code, int) else 2
         return int(module.run(args) or 0)
     except SpecwatchError as exc:
         print(f"specwatch {name}: error: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ import sys
 
 from specwatch.calibrate.prometheus import parse_time
 from specwatch.calibrate.traffic import TrafficQuery, TrafficReading, read_traffic
+from specwatch.cli import numbers
 from specwatch.cli import whatif_options as opts
 from specwatch.model.whatif import advice_text, advise, common
 
@@ -25,17 +26,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "and peak batch from this Prometheus (instead of the flags)")
     prom.add_argument("--selector", default="", metavar="MATCHERS",
                       help='label matchers of the vLLM series, e.g. model_name="llama"')
-    prom.add_argument("--range", dest="range_", default="7d", metavar="DURATION",
+    prom.add_argument("--range", type=numbers.DURATION, dest="range_", default="7d",
+                      metavar="DURATION",
                       help="history to read (default 7d)")
-    prom.add_argument("--rate-window", default="5m", metavar="DURATION",
+    prom.add_argument("--rate-window", type=numbers.DURATION, default="5m", metavar="DURATION",
                       help="rate() window of the request rate (default 5m)")
-    prom.add_argument("--step", default="1m", metavar="DURATION",
+    prom.add_argument("--step", type=numbers.DURATION, default="1m", metavar="DURATION",
                       help="resolution of the request-rate percentiles (default 1m)")
-    prom.add_argument("--at", default="now", metavar="TIME",
+    prom.add_argument("--at", type=numbers.TIME, default="now", metavar="TIME",
                       help="end of the range: now (default), now-1d, RFC 3339 or Unix seconds")
-    prom.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS",
+    prom.add_argument("--timeout", type=numbers.TIMEOUT, default=30.0, metavar="SECONDS",
                       help="per Prometheus query (default 30)")
-    parser.add_argument("--prefill-ratio", type=float, default=advise.DEFAULT_PREFILL_RATIO,
+    parser.add_argument("--prefill-ratio", type=numbers.RATIO, default=advise.DEFAULT_PREFILL_RATIO,
                         metavar="R",
                         help="prompt/generation ratio from which traffic is prefill-heavy and "
                              "sized by the peak batch (default "
@@ -47,25 +49,27 @@ def _add_advice_arguments(parser: argparse.ArgumentParser) -> None:
     fill it)."""
     opts.add_params_argument(parser)
     for q in advise.PERCENTILES:
-        parser.add_argument(f"--arrival-rate-{q}", type=float, metavar="R",
+        parser.add_argument(f"--arrival-rate-{q}", type=numbers.RATE, metavar="R",
                             help=f"arrival rate at the {q} of your load (req/s)")
     acc = parser.add_mutually_exclusive_group()
-    acc.add_argument("--alpha", type=float, metavar="A",
+    acc.add_argument("--alpha", type=numbers.ALPHA, metavar="A",
                      help="per-token acceptance probability of the i.i.d. model, in [0, 1)")
-    acc.add_argument("--acceptance-length", type=float, metavar="E",
+    acc.add_argument("--acceptance-length", type=numbers.ACCEPTANCE_LENGTH, metavar="E",
                      help="measured tokens per verify cycle at --draft-length")
-    parser.add_argument("--draft-length", type=float, metavar="K",
+    parser.add_argument("--draft-length", type=numbers.DRAFT_LENGTH, metavar="K",
                         help="the k --acceptance-length was measured at")
-    parser.add_argument("--prompt-tokens", type=float, metavar="P",
+    parser.add_argument("--prompt-tokens", type=numbers.TOKENS, metavar="P",
                         help="mean prompt tokens per request")
-    parser.add_argument("--generation-tokens", type=float, metavar="G",
+    parser.add_argument("--generation-tokens", type=numbers.TOKENS, metavar="G",
                         help="mean generated tokens per request")
-    parser.add_argument("--min-gain", type=float, default=advise.DEFAULT_MIN_GAIN, metavar="X",
+    parser.add_argument("--min-gain", type=numbers.RATIO, default=advise.DEFAULT_MIN_GAIN,
+                        metavar="X",
                         help="recommend SD only at or above this load-weighted predicted "
                              f"speedup (default {advise.DEFAULT_MIN_GAIN:g})")
     opts.add_interval_argument(parser)
     opts.add_k_max_argument(parser)
-    parser.add_argument("--max-num-seqs", type=int, default=256, metavar="N",
+    parser.add_argument("--max-num-seqs", type=numbers.integer(1, 1_000_000), default=256,
+                        metavar="N",
                         help="vLLM max_num_seqs: the schedule's last range ends here "
                              "(default 256)")
     opts.add_json_argument(parser)
@@ -78,6 +82,10 @@ def inputs(args: argparse.Namespace) -> advise.AdviseInputs:
         draft_length=args.draft_length, prompt_tokens=args.prompt_tokens,
         generation_tokens=args.generation_tokens, min_gain=args.min_gain,
         max_num_seqs=args.max_num_seqs, prefill_ratio=args.prefill_ratio)
+
+
+def json_error(message: str) -> None:
+    opts.print_json_error(message, advise.EMPTY)
 
 
 def run(args: argparse.Namespace) -> int:

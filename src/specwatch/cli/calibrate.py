@@ -12,36 +12,21 @@ as a typed :class:`~specwatch.calibrate.workflow.CalibrateRequest`.
 from __future__ import annotations
 
 import argparse
-import math
-from collections.abc import Callable
 
 from specwatch.calibrate.workflow import CalibrateRequest, calibrate
+from specwatch.cli import numbers
 
-
-def _number(text: str, expected: str, ok: Callable[[float], bool]) -> float:
-    """``text`` as a float that satisfies ``ok``; else argparse's error saying what was
-    expected."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
-    if not ok(value):
-        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-    return value
+#: ``--max-ttft-ratio``: a ratio above 1.
+TTFT_RATIO = numbers.Number(1.0, numbers.MAX_RATIO, lo_open=True)
 
 
 def _ratio_or_off(text: str) -> float | None:
     if text.strip().lower() in ("off", "none", "0"):
         return None
-    return _number(text, "a number > 1 or 'off'", lambda v: v > 1)
-
-
-def _ceiling(text: str) -> float:
-    return _number(text, "a number in (0, 1]", lambda v: 0 < v <= 1)
-
-
-def _positive(text: str) -> float:
-    return _number(text, "a positive number", lambda v: v > 0 and math.isfinite(v))
+    try:
+        return float(TTFT_RATIO(text))
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} or 'off'") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,14 +77,14 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     """Which points the fit keeps, and which form it fits."""
     parser.add_argument(
         "--max-utilization",
-        type=_ceiling,
+        type=numbers.UTILIZATION,
         default=0.9,
         metavar="U",
         help="exclude points whose fitted utilisation λ·C2 is above U (0.9)",
     )
     parser.add_argument(
         "--max-concurrency",
-        type=_positive,
+        type=numbers.COUNT,
         metavar="N",
         help="exclude runs whose benchmark concurrency is above N",
     )
@@ -113,7 +98,7 @@ def _add_fit_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--vif-limit",
-        type=_positive,
+        type=numbers.COUNT,
         default=1000.0,
         metavar="V",
         help="variance inflation above which a coefficient is not identifiable (1000)",
@@ -133,12 +118,12 @@ def _add_capacity_arguments(parser: argparse.ArgumentParser) -> None:
         "server capacity",
         "what the servers of the runs stated (facts the fit takes instead of fitting them;"
         " model.md, Server capacity); a run that states its own (Prometheus history) keeps it")
-    cap.add_argument("--kv-cache-tokens", type=_positive, metavar="N",
+    cap.add_argument("--kv-cache-tokens", type=numbers.COUNT, metavar="N",
                      help="KV-cache tokens of the server without SD (vLLM's"
                      " kv_cache_size_tokens, or num_gpu_blocks x block_size)")
-    cap.add_argument("--kv-cache-tokens-sd", type=_positive, metavar="N",
+    cap.add_argument("--kv-cache-tokens-sd", type=numbers.COUNT, metavar="N",
                      help="KV-cache tokens of the server running SD (drafter loaded)")
-    cap.add_argument("--max-num-seqs", type=_positive, metavar="N",
+    cap.add_argument("--max-num-seqs", type=numbers.COUNT, metavar="N",
                      help="vLLM --max-num-seqs the runs were served with")
 
 
@@ -146,11 +131,14 @@ def _add_prometheus_arguments(parser: argparse.ArgumentParser) -> None:
     prom = parser.add_argument_group("Prometheus history")
     prom.add_argument("--prometheus", metavar="URL", help="Prometheus base URL (HTTP API)")
     prom.add_argument(
-        "--start", metavar="T", help="start: RFC 3339, Unix seconds, or now-DURATION (e.g. now-6h)"
+        "--start", type=numbers.TIME, metavar="T",
+        help="start: RFC 3339, Unix seconds, or now-DURATION (e.g. now-6h)"
     )
-    prom.add_argument("--end", metavar="T", default="now", help="end (default now)")
+    prom.add_argument("--end", type=numbers.TIME, metavar="T", default="now",
+                      help="end (default now)")
     prom.add_argument(
-        "--step", metavar="S", default="60s", help="resolution; at least 4 scrape intervals (60s)"
+        "--step", type=numbers.DURATION, metavar="S", default="60s",
+        help="resolution; at least 4 scrape intervals (60s)"
     )
     prom.add_argument(
         "--selector",
@@ -159,7 +147,8 @@ def _add_prometheus_arguments(parser: argparse.ArgumentParser) -> None:
         help="label matchers added to every series, e.g. 'model_name=\"qwen\"'",
     )
     prom.add_argument(
-        "--min-window", metavar="S", default="5m", help="shortest steady window kept (5m)"
+        "--min-window", type=numbers.DURATION, metavar="S", default="5m",
+        help="shortest steady window kept (5m)"
     )
     prom.add_argument(
         "--point-sources",
@@ -172,7 +161,7 @@ def _add_prometheus_arguments(parser: argparse.ArgumentParser) -> None:
     )
     prom.add_argument(
         "--timeout",
-        type=_positive,
+        type=numbers.TIMEOUT,
         default=30.0,
         metavar="S",
         help="HTTP timeout per query in seconds (30)",
@@ -188,7 +177,7 @@ def _add_drift_arguments(parser: argparse.ArgumentParser) -> None:
     )
     drift.add_argument(
         "--tolerance",
-        type=_positive,
+        type=numbers.RATIO,
         default=0.10,
         metavar="F",
         help="largest acceptable relative change of predicted latency (0.10)",

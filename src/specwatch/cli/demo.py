@@ -12,33 +12,34 @@ import time
 from collections.abc import Iterator
 
 from specwatch.app import demo
-from specwatch.cli import logs
+from specwatch.cli import logs, numbers
 from specwatch.common.errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", default="demo", metavar="FILE|NAME",
                         help="scenario to simulate (default: the packaged demo)")
-    parser.add_argument("--speed", type=float, default=demo.DEFAULT_SPEED, metavar="X",
+    parser.add_argument("--speed", type=numbers.SPEED, default=demo.DEFAULT_SPEED, metavar="X",
                         help=f"run the scenario X times faster than real time (default "
                              f"{demo.DEFAULT_SPEED:g}: the packaged demo's whole story in under 4 "
-                             "minutes; 1 runs it in real time)")
-    parser.add_argument("--seed", type=int, default=None, metavar="N", help="random seed")
+                             "minutes; 1 runs it in real time; at most "
+                             f"{numbers.MAX_SPEED:g})")
+    parser.add_argument("--seed", type=numbers.SEED, default=None, metavar="N", help="random seed")
     parser.add_argument("--simulator-listen", default="127.0.0.1:0", metavar="HOST:PORT",
                         help="simulated vLLM address (default: a free port on 127.0.0.1)")
     parser.add_argument("--exporter-listen", default=demo.DEFAULT_EXPORTER_LISTEN,
                         metavar="HOST:PORT",
                         help=f"exporter address (default {demo.DEFAULT_EXPORTER_LISTEN})")
-    parser.add_argument("--poll-interval", type=float, default=5.0, metavar="SECONDS",
+    parser.add_argument("--poll-interval", type=numbers.SECONDS, default=5.0, metavar="SECONDS",
                         help="exporter poll interval (default 5)")
     parser.add_argument("--prometheus", default="auto", metavar="auto|off|PATH",
                         help="Prometheus binary: auto (the one on PATH, if any), off, or a path")
-    parser.add_argument("--prometheus-port", type=int, default=0, metavar="PORT",
+    parser.add_argument("--prometheus-port", type=numbers.PORT, default=0, metavar="PORT",
                         help="Prometheus web port (default: a free one)")
     parser.add_argument("--rules", action="append", default=None, metavar="FILE",
                         help="rule files for Prometheus (default: the bundle's generated "
                              "alerts/*.yaml)")
-    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--duration", type=numbers.SECONDS, default=None, metavar="SECONDS",
                         help="stop by itself after this many seconds (default: run until "
                              "Ctrl-C)")
     parser.add_argument("--no-pair", dest="pair", action="store_false",

@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import argparse
 
+from specwatch.cli import numbers
 from specwatch.cli import whatif_options as opts
 from specwatch.model.whatif import common, predict
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     opts.add_params_argument(parser)
-    parser.add_argument("--arrival-rate", type=float, required=True, metavar="R",
+    parser.add_argument("--arrival-rate", type=numbers.RATE, required=True, metavar="R",
                         help="request arrival rate λ (req/s)")
-    parser.add_argument("--draft-length", type=float, required=True, metavar="K",
+    parser.add_argument("--draft-length", type=numbers.DRAFT_LENGTH, required=True, metavar="K",
                         help="draft length k (tokens proposed per draft; 0 = SD off)")
     acc = parser.add_mutually_exclusive_group()
-    acc.add_argument("--acceptance-length", type=float, metavar="E",
+    acc.add_argument("--acceptance-length", type=numbers.ACCEPTANCE_LENGTH, metavar="E",
                      help="mean tokens committed per verify cycle, bonus token included")
-    acc.add_argument("--alpha", type=float, metavar="A",
+    acc.add_argument("--alpha", type=numbers.ALPHA, metavar="A",
                      help="per-token acceptance probability of the i.i.d. model, in [0, 1)")
     opts.add_length_arguments(parser)
     opts.add_k_max_argument(parser)
@@ -36,6 +37,10 @@ def inputs(args: argparse.Namespace) -> predict.PredictInputs:
         model=opts.model_options(args), acceptance=opts.acceptance_options(args),
         arrival_rate=args.arrival_rate, draft_length=args.draft_length,
         prompt_tokens=args.prompt_tokens, generation_tokens=args.generation_tokens)
+
+
+def json_error(message: str) -> None:
+    opts.print_json_error(message, predict.EMPTY)
 
 
 def run(args: argparse.Namespace) -> int:

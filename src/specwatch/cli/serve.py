@@ -15,7 +15,7 @@ import threading
 
 from specwatch import __version__
 from specwatch.app.serve import ServeApp
-from specwatch.cli import logs
+from specwatch.cli import logs, numbers
 from specwatch.common import redact
 from specwatch.poll import config
 
@@ -30,15 +30,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # The dotted spellings are the exporter-toolkit's (every Prometheus exporter's).
     parser.add_argument("--listen", "--web.listen-address", dest="listen", metavar="HOST:PORT",
                         help=f"address to serve on (default {config.DEFAULT_LISTEN})")
-    parser.add_argument("--poll-interval", type=float, metavar="SECONDS",
+    parser.add_argument("--poll-interval", type=numbers.SECONDS, metavar="SECONDS",
                         help=f"seconds between polls of each target "
                              f"(default {config.DEFAULT_POLL_INTERVAL:g})")
     parser.add_argument("--web-config", "--web.config.file", dest="web_config", metavar="FILE",
                         help="exporter-toolkit web config: TLS, client certificates, basic "
                              "auth (re-read on SIGHUP)")
-    parser.add_argument("--shard-index", type=int, metavar="I",
+    parser.add_argument("--shard-index", type=numbers.integer(0, numbers.MAX_SHARDS - 1),
+                        metavar="I",
                         help="poll only the targets of shard I (0-based; with --shard-count)")
-    parser.add_argument("--shard-count", type=int, metavar="N",
+    parser.add_argument("--shard-count", type=numbers.integer(1, numbers.MAX_SHARDS),
+                        metavar="N",
                         help="number of exporters sharing the targets (hashmod of the target "
                              "name, as Prometheus' relabel hashmod)")
     logs.add_log_level_argument(parser)

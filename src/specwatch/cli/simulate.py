@@ -11,7 +11,7 @@ import logging
 import signal
 import threading
 
-from specwatch.cli import logs
+from specwatch.cli import logs, numbers
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.server import (
     DEFAULT_LISTEN,
@@ -30,11 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", default="demo", metavar="FILE|NAME",
                         help="scenario YAML file, or the name of a packaged scenario "
                              "(default: demo)")
-    parser.add_argument("--speed", type=float, default=1.0, metavar="X",
+    parser.add_argument("--speed", type=numbers.SPEED, default=1.0, metavar="X",
                         help="run simulated time X times faster than the wall clock; durations "
                              "on the page are divided by X so the page stays self-consistent "
-                             "(default 1)")
-    parser.add_argument("--seed", type=int, default=None, metavar="N",
+                             f"(default 1, at most {numbers.MAX_SPEED:g}: what the simulator "
+                             "keeps up with)")
+    parser.add_argument("--seed", type=numbers.SEED, default=None, metavar="N",
                         help="random seed (default: the scenario's)")
     parser.add_argument("--pair", action="store_true",
                         help="also run the scenario's A/B baseline: a second server with SD "

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import yaml
-
+from specwatch.common import boundedfile
+from specwatch.common.boundedfile import SERVE_CONFIG, FileKind
 from specwatch.common.errors import ConfigError
 
 
@@ -225,24 +225,12 @@ def _yaml_type(value: Any) -> str:
         + (f" {value!r}" if isinstance(value, int | float | str) else "")
 
 
-def read_yaml(path: str) -> Any:
+def read_yaml(path: str, kind: FileKind = SERVE_CONFIG) -> Any:
     """Parse one YAML file (an empty file is ``{}``); errors name the file and line.
 
     Shared by every file the exporter reads at start-up (this config, the web config) so
-    they all fail the same way: one ConfigError, never a traceback.
+    they all fail the same way: one ConfigError, never a traceback. The file is read with
+    the bounds of its kind (:mod:`specwatch.common.boundedfile`).
     """
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save "
-                          f"the file as UTF-8") from exc
-    except RecursionError as exc:
-        raise ConfigError(f"{path}: nested too deeply to be a configuration") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+    data = boundedfile.read_yaml(path, kind)
     return {} if data is None else data

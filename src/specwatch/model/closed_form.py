@@ -69,6 +69,8 @@ __all__ = [
 
 DEFAULT_MAX_UTILIZATION = 0.9
 DEFAULT_K_MAX = 8
+#: Largest draft length anything takes (a parameters file's k_max, a sweep, a flag).
+MAX_DRAFT_LENGTH = 64
 _E_TOLERANCE = E_TOLERANCE
 
 

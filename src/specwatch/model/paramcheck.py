@@ -2,9 +2,9 @@
 
 Owns the YAML location context (`Ctx`: a dotted field path to a line number) and the typed
 field readers the parameters file's blocks are built from (numbers, seconds with units,
-mappings with known keys, bounded integers, non-negative counts) and the duplicate-key check
-PyYAML does not make. Every reader returns the value or raises `ConfigError`; none has a
-default. May import: `specwatch.common`, PyYAML.
+mappings with known keys, bounded integers, non-negative counts); duplicate keys are refused
+by the reader (`specwatch.common.boundedfile`). Every reader returns the value or raises
+`ConfigError`; none has a default. May import: `specwatch.common`, PyYAML.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from specwatch.common.errors import ConfigError
 
 __all__ = [
     "Ctx",
-    "check_duplicates",
     "count",
     "integer",
     "mapping",
@@ -130,19 +129,3 @@ def count(ctx: Ctx, path: tuple[str | int, ...], value: Any, unit: str) -> float
     return v
 
 
-def check_duplicates(ctx: Ctx, node: yaml.Node | None, path: tuple[str | int, ...] = ()) -> None:
-    """PyYAML keeps the last of two equal keys silently; a params file must not."""
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = key_node.value
-            if key in seen:
-                raise ConfigError(
-                    f"{ctx.source}:{key_node.start_mark.line + 1}: "
-                    f"{'.'.join(str(p) for p in (*path, key))}: duplicate key"
-                )
-            seen.add(key)
-            check_duplicates(ctx, value_node, (*path, key))
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            check_duplicates(ctx, item, (*path, i))

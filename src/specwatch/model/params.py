@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from specwatch.common.boundedfile import PARAMETERS, compose_yaml, read_text
 from specwatch.common.errors import ConfigError
 from specwatch.model.closed_form import DEFAULT_K_MAX, DEFAULT_MAX_UTILIZATION
 from specwatch.model.coefficients import Coefficients, ExpertCoefficients, MoECoefficients
@@ -39,7 +40,6 @@ from specwatch.model.observed import (
 )
 from specwatch.model.paramcheck import (
     Ctx,
-    check_duplicates,
     count,
     integer,
     mapping,
@@ -383,26 +383,16 @@ def params_from_mapping(doc: Mapping[str, Any], source: str = "<params>") -> Par
 
 
 def load_params(path: str | os.PathLike[str]) -> Params:
-    """Read and validate a parameters file; any problem is a ConfigError naming the field."""
+    """Read and validate a parameters file; any problem is a ConfigError naming the field.
+
+    The file is read with the bounds of :data:`~specwatch.common.boundedfile.PARAMETERS`
+    (a regular file of at most 256 KiB; YAML without aliases, duplicate keys or deep nesting).
+    """
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{source}: parameters file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{source}: cannot read parameters file: {exc}") from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+    root, doc = compose_yaml(read_text(path, PARAMETERS), source)
     ctx = Ctx(source, root)
     if doc is None:
         raise ConfigError(f"{source}: empty parameters file (expected system and coefficients)")
-    check_duplicates(ctx, root)
     return _build(ctx, doc)
 
 

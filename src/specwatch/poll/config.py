@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, cast
 from urllib.parse import urlsplit
 
-from specwatch.common import redact, tlsfiles
+from specwatch.common import boundedfile, redact, tlsfiles
 from specwatch.common.errors import ConfigError
 from specwatch.common.schema import (
     NUM,
@@ -307,6 +307,8 @@ def _build_tls(tls: Mapping[str, Any], path: str, where: str
                               f"insecure_skip_verify: true; choose one")
         verify = False
     if "ca_file" in tls:
+        boundedfile.check_regular(tls["ca_file"], boundedfile.TLS_FILE,
+                                  where=f"{where}: {tpath}.ca_file")
         try:
             ctx = ssl.create_default_context(cafile=tls["ca_file"])
         except ssl.SSLError as exc:
@@ -324,9 +326,8 @@ def _build_tls(tls: Mapping[str, Any], path: str, where: str
                           f"both cert_file and key_file)")
     if "cert_file" in tls:
         for key in ("cert_file", "key_file"):
-            if not os.path.isfile(tls[key]):
-                raise ConfigError(f"{where}: {tpath}.{key}: cannot read {tls[key]!r}: "
-                                  f"no such file")
+            boundedfile.check_regular(tls[key], boundedfile.TLS_FILE,
+                                      where=f"{where}: {tpath}.{key}")
         try:
             ssl.create_default_context().load_cert_chain(tls["cert_file"], tls["key_file"])
         except ssl.SSLError as exc:

@@ -39,8 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from specwatch.common import boundedfile
 from specwatch.common.errors import ConfigError, SpecwatchError
 
 log = logging.getLogger(__name__)
@@ -71,27 +70,26 @@ class FileSDConfig:
 def read_file_sd(path: str) -> list[dict[str, Any]]:
     """Raw target mappings (``{"url": ...}``) of one file_sd file, in file order.
 
-    Raises FileSDError (or OSError when the file cannot be read).
+    Raises FileSDError, or ConfigError when the file cannot be read.
     """
-    with open(path, "rb") as fh:
-        data = fh.read()
-    return parse_file_sd(data, path)
+    return parse_file_sd(boundedfile.read_bytes(path, boundedfile.FILE_SD), path)
 
 
 def parse_file_sd(data: bytes, path: str) -> list[dict[str, Any]]:
     """Parse the bytes of a file_sd file named ``path`` (its extension picks the format)."""
     ext = os.path.splitext(path)[1].lower()
+    if ext not in (".json", ".yml", ".yaml"):
+        raise FileSDError(f"{path}: file_sd files must end in .json, .yml or .yaml")
     try:
+        text = boundedfile.decode(data, path)
         if ext == ".json":
-            groups = json.loads(data)
-        elif ext in (".yml", ".yaml"):
-            groups = yaml.safe_load(data)
+            groups = boundedfile.load_json(text, path)
         else:
-            raise FileSDError(f"{path}: file_sd files must end in .json, .yml or .yaml")
-    except (ValueError, yaml.YAMLError) as exc:
-        raise FileSDError(f"{path}: not valid {ext[1:].upper()}: {exc}") from None
-    except RecursionError:
-        raise FileSDError(f"{path}: nested too deeply to be a list of target groups") from None
+            groups = boundedfile.load_yaml(text, path)
+    except json.JSONDecodeError as exc:
+        raise FileSDError(f"{path}: not valid JSON: {exc}") from None
+    except ConfigError as exc:
+        raise FileSDError(str(exc)) from None
     if groups is None:
         return []
     if not isinstance(groups, list):
@@ -244,15 +242,14 @@ class TargetSource:
     def _read(self, path: str, strict: bool) -> None:
         state = self._files.setdefault(path, _FileState())
         try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except FileNotFoundError:
+            data = boundedfile.read_bytes(path, boundedfile.FILE_SD)
+        except boundedfile.FileMissingError:
             if state.data is not None or strict:
                 log.warning("file_sd file %s does not exist (yet); it has no targets", path)
             state.data, state.targets = None, []
             return
-        except OSError as exc:
-            self._fail(path, f"{path}: cannot read: {exc.strerror}", strict)
+        except ConfigError as exc:
+            self._fail(path, str(exc), strict)
             return
         if data == state.data:
             return

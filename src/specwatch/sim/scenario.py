@@ -22,8 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from specwatch.common import boundedfile
 from specwatch.common.errors import ConfigError
 from specwatch.sim.distributions import (
     AcceptanceDist,
@@ -385,16 +384,7 @@ def resolve_scenario_path(value: str) -> Path:
 def load_scenario(value: str | Path, *, load_coefficients: bool = True) -> Scenario:
     """Read, validate and (by default) attach each model's coefficients from its params file."""
     path = resolve_scenario_path(str(value))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read scenario: {exc.strerror}") from exc
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}:{where} not valid YAML: {exc}") from exc
+    document = boundedfile.read_yaml(path, boundedfile.SCENARIO)
     if document is None:
         raise ConfigError(f"{path}: the scenario file is empty")
     scenario = parse_scenario(document, str(path), path.parent)

@@ -50,6 +50,8 @@ log = logging.getLogger("specwatch.sim.server")
 
 DEFAULT_LISTEN = "127.0.0.1:8000"  # vLLM's default port; loopback unless asked otherwise
 DEFAULT_TICK = 0.05
+#: Most simulated seconds advanced while the lock is held (a scrape waits at most that long).
+STEP_SLICE_S = 1.0
 
 
 def baseline_scenario(scenario: Scenario) -> Scenario:
@@ -320,12 +322,22 @@ class SimulatorServer:
         return 1.0 if self.simulated_clock else self.speed
 
     def step(self) -> None:
-        """Advance the simulation to the wall clock's simulated time, open/close the port."""
+        """Advance the simulation to the wall clock's simulated time, open/close the port.
+
+        The simulation advances in slices of at most :data:`STEP_SLICE_S` simulated seconds
+        with the lock released between them, and stops advancing once :meth:`stop` was
+        called: at a speed the machine cannot keep up with, /metrics still answers and a
+        SIGTERM still stops the server; simulated time lags (logged once)."""
         target = self.sim_time_now()
         started = time.monotonic()
         with self.lock:
-            self.sim.advance_to(target)
+            now = self.sim.now
             up = self.sim.up
+        while now < target and not self._stop.is_set():
+            now = min(target, now + STEP_SLICE_S)
+            with self.lock:
+                self.sim.advance_to(now)
+                up = self.sim.up
         spent = time.monotonic() - started
         if spent > 4 * max(self.tick, 0.05) and not self._lagging:
             self._lagging = True

@@ -36,7 +36,8 @@ from typing import Any
 
 import bcrypt
 
-from specwatch.common import tlsfiles
+from specwatch.common import boundedfile, tlsfiles
+from specwatch.common.boundedfile import WEB_CONFIG
 from specwatch.common.errors import ConfigError
 from specwatch.common.schema import CheckError, Key, parse_duration, read_yaml, validate
 
@@ -180,7 +181,7 @@ class WebConfig:
 
 def load(path: str) -> WebConfig:
     """Read, validate and build a web config; raise ConfigError naming file and key."""
-    data = read_yaml(path)
+    data = read_yaml(path, WEB_CONFIG)
     if isinstance(data, dict):
         # An empty section (`basic_auth_users:` with nothing under it) means "not set".
         data = {k: v for k, v in data.items() if v is not None}
@@ -292,6 +293,9 @@ def _client_auth(ctx: ssl.SSLContext, c: Mapping[str, Any], base: str, where: st
             log.warning("%s: client_auth_type RequireAnyClientCert: Python's ssl verifies every "
                         "client certificate it asks for, so specwatch requires one that "
                         "verifies against the client CA (RequireAndVerifyClientCert)", where)
+        if c.get("client_ca_file"):  # OpenSSL reads it: refuse a FIFO before it blocks
+            boundedfile.check_regular(_resolve(base, c["client_ca_file"]), boundedfile.TLS_FILE,
+                                      where=f"{where}: {k}.client_ca_file")
         try:
             if c.get("client_ca_file"):
                 ctx.load_verify_locations(cafile=_resolve(base, c["client_ca_file"]))
@@ -343,8 +347,8 @@ def _load_cert_chain(ctx: ssl.SSLContext, c: Mapping[str, Any], base: str, where
     cert_path = _resolve(base, c["cert_file"]) if c.get("cert_file") else None
     key_path = _resolve(base, c["key_file"]) if c.get("key_file") else None
     for key, p in (("cert_file", cert_path), ("key_file", key_path)):
-        if p is not None and not os.path.isfile(p):
-            raise ConfigError(f"{where}: {k}.{key}: cannot read {p!r}: no such file")
+        if p is not None:
+            boundedfile.check_regular(p, boundedfile.TLS_FILE, where=f"{where}: {k}.{key}")
     tmpdir = None
     try:
         if cert_path is None or key_path is None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from specwatch.model import validity
 from specwatch.model.closed_form import (
+    MAX_DRAFT_LENGTH,
     Reason,
     optimal_draft_length,
     reason_text,
@@ -45,7 +46,7 @@ def parse_draft_lengths(text: str) -> list[int]:
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
-        m = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", part)
+        m = re.fullmatch(r"(\d{1,9})(?:\s*-\s*(\d{1,9}))?", part)
         if not m:
             raise common.InputError(
                 f"--draft-lengths: expected integers and ranges like '1-8' or '1,2,4', "
@@ -55,12 +56,12 @@ def parse_draft_lengths(text: str) -> list[int]:
         hi = int(m.group(2)) if m.group(2) else lo
         if lo > hi:
             raise common.InputError(f"--draft-lengths: range {part!r} runs backwards")
+        if lo < 1 or hi > MAX_DRAFT_LENGTH:  # before the range is built
+            raise common.InputError(
+                f"--draft-lengths: expected draft lengths in [1, {MAX_DRAFT_LENGTH}] (0, SD "
+                f"off, is always the baseline), got {text!r}"
+            )
         out.update(range(lo, hi + 1))
-    if not out or min(out) < 1 or max(out) > 64:
-        raise common.InputError(
-            f"--draft-lengths: expected draft lengths in [1, 64] (0, SD off, is always the "
-            f"baseline), got {text!r}"
-        )
     return sorted(out)
 
 
