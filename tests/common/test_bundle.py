@@ -50,12 +50,14 @@ def test_mixin_render_with_both_selectors_writes_rules_promtool_accepts(tmp_path
     """Every selector in the rules becomes the user's when both are set."""
     out = tmp_path / "out"
     rc = cli.main(["mixin", "render", "--out", str(out), "--set", 'vllmSelector=job="llm"',
-                   "--set", 'exporterSelector=job="llm"'])
+                   "--set", 'exporterSelector=job="llm-sw"'])
     assert rc == 0
     printed = capsys.readouterr().out.split()
     rules = sorted((out / "alerts").glob("*.yaml"))
     assert [p.name for p in rules] == ["specwatch-alerts.yaml", "specwatch-rules.yaml"]
-    assert sorted(str(p) for p in rules) == sorted(p for p in printed if p.endswith(".yaml"))
+    # Besides the rules it prints the rule tests it wrote for them (alerts/tests/).
+    assert sorted(str(p) for p in rules) == sorted(
+        p for p in printed if p.endswith(".yaml") and Path(p).parent == out / "alerts")
     assert sorted(p.name for p in (out / "dashboards").glob("*.json")) == sorted(
         p.name for p in (ROOT / "dashboards").glob("*.json"))
     check = subprocess.run([promtool(), "check", "rules", *map(str, rules)],
@@ -67,7 +69,8 @@ def test_mixin_render_with_both_selectors_writes_rules_promtool_accepts(tmp_path
     selecting = [(n, e) for n, e in exprs if "{" in e]
     assert len(selecting) >= len(exprs) // 2, exprs
     for name, expr in selecting:
-        assert 'job="llm"' in expr, f"{name}: selector not applied: {expr}"
+        assert 'job="llm"' in expr or 'job="llm-sw"' in expr, \
+            f"{name}: selector not applied: {expr}"
         assert 'job="vllm"' not in expr and 'job="specwatch"' not in expr, name
     # The dashboards carry it too.
     dashboards = "".join(p.read_text() for p in (out / "dashboards").glob("*.json"))
@@ -251,7 +254,7 @@ def test_unpacked_wheel_finds_its_bundle_from_an_empty_folder(wheel: Path,
 
     render = py("-m", "specwatch", "mixin", "render", "--out", "out",
                 "--set", 'vllmSelector=job="llm"',
-                "--set", 'exporterSelector=job="llm"')
+                "--set", 'exporterSelector=job="llm-sw"')
     assert render.returncode == 0, render.stderr
     text = (empty / "out" / "alerts" / "specwatch-alerts.yaml").read_text()
     assert "SDAcceptanceRateLow" in text and 'job="llm"' in text

@@ -108,7 +108,9 @@ def _resolve(key: str, config: dict[str, Any]) -> tuple[list[str], Any]:
         else:
             where = ".".join(path) or "_config"
             known = ", ".join(sorted(node))
-            raise ConfigError(f"--set {key}: {where} has no key {'.'.join(parts[i:])!r} "
+            # A group whose keys have no dots is named by the one part that is not a key.
+            missing = ".".join(parts[i:]) if any("." in k for k in node) else parts[i]
+            raise ConfigError(f"--set {key}: {where} has no key {missing!r} "
                               f"(known: {known})")
     return path, node
 
