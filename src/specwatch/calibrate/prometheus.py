@@ -70,11 +70,12 @@ CACHE_CONFIG = "vllm:cache_config_info"
 _CACHE_LABELS = ("kv_cache_size_tokens", "num_gpu_blocks", "block_size")
 _MATCHER_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=|!=|=~|!~)\s*("(?:[^"\\]|\\.)*")')
 
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$")
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_SELECTOR_RE = re.compile(
-    r'^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
-    r'(,\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*$'
+#: A selector's label matchers (the whole text: ``fullmatch``).
+SELECTOR_RE = re.compile(
+    r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
+    r'(,\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*'
 )
 
 
@@ -84,7 +85,7 @@ def parse_duration(text: str, name: str) -> float:
     try:
         value = float(t)
     except ValueError:
-        m = _DURATION_RE.match(t)
+        m = _DURATION_RE.fullmatch(t)
         if not m:
             raise ConfigError(
                 f"{name}: expected a duration like 60s, 5m or 1h, got {text!r}"
@@ -154,7 +155,7 @@ class PrometheusQuery:
         sel = selector.strip()
         if sel.startswith("{") and sel.endswith("}"):
             sel = sel[1:-1].strip()
-        if sel and not _SELECTOR_RE.match(sel):
+        if sel and not SELECTOR_RE.fullmatch(sel):
             raise ConfigError(
                 f'--selector: expected label matchers like model_name="qwen",engine="0",'
                 f" got {selector!r}"

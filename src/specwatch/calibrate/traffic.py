@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import requests
 
 from specwatch.calibrate.prometheus import (
+    SELECTOR_RE,
     PrometheusError,
     parse_duration,
     promql_duration,
@@ -42,10 +43,6 @@ DRAFTS = "vllm:spec_decode_num_drafts_total"
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 RUNNING = "vllm:num_requests_running"
 QUANTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
-_SELECTOR_RE = re.compile(
-    r'^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
-    r'(,\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*$'
-)
 
 
 @dataclass(frozen=True)
@@ -68,7 +65,7 @@ class TrafficQuery:
         sel = selector.strip()
         if sel.startswith("{") and sel.endswith("}"):
             sel = sel[1:-1].strip()
-        if sel and not _SELECTOR_RE.match(sel):
+        if sel and not SELECTOR_RE.fullmatch(sel):
             raise ConfigError(f'--selector: expected label matchers like model_name="qwen",'
                               f" got {selector!r}")
         r = parse_duration(range_, "--range")
