@@ -200,7 +200,8 @@ class ParsedPage:
     gauges: Mapping[tuple[str, str], float] = field(default_factory=dict)
     configured_k: Mapping[str, int] = field(default_factory=dict)
     process_start_time: float | None = None
-    #: Counter series left out of ``counters`` because their value is invalid on this page.
+    #: Counter series left out of ``counters`` because their value is invalid on this page,
+    #: and capacity totals left unknown because they are not finite (``server.overflowed``).
     invalid_series: int = 0
     #: Models with an invalid counter series on this page (sorted).
     invalid_models: tuple[str, ...] = ()
@@ -415,6 +416,8 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     ``plan``: a :class:`~specwatch.poll.pageplan.PagePlan` kept per target across its pages
     (fast parser only): a page whose wanted lines are those of the page before, in the same
     order, only their values changed, is parsed from it; the result is the same.
+    The page ends at an OpenMetrics ``# EOF`` line (:func:`before_eof`): what follows is
+    never read, by either parser or a plan.
     Raises :class:`PageParseError` when prometheus_client's parser rejects the text, and
     when the text ends inside a line (the last line has no line feed), for both parsers:
     such a page is one a Prometheus rejects, and it is what a page cut in transit looks
@@ -424,6 +427,7 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
         raise ValueError(f"unknown engine kind {engine!r}")
     if parser not in PARSERS:
         raise ValueError(f"unknown parser {parser!r}")
+    text = before_eof(text)
     if not text.endswith("\n") and text[text.rfind("\n") + 1:].strip():
         raise PageParseError(
             "the page ends inside a line (its last line has no line feed): a cut page")
@@ -456,6 +460,23 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
         plan.learn(plan_key, text, heads, got.rows, got.positions, len(got.truncated))
     return assemble_page(got.counters, got.created, got.gauge_series, got.positions,
                          got.process_start, got.invalid, len(got.truncated), saw, got.infos)
+
+
+def before_eof(text: str) -> str:
+    """The page up to its OpenMetrics ``# EOF`` line (the whole text when it has none):
+    OpenMetrics ends the exposition there, so nothing after it is a sample of the page.
+    Only a line that is exactly ``# EOF`` counts (a line feed or the end of the text after
+    it); one ``find`` over the body, the usual page having none."""
+    i = text.find("# EOF")
+    while i >= 0:
+        end = i + 5
+        if (i == 0 or text[i - 1] == "\n") and (end == len(text) or text[end] in "\r\n"):
+            if text[end:end + 1] == "\r" and text[end + 1:end + 2] not in ("", "\n"):
+                i = text.find("# EOF", end)
+                continue
+            return text[:i]
+        i = text.find("# EOF", end)
+    return text
 
 
 class _Read:
@@ -564,11 +585,12 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
         kind = "sglang"
     else:
         kind = "unknown"
+    server = server_capacity(infos)
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
                       configured_k=configured_k, process_start_time=process_start,
-                      invalid_series=len(invalid),
+                      invalid_series=len(invalid) + (server.overflowed if server else 0),
                       invalid_models=tuple(sorted({k[0] for k in invalid})),
-                      truncated_label_values=truncated, server=server_capacity(infos),
+                      truncated_label_values=truncated, server=server,
                       invalid_counters=frozenset(invalid))
 
 
