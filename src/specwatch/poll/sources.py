@@ -58,6 +58,7 @@ from specwatch.poll.fastparse import (
     LABEL_CACHE_SIZE,
     RawSample,
     SampleSelector,
+    before_eof,
 )
 
 EngineKind = Literal["vllm", "sglang", "auto"]
@@ -416,8 +417,8 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     ``plan``: a :class:`~specwatch.poll.pageplan.PagePlan` kept per target across its pages
     (fast parser only): a page whose wanted lines are those of the page before, in the same
     order, only their values changed, is parsed from it; the result is the same.
-    The page ends at an OpenMetrics ``# EOF`` line (:func:`before_eof`): what follows is
-    never read, by either parser or a plan.
+    The page ends at an OpenMetrics ``# EOF`` line (``fastparse.before_eof``): what follows
+    is never read, by either parser or a plan.
     Raises :class:`PageParseError` when prometheus_client's parser rejects the text, and
     when the text ends inside a line (the last line has no line feed), for both parsers:
     such a page is one a Prometheus rejects, and it is what a page cut in transit looks
@@ -460,23 +461,6 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
         plan.learn(plan_key, text, heads, got.rows, got.positions, len(got.truncated))
     return assemble_page(got.counters, got.created, got.gauge_series, got.positions,
                          got.process_start, got.invalid, len(got.truncated), saw, got.infos)
-
-
-def before_eof(text: str) -> str:
-    """The page up to its OpenMetrics ``# EOF`` line (the whole text when it has none):
-    OpenMetrics ends the exposition there, so nothing after it is a sample of the page.
-    Only a line that is exactly ``# EOF`` counts (a line feed or the end of the text after
-    it); one ``find`` over the body, the usual page having none."""
-    i = text.find("# EOF")
-    while i >= 0:
-        end = i + 5
-        if (i == 0 or text[i - 1] == "\n") and (end == len(text) or text[end] in "\r\n"):
-            if text[end:end + 1] == "\r" and text[end + 1:end + 2] not in ("", "\n"):
-                i = text.find("# EOF", end)
-                continue
-            return text[:i]
-        i = text.find("# EOF", end)
-    return text
 
 
 class _Read:
