@@ -180,14 +180,15 @@ METRICS: tuple[MetricDef, ...] = (
         "specwatch_target_series_dropped", "counter", ("target", "reason"),
         help="Source series not used, by reason: max_series (the target's cap: whole models "
              "are dropped so that published values stay exact), invalid (a counter series "
-             "NaN, negative or conflicting on a page: only the signals that read it are left "
-             "out).",
+             "NaN, negative or conflicting on a page: the signals that read it come from the "
+             "polls around it).",
         doc="source series not used: `max_series` (whole models beyond the target's cap), "
             "`invalid` (a counter series NaN, ±Inf, negative, above 2⁵³ or listed twice with "
-            "different values on one page: only the signals that read it are left out for "
-            "the windows that end or start at that poll; it catches up at its next valid "
-            "value; or a stated KV-cache total, summed over engines or blocks × block size, "
-            "that is not finite: `sd_server_kv_cache_*` is then absent)"),
+            "different values on one page: the windows that end or start at that poll take "
+            "the signals that read it from the polls around it, as across a failed poll; it "
+            "catches up at its next valid value; or a stated KV-cache total, summed over "
+            "engines or blocks × block size, that is not finite: `sd_server_kv_cache_*` is "
+            "then absent)"),
     MetricDef(
         "specwatch_target_models_dropped", "counter", ("target", "reason"),
         help="Models of the target dropped to keep the exporter's state bounded, by reason: "
