@@ -263,3 +263,25 @@ def test_a_bad_sample_on_every_other_poll_is_a_missed_sample(value):
                     present += name == derive.ACCEPTANCE_RATE
     # The acceptance rate is there at every poll after the first window closed.
     assert present >= 2 * (len(seq) - 6), present
+
+
+@pytest.mark.parametrize("value", ["NaN", "-5"])
+def test_the_per_poll_sample_spans_a_bad_poll_like_a_failed_one(value):
+    """The per-poll acceptance samples (the sample histogram, the bimodality coefficient)
+    with the accepted tokens invalid on every other poll are those of the recording with
+    those polls failed: each good poll's sample spans the interval from the good poll
+    before."""
+    family = "vllm:spec_decode_num_accepted_tokens_total"
+    seq = pages()
+
+    def samples(polls: list[tuple[float, str]]) -> tuple[int, float]:
+        hist = history.TargetHistory(3600.0, 2000, CFG.min_drafts_per_sample)
+        for t, text in polls:
+            hist.update(sources.parse_page(text), t)
+        (model,) = hist.models.values()
+        return model.sample_count, model.sample_sum
+
+    bad = samples([(t, with_value(text, family, value) if i % 2 else text)
+                   for i, (t, text) in enumerate(seq)])
+    failed = samples([p for i, p in enumerate(seq) if not i % 2])
+    assert bad[0] == failed[0] > 5 and close(bad[1], failed[1]), (bad, failed)
