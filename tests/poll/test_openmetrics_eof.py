@@ -117,3 +117,17 @@ def test_a_second_engine_after_eof_leaves_the_acceptance_rate_alone(tmp_path: Pa
     after = _acceptance(tmp_path, [_after_eof(FIRST, _second_engine(FIRST)),
                                    _after_eof(LAST, _second_engine(LAST))])
     assert after == alone
+
+
+@pytest.mark.parametrize("text", [
+    "# EOF\n" + LAST,  # an empty page
+    LAST + "# EOF\r\n" + _second_engine(LAST),  # a CRLF line end
+    LAST.replace("\n", "\n# EOF\n", 1) + _second_engine(LAST),  # after the first line
+    LAST + "# EOF\r" + _second_engine(LAST),  # a carriage return inside a line: not EOF
+])
+def test_fast_and_full_parsers_agree_on_where_the_page_ends(text: str) -> None:
+    want = _comparable(sources.parse_page(text, parser="full"))
+    assert _comparable(sources.parse_page(text, parser="fast")) == want
+    plan = pageplan.PagePlan()
+    sources.parse_page(text, plan=plan)
+    assert _comparable(sources.parse_page(text, plan=plan)) == want

@@ -167,7 +167,10 @@ class SampleSelector:
             # strict form), and checked strictly once per distinct text (_labels_of); a
             # text with a newline (a "{" never closed) may span lines: see select().
             rf"|(({wanted})(?:\{{([^}}]*)\}})?)"
-            rf"(?:{_VALUE}(?=\n|\Z)|(?![{_NAME_CHAR}])[^\n]*))")
+            rf"(?:{_VALUE}(?=\n|\Z)|(?![{_NAME_CHAR}])[^\n]*)"
+            # OpenMetrics' "# EOF" line ends the page: matched with the rest of the text
+            # (a scan in C), so the finder stops there; its group is the fifth.
+            r"|(\# EOF)\r?(?=\n|\Z)[\s\S]*)")
         self._labels: dict[str, dict[str, str]] = {}
         self._starts_wanted = re.compile(rf"(?:{wanted})(?![{_NAME_CHAR}])")
 
@@ -180,13 +183,18 @@ class SampleSelector:
         seen: set[str] = set()
         end = text.find("\n")
         first = text if end < 0 else text[:end]
+        if first.rstrip("\r") == "# EOF":  # an empty page: the full parser's to read
+            return None
         if not self._line(first.strip(), samples, seen):
             return None
         line_fn = self._line
         labels_of = self._labels_of
         append = samples.append
         for m in self._lines.finditer(text):
-            head, name, label_text, value_text = m.groups()
+            head, name, label_text, value_text, eof = m.groups()
+            if eof is not None:  # the end of the page: nothing after it is read
+                text = text[:m.start() + 1]
+                break
             if value_text is None:
                 line = m.group()[1:]
                 if head is None:  # "#", "{" or indented
@@ -208,12 +216,16 @@ class SampleSelector:
             return None  # nothing we read: let the full parser judge the page
         return Selection(samples, frozenset(seen), text)
 
-    def lines(self, text: str) -> list[tuple[str, str, str, str]]:
-        """What the finder matches in ``text`` (the first line aside), as (head, name,
-        label text, value text) with ``""`` for a part it did not match: a line the
-        finder took whole (a comment, a braced or indented line) has no head, a wanted
-        line outside the canonical shape no value (see :meth:`select` for their meaning)."""
-        return self._lines.findall(text)
+    def lines(self, text: str) -> list[tuple[str, str, str, str, str]]:
+        """What the finder matches in ``text`` (the first line aside) up to a ``# EOF``
+        line, as (head, name, label text, value text, "") with ``""`` for a part it did not
+        match: a line the finder took whole (a comment, a braced or indented line) has no
+        head, a wanted line outside the canonical shape no value (see :meth:`select` for
+        their meaning)."""
+        found = self._lines.findall(text)
+        if found and found[-1][4]:  # "# EOF" and the rest of the page
+            found.pop()
+        return found
 
     def _line(self, line: str, samples: list[RawSample], seen: set[str]) -> bool:
         """A stripped line outside the common shape; False means "full parse needed"."""

@@ -417,8 +417,9 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     ``plan``: a :class:`~specwatch.poll.pageplan.PagePlan` kept per target across its pages
     (fast parser only): a page whose wanted lines are those of the page before, in the same
     order, only their values changed, is parsed from it; the result is the same.
-    The page ends at an OpenMetrics ``# EOF`` line (``fastparse.before_eof``): what follows
-    is never read, by either parser or a plan.
+    The page ends at an OpenMetrics ``# EOF`` line: what follows is never read, by either
+    parser (the fast one's finder stops there; the full one reads ``fastparse.before_eof``)
+    or a plan.
     Raises :class:`PageParseError` when prometheus_client's parser rejects the text, and
     when the text ends inside a line (the last line has no line feed), for both parsers:
     such a page is one a Prometheus rejects, and it is what a page cut in transit looks
@@ -428,8 +429,9 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
         raise ValueError(f"unknown engine kind {engine!r}")
     if parser not in PARSERS:
         raise ValueError(f"unknown parser {parser!r}")
-    text = before_eof(text)
-    if not text.endswith("\n") and text[text.rfind("\n") + 1:].strip():
+    if not text.endswith("\n") and text[text.rfind("\n") + 1:].strip() \
+            and not (cut := before_eof(text)).endswith("\n") \
+            and cut[cut.rfind("\n") + 1:].strip():
         raise PageParseError(
             "the page ends inside a line (its last line has no line feed): a cut page")
     names = _names(engine, buckets)
@@ -449,7 +451,7 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
             if selection.seen:
                 rows = None
         else:
-            samples, seen_prefixes = _full_samples(text, names.wanted)
+            samples, seen_prefixes = _full_samples(before_eof(text), names.wanted)
             saw = seen_prefixes.__contains__
             rows = None
         got = _Read(rows)
