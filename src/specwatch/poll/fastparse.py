@@ -153,9 +153,12 @@ class SampleSelector:
             # page is left here, in C), and then the canonical "# TYPE x counter" of a
             # renamable x, or any such comment mentioning TYPE except the canonical
             # declaration of a name that cannot be renamed.
-            r"\n(?:\#(?! HELP[ \t])(?=[^\n]*counter(?<!_total counter)[^\S\n]*(?:\n|\Z))"
+            # OpenMetrics' "# EOF" line ends the page: matched with the rest of the text (a
+            # scan in C), so the finder stops there; its group is the first.
+            r"\n(?:\#(?:( EOF)\r?(?=\n|\Z)[\s\S]*"
+            r"|(?! HELP[ \t])(?=[^\n]*counter(?<!_total counter)[^\S\n]*(?:\n|\Z))"
             rf"(?: TYPE (?:{renamable}) counter\r?(?=\n|\Z)"
-            rf"|(?! TYPE [a-zA-Z_:][a-zA-Z0-9_:]* [a-z]+\r?(?:\n|\Z))(?=[^\n]*TYPE)[^\n]*)"
+            rf"|(?! TYPE [a-zA-Z_:][a-zA-Z0-9_:]* [a-z]+\r?(?:\n|\Z))(?=[^\n]*TYPE)[^\n]*))"
             r"|\{[^\n]*"                                  # name inside the braces
             # An indented line; written to start with a character class (not a repeat),
             # so the engine tries it only on a line that starts with a blank.
@@ -167,10 +170,7 @@ class SampleSelector:
             # strict form), and checked strictly once per distinct text (_labels_of); a
             # text with a newline (a "{" never closed) may span lines: see select().
             rf"|(({wanted})(?:\{{([^}}]*)\}})?)"
-            rf"(?:{_VALUE}(?=\n|\Z)|(?![{_NAME_CHAR}])[^\n]*)"
-            # OpenMetrics' "# EOF" line ends the page: matched with the rest of the text
-            # (a scan in C), so the finder stops there; its group is the fifth.
-            r"|(\# EOF)\r?(?=\n|\Z)[\s\S]*)")
+            rf"(?:{_VALUE}(?=\n|\Z)|(?![{_NAME_CHAR}])[^\n]*))")
         self._labels: dict[str, dict[str, str]] = {}
         self._starts_wanted = re.compile(rf"(?:{wanted})(?![{_NAME_CHAR}])")
 
@@ -191,7 +191,7 @@ class SampleSelector:
         labels_of = self._labels_of
         append = samples.append
         for m in self._lines.finditer(text):
-            head, name, label_text, value_text, eof = m.groups()
+            eof, head, name, label_text, value_text = m.groups()
             if eof is not None:  # the end of the page: nothing after it is read
                 text = text[:m.start() + 1]
                 break
@@ -218,12 +218,12 @@ class SampleSelector:
 
     def lines(self, text: str) -> list[tuple[str, str, str, str, str]]:
         """What the finder matches in ``text`` (the first line aside) up to a ``# EOF``
-        line, as (head, name, label text, value text, "") with ``""`` for a part it did not
+        line, as ("", head, name, label text, value text) with ``""`` for a part it did not
         match: a line the finder took whole (a comment, a braced or indented line) has no
         head, a wanted line outside the canonical shape no value (see :meth:`select` for
         their meaning)."""
         found = self._lines.findall(text)
-        if found and found[-1][4]:  # "# EOF" and the rest of the page
+        if found and found[-1][0]:  # "# EOF" and the rest of the page
             found.pop()
         return found
 
