@@ -53,11 +53,18 @@ class TrickleHeaders:
 
 
 @dataclass(frozen=True)
+class Endless:
+    """Headers without a length, then ``piece`` bytes after bytes until the client leaves."""
+
+    piece: bytes = b"[" * 65536
+
+
+@dataclass(frozen=True)
 class Refuse:
     """No listener: connections are refused."""
 
 
-Behaviour = Serve | Raw | Blackhole | Trickle | TrickleHeaders | Refuse
+Behaviour = Serve | Raw | Blackhole | Trickle | TrickleHeaders | Endless | Refuse
 
 
 def http_response(body: bytes, status: int = 200, headers: dict[str, str] | None = None,
@@ -175,6 +182,11 @@ class FaultServer:
                     if self._stop.wait(b.interval):
                         return
                     conn.sendall(b.body[i:i + 1])
+            elif isinstance(b, Endless):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Connection: close\r\n\r\n")
+                while not self._stop.is_set():
+                    conn.sendall(b.piece)
             elif isinstance(b, TrickleHeaders):
                 conn.sendall(b"HTTP/1.1 200 OK\r\n")
                 i = 0

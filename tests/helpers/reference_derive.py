@@ -24,6 +24,7 @@ N finished requests back; it is absent until the history holds N finished reques
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -495,6 +496,9 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
                 continue
             w = derive_window(label, ring[i], cur, hist.configured_k, hist.gauges,
                               ring.samples_after(i), cfg.min_bimodality_samples)
+            if w is not None and (_unclean(ring[i]) or _unclean(cur)):
+                w = _with_fallback(w, label, ring, ring[i], cur, hist, cfg,
+                                   ring.samples_after(i))
             if w is not None:
                 windows.append(w)
     samples_hist = None
@@ -511,3 +515,94 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
                          configured_k=hist.configured_k, windows=tuple(windows),
                          samples=samples_hist, gauges=dict(hist.gauges),
                          sd_families_present=bool(hist.signals & sources.VLLM_SD_SIGNALS))
+
+
+def _unclean(entry: HistoryEntry) -> bool:
+    return any(v == UNKNOWN for v in entry.counters.values())
+
+
+def _reads(c: Counters) -> dict[str, list[tuple[str, str | None]]]:
+    """The counters each signal of a window whose newest entry holds ``c`` reads."""
+    vllm = _has(c, sources.DRAFT_TOKENS) and _has(c, sources.ACCEPTED_TOKENS)
+    k = lambda sig, pos=None: (sig, pos)  # noqa: E731
+    acc = ([k(sources.DRAFT_TOKENS), k(sources.ACCEPTED_TOKENS), k(sources.DRAFTS)] if vllm
+           else [k(sources.GENERATION_TOKENS), k(sources.REQUESTS_FINISHED),
+                 k(sources.VERIFY_CALLS)])
+    pos_keys = sorted((p for (s, p) in c if s == sources.ACCEPTED_PER_POSITION and p is not None),
+                      key=_position_order)
+    out = {
+        ACCEPTANCE_RATE: [k(sources.DRAFT_TOKENS), k(sources.ACCEPTED_TOKENS)] if vllm else acc,
+        DRAFT_LENGTH: [k(sources.DRAFT_TOKENS), k(sources.DRAFTS)],
+        ACCEPTANCE_LENGTH: acc,
+        TOKEN_ACCEPTANCE_PROBABILITY: acc,
+        ACCEPTANCE_HETEROGENEITY: [k(sources.DRAFTS)] + [k(sources.ACCEPTED_PER_POSITION, p)
+                                                   for p in pos_keys[:2]],
+        ARRIVAL_RATE: [k(sources.REQUESTS_FINISHED)],
+        MEAN_LATENCY_SECONDS: [k(sources.E2E_LATENCY_COUNT), k(sources.E2E_LATENCY_SUM)],
+        EFFECTIVE_BATCH_SIZE: [k(sources.REQUESTS_FINISHED), k(sources.E2E_LATENCY_COUNT),
+                               k(sources.E2E_LATENCY_SUM)],
+    }
+    for mean_name, s_sum, s_count, fallback in (
+        (MEAN_PROMPT_TOKENS, sources.PROMPT_LEN_SUM, sources.PROMPT_LEN_COUNT,
+         sources.PROMPT_TOKENS),
+        (MEAN_GENERATION_TOKENS, sources.GENERATION_LEN_SUM, sources.GENERATION_LEN_COUNT,
+         sources.GENERATION_TOKENS),
+    ):
+        out[mean_name] = ([k(s_count), k(s_sum)] if _has(c, s_count)
+                          else [k(sources.REQUESTS_FINISHED), k(fallback)])
+    for n, p in enumerate(pos_keys):
+        out[f"position {p}"] = [k(sources.DRAFTS)] + [k(sources.ACCEPTED_PER_POSITION, q)
+                                                for q in pos_keys[max(0, n - 1):n + 1]]
+    for name, sig in LATENCY_HISTOGRAMS.items():
+        out[f"histogram {name}"] = [key for key in c if key[0] == sig and key[1] is not None]
+    return out
+
+
+def _with_fallback(w: WindowSignals, label: str, ring: HistoryRing, base: HistoryEntry,
+                   cur: HistoryEntry, hist: ModelHistory, cfg: DeriveConfig,
+                   samples: Sequence[float]) -> WindowSignals:
+    """A bad sample is a missed sample: each signal that an unknown counter at either end
+    left out of ``w`` is that of the window between the entries with every counter known
+    (the newest, and the base the window's rule picks among them), as if the other polls
+    had failed."""
+    clean = [i for i in range(len(ring)) if not _unclean(ring[i])]
+    if len(clean) < 2:
+        return w
+    entries = [ring[i] for i in clean]
+    seconds = dict(cfg.windows)
+    if label in seconds:
+        k = _time_base_index([e.t for e in entries], seconds[label])
+    else:
+        k = _count_base_index(entries, cfg.count_window)
+    if k is None or k >= len(entries) - 1:
+        return w
+    end = entries[-1]
+    # The newest entry's counters as the end has them (0.0 where it has none).
+    end = type(end)(end.t, {key: end.counters.get(key, 0.0) for key in cur.counters})
+    fb = derive_window(label, entries[k], end, hist.configured_k, hist.gauges, samples,
+                       cfg.min_bimodality_samples)
+    if fb is None:
+        return w
+    reads = _reads(cur.counters)
+
+    def unknown(what: str) -> bool:
+        return any(math.isnan(delta(base.counters, cur.counters, key))
+                   for key in reads.get(what, ()))
+
+    values = dict(w.values)
+    for name, x in fb.values.items():
+        if name not in values and unknown(name):
+            values[name] = x
+    positions = {name: dict(per) for name, per in w.positions.items()}
+    for name, per in fb.positions.items():
+        mine = positions.setdefault(name, {})
+        for p, x in per.items():
+            if p not in mine and unknown(f"position {p}"):
+                mine[p] = x
+    histograms = dict(w.histograms)
+    for name, h in fb.histograms.items():
+        if name not in histograms and unknown(f"histogram {name}"):
+            histograms[name] = h
+    return dataclasses.replace(w, values=values,
+                               positions={n: per for n, per in positions.items() if per},
+                               histograms=histograms)

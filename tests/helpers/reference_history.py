@@ -360,10 +360,17 @@ class TargetHistory:
                 counters = {k: derive.UNKNOWN if k in bad else v for k, v in counters.items()}
             sample = None
             reads = poll_samples.interval_sample_reads(counters)
-            if prev_entry is not None and t > prev_entry.t and not any(
-                    k in bad or prev_entry.counters.get(k) == derive.UNKNOWN for k in reads):
+            # The interval's base: the newest entry where what the sample reads is known.
+            base_entry = None
+            for i in range(len(hist.entries) - 1, -1, -1):
+                entry = hist.entries[i]
+                if not any(entry.counters.get(k) == derive.UNKNOWN for k in reads):
+                    base_entry = entry
+                    break
+            if prev_entry is not None and t > prev_entry.t and base_entry is not None \
+                    and not any(k in bad for k in reads):
                 sample = derive.interval_acceptance_rate(
-                    prev_entry.counters, counters, self.min_drafts_per_sample,
+                    base_entry.counters, counters, self.min_drafts_per_sample,
                     proposed_per_verify=derive.sglang_proposed_per_verify(
                         hist.gauges, hist.configured_k))
                 if sample is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from helpers import testsecrets
 
@@ -46,6 +48,18 @@ def test_duplicate_name_between_file_and_flag_is_rejected(tmp_path):
     path = _write(tmp_path, "targets:\n  - {name: a, url: 'http://x:1/metrics'}\n")
     with pytest.raises(ConfigError, match="duplicate target name 'a'"):
         config.build_config(path, ["a=http://y:2/metrics"], None, None)
+
+
+@pytest.mark.parametrize("name", ["t1\n", "t1\n\n", "\nt1"])
+def test_a_name_with_a_newline_is_refused(tmp_path, name):
+    """A target name is the whole value: a trailing newline is not a name (``$`` would match
+    before it), from the file and from ``--target NAME=URL`` alike, in one line."""
+    path = _write(tmp_path, f"targets:\n  - {{name: {json.dumps(name)}, url: 'http://x:1/m'}}\n")
+    with pytest.raises(ConfigError, match=r"targets\[0\]\.name: expected a target name"):
+        config.build_config(path, [], None, None)
+    with pytest.raises(ConfigError, match="expected a target name") as err:
+        config.build_config(None, [f"{name}=http://y:2/metrics"], None, None)
+    assert "\n" not in str(err.value).replace(repr(name), "")
 
 
 def test_no_target_is_an_error():

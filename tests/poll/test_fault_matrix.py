@@ -155,8 +155,9 @@ class Case:
     ``reason``: the poll error counted when down. ``absent``: models of the bad target
     without derived series at the fault poll (up cases). ``resets``: expected increase of
     the bad target's reset counter. ``invalid``: the invalid-series counter must grow.
-    ``unknown``: the signals of model "a" that read its invalid counter, absent at the fault
-    poll while its other signals stay exact ("positions": the per-position rates).
+    The signals of model "a" that read an invalid counter are exact at the fault poll too:
+    a bad sample is a missed sample, so they have the values of the poll before, the same
+    constants here.
     """
 
     name: str
@@ -166,7 +167,6 @@ class Case:
     absent: tuple[str, ...] = ()
     resets: int = 0
     invalid: bool = False
-    unknown: tuple[str, ...] = ()
 
 
 def _serve(text: str | bytes, **kw: object) -> Serve:
@@ -213,13 +213,11 @@ CASES = [
          lambda v, s: s.set(_serve(v.page(override=lambda m, e, fam: (
              "NaN" if fam.endswith("accepted_tokens") else
              "+Inf" if fam.endswith("draft_tokens") else None) if m == "a" else None))),
-         "up", invalid=True, unknown=("sd_acceptance_rate", "sd_acceptance_length",
-                                      "sd_draft_length")),
+         "up", invalid=True),
     Case("duplicate_series_conflicting",
          lambda v, s: s.set(_serve(v.page() + 'vllm:spec_decode_num_drafts_total{engine="0",'
                                    'model_name="a"} 1.0\n')),
-         "up", invalid=True, unknown=("sd_acceptance_length", "sd_draft_length",
-                                      "positions")),
+         "up", invalid=True),
     Case("duplicate_series_identical",
          lambda v, s: s.set(_serve(v.page() + 'vllm:spec_decode_num_drafts_total{engine="0",'
                                    f'model_name="a"}} {v.v[("a", "0")]["drafts"]!r}\n')),
@@ -260,20 +258,16 @@ def _check_sane(series: dict) -> None:
             assert 0.0 <= value <= 1.0, (name, value)
 
 
-def _check_exact(series: dict, target: str, model: str, unknown: tuple[str, ...] = ()
-                 ) -> None:
-    """Every window of (target, model) has the constant values of EXPECTED; the signals
-    in ``unknown`` ("positions": the per-position rates) have no series."""
+def _check_exact(series: dict, target: str, model: str) -> None:
+    """Every window of (target, model) has the constant values of EXPECTED."""
     for w in WINDOWS:
         for name, want in EXPECTED.items():
             got = select(series, name, target=target, model_name=model, window=w)
-            assert list(got.values()) == ([] if name in unknown else
-                                          [pytest.approx(want, rel=1e-9)]), (name, w, got)
+            assert list(got.values()) == [pytest.approx(want, rel=1e-9)], (name, w, got)
         for pos, want in EXPECTED_POS.items():
             got = select(series, "sd_position_acceptance_rate", target=target,
                          model_name=model, window=w, position=pos)
-            assert list(got.values()) == ([] if "positions" in unknown else
-                                          [pytest.approx(want, rel=1e-9)]), (pos, w, got)
+            assert list(got.values()) == [pytest.approx(want, rel=1e-9)], (pos, w, got)
 
 
 def _has_model(series: dict, target: str, model: str) -> bool:
@@ -377,7 +371,7 @@ def test_fault_isolated_counted_and_recovered(case: Case, parser: str, exporter)
                     assert not _has_model(during, "bad", m)
                 else:
                     # An invalid counter of "a" removes only the signals that read it.
-                    _check_exact(during, "bad", m, case.unknown if m == "a" else ())
+                    _check_exact(during, "bad", m)
             resets = _one(during, "specwatch_target_resets_total", target="bad")
             assert resets - resets_before == case.resets
             invalid = _one(during, "specwatch_target_series_dropped_total", target="bad",

@@ -4,11 +4,13 @@ A real vLLM 0.32 recording is polled in order twice through what the pipeline ru
 poll (parse, history, derive): once as recorded, once with every sample of one counter
 family made NaN on one page. On that page and after it, the model stays; each signal that
 does not read the family has the value it has on the unmodified sequence; a signal that
-reads it is absent at the bad poll and, later, absent or equal to the unmodified value,
-never a different (biased) value; windows that start after it are all back, exact. One case
+reads it has the value of the same sequence with the bad poll failed (a bad sample is a
+missed sample: at the bad poll, the poll before's), never a different (biased) value;
+windows that start after it are all back, exact. One case
 per family the exporter reads, histograms included (one with an unknown bucket is left out).
 SGLang (the constructed 0.5 page, grown poll by poll): NaN in the verify calls, or in one of
-the two series summed into the generation tokens, leaves out only what reads them.
+the two series summed into the generation tokens, changes only what reads them (to the
+value of the poll before, as a failed poll would).
 """
 
 from __future__ import annotations
@@ -111,42 +113,53 @@ def test_nan_in_one_family_keeps_the_signals_that_do_not_read_it(family):
     bad_seq = list(seq)
     bad_seq[BAD] = (seq[BAD][0], with_nan(seq[BAD][1], family))
     got = run(bad_seq)
+    # What a failed poll in place of the bad one gives (at the bad poll: the poll before).
+    failed = run(seq[:BAD] + seq[BAD + 1:])
     assert got[:BAD] == want[:BAD]
     checked = 0
     for i in range(BAD, len(seq)):
         assert got[i] is not None, f"poll {i}: the model lost every series"
+        oracle = failed[i - 1]
         for label, (values, positions, histograms) in want[i].items():
             if label == CFG.count_window_label and COUNT_WINDOW_READS & reads_bad \
                     and label not in got[i]:
                 continue  # its base is not known
             assert label in got[i], (i, label)
             got_values, got_positions, got_histograms = got[i][label]
-            # A histogram with an unknown bucket is left out, never a partial one.
+            o_values, o_positions, o_histograms = oracle.get(label, ({}, {}, {}))
+            # A histogram with an unknown bucket is that of the failed poll's run.
             for name, buckets in histograms.items():
-                if name == bad_histogram and name not in got_histograms:
+                if name == bad_histogram:
+                    if name in got_histograms or i > BAD:
+                        assert got_histograms.get(name) == o_histograms.get(name), (i, label)
                     continue
-                assert not (name == bad_histogram and i == BAD), (i, label, name)
                 assert got_histograms[name] == buckets, (i, label, name)
-            assert got_histograms.keys() <= histograms.keys()
             for name, x in values.items():
                 if name == derive.BIMODALITY_COEFFICIENT and SAMPLE_READS & reads_bad:
                     continue
                 reads = READS[name] & reads_bad
-                if name not in got_values:
-                    assert reads, (i, label, name, "lost though it does not read", family)
+                if reads:
+                    # As across a failed poll: the oracle's value (at the bad poll itself,
+                    # absent where the window up to it counted none of what it divides by).
+                    if i == BAD and name not in got_values:
+                        continue
+                    assert (name in got_values) == (name in o_values), (i, label, name)
+                    if name in got_values:
+                        assert close(got_values[name], o_values[name]), (i, label, name)
                     continue
-                assert not (reads and i == BAD), (i, label, name, "reads the invalid counter")
+                assert name in got_values, (i, label, name, "lost though it does not read", family)
                 assert close(got_values[name], x), (i, label, name, got_values[name], x)
                 checked += 1
             for name, per in positions.items():
                 got_per = got_positions.get(name, {})
                 for p, x in per.items():
-                    if p not in got_per:
-                        assert POSITION_READS & reads_bad, (i, label, name, p)
+                    if POSITION_READS & reads_bad:
+                        if p in got_per or i > BAD:
+                            assert close(got_per[p], o_positions[name][p]), (i, label, name, p)
                         continue
                     assert close(got_per[p], x), (i, label, name, p)
-            # Nothing appears that the unmodified sequence does not have.
-            assert got_values.keys() <= values.keys(), (i, label)
+            # Nothing appears that neither the unmodified run nor the failed poll's run has.
+            assert got_values.keys() <= values.keys() | o_values.keys(), (i, label)
     assert checked
     if bad_histogram is not None:
         assert bad_histogram in {n for label in want[BAD] for n in want[BAD][label][2]}
@@ -192,10 +205,83 @@ def test_sglang_nan_leaves_out_only_what_reads_it(family, reads):
     bad_seq = list(seq)
     bad_seq[bad] = (seq[bad][0], text[:start] + line.rsplit(" ", 1)[0] + " NaN" + text[end:])
     got = run(bad_seq)
+    before = want[bad - 1]  # what the bad poll failed would leave
     for label, (values, _positions, _histograms) in want[bad].items():
         assert reads <= values.keys()
         got_values = got[bad][label][0]
-        assert not reads & got_values.keys(), (label, got_values)
-        assert values.keys() - reads == got_values.keys()
+        assert values.keys() == got_values.keys()
         for name in got_values:
-            assert close(got_values[name], values[name]), (label, name)
+            x = before[label][0][name] if name in reads else values[name]
+            assert close(got_values[name], x), (label, name)
+
+
+def with_value(text: str, family: str, value: str) -> str:
+    """Every sample of ``family`` on the page given ``value`` (the rest as recorded)."""
+    pattern = re.compile(rf"^({re.escape(family)}(?:\{{[^}}]*\}})?) \S+$", re.MULTILINE)
+    out, n = pattern.subn(rf"\g<1> {value}", text)
+    assert n, family
+    return out
+
+
+@pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "-5"])
+def test_a_bad_sample_on_every_other_poll_is_a_missed_sample(value):
+    """The accepted-tokens counter invalid (NaN, ±Inf, negative: all alike) on every other
+    poll: every window's acceptance signals are those of the same recording with those polls
+    failed, at every poll (at a bad poll, those of the poll before, as a failed poll leaves
+    them, or none where the window up to the bad poll drew no tokens): the good polls'
+    values, never absent for want of a good base, never biased."""
+    family = "vllm:spec_decode_num_accepted_tokens_total"
+    seq = pages()
+    bad = {i for i in range(1, len(seq)) if i % 2 == 1}
+    got = run([(t, with_value(text, family, value) if i in bad else text)
+               for i, (t, text) in enumerate(seq)])
+    good = [i for i in range(len(seq)) if i not in bad]
+    failed = dict(zip(good, run([seq[i] for i in good]), strict=True))
+    reading = (derive.ACCEPTANCE_RATE, derive.ACCEPTANCE_LENGTH,
+               derive.TOKEN_ACCEPTANCE_PROBABILITY)
+    present = 0
+    for i in range(len(seq)):
+        want = failed[max(g for g in good if g <= i)]
+        assert (got[i] is None) == (want is None), i
+        if want is None:
+            continue
+        for label, (values, _positions, _histograms) in want.items():
+            if label not in got[i]:
+                # Only the count window, whose base reads the requests at the newest poll.
+                assert label == CFG.count_window_label, (i, label)
+                continue
+            got_values = got[i][label][0]
+            for name in reading:
+                if i in bad and name not in got_values:
+                    # The window up to the bad poll itself may have no drafts at all (a
+                    # pause in the recording): its rate is then undefined, not unknown.
+                    assert got[i][label][1] == {} or not got_values.get(derive.DRAFT_LENGTH)
+                    continue
+                assert (name in got_values) == (name in values), (i, label, name)
+                if name in values:
+                    assert close(got_values[name], values[name]), (i, label, name)
+                    present += name == derive.ACCEPTANCE_RATE
+    # The acceptance rate is there at every poll after the first window closed.
+    assert present >= 2 * (len(seq) - 6), present
+
+
+@pytest.mark.parametrize("value", ["NaN", "-5"])
+def test_the_per_poll_sample_spans_a_bad_poll_like_a_failed_one(value):
+    """The per-poll acceptance samples (the sample histogram, the bimodality coefficient)
+    with the accepted tokens invalid on every other poll are those of the recording with
+    those polls failed: each good poll's sample spans the interval from the good poll
+    before."""
+    family = "vllm:spec_decode_num_accepted_tokens_total"
+    seq = pages()
+
+    def samples(polls: list[tuple[float, str]]) -> tuple[int, float]:
+        hist = history.TargetHistory(3600.0, 2000, CFG.min_drafts_per_sample)
+        for t, text in polls:
+            hist.update(sources.parse_page(text), t)
+        (model,) = hist.models.values()
+        return model.sample_count, model.sample_sum
+
+    bad = samples([(t, with_value(text, family, value) if i % 2 else text)
+                   for i, (t, text) in enumerate(seq)])
+    failed = samples([p for i, p in enumerate(seq) if not i % 2])
+    assert bad[0] == failed[0] > 5 and close(bad[1], failed[1]), (bad, failed)

@@ -95,6 +95,32 @@ def test_one_engine_stating_two_values_is_unknown() -> None:
     assert server == sources.ServerCapacity(None, None, None, 1)
 
 
+def _stating(line: str, **values: str) -> str:
+    for name, value in values.items():
+        line = re.sub(rf'{name}="[^"]*"', f'{name}="{value}"', line)
+    return line
+
+
+@pytest.mark.parametrize("parser", sources.PARSERS)
+@pytest.mark.parametrize("case", ["sum", "product"])
+def test_a_sum_or_product_that_overflows_is_dropped_and_counted(parser: str, case: str
+                                                                ) -> None:
+    """A stated size is checked, and so is what specwatch computes from the stated sizes: a
+    sum over engines (two engines of 1e308 tokens) or a product (1e200 blocks of 1e200
+    tokens, an older vLLM without kv_cache_size_tokens) that is not finite is unknown
+    (None), never +Inf, and is counted with the page's invalid series."""
+    if case == "sum":
+        one = _stating(_info_line(), kv_cache_size_tokens="1e308")
+        lines = [one, one.replace('engine="0"', 'engine="1"')]
+    else:
+        older = re.sub(r'kv_cache_size_tokens="[^"]*",', "", _info_line())
+        lines = [_stating(older, num_gpu_blocks="1e200", block_size="1e200")]
+    page = sources.parse_page(_with_info(*lines), parser=parser)
+    assert page.server is not None and page.server.kv_cache_tokens is None
+    assert page.invalid_series == 1
+    assert sources.parse_page(_with_info(_info_line()), parser=parser).invalid_series == 0
+
+
 def test_pages_without_it_have_none() -> None:
     assert sources.parse_page(_with_info()).server is None
     for name in ("sglang-0.5.23-spec.prom", "vllm-0.33-spec-decode.prom"):

@@ -23,9 +23,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 
-import requests
-
 from specwatch.calibrate.inputs import Point, validate_point
+from specwatch.calibrate.promapi import new_session
 from specwatch.calibrate.prometheus import PrometheusError, PrometheusQuery, query_range
 from specwatch.common.errors import ConfigError
 
@@ -73,16 +72,14 @@ def _pull(q: PrometheusQuery, metrics: dict[str, str], key: tuple[str, ...]) -> 
     """key labels -> field -> {timestamp: value} for every metric, over the whole range."""
     sel = f"{{{q.selector}}}" if q.selector else ""
     out: Series = defaultdict(lambda: defaultdict(dict))
-    with requests.Session() as session:
+    with new_session(q.url) as session:
         for metric, fieldname in metrics.items():
             for start, end in q.chunks():
-                for row in query_range(session, q, f"{metric}{sel}", start, end):
-                    labels = row.get("metric") or {}
+                for labels, samples in query_range(session, q, f"{metric}{sel}", start, end):
                     k = tuple(labels.get(n, "") for n in key)
-                    for ts, value in row.get("values") or []:
-                        v = float(value)
+                    for ts, v in samples:
                         if math.isfinite(v):
-                            out[k][fieldname][float(ts)] = v
+                            out[k][fieldname][ts] = v
     return out
 
 

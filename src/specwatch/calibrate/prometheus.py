@@ -28,7 +28,6 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
-import socket
 import sys
 import time
 from collections import defaultdict
@@ -38,7 +37,8 @@ from dataclasses import dataclass
 import requests
 
 from specwatch.calibrate.inputs import Point, validate_point
-from specwatch.common.errors import ConfigError, SpecwatchError
+from specwatch.calibrate.promapi import PrometheusError, Row, new_session, query
+from specwatch.common.errors import ConfigError
 from specwatch.common.kvcache import engine_kv_cache
 
 #: Prometheus refuses range queries with more than 11,000 points per series; stay below.
@@ -70,11 +70,12 @@ CACHE_CONFIG = "vllm:cache_config_info"
 _CACHE_LABELS = ("kv_cache_size_tokens", "num_gpu_blocks", "block_size")
 _MATCHER_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=|!=|=~|!~)\s*("(?:[^"\\]|\\.)*")')
 
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d|w)$")
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_SELECTOR_RE = re.compile(
-    r'^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
-    r'(,\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*$'
+#: A selector's label matchers (the whole text: ``fullmatch``).
+SELECTOR_RE = re.compile(
+    r'\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
+    r'(,\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*'
 )
 
 
@@ -90,7 +91,7 @@ def parse_duration(text: str, name: str) -> float:
     try:
         value = float(t)
     except ValueError:
-        m = _DURATION_RE.match(t)
+        m = _DURATION_RE.fullmatch(t)
         if not m:
             raise ConfigError(
                 f"{name}: expected a duration like 60s, 5m or 1h, got {text!r}"
@@ -167,7 +168,7 @@ class PrometheusQuery:
         sel = selector.strip()
         if sel.startswith("{") and sel.endswith("}"):
             sel = sel[1:-1].strip()
-        if sel and not _SELECTOR_RE.match(sel):
+        if sel and not SELECTOR_RE.fullmatch(sel):
             raise ConfigError(
                 f'--selector: expected label matchers like model_name="qwen",engine="0",'
                 f" got {selector!r}"
@@ -219,75 +220,13 @@ def promql_duration(seconds: float) -> str:
     return f"{round(seconds * 1000)}ms"
 
 
-class PrometheusError(SpecwatchError):
-    """Prometheus could not be reached or refused a query (exit 2, like every input error)."""
-
-
-def unreachable(url: str, exc: requests.RequestException, timeout: float) -> PrometheusError:
-    """One line for a request that got no HTTP answer: the URL and the cause in words (the
-    socket's error, not urllib3's retry wrapper with the whole query string)."""
-    if isinstance(exc, requests.Timeout):
-        why = f"no answer within {timeout:g} s"
-    elif isinstance(exc, requests.exceptions.SSLError):
-        why = "TLS handshake failed (https URL of a plain-HTTP server, or an untrusted " \
-              "certificate)"
-    else:
-        why = _root_cause(exc)
-    return PrometheusError(f"cannot reach Prometheus at {url}: {why}; check --prometheus "
-                           "(the server's base URL, e.g. http://prometheus:9090)")
-
-
-def _root_cause(exc: BaseException) -> str:
-    """The innermost socket error of an exception chain, in words."""
-    seen: set[int] = set()
-    found: OSError | None = None
-    todo: list[BaseException] = [exc]
-    while todo:
-        e = todo.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.strerror:
-            found = e
-        for nxt in (getattr(e, "reason", None), e.__cause__, e.__context__, *e.args):
-            if isinstance(nxt, BaseException):
-                todo.append(nxt)
-    if found is None:
-        return type(exc).__name__
-    if isinstance(found, socket.gaierror):
-        return f"host name not resolved ({found.strerror})"
-    return str(found.strerror).lower()
-
-
-def query_range(
-    session: requests.Session, q: PrometheusQuery, expr: str, start: float, end: float
-) -> list[dict]:
-    """The ``result`` of one ``/api/v1/query_range`` at ``q``'s step (PrometheusError on an
-    unreachable server or a refused query)."""
-    try:
-        resp = session.get(
-            f"{q.url}/api/v1/query_range",
-            params={"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": q.step},
-            timeout=q.timeout,
-        )
-    except requests.RequestException as exc:
-        raise unreachable(q.url, exc, q.timeout) from None
-    try:
-        body = resp.json()
-    except ValueError:
-        raise PrometheusError(
-            f"{q.url}/api/v1/query_range answered HTTP {resp.status_code} without JSON;"
-            " is this the Prometheus base URL?"
-        ) from None
-    if resp.status_code != 200 or body.get("status") != "success":
-        raise PrometheusError(
-            f"Prometheus refused {expr!r}: HTTP {resp.status_code}"
-            f" {body.get('errorType', '')}: {body.get('error', '')}".rstrip()
-        )
-    data = body.get("data") or {}
-    if data.get("resultType") != "matrix":
-        raise PrometheusError(f"Prometheus answered {data.get('resultType')!r}, expected matrix")
-    return list(data.get("result") or [])
+def query_range(session: requests.Session, q: PrometheusQuery, expr: str, start: float,
+                end: float) -> list[Row]:
+    """The series of one ``/api/v1/query_range`` at ``q``'s step (PrometheusError on an
+    unreachable server, a refused query or an answer that is not Prometheus')."""
+    return query(session, q.url, "/api/v1/query_range",
+                 {"query": expr, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                  "step": str(q.step)}, q.timeout, "matrix", expr)
 
 
 def _engine_tokens(labels: dict[str, str]) -> float:
@@ -313,7 +252,7 @@ def pull(
     jobs.append(("cache_config", q.cache_config_expr()))
     chunks = q.chunks()
     total = len(jobs) * len(chunks)
-    with requests.Session() as session, _Progress(progress, total) as advance:
+    with new_session(q.url) as session, _Progress(progress, total) as advance:
         for name, expr in jobs:
             for start, end in chunks:
                 try:
@@ -328,24 +267,22 @@ def pull(
                     engines.clear()
                     advance()
                     break
-                for result in results:
-                    labels = result.get("metric") or {}
+                for labels, samples in results:
                     model_name = labels.get("model_name", "")
-                    for ts, value in result.get("values") or []:
-                        v = float(value)
+                    for ts, v in samples:
                         if not math.isfinite(v):
                             continue
                         if name == "per_position":
-                            positions[model_name][labels.get("position", "")][float(ts)] = v
+                            positions[model_name][labels.get("position", "")][ts] = v
                         elif name == "cache_config":
-                            at = engines[model_name][float(ts)]
+                            at = engines[model_name][ts]
                             one = (labels.get("instance", ""), labels.get("engine", ""))
                             tokens = _engine_tokens(labels)
                             if one in at and at[one] != tokens:
                                 tokens = math.nan  # two configurations at once: unknown
                             at[one] = tokens
                         else:
-                            series[model_name][name][float(ts)] = v
+                            series[model_name][name][ts] = v
                 advance()
     for model_name, by_time in engines.items():
         for ts, per_engine in by_time.items():

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 
 import requests
 
+from specwatch.calibrate.promapi import PrometheusError, Row, new_session, query
 from specwatch.calibrate.prometheus import (
-    PrometheusError,
+    SELECTOR_RE,
     parse_duration,
     promql_duration,
-    unreachable,
 )
 from specwatch.common.errors import ConfigError
 
@@ -42,10 +42,6 @@ DRAFTS = "vllm:spec_decode_num_drafts_total"
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 RUNNING = "vllm:num_requests_running"
 QUANTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
-_SELECTOR_RE = re.compile(
-    r'^\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
-    r'(,\s*[A-Za-z_][A-Za-z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*,?\s*$'
-)
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,7 @@ class TrafficQuery:
         sel = selector.strip()
         if sel.startswith("{") and sel.endswith("}"):
             sel = sel[1:-1].strip()
-        if sel and not _SELECTOR_RE.match(sel):
+        if sel and not SELECTOR_RE.fullmatch(sel):
             raise ConfigError(f'--selector: expected label matchers like model_name="qwen",'
                               f" got {selector!r}")
         r = parse_duration(range_, "--range")
@@ -97,32 +93,15 @@ class TrafficReading:
     at: float
 
 
-def _instant(session: requests.Session, q: TrafficQuery, expr: str, at: float
-             ) -> list[dict]:
-    try:
-        resp = session.get(f"{q.url}/api/v1/query", params={"query": expr, "time": f"{at:.3f}"},
-                           timeout=q.timeout)
-    except requests.RequestException as exc:
-        raise unreachable(q.url, exc, q.timeout) from None
-    try:
-        body = resp.json()
-    except ValueError:
-        raise PrometheusError(f"{q.url}/api/v1/query answered HTTP {resp.status_code} without"
-                              " JSON; is this the Prometheus base URL?") from None
-    if resp.status_code != 200 or body.get("status") != "success":
-        raise PrometheusError(f"Prometheus refused {expr!r}: HTTP {resp.status_code}"
-                              f" {body.get('errorType', '')}: {body.get('error', '')}".rstrip())
-    data = body.get("data") or {}
-    if data.get("resultType") != "vector":
-        raise PrometheusError(f"Prometheus answered {data.get('resultType')!r} for {expr!r},"
-                              " expected a vector")
-    return list(data.get("result") or [])
+def _instant(session: requests.Session, q: TrafficQuery, expr: str, at: float) -> list[Row]:
+    return query(session, q.url, "/api/v1/query", {"query": expr, "time": f"{at:.3f}"},
+                 q.timeout, "vector", expr)
 
 
-def _scalar(rows: list[dict]) -> float | None:
-    if not rows:
+def _scalar(rows: list[Row]) -> float | None:
+    if not rows or not rows[0][1]:
         return None
-    v = float(rows[0]["value"][1])
+    v = rows[0][1][0][1]
     return v if math.isfinite(v) else None
 
 
@@ -134,7 +113,7 @@ def read_traffic(q: TrafficQuery) -> TrafficReading:
     win = promql_duration(q.rate_window_s)
     step = promql_duration(q.step_s)
     where = f"{{{q.selector}}}" if q.selector else "(no selector)"
-    with requests.Session() as s:
+    with new_session(q.url) as s:
         rate = f"sum(rate({q.sel(REQUESTS)}[{win}]))"
         rates: dict[str, float] = {}
         for name, quant in QUANTILES.items():
@@ -165,10 +144,10 @@ def read_traffic(q: TrafficQuery) -> TrafficReading:
             rows = _instant(s, q, f"sum by (position) (increase({q.sel(PER_POSITION)}[{rng}]))"
                                   f" / scalar(sum(increase({q.sel(DRAFTS)}[{rng}])))", at)
             by_pos = {}
-            for r in rows:
+            for labels, samples in rows:
                 try:
-                    by_pos[int(r["metric"].get("position", ""))] = float(r["value"][1])
-                except ValueError:
+                    by_pos[int(labels.get("position", ""))] = samples[0][1]
+                except (ValueError, IndexError):
                     continue
             if by_pos and sorted(by_pos) == list(range(len(by_pos))):
                 profile = tuple(min(1.0, max(0.0, by_pos[i])) for i in range(len(by_pos)))

@@ -44,7 +44,7 @@ class Key:
     doc: str = ""
 
 
-_DURATION_RE = re.compile(r"^((\d+)h)?((\d+)m(?!s))?((\d+)s)?((\d+)ms)?$")
+_DURATION_RE = re.compile(r"((\d+)h)?((\d+)m(?!s))?((\d+)s)?((\d+)ms)?")
 
 
 #: Longest duration a config may give (a year): an infinite or astronomically long one would
@@ -59,7 +59,7 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
-        m = _DURATION_RE.match(value.strip())
+        m = _DURATION_RE.fullmatch(value.strip())
         if not m or not value.strip():
             raise CheckError(f"expected a duration like 30s, 1m or 1h30m, got {value!r}")
         h, mi, s, ms = (int(g) if g else 0 for g in m.group(2, 4, 6, 8))

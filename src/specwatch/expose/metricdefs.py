@@ -177,9 +177,11 @@ METRICS: tuple[MetricDef, ...] = (
         help="Source series of the target not used, by reason (max_series, invalid).",
         doc="source series not used: `max_series` (whole models beyond the target's cap), "
             "`invalid` (a counter series NaN, ±Inf, negative, above 2⁵³ or listed twice with "
-            "different values on one page: only the signals that read it are left out for "
-            "the windows that end or start at that poll; it catches up at its next valid "
-            "value)"),
+            "different values on one page: the windows that end or start at that poll take "
+            "the signals that read it from the polls around it, as across a failed poll; it "
+            "catches up at its next valid value; or a stated KV-cache total, summed over "
+            "engines or blocks × block size, that is not finite: `sd_server_kv_cache_*` is "
+            "then absent)"),
     MetricDef(
         "specwatch_target_models_dropped", "counter", ("target", "reason"),
         help="Models of the target dropped to keep the exporter's state bounded, by reason.",

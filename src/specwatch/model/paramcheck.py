@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 _UNIT_SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)\s*$")
+_DURATION_RE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)\s*")
 
 
 class Ctx:
@@ -84,7 +84,7 @@ def number(ctx: Ctx, path: tuple[str | int, ...], value: Any, what: str) -> floa
 def seconds(ctx: Ctx, path: tuple[str | int, ...], value: Any, upper: float) -> float:
     what = "a non-negative number of seconds"
     if isinstance(value, str):
-        m = _DURATION_RE.match(value)
+        m = _DURATION_RE.fullmatch(value)
         if not m:
             raise ctx.fail(path, f"expected {what} (or a duration like '25ms'), got {value!r}")
         v = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]

@@ -3,13 +3,15 @@ over the page's engines.
 
 Owns the canonical name of that info series and the labels read from it, and the rule that a
 value one engine does not state (or two series of one engine that disagree) is unknown for
-the server: a sum missing a term would understate the capacity.
+the server: a sum missing a term would understate the capacity. A total that is not finite
+(stated sizes near the float range, summed or multiplied) is unknown too, and counted.
 
 May import: :mod:`specwatch.common.kvcache`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -38,6 +40,9 @@ class ServerCapacity:
     #: Tokens per block (``block_size``), the largest over the engines.
     block_size: float | None
     engines: int
+    #: Totals left unknown because they are not finite (e.g. two engines stating 1e308
+    #: tokens): the page counts them with its invalid series.
+    overflowed: int = 0
 
 
 def server_capacity(infos: Mapping[tuple[str, str, tuple[tuple[str, str], ...]], float]
@@ -59,11 +64,21 @@ def server_capacity(infos: Mapping[tuple[str, str, tuple[tuple[str, str], ...]],
     if conflict:
         return ServerCapacity(None, None, None, len(engines))
 
-    def total(i: int) -> float | None:
-        vals = [e[i] for e in engines.values()]
-        return None if any(v is None for v in vals) else float(sum(vals))  # type: ignore[misc]
+    overflowed = 0
 
+    def total(i: int) -> float | None:
+        nonlocal overflowed
+        vals = [e[i] for e in engines.values()]
+        if any(v is None for v in vals):
+            return None
+        value = float(sum(vals))  # type: ignore[arg-type]
+        if not math.isfinite(value):  # a term or the sum past the float range
+            overflowed += 1
+            return None
+        return value
+
+    tokens, blocks = total(0), total(1)
     sizes = [e[2] for e in engines.values()]
-    return ServerCapacity(kv_cache_tokens=total(0), num_gpu_blocks=total(1),
+    return ServerCapacity(kv_cache_tokens=tokens, num_gpu_blocks=blocks,
                           block_size=None if None in sizes else max(sizes),  # type: ignore[type-var]
-                          engines=len(engines))
+                          engines=len(engines), overflowed=overflowed)

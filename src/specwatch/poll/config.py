@@ -63,7 +63,7 @@ FOLLOW_REDIRECTS = ("same_host", "any", "none")
 
 def check_name(value: str) -> str:
     """Check: a target (or pair) name, the value of a label."""
-    if not value or not re.match(r"^[A-Za-z0-9_.:@/-]+$", value):
+    if not value or not re.fullmatch(r"[A-Za-z0-9_.:@/-]+", value):
         raise CheckError(f"expected a target name of letters, digits and _.:@/-, got {value!r}")
     return value
 
@@ -396,7 +396,9 @@ def parse_target_flag(flag: str) -> dict[str, Any]:
     raw: dict[str, Any] = {"url": url}
     if name:
         raw["name"] = name
-    return validate(raw, Key(dict, children=TARGET_SCHEMA), "", f"--target {flag}")
+    # The flag is quoted in the message with its control characters escaped: one line.
+    return validate(raw, Key(dict, children=TARGET_SCHEMA), "",
+                    f"--target {redact.escape_controls(flag)}")
 
 
 def build_config(config_file: str | None, target_flags: list[str], listen: str | None,

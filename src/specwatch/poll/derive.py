@@ -118,26 +118,96 @@ class WindowRows:
     gauges: Mapping[str, float]
     samples: np.ndarray
     min_bimodality_samples: int
+    #: Per window whose base or newest row holds an unknown counter: the increases and span
+    #: between the rows a failed poll in place of each unclean one would give
+    #: (:func:`_fallbacks`); a window's key names its entry (-1: none).
+    fallbacks: list[tuple[np.ndarray, float]] = dataclasses.field(default_factory=list)
 
-    def window(self, label: str, j: int, dt: float, first_sample: int) -> WindowSignals:
+    def window(self, label: str, j: int, dt: float, first_sample: int, fallback: int = -1
+               ) -> WindowSignals:
         """The window on row ``j``: the span, requests and drafts now, the other signals
-        when first read."""
+        when first read (``fallback``: its entry of ``fallbacks``, -1: none)."""
         plan, diff = self.plan, self.diff
         requests = diff.item(j, plan.req) if plan.req >= 0 else 0.0
         drafts = 0.0 if plan.volume is None or plan.volume < 0 else diff.item(j, plan.volume)
         # Unknown counts read as none counted: what reads them (the controller's traffic
         # floor, A/B segments) then holds or skips the window.
         return _lazy_window(
-            label, self, (j, dt, first_sample), plan, dt,
+            label, self, (j, dt, first_sample, fallback), plan, dt,
             requests=requests if requests == requests else 0.0,
             drafts=drafts if drafts == drafts else 0.0)
 
-    def signals(self, key: tuple[int, float, int]) -> lazywindow.Signals:
-        j, dt, first = key
+    def signals(self, key: tuple[int, float, int, int]) -> lazywindow.Signals:
+        j, dt, first, f = key
         r = self.diff[j].tolist()
         r.append(0.0)  # what index -1 reads: a counter without a column never increased
-        return _signals(dt, r, self.plan, self.configured_k, self.gauges, self.samples[first:],
-                        self.min_bimodality_samples)
+        samples = self.samples[first:]
+        out = _signals(dt, r, self.plan, self.configured_k, self.gauges, samples,
+                       self.min_bimodality_samples)
+        if f < 0:
+            return out
+        row, fb_dt = self.fallbacks[f]
+        rf = row.tolist()
+        rf.append(0.0)
+        fb = _signals(fb_dt, rf, self.plan, self.configured_k, self.gauges, samples,
+                      self.min_bimodality_samples)
+        return merge_fallback(out, fb, r, self.plan)
+
+
+@functools.lru_cache(maxsize=256)
+def signal_reads(plan: WindowPlan) -> dict[str, tuple[int, ...]]:
+    """The row indices each signal of ``plan`` reads (what :func:`_signals` divides and
+    multiplies); a position's rates under ``position P``, a histogram under ``histogram NAME``."""
+    acc = ((plan.tok, plan.acc, plan.drafts) if plan.vllm
+           else (plan.gen, plan.req, plan.verify))
+    out: dict[str, tuple[int, ...]] = {
+        ACCEPTANCE_RATE: (plan.tok, plan.acc) if plan.vllm else acc,
+        DRAFT_LENGTH: (plan.tok, plan.drafts),
+        ACCEPTANCE_LENGTH: acc,
+        TOKEN_ACCEPTANCE_PROBABILITY: acc,
+        ACCEPTANCE_HETEROGENEITY: (plan.drafts, *(i for _, i in plan.positions[:2])),
+        ARRIVAL_RATE: (plan.req,),
+        MEAN_LATENCY_SECONDS: (plan.lat_count, plan.lat_sum),
+        EFFECTIVE_BATCH_SIZE: (plan.req, plan.lat_count, plan.lat_sum),
+    }
+    for mean_name, i_count, i_sum in plan.means:
+        out[mean_name] = (plan.req if i_count is None else i_count, i_sum)
+    upto: tuple[int, ...] = ()
+    for p, i in plan.positions:  # a conditional rate reads the position before, too
+        upto = (*upto[-1:], i)
+        out[f"position {p}"] = (plan.drafts, *upto)
+    for name, buckets in plan.buckets:
+        out[f"histogram {name}"] = tuple(i for _, i in buckets)
+    return out
+
+
+def merge_fallback(out: lazywindow.Signals, fb: lazywindow.Signals, r: list[float],
+                   plan: WindowPlan) -> lazywindow.Signals:
+    """``out`` with each signal that an unknown increase in ``r`` left out of it taken from
+    ``fb``, the window between the nearest rows where every counter is known: a bad sample
+    is a missed sample, as across a failed poll. A signal absent for another reason (no
+    drafts, no requests in the window) stays absent."""
+    reads = signal_reads(plan)
+
+    def unknown(what: str) -> bool:
+        return any(r[i] != r[i] for i in reads.get(what, ()))
+
+    values = dict(out.values)
+    for name, x in fb.values.items():
+        if name not in values and unknown(name):
+            values[name] = x
+    positions = {name: dict(per) for name, per in out.positions.items()}
+    for name, per in fb.positions.items():
+        mine = positions.setdefault(name, {})
+        for p, x in per.items():
+            if p not in mine and unknown(f"position {p}"):
+                mine[p] = x
+    histograms = dict(out.histograms)
+    for name, h in fb.histograms.items():
+        if name not in histograms and unknown(f"histogram {name}"):
+            histograms[name] = h
+    return lazywindow.Signals(values, {n: per for n, per in positions.items() if per},
+                              histograms, out.samples)
 
 
 def _signals(dt: float, r: list[float], plan: WindowPlan, configured_k: int | None,
@@ -331,9 +401,13 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
         sd = plan.sd
         if wanted:
             samples, upto = _samples_after(ring, wanted[0])
+            unclean = (m == UNKNOWN).any(axis=1)
             rows = WindowRows(_increases(m.take(columns, axis=1)), plan, hist.configured_k,
                               gauges, samples, cfg.min_bimodality_samples)
-            windows = _windows(rows, times, bases, wanted, upto)
+            fallback: dict[str, int] = {}
+            if unclean.any():
+                fallback = _fallbacks(ring, times, bases, wanted, unclean, columns, cfg, rows)
+            windows = _windows(rows, times, bases, wanted, upto, fallback)
     samples_hist = None
     if hist.sample_count > 0 or sd:
         samples_hist = SampleHistogram(
@@ -379,6 +453,40 @@ def _plan(ring: HistoryRing, absent: np.ndarray, histograms: bool
     return plan, columns
 
 
+def _fallbacks(ring: HistoryRing, times: np.ndarray, bases: list[tuple[str, int | None]],
+               wanted: list[int], unclean: np.ndarray, columns: np.ndarray, cfg: DeriveConfig,
+               rows: WindowRows) -> dict[str, int]:
+    """For each window whose base or newest row holds an unknown counter (``unclean``: per
+    row of ``wanted``, then the newest), the window the rows with every counter known give,
+    as if each other poll had failed: it ends at the newest clean row and starts at the base
+    the window's rule picks among the clean rows. Appended to ``rows.fallbacks``; returns
+    window label -> its entry. Runs only while an unknown value is in a window's rows."""
+    full = ring.rows(range(len(ring)))
+    clean = np.flatnonzero(~(full == UNKNOWN).any(axis=1))
+    if len(clean) < 2:
+        return {}
+    end = int(clean[-1])
+    seconds = dict(zip(*window_lengths(cfg.windows), strict=True))
+    row_of = {i: j for j, i in enumerate(wanted)}
+    out: dict[str, int] = {}
+    for label, i in bases:
+        if i is None or not (unclean[row_of[i]] or unclean[-1]):
+            continue
+        if label in seconds:
+            k = time_base_indices(times[clean], (seconds[label],))[0]
+        else:
+            req = ring.column_index((sources.REQUESTS_FINISHED, None))
+            k = None if req is None else count_base_index_known(full[clean, req],
+                                                                cfg.count_window)
+        if k is None or int(clean[k]) >= end:
+            continue
+        base = int(clean[k])
+        pair = full[[base, end]].take(columns, axis=1)
+        out[label] = len(rows.fallbacks)
+        rows.fallbacks.append((_increases(pair)[0], times.item(end) - times.item(base)))
+    return out
+
+
 def _increases(m: np.ndarray) -> np.ndarray:
     """Per base row of ``m`` (the last row: the newest entry), the increase of each counter
     up to the newest entry: never negative, never -0.0; NaN where the counter is unknown at
@@ -406,7 +514,8 @@ def _samples_after(ring: HistoryRing, oldest: int) -> tuple[np.ndarray, np.ndarr
 
 
 def _windows(rows: WindowRows, times: np.ndarray, bases: list[tuple[str, int | None]],
-             wanted: list[int], upto: np.ndarray) -> list[WindowSignals]:
+             wanted: list[int], upto: np.ndarray, fallback: Mapping[str, int]
+             ) -> list[WindowSignals]:
     """The windows on ``rows`` (one row per base in ``wanted``), in the order of ``bases``;
     windows with the same base row are computed once (all of them while the history is
     younger than the shortest; the count window's base can equal a time window's)."""
@@ -414,18 +523,19 @@ def _windows(rows: WindowRows, times: np.ndarray, bases: list[tuple[str, int | N
     row_of = {i: j for j, i in enumerate(wanted)}
     t_cur = times.item(-1)
     windows: list[WindowSignals] = []
-    done: dict[int, WindowSignals] = {}
+    done: dict[tuple[int, int], WindowSignals] = {}
     for label, i in bases:
         if i is None:
             continue
         dt = t_cur - times.item(i)
         if not dt > 0:
             continue
-        same = done.get(i)
+        f = fallback.get(label, -1)
+        same = done.get((i, f))
         if same is not None:
             windows.append(dataclasses.replace(same, window=label))
             continue
-        done[i] = ws = rows.window(label, row_of[i], dt,
-                                   upto.item(i - first) if i >= first else 0)
+        done[(i, f)] = ws = rows.window(label, row_of[i], dt,
+                                        upto.item(i - first) if i >= first else 0, f)
         windows.append(ws)
     return windows

@@ -56,6 +56,24 @@ _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _COMMENT_SPLIT = re.compile(r"[ \t\n\r\x0b\x0c]+")
 
 
+def before_eof(text: str) -> str:
+    """The page up to its OpenMetrics ``# EOF`` line (the whole text when it has none):
+    OpenMetrics ends the exposition there, so nothing after it is a sample of the page.
+    Only a line that is exactly ``# EOF`` counts (then a line feed, ``\r\n`` or the end of
+    the text). One ``find`` over a page without it: about 0.4 ns a byte (21 µs for the
+    55 KB vLLM page), the longer needle skipping further than "EOF" would."""
+    i = text.find("# EOF")
+    while i >= 0:
+        end = i + 5
+        after = text[end:end + 1]
+        if ((i == 0 or text[i - 1] == "\n")
+                and (after in ("", "\n")
+                     or (after == "\r" and text[end + 1:end + 2] in ("", "\n")))):
+            return text[:i]
+        i = text.find("# EOF", end)
+    return text
+
+
 @dataclass(frozen=True)
 class Selection:
     """The wanted samples in page order, and what is needed to tell the prefixes on the page.
@@ -135,9 +153,12 @@ class SampleSelector:
             # page is left here, in C), and then the canonical "# TYPE x counter" of a
             # renamable x, or any such comment mentioning TYPE except the canonical
             # declaration of a name that cannot be renamed.
-            r"\n(?:\#(?! HELP[ \t])(?=[^\n]*counter(?<!_total counter)[^\S\n]*(?:\n|\Z))"
+            # OpenMetrics' "# EOF" line ends the page: matched with the rest of the text (a
+            # scan in C), so the finder stops there; its group is the first.
+            r"\n(?:\#(?:( EOF)\r?(?=\n|\Z)[\s\S]*"
+            r"|(?! HELP[ \t])(?=[^\n]*counter(?<!_total counter)[^\S\n]*(?:\n|\Z))"
             rf"(?: TYPE (?:{renamable}) counter\r?(?=\n|\Z)"
-            rf"|(?! TYPE [a-zA-Z_:][a-zA-Z0-9_:]* [a-z]+\r?(?:\n|\Z))(?=[^\n]*TYPE)[^\n]*)"
+            rf"|(?! TYPE [a-zA-Z_:][a-zA-Z0-9_:]* [a-z]+\r?(?:\n|\Z))(?=[^\n]*TYPE)[^\n]*))"
             r"|\{[^\n]*"                                  # name inside the braces
             # An indented line; written to start with a character class (not a repeat),
             # so the engine tries it only on a line that starts with a blank.
@@ -162,13 +183,18 @@ class SampleSelector:
         seen: set[str] = set()
         end = text.find("\n")
         first = text if end < 0 else text[:end]
+        if first.rstrip("\r") == "# EOF":  # an empty page: the full parser's to read
+            return None
         if not self._line(first.strip(), samples, seen):
             return None
         line_fn = self._line
         labels_of = self._labels_of
         append = samples.append
         for m in self._lines.finditer(text):
-            head, name, label_text, value_text = m.groups()
+            eof, head, name, label_text, value_text = m.groups()
+            if eof is not None:  # the end of the page: nothing after it is read
+                text = text[:m.start() + 1]
+                break
             if value_text is None:
                 line = m.group()[1:]
                 if head is None:  # "#", "{" or indented
@@ -190,12 +216,16 @@ class SampleSelector:
             return None  # nothing we read: let the full parser judge the page
         return Selection(samples, frozenset(seen), text)
 
-    def lines(self, text: str) -> list[tuple[str, str, str, str]]:
-        """What the finder matches in ``text`` (the first line aside), as (head, name,
-        label text, value text) with ``""`` for a part it did not match: a line the
-        finder took whole (a comment, a braced or indented line) has no head, a wanted
-        line outside the canonical shape no value (see :meth:`select` for their meaning)."""
-        return self._lines.findall(text)
+    def lines(self, text: str) -> list[tuple[str, str, str, str, str]]:
+        """What the finder matches in ``text`` (the first line aside) up to a ``# EOF``
+        line, as ("", head, name, label text, value text) with ``""`` for a part it did not
+        match: a line the finder took whole (a comment, a braced or indented line) has no
+        head, a wanted line outside the canonical shape no value (see :meth:`select` for
+        their meaning)."""
+        found = self._lines.findall(text)
+        if found and found[-1][0]:  # "# EOF" and the rest of the page
+            found.pop()
+        return found
 
     def _line(self, line: str, samples: list[RawSample], seen: set[str]) -> bool:
         """A stripped line outside the common shape; False means "full parse needed"."""

@@ -1,4 +1,6 @@
-"""The requests transport, for targets whose URL the environment routes through a proxy.
+"""The requests transport, for targets whose URL the environment routes through a proxy, and
+:func:`send`, the one client of every other outbound request (Prometheus queries, webhooks)
+with the same total deadline and body cap.
 
 Proxies work exactly as ``requests`` handles them; the environment is read once, when the
 session is made. Sockets are registered with the poll's guard through urllib3 connection
@@ -12,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
@@ -20,6 +24,7 @@ import requests
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from specwatch.poll import fetchguard
 from specwatch.poll.fetchguard import Guard, current, watch
 from specwatch.poll.fetchrules import (
     BASE_HEADERS,
@@ -167,3 +172,56 @@ def fetch_requests(session: requests.Session, target: PollTarget,
                           resp.headers.get("Content-Length"),
                           resp.headers.get("Content-Encoding", ""), target, monotonic,
                           deadline, guard)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One answer of :func:`send`: any status, the body read whole within the cap."""
+
+    status: int
+    text: str
+
+
+#: What :func:`send` asks for: compressed answers it can inflate under the body cap.
+_QUERY_HEADERS = {"Accept-Encoding": "gzip, deflate", "User-Agent": BASE_HEADERS["User-Agent"]}
+
+
+def send(session: requests.Session, method: str, url: str, *, timeout: float,
+         max_body_bytes: int, params: Mapping[str, str] | None = None,
+         data: bytes | None = None, headers: Mapping[str, str] | None = None) -> Reply:
+    """One outbound request (a Prometheus query, a webhook) with the poll's rules: a total
+    deadline of ``timeout`` seconds from connect to the last body byte
+    (:mod:`specwatch.poll.fetchguard`: a server trickling bytes is cut off at it), a body
+    cap (:func:`~specwatch.poll.fetchrules.read_body`), no redirect followed. Any HTTP
+    status is an answer; every failure is a :class:`PollError` (``timeout``,
+    ``too_large``, ``connection``, ``tls``, ``parse``). ``session`` should be a
+    :class:`RequestsSession` (its sockets are the ones the deadline can shut)."""
+    target = PollTarget(name=url, url=url, timeout_seconds=timeout,
+                        max_body_bytes=max_body_bytes)
+    start = time.monotonic()
+    deadline = start + timeout
+    guard = Guard(deadline)
+    fetchguard.enter(guard)
+    try:
+        try:
+            resp = session.request(method, url, params=params, data=data,
+                                   headers={**_QUERY_HEADERS, **(headers or {})},
+                                   stream=True, allow_redirects=False,
+                                   timeout=(timeout, timeout))
+        except requests.exceptions.RequestException as exc:
+            if guard.fired or isinstance(exc, requests.exceptions.Timeout):
+                raise deadline_error(target, "no complete response") from exc
+            if isinstance(exc, requests.exceptions.SSLError):
+                raise PollError("tls", "TLS: " + tls_reason(exc)) from exc
+            raise PollError("connection", type(exc).__name__ + ": " + short_message(exc)) \
+                from exc
+        with resp:
+            raw = resp.raw
+            text = read_body(lambda n: raw.read1(n, decode_content=False),
+                             lambda seconds: _set_socket_timeout(raw, seconds),
+                             resp.headers.get("Content-Length"),
+                             resp.headers.get("Content-Encoding", ""), target,
+                             time.monotonic, deadline, guard)
+            return Reply(resp.status_code, text)
+    finally:
+        fetchguard.leave(guard)

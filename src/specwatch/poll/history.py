@@ -366,14 +366,20 @@ class TargetHistory:
 
     def _sample(self, hist: ModelHistory, ring: HistoryRing, unknown: Container[AggKey]
                 ) -> float | None:
-        """The acceptance rate of the interval from the newest row to ``hist.cum``; None
-        when a counter it reads is unknown at either end (``unknown``: at this poll)."""
-        base = {k: x for k in SAMPLE_KEYS if (x := ring.value(-1, k)) is not None}
+        """The acceptance rate of the interval from the newest row where the counters it
+        reads are known to ``hist.cum`` (a row with one unknown is skipped, as a failed poll
+        would be); None when one is unknown at this poll (``unknown``) or in every row."""
         cur = {k: float(hist.cum[c]) for k in SAMPLE_KEYS
                if (c := ring.column_index(k)) is not None and c < len(hist.cum)}
-        for k in interval_sample_reads(cur):
-            if k in unknown or base.get(k) == UNKNOWN:
-                return None
+        reads = interval_sample_reads(cur)
+        if any(k in unknown for k in reads):
+            return None
+        for i in range(-1, -len(ring) - 1, -1):
+            base = {k: x for k in SAMPLE_KEYS if (x := ring.value(i, k)) is not None}
+            if not any(base.get(k) == UNKNOWN for k in reads):
+                break
+        else:
+            return None
         return interval_acceptance_rate(
             base, cur, self.min_drafts_per_sample,
             proposed_per_verify=sglang_proposed_per_verify(hist.gauges, hist.configured_k))

@@ -97,9 +97,9 @@ class PagePlan:
         if end < 0 or text[:end] != self.first:
             return None
         found = selector.lines(text)
-        if len(found) != len(self.heads) or [f[0] for f in found] != self.heads:
+        if len(found) != len(self.heads) or [f[1] for f in found] != self.heads:
             return None
-        texts = [f[3] for f in found]
+        texts = [f[4] for f in found]
         if "" in texts:  # a wanted line outside the canonical shape
             return None
         # fastparse._value, the parser's int-or-float, inlined (a call a line costs more).

@@ -282,8 +282,9 @@ class Pipeline:
         if page.invalid_series:
             if state.series_invalid == 0:
                 log.warning("target %s: unknown counter(s) of model(s) %s on this page (NaN, "
-                            "infinite, negative or listed twice with different values): "
-                            "the signals that read them are left out",
+                            "infinite, negative or listed twice with different values), or a "
+                            "KV-cache total that is not finite: the signals that read them "
+                            "come from the polls around this one, as across a failed poll",
                             state.name, ", ".join(page.invalid_models)[:200])
             state.series_invalid += page.invalid_series
         page, dropped = limits.cap_series(page, state.max_series,

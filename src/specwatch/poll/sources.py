@@ -58,6 +58,7 @@ from specwatch.poll.fastparse import (
     LABEL_CACHE_SIZE,
     RawSample,
     SampleSelector,
+    before_eof,
 )
 
 EngineKind = Literal["vllm", "sglang", "auto"]
@@ -201,7 +202,8 @@ class ParsedPage:
     gauges: Mapping[tuple[str, str], float] = field(default_factory=dict)
     configured_k: Mapping[str, int] = field(default_factory=dict)
     process_start_time: float | None = None
-    #: Counter series left out of ``counters`` because their value is invalid on this page.
+    #: Counter series left out of ``counters`` because their value is invalid on this page,
+    #: and capacity totals left unknown because they are not finite (``server.overflowed``).
     invalid_series: int = 0
     #: Models with an invalid counter series on this page (sorted).
     invalid_models: tuple[str, ...] = ()
@@ -416,6 +418,9 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     ``plan``: a :class:`~specwatch.poll.pageplan.PagePlan` kept per target across its pages
     (fast parser only): a page whose wanted lines are those of the page before, in the same
     order, only their values changed, is parsed from it; the result is the same.
+    The page ends at an OpenMetrics ``# EOF`` line: what follows is never read, by either
+    parser (the fast one's finder stops there; the full one reads ``fastparse.before_eof``)
+    or a plan.
     Raises :class:`PageParseError` when prometheus_client's parser rejects the text, and
     when the text ends inside a line (the last line has no line feed), for both parsers:
     such a page is one a Prometheus rejects, and it is what a page cut in transit looks
@@ -425,7 +430,9 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
         raise ValueError(f"unknown engine kind {engine!r}")
     if parser not in PARSERS:
         raise ValueError(f"unknown parser {parser!r}")
-    if not text.endswith("\n") and text[text.rfind("\n") + 1:].strip():
+    if not text.endswith("\n") and text[text.rfind("\n") + 1:].strip() \
+            and not (cut := before_eof(text)).endswith("\n") \
+            and cut[cut.rfind("\n") + 1:].strip():
         raise PageParseError(
             "the page ends inside a line (its last line has no line feed): a cut page")
     names = _names(engine, buckets)
@@ -445,7 +452,7 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
             if selection.seen:
                 rows = None
         else:
-            samples, seen_prefixes = _full_samples(text, names.wanted)
+            samples, seen_prefixes = _full_samples(before_eof(text), names.wanted)
             saw = seen_prefixes.__contains__
             rows = None
         got = _Read(rows)
@@ -565,11 +572,12 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
         kind = "sglang"
     else:
         kind = "unknown"
+    server = server_capacity(infos)
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
                       configured_k=configured_k, process_start_time=process_start,
-                      invalid_series=len(invalid),
+                      invalid_series=len(invalid) + (server.overflowed if server else 0),
                       invalid_models=tuple(sorted({k[0] for k in invalid})),
-                      truncated_label_values=truncated, server=server_capacity(infos),
+                      truncated_label_values=truncated, server=server,
                       invalid_counters=frozenset(invalid))
 
 

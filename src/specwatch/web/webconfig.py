@@ -82,7 +82,7 @@ ALLOWED_HEADERS: dict[str, tuple[str, ...] | None] = {
     "X-XSS-Protection": None,
     "Strict-Transport-Security": None,
 }
-_BCRYPT_RE = re.compile(rb"^\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}$")
+_BCRYPT_RE = re.compile(rb"\$2[abxy]?\$(\d\d)\$[./A-Za-z0-9]{53}")
 #: Highest bcrypt cost accepted (the format, like exporter-toolkit's, allows 4 to 31): each
 #: unverified password (first login, wrong password, unknown user) costs a bcrypt at that
 #: cost under the bcrypt lock; cost 14 is about a second on one core, cost 31 about 35 hours.
@@ -108,7 +108,7 @@ def _cipher(value: str) -> str:
 
 
 def _bcrypt_hash(value: str) -> str:
-    m = _BCRYPT_RE.match(value.encode("utf-8", "replace"))
+    m = _BCRYPT_RE.fullmatch(value.encode("utf-8", "replace"))
     if not m or not 4 <= int(m.group(1)) <= 31:
         # Never echo the value: it may be a plain-text password pasted by mistake.
         raise CheckError("expected a bcrypt hash like $2b$10$... (htpasswd -nBC 10 \"\" | "

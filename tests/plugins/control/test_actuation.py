@@ -138,3 +138,30 @@ def test_missing_command_is_permanent(tmp_path):
 def test_delivery_error_carries_permanence():
     assert DeliveryError("x", permanent=True).permanent
     assert not DeliveryError("x").permanent
+
+
+def test_a_trickling_receiver_ends_at_the_total_deadline():
+    """A receiver answering one byte every 0.5 s: the attempt ends at the webhook's timeout
+    (connect to last byte), not once per byte read."""
+    import time
+
+    from helpers.faultserver import FaultServer, Trickle
+
+    with FaultServer(Trickle(b"x" * 40, interval=0.5)) as server:
+        delivery = WebhookDelivery(server.url, {}, timeout=1.0)
+        t0 = time.monotonic()
+        with pytest.raises(DeliveryError, match="within 1s"):
+            delivery(decision())
+        took = time.monotonic() - t0
+        delivery.close()
+    assert took < 2.5, took
+
+
+def test_an_endless_reply_is_refused_at_the_cap():
+    from helpers.faultserver import Endless, FaultServer
+
+    with FaultServer(Endless()) as server:
+        delivery = WebhookDelivery(server.url, {}, timeout=5.0)
+        with pytest.raises(DeliveryError, match="bytes"):
+            delivery(decision())
+        delivery.close()

@@ -337,6 +337,7 @@ def test_config_reads_pairs_and_per_model_bins(tmp_path):
     ([{"name": "p", "sd": "a", "baseline": "b"}], {"arrival_rate_bins": [0, 2, 1]},
      "increasing bin edges"),
     ([{"name": "p", "sd": "a"}], {}, "baseline"),
+    ([{"name": "p\n", "sd": "a", "baseline": "b"}], {}, "pairs[0].name: expected a target name"),
     ([{"name": "p", "sd": "a", "baseline": "b"}], {"acceptance_bands": [0.2, 0.5]},
      "pair_options.acceptance_bands: expected increasing acceptance-rate band edges from 0"),
     ([{"name": "p", "sd": "a", "baseline": "b"}], {"acceptance_bands": [0, 0.5, 1]},

@@ -33,10 +33,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import requests
-
 from specwatch import __version__
 from specwatch.common import redact
+from specwatch.poll.fetchrequests import RequestsSession, send
+from specwatch.poll.fetchrules import PollError
 
 log = logging.getLogger(__name__)
 
@@ -93,14 +93,21 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+#: Largest receiver reply read (only its start is ever shown, in a failed attempt's detail).
+MAX_REPLY_BYTES = 1024 * 1024
+
+
 class WebhookDelivery:
-    """POST the decision payload as JSON. Header values are never logged (they may be secrets)."""
+    """POST the decision payload as JSON through the one outbound client
+    (:func:`specwatch.poll.fetchrequests.send`): ``timeout`` is the attempt's total deadline
+    (connect to the reply's last byte) and the reply is capped. Header values are never
+    logged (they may be secrets)."""
 
     def __init__(self, url: str, headers: Mapping[str, str], timeout: float) -> None:
         self.url = url
         self._headers = dict(headers)
         self.timeout = timeout
-        self._session = requests.Session()
+        self._session = RequestsSession(url)
 
     def __repr__(self) -> str:
         return f"WebhookDelivery({redact.display_url(self.url)!r})"
@@ -110,18 +117,15 @@ class WebhookDelivery:
                    "User-Agent": f"specwatch/{__version__}",
                    "Idempotency-Key": decision.id, **self._headers}
         try:
-            resp = self._session.post(self.url, data=json.dumps(decision.payload),
-                                      headers=headers, timeout=self.timeout,
-                                      allow_redirects=False)
-        except requests.exceptions.Timeout as exc:
-            raise DeliveryError(f"no response within {self.timeout:g}s") from exc
-        except requests.exceptions.RequestException as exc:
-            raise DeliveryError(f"{type(exc).__name__}: {_short(str(exc))}") from exc
-        with resp:
-            if 200 <= resp.status_code < 300:
-                return f"HTTP {resp.status_code}"
-            permanent = 400 <= resp.status_code < 500 and resp.status_code not in (408, 425, 429)
-            raise DeliveryError(f"HTTP {resp.status_code}: {_short(resp.text)}", permanent)
+            reply = send(self._session, "POST", self.url,
+                         data=json.dumps(decision.payload).encode(), headers=headers,
+                         timeout=self.timeout, max_body_bytes=MAX_REPLY_BYTES)
+        except PollError as exc:
+            raise DeliveryError(_short(str(exc))) from exc
+        if 200 <= reply.status < 300:
+            return f"HTTP {reply.status}"
+        permanent = 400 <= reply.status < 500 and reply.status not in (408, 425, 429)
+        raise DeliveryError(f"HTTP {reply.status}: {_short(reply.text)}", permanent)
 
     def close(self) -> None:
         self._session.close()
