@@ -28,9 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "render",
         help="write the rules and dashboards with your selectors and thresholds",
         description="Write alerts/specwatch-alerts.yaml, alerts/specwatch-rules.yaml, "
-        "dashboards/*.json and the rule tests alerts/tests/*.yaml (or, with --format "
-        "kubernetes, PrometheusRules and dashboard ConfigMaps) under --out, rendered from the "
-        "packaged Jsonnet mixin with the --set overrides (keys of config.libsonnet's _config). "
+        "dashboards/*.json and the rule tests alerts/tests/*.yaml under --out (or, with "
+        "--format kubernetes, PrometheusRules and dashboard ConfigMaps). They are rendered "
+        "from the packaged Jsonnet mixin with the --set overrides (keys of config.libsonnet's "
+        "_config). "
         "Every value is checked first and the rule files with `promtool check rules` when "
         "promtool is installed; a bad value writes nothing.",
     )
@@ -53,8 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Run `promtool test rules` with the bundle's unit tests "
         "(alerts/tests/*.yaml: every alert firing and silent) against the rule files under "
         "DIR/alerts (what `specwatch mixin render --out DIR` wrote), or the packaged rules "
-        "without DIR, with the tests that render carried over to its --set values (selectors, "
-        "URLs, thresholds): a test that fails names an alert whose rule behaves "
+        "without DIR. The tests are those that render carried over to its --set values "
+        "(selectors, URLs, thresholds): a test that fails names an alert whose rule behaves "
         "differently.",
     )
     t.add_argument("dir", nargs="?", type=Path, metavar="DIR",
