@@ -45,7 +45,7 @@ from specwatch.poll.formulas import (
     sglang_acceptance_rate,
     solve_token_acceptance_probability,
 )
-from specwatch.poll.ring import HistoryRing, ModelHistory
+from specwatch.poll.ring import UNKNOWN, HistoryRing, ModelHistory
 from specwatch.poll.samples import sglang_proposed_per_verify
 from specwatch.poll.signals import (
     ACCEPTANCE_ALPHA,
