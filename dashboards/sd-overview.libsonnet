@@ -89,17 +89,20 @@ local row = g.panel.row;
         ts.standardOptions.override.byRegexp.new('.*≤ bucket bound.*')
         + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [6, 4] }),
       ]);
-    // One SD signal per target and model, now: a stat panel.
+    // One SD signal per target and model, now: a stat panel of instant queries. A range
+    // query reduced to its last non-null value would keep showing a series that has
+    // ended (a resolved alert, a target that stopped drafting) until it left the time
+    // range; an instant query returns only what exists at the current time.
     local stat = g.panel.stat;
     local nowStat(title, description, unit, targets) =
       stat.new(title)
       + stat.panelOptions.withDescription(description)
       + stat.panelOptions.withGridPos(5, 6)
-      + stat.queryOptions.withTargets(targets)
+      + stat.queryOptions.withTargets([x + g.query.prometheus.withInstant() for x in targets])
       + stat.standardOptions.withUnit(unit)
       + stat.options.reduceOptions.withCalcs(['lastNotNull'])
       + stat.options.withColorMode('background')
-      + stat.options.withGraphMode('area')
+      + stat.options.withGraphMode('none')
       + stat.options.withTextMode('value_and_name');
 
     // Ratio of two summed vLLM counters over $__rate_interval, absent (not 0) when the
@@ -591,7 +594,7 @@ local row = g.panel.row;
     local firing =
       nowStat(
         'Firing specwatch alerts',
-        'specwatch alerts firing now for the selected targets and models, by alert name (alerts without a target, such as SpecwatchAbsent, always count). The alert annotations on the time series mark when they fired.',
+        'specwatch alerts firing now for the selected targets and models, by alert name (alerts without a target, such as SpecwatchAbsent, always count): ALERTS{alertstate="firing"} at the current time, so an alert that has resolved is gone at once. The alert annotations on the time series mark when they fired.',
         'short',
         [t('count by (alertname) (%s)' % m.alertsSelector, '{{alertname}}')],
       )
