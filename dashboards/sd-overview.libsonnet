@@ -18,6 +18,13 @@ local row = g.panel.row;
     // The recording rules on vLLM's counters (alerts/rules.libsonnet), filtered like
     // every vLLM query.
     local n = c.recordedNames;
+    // One window per decision: a panel that shows the signal an alert acts on reads it over
+    // the rule's window, whatever $window says, so it crosses the threshold when the alert
+    // goes pending. `low` is the acceptance alert; with source 'vllm' it reads the recording
+    // rules, and the exporter's lines follow $window.
+    local low = a.SDAcceptanceRateLow;
+    local lowFilter = if low.source == 'exporter' then '%s, window="%s"' % [f.sd, low.window] else f.sdWindow;
+    local lowWindowWords = if low.source == 'exporter' then 'the %s window SDAcceptanceRateLow reads' % low.window else 'the exporter window selected above';
     local rec(name) = '%s{%s}' % [name, f.vllm];
     // Names that changed between vLLM versions: the current one (0.11+, as in the 0.32 and
     // 0.33 pages of tests/fixtures) or the one before.
@@ -116,12 +123,12 @@ local row = g.panel.row;
     local acceptanceRate =
       m.timeSeries(
         'Acceptance α and rate',
-        "The acceptance α (share of drafts whose first token was accepted, or the per-token α where the engine has no per-position counters: label method) beside vLLM's acceptance rate (accepted / proposed draft tokens), over the exporter window selected above. The rate falls with the draft length k by construction, because later positions are accepted less often; the α does not, and equals the rate at k = 1. The dashed line is the SDAcceptanceRateLow threshold on the %s (%g; the alert fires after %s below it). Lines marked \"vLLM counters\" are the same from the recording rules on vLLM's counters (%s window). A gap means no drafts were verified in the window (an idle server), not an acceptance of 0." % [if a.SDAcceptanceRateLow.measure == 'alpha' then 'α' else 'rate', a.SDAcceptanceRateLow.threshold, a.SDAcceptanceRateLow['for'], c.rateWindow],
+        "The acceptance α (share of drafts whose first token was accepted, or the per-token α where the engine has no per-position counters: label method) beside vLLM's acceptance rate (accepted / proposed draft tokens), over %s. The rate falls with the draft length k by construction, because later positions are accepted less often; the α does not, and equals the rate at k = 1. The dashed line is the SDAcceptanceRateLow threshold on the %s (%g; the alert fires after %s below it). Lines marked \"vLLM counters\" are the same from the recording rules on vLLM's counters (%s window). A gap means no drafts were verified in the window (an idle server), not an acceptance of 0." % [lowWindowWords, if low.measure == 'alpha' then 'α' else 'rate', low.threshold, low['for'], c.rateWindow],
         'percentunit',
         [
-          t('sd_acceptance_alpha{%s}' % f.sdWindow, who + ' α ({{method}})'),
+          t('sd_acceptance_alpha{%s}' % lowFilter, who + ' α ({{method}})'),
           t(rec(n.acceptanceAlpha), '{{model_name}} α (vLLM counters, %s)' % c.rateWindow),
-          t('sd_acceptance_rate{%s}' % f.sdWindow, who + ' rate'),
+          t('sd_acceptance_rate{%s}' % lowFilter, who + ' rate'),
           t(rec(n.acceptanceRate), '{{model_name}} rate (vLLM counters, %s)' % c.rateWindow),
         ],
       )
@@ -213,9 +220,9 @@ local row = g.panel.row;
     local bimodality =
       m.timeSeries(
         'Bimodality coefficient',
-        "Sarle's bimodality coefficient of the recent per-poll acceptance samples. Above 5/9 (dashed line, SDAcceptanceBimodal at %g) suggests two modes: part of the traffic drafts well and part badly. Read it with the distribution panel; it is noisy with few samples." % a.SDAcceptanceBimodal.threshold,
+        "Sarle's bimodality coefficient of the per-poll acceptance samples of the last %s (the window SDAcceptanceBimodal reads). Above 5/9 (dashed line, SDAcceptanceBimodal at %g, which fires after %s above it) suggests two modes: part of the traffic drafts well and part badly. Read it with the distribution panel; it is noisy with few samples." % [a.SDAcceptanceBimodal.window, a.SDAcceptanceBimodal.threshold, a.SDAcceptanceBimodal['for']],
         'none',
-        [t('sd_acceptance_bimodality_coefficient{%s}' % f.sdWindow, who)],
+        [t('sd_acceptance_bimodality_coefficient{%s, window="%s"}' % [f.sd, a.SDAcceptanceBimodal.window], who)],
       )
       + ts.standardOptions.withMin(0)
       + ts.standardOptions.withMax(1)
@@ -368,7 +375,7 @@ local row = g.panel.row;
     local predictedSpeedup =
       m.timeSeries(
         'Predicted speedup',
-        "Latency without SD / latency with SD, predicted by the latency model at the current load, acceptance and lengths; the thin dashed lines around each are its 90%% interval (the calibration's residual spread carried through the fixed point: a band that straddles 1 means the data cannot tell whether SD helps). Dashed lines: 1 (below it SD makes requests slower) and the SDPredictedSpeedupLow threshold (%g). Only targets with a valid model show a line." % a.SDPredictedSpeedupLow.threshold,
+        "Latency without SD / latency with SD, predicted by the latency model at the current load, acceptance and lengths; the thin dashed lines around each are its 90%% interval (the calibration's residual spread carried through the fixed point: a band that straddles 1 means the data cannot tell whether SD helps). Dashed lines: 1 (below it SD makes requests slower; SDPredictedSlowdown pages when the upper end of the interval stays below it) and the SDPredictedSpeedupLow threshold (%g). Only targets with a valid model show a line." % a.SDPredictedSpeedupLow.threshold,
         'none',
         [
           t('sd_predicted_speedup{%s}' % f.sd, who),
@@ -432,11 +439,11 @@ local row = g.panel.row;
     local modelError =
       m.timeSeries(
         'Model error: predicted / measured mean latency - 1',
-        'Signed relative error of the latency model at the observed load: the predicted mean latency of the running configuration over the measured mean latency of the model window, minus 1. Beyond the dashed line (+/-%g) for %s fires SDModelDrift: re-calibrate. Periods when the prediction is not valid are marked by the "model invalid" annotation with its reason (saturated, beyond_calibrated_load, queueing, ...).' % [a.SDModelDrift.threshold, a.SDModelDrift['for']],
+        'Signed relative error of the latency model at the observed load: the predicted mean latency of the running configuration over the measured mean latency of the model window, minus 1. Beyond either dashed line (+%g or -%g; the %s window the rule reads) for %s fires SDModelDrift: re-calibrate. Periods when the prediction is not valid are marked by the "model invalid" annotation with its reason (saturated, beyond_calibrated_load, queueing, ...).' % [a.SDModelDrift.threshold, a.SDModelDrift.threshold, c.exporterWindow, a.SDModelDrift['for']],
         'percentunit',
-        [t('sd_model_latency_error_ratio{%s}' % f.sd, who)],
+        [t('sd_model_latency_error_ratio{%s, window="%s"}' % [f.sd, c.exporterWindow], who)],
       )
-      + m.thresholdLines([['green', null], ['red', a.SDModelDrift.threshold]]);
+      + m.thresholdLines([['red', null], ['green', -a.SDModelDrift.threshold], ['red', a.SDModelDrift.threshold]]);
 
     local e2e =
       m.timeSeries(
@@ -521,11 +528,11 @@ local row = g.panel.row;
     local acceptanceNow =
       nowStat(
         'Acceptance now',
-        "Acceptance α (share of drafts whose first token was accepted; the per-token α where positions are not counted) and vLLM's acceptance rate (accepted / proposed draft tokens) per target and model over the exporter window selected above. The rate falls with the draft length k by construction, the α does not (they are equal at k = 1); the %s is red below the SDAcceptanceRateLow threshold (%g). No value: no drafts verified in the window." % [if a.SDAcceptanceRateLow.measure == 'alpha' then 'α' else 'rate', a.SDAcceptanceRateLow.threshold],
+        "Acceptance α (share of drafts whose first token was accepted; the per-token α where positions are not counted) and vLLM's acceptance rate (accepted / proposed draft tokens) per target and model, now, over %s. The rate falls with the draft length k by construction, the α does not (they are equal at k = 1); the %s is red below the SDAcceptanceRateLow threshold (%g), which the alert needs for %s. No value: no drafts verified in the window." % [lowWindowWords, if low.measure == 'alpha' then 'α' else 'rate', low.threshold, low['for']],
         'percentunit',
         [
-          t('sd_acceptance_alpha{%s}' % f.sdWindow, who + ' α'),
-          t('sd_acceptance_rate{%s}' % f.sdWindow, who + ' rate'),
+          t('sd_acceptance_alpha{%s}' % lowFilter, who + ' α'),
+          t('sd_acceptance_rate{%s}' % lowFilter, who + ' rate'),
         ],
       )
       + stat.standardOptions.thresholds.withMode('absolute')
@@ -542,7 +549,7 @@ local row = g.panel.row;
     local speedupNow =
       nowStat(
         'Predicted speedup and validity',
-        'Speedup the latency model predicts for SD at the live load (latency without SD / with SD; below 1 SD makes requests slower), and whether the model is valid for each target and model. An invalid model has no speedup: "invalid" says so instead of a number (SDModelInvalid explains why; saturation is SDModelSaturated).',
+        'Speedup the latency model predicts for SD at the live load (latency without SD / with SD; below 1 SD makes requests slower), and whether the model is valid for each target and model. Red below 1 (SD makes requests slower), orange below the SDPredictedSpeedupLow threshold (%g). An invalid model has no speedup: "invalid" says so instead of a number (SDModelInvalid explains why; saturation is SDModelSaturated).' % a.SDPredictedSpeedupLow.threshold,
         'none',
         [
           t('sd_predicted_speedup{%s}' % f.sd, who),
