@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from mixin_helpers import load_dashboards, panels
+from mixin_helpers import alert_signals, load_dashboards, panels, selectors
 
 from specwatch.app import demo as demo_app
 from specwatch.cli import demo as demo_cli
@@ -76,6 +76,14 @@ class Run:
         q = urllib.parse.urlencode({"query": expr, "start": self.start, "end": self.end,
                                     "step": f"{step:g}"})
         with urllib.request.urlopen(f"{self.prom}/api/v1/query_range?{q}", timeout=60) as r:
+            body = json.loads(r.read().decode())
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def query_at(self, expr: str, wall: float) -> list[dict[str, Any]]:
+        """An instant query at ``wall`` (Unix seconds), as a panel's instant query runs."""
+        q = urllib.parse.urlencode({"query": expr, "time": wall})
+        with urllib.request.urlopen(f"{self.prom}/api/v1/query?{q}", timeout=60) as r:
             body = json.loads(r.read().decode())
         assert body["status"] == "success", body
         return body["data"]["result"]
@@ -167,6 +175,84 @@ def test_every_alert_of_the_story_fires_after_its_for_and_resolves(run: Run) -> 
         assert firing[1] < run.scenario_t(run.end) - 3 * step, (name, _mmss(firing[1]))
 
 
+# --------------------------------------------------------------------------- "now" panels
+
+SD_DASHBOARD = "specwatch-sd-overview.json"
+
+
+def _firing_spans(run: Run) -> dict[str, list[tuple[float, float]]]:
+    return {name: states.get("firing", []) for name, states in alert_timeline(run).items()}
+
+
+def test_alert_list_shows_only_firing_alerts_at_every_minute(run: Run) -> None:
+    """"Firing specwatch alerts", its own query at the current time, minute by minute over
+    the story: every alert it shows is firing then (within one evaluation), and every
+    alert firing then is shown. As a range query reduced to its last value it showed 3
+    firing at minute 56 and 4 at 70-75, when none were."""
+    p = panel(SD_DASHBOARD, "Firing specwatch alerts")
+    [target] = p["targets"]
+    assert target.get("instant") is True
+    expr = substitute(target["expr"], grafana_vars(run, SD_DASHBOARD))
+    spans, step = _firing_spans(run), EVAL_S * run.speed
+    first = math.ceil(run.scenario_t(run.start) / 60) + 1
+    shown_minutes = 0
+    for minute in range(first, int(run.scenario_t(run.end) // 60)):
+        t = minute * 60.0
+        shown = {r["metric"]["alertname"]: float(r["value"][1])
+                 for r in run.query_at(expr, run.wall0 + t / run.speed)}
+        for name in shown:
+            assert any(a - step <= t <= b + step for a, b in spans.get(name, [])), (
+                f"minute {minute}: the panel shows {name} firing, which is not")
+        for name, ss in spans.items():
+            if any(a + step < t < b - step for a, b in ss):
+                assert name in shown, f"minute {minute}: {name} is firing, the panel misses it"
+        shown_minutes += bool(shown)
+    print(f"alert list: alerts shown in {shown_minutes} of the story's minutes")
+    assert shown_minutes > 0
+
+
+def _story_stats() -> list[tuple[str, Any]]:
+    """(stat panel title, signal) for every stat of the SD overview that shows the signal
+    of an alert of the story (the mapping of tests/mixin/test_dashboard_decisions.py)."""
+    out = []
+    for p in panels(load_dashboards()[SD_DASHBOARD]):
+        if p["type"] != "stat":
+            continue
+        read = {n.name for t in p["targets"] for n in selectors(t["expr"])}
+        out += [(p["title"], s) for s in alert_signals() if s.alert in STORY and s.metric in read]
+    return out
+
+
+@pytest.mark.parametrize(("title", "signal"), _story_stats(),
+                         ids=[f"{t}-{s.alert}" for t, s in _story_stats()])
+def test_alert_backed_stat_crosses_its_threshold_when_its_alert_goes_pending(
+        run: Run, title: str, signal: Any) -> None:
+    """The stat's own query crosses its alert's threshold within one evaluation of the
+    alert going pending (the pending stretch that led to its first firing)."""
+    p = panel(SD_DASHBOARD, title)
+    [target] = [t for t in p["targets"] if signal.metric in {n.name for n in selectors(t["expr"])}]
+    series = run.series(substitute(target["expr"], grafana_vars(run, SD_DASHBOARD)))
+    states = alert_timeline(run)[signal.alert]
+    firing = states["firing"][0]
+    pending = max((s for s in states["pending"] if s[0] <= firing[0]), key=lambda s: s[0])[0]
+    crossed = {"<": lambda v: v < signal.threshold, ">": lambda v: v > signal.threshold}[signal.op]
+    # The start of the stretch in which the stat is across the threshold at `pending`.
+    starts = []
+    for _labels, values in series:
+        start = None
+        for t, v in values:
+            if t > pending + 1.5 * EVAL_S * run.speed:
+                break
+            start = (start if start is not None else t) if crossed(v) else None
+        if start is not None:
+            starts.append(start)
+    assert starts, f"{title} is not across {signal.threshold} when {signal.alert} goes pending"
+    lag = pending - min(starts)
+    print(f"{title}: crosses {signal.threshold} at {_mmss(min(starts))}, {signal.alert} "
+          f"pending at {_mmss(pending)} ({lag:+.0f} s)")
+    assert abs(lag) <= 1.5 * EVAL_S * run.speed, (title, signal.alert, lag)
+
+
 # --------------------------------------------------------------------------- time base
 
 
@@ -245,12 +331,11 @@ def steady_points(run: Run, values: list[tuple[float, float]], margin: float = 4
 ])
 def test_vllm_counter_lines_agree_with_the_exporter(run: Run, title: str, exporter: str,
                                                     vllm: str) -> None:
-    """On one panel, the exporter's line (5m window, scenario time) and the line from
-    vLLM's counters (the recording rule's 5m, Prometheus on the wall clock) tell the same
-    figure in the steady phases: within 10%."""
+    """On one panel, the exporter's line (the panel's window, scenario time) and the line
+    from vLLM's counters (the recording rule's 5m, Prometheus on the wall clock) tell the
+    same figure in the steady phases: within 10%."""
     p = panel("specwatch-sd-overview.json", title)
-    [exporter_ref] = [t["refId"] for t in p["targets"] if "window=\"$window\"" in t["expr"]
-                      and t["expr"].startswith(exporter)]
+    [exporter_ref] = [t["refId"] for t in p["targets"] if t["expr"].startswith(exporter)]
     [vllm_ref] = [t["refId"] for t in p["targets"] if vllm in t["legendFormat"]]
     [(_, exp_values)] = panel_series(run, "specwatch-sd-overview.json", title, exporter_ref)
     [(_, vllm_values)] = panel_series(run, "specwatch-sd-overview.json", title, vllm_ref)
