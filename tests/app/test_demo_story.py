@@ -30,6 +30,7 @@ from mixin_helpers import alert_signals, load_dashboards, panels, selectors
 from specwatch.app import demo as demo_app
 from specwatch.cli import demo as demo_cli
 from specwatch.common.schema import parse_duration
+from specwatch.mixin import render as mixin_render
 
 pytestmark = [
     pytest.mark.slow,
@@ -564,3 +565,54 @@ def test_measured_speedup_legend_shows_one_statistic_by_default(run: Run) -> Non
     others = panel_series(run, "specwatch-sd-overview.json", "Measured speedup (A/B pairs)",
                           "A", variables)
     assert {labels["statistic"] for labels, _ in others} == {"p50", "p99"}
+
+
+def test_measured_speedup_current_line_is_the_current_bins(run: Run) -> None:
+    """The thick "current bin" line of the measured-speedup panel is, at every time it has a
+    value, the mean of the bin and band the pair is in then (sd_pair_current_arrival_rate_bin),
+    and its interval brackets it; bins the pair has not been in for
+    grafana.measuredBinMaxAge are not drawn."""
+    title = "Measured speedup (A/B pairs)"
+    p = panel(SD_DASHBOARD, title)
+    refs = {t["legendFormat"].rsplit("· ", 1)[-1]: t["refId"] for t in p["targets"]
+            if "current bin" in t["legendFormat"]}
+    variables = grafana_vars(run, SD_DASHBOARD)
+    [(_, current)] = panel_series(run, SD_DASHBOARD, title, refs["current bin (mean)"], variables)
+    [(_, lower)] = panel_series(run, SD_DASHBOARD, title, refs["current bin (90% lower)"],
+                                variables)
+    [(_, upper)] = panel_series(run, SD_DASHBOARD, title, refs["current bin (90% upper)"],
+                                variables)
+    bins = run.series('sd_pair_current_arrival_rate_bin{target="vllm-sim"} == 1')
+    means = {(labels["arrival_rate_bin"], labels["acceptance_band"]): dict(values) for labels,
+             values in run.series('sd_measured_speedup{target="vllm-sim", statistic="mean"}')}
+    at_bin = {t: (labels["arrival_rate_bin"], labels["acceptance_band"])
+              for labels, values in bins for t, _ in values}
+    lo, hi = dict(lower), dict(upper)
+    checked = 0
+    for t, v in current:
+        assert at_bin.get(t) is not None, f"{_mmss(t)}: a current value without a current bin"
+        assert math.isclose(v, means[at_bin[t]][t], rel_tol=1e-9), (_mmss(t), v, at_bin[t])
+        if t in lo and t in hi:
+            assert lo[t] <= v <= hi[t], (_mmss(t), lo[t], v, hi[t])
+        checked += 1
+    assert checked > 100
+    # Bins the pair has not been in for grafana.measuredBinMaxAge (15 scenario minutes:
+    # the dashboard as rendered for the demo's speed, like its rules) are not drawn.
+    age = 15 * 60.0
+    rendered = mixin_render.render({"grafana": {"measuredBinMaxAge": f"{age / run.speed:g}s"}})
+    [recent_target] = [
+        t for q in panels(rendered["dashboards"][SD_DASHBOARD]) if q.get("title") == title
+        for t in q["targets"] if t["refId"] == "A"]
+    recent = run.series(substitute(recent_target["expr"], variables))
+    step = EVAL_S * run.speed
+    drawn = 0
+    for labels, values in recent:
+        key = (labels["arrival_rate_bin"], labels["acceptance_band"])
+        seen = [t for t, b in at_bin.items() if b == key]
+        for t, _ in values:
+            assert any(t - age - step <= s <= t + step for s in seen), (_mmss(t), key)
+            drawn += 1
+    everything = sum(len(v) for v in means.values())
+    print(f"measured speedup: {checked} current-bin points; {drawn} of {everything} bin "
+          f"points within {age / 60:g} min of their bin being current")
+    assert 0 < drawn < everything

@@ -191,10 +191,14 @@ def test_every_panel_has_title_description_and_a_valid_unit(name):
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_rates_use_rate_interval_and_counters_go_through_rate(name):
-    """dashboard-linter's target-rate-interval-rule and target-counter-agg-rule."""
+    """dashboard-linter's target-rate-interval-rule and target-counter-agg-rule. A range
+    other than $__rate_interval is a lookback of an *_over_time function (a configured
+    age, such as the measured bins' grafana.measuredBinMaxAge), never a rate's window."""
     for where, expr in dashboard_exprs(name, DASHBOARDS[name]):
-        for window in re.findall(r"\[([^\]]+)\]", expr):
-            assert window == "$__rate_interval", f"{where}: range [{window}]"
+        for func, window in re.findall(r"(\w+)\(\s*[^\[()]*\[([^\]]+)\]", expr):
+            assert window == "$__rate_interval" or func.endswith("_over_time"), (
+                f"{where}: {func}(...[{window}])")
+        assert "[" not in re.sub(r"\w+\(\s*[^\[()]*\[[^\]]+\]", "", expr), where
         assert counters_outside_rate(expr) == set(), where
 
 
