@@ -372,6 +372,15 @@ local row = g.panel.row;
         for bound in [ref_bound[1]]
       ]);
 
+    // The 90% interval of a prediction: thin dashed lines named "(90% lower)" and
+    // "(90% upper)" beside the value.
+    local bandDashed =
+      ts.standardOptions.withOverrides([
+        ts.standardOptions.override.byRegexp.new('.* \\(90% (lower|upper)\\)$')
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [4, 4] })
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 1)
+        + ts.standardOptions.override.byRegexp.withProperty('custom.fillOpacity', 0),
+      ]);
     local predictedSpeedup =
       m.timeSeries(
         'Predicted speedup',
@@ -383,11 +392,7 @@ local row = g.panel.row;
           t('sd_predicted_speedup_upper{%s}' % f.sd, who + ' (90% upper)'),
         ],
       )
-      + ts.standardOptions.withOverrides([
-        ts.standardOptions.override.byRegexp.new('.* \\(90% (lower|upper)\\)$')
-        + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [4, 4] })
-        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 1),
-      ])
+      + bandDashed
       + ts.fieldConfig.defaults.custom.withAxisLabel('x vs no SD')
       + ts.fieldConfig.defaults.custom.withAxisSoftMin(0.8)
       + m.thresholdLines([['red', null], ['orange', 1], ['green', a.SDPredictedSpeedupLow.threshold]]);
@@ -395,7 +400,7 @@ local row = g.panel.row;
     local breakeven =
       m.timeSeries(
         'Break-even and SD throughput ceiling vs current arrival rate',
-        "Two model figures against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate (recording rule). Break-even: the arrival rate where the predicted speedup crosses 1; +Inf (no crossing: SD pays up to its ceiling) is off the chart, 0 means SD never pays; arrival above it fires SDArrivalRateAboveBreakeven. SD throughput ceiling: the arrival rate past which SD no longer keeps up, measured or modelled; the speedup may still be well above 1 just below it.",
+        "Two model figures against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate (recording rule). Break-even (red, solid): the arrival rate where the predicted speedup crosses 1; +Inf (no crossing: SD pays up to its ceiling) is off the chart, 0 means SD never pays; arrival above it fires SDArrivalRateAboveBreakeven. SD throughput ceiling (purple, dashed): the arrival rate past which SD no longer keeps up, measured or modelled; the speedup may still be well above 1 just below it, so it is not a break-even.",
         'reqps',
         [
           t('sd_breakeven_arrival_rate{%s}' % f.sd, who + ' break-even'),
@@ -403,7 +408,19 @@ local row = g.panel.row;
           t('sd_arrival_rate{%s}' % f.sdWindow, who + ' arrival'),
           t(rec(n.arrivalRate), '{{model_name}} completions (vLLM counters, %s)' % c.rateWindow),
         ],
-      );
+      )
+      // Break-even red and solid, the ceiling purple and dashed: two figures, two lines.
+      + ts.standardOptions.withOverrides([
+        ts.standardOptions.override.byRegexp.new('.* break-even$')
+        + ts.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: 'red' })
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 2)
+        + ts.standardOptions.override.byRegexp.withProperty('custom.fillOpacity', 0),
+        ts.standardOptions.override.byRegexp.new('.* SD throughput ceiling$')
+        + ts.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: 'purple' })
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [10, 6] })
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 2)
+        + ts.standardOptions.override.byRegexp.withProperty('custom.fillOpacity', 0),
+      ]);
 
     local optimalK =
       m.timeSeries(
@@ -431,10 +448,15 @@ local row = g.panel.row;
     local predictedLatency =
       m.timeSeries(
         'Predicted mean latency with and without SD',
-        'Mean end-to-end request latency the model predicts at the current load with SD (mode="sd") and without it (mode="nosd"). Their ratio is the predicted speedup.',
+        'Mean end-to-end request latency the model predicts at the current load with SD (mode="sd") and without it (mode="nosd"); the thin dashed lines around each are its 90% interval (the calibration\'s residual spread carried through the fixed point). Their ratio is the predicted speedup. Only while the model is valid.',
         's',
-        [t('sd_predicted_latency_seconds{%s}' % f.sd, who + ' {{mode}}')],
-      );
+        [
+          t('sd_predicted_latency_seconds{%s}' % f.sd, who + ' {{mode}}'),
+          t('sd_predicted_latency_lower_seconds{%s}' % f.sd, who + ' {{mode}} (90% lower)'),
+          t('sd_predicted_latency_upper_seconds{%s}' % f.sd, who + ' {{mode}} (90% upper)'),
+        ],
+      )
+      + bandDashed;
 
     local modelError =
       m.timeSeries(
