@@ -108,6 +108,22 @@ local ds = '${datasource}';
         + g.dashboard.variable.custom.generalOptions.withDescription(
           'Window of the exporter-derived series: a time window, or the most recent N finished requests.'
         ),
+      // Whether the latency panels draw a quantile whose bucket does not resolve it, as
+      // the bucket's upper bound ("≤ bucket bound"): off by default, one choice away. The
+      // queries read the value (0 or 1) through vector($quantile_bounds).
+      quantileBounds:
+        g.dashboard.variable.custom.new('quantile_bounds', ['hide : 0', 'show : 1'])
+        + g.dashboard.variable.custom.generalOptions.withLabel('Unresolved quantiles')
+        + g.dashboard.variable.custom.generalOptions.withDescription(
+          "Latency panels: draw a P50/P99 that vLLM's buckets do not resolve as its bucket's upper bound (dashed, marked ≤), or leave it out (the mean is always drawn)."
+        )
+        + {
+          current: { selected: true, text: 'hide', value: '0' },
+          options: [
+            { selected: true, text: 'hide', value: '0' },
+            { selected: false, text: 'show', value: '1' },
+          ],
+        },
     },
 
     // The specwatch alerts firing for the selected targets and models; alerts without a

@@ -71,6 +71,7 @@ local row = g.panel.row;
           (%(width)s > %(r)g * %(value)s),
           "bound", " ≤ bucket bound", "", ""
         )
+        and on () (vector($quantile_bounds) == 1)
       ||| % p;
     local meanOf(names) =
       |||
@@ -81,18 +82,25 @@ local row = g.panel.row;
         sum: std.join(' or ', ['rate(%s_sum{%s}[$__rate_interval])' % [h, f.vllm] for h in names]),
         count: std.join(' or ', ['rate(%s_count{%s}[$__rate_interval])' % [h, f.vllm] for h in names]),
       };
-    // The targets of a latency panel: P50 and P99 (each as a value or as its bucket's
-    // bound) and the mean. `what` qualifies the legend (e.g. per step).
+    // The targets of a latency panel: the mean first (exact, and the line to read where
+    // the buckets are too coarse), then P50 and P99 (each as a value, or as its bucket's
+    // bound when the quantile_bounds variable asks for it). `what` qualifies the legend
+    // (e.g. per step).
     local latencyTargets(names, what='') =
       local sfx = if what == '' then '' else ' (%s)' % what;
-      [
+      [t(meanOf(names), '{{model_name}} mean%s' % sfx)] + [
         t(honestQuantile(q[1], names), '{{model_name}} %s{{bound}}%s' % [q[0], sfx])
         for q in [['p50', 0.5], ['p99', 0.99]]
-      ] + [t(meanOf(names), '{{model_name}} mean%s' % sfx)];
-    local resolutionNote = ' Quantiles are interpolated inside histogram buckets: where the bucket holding one is wider than %g x its value (always in the first bucket) the panel shows the bucket\'s upper bound instead, dashed and marked "≤" (an upper bound, not a measurement), and the mean (sum / count) is always exact.' % resolution;
+      ];
+    // Buckets that resolve a quantile to `resolution`: a bucket (b / ratio, b] is at most
+    // resolution x a value inside it wide when ratio <= 1 + resolution.
+    local bucketRatio = 1 + resolution;
+    local resolutionNote = ' The thick line is the mean (sum / count), always exact. P50 and P99 are interpolated inside histogram buckets and drawn only where the bucket holding them is at most %(r)g x their value wide; where vLLM\'s buckets are coarser (the first bucket always is) the quantile is unresolved and has no line, unless "Unresolved quantiles" is set to show, which draws the bucket\'s upper bound, dashed and marked "≤" (an upper bound, not a measurement). To resolve these quantiles the server would need bucket bounds in a geometric series with each bound at most %(q)g x the one before (for example 1, %(q)g, %(q2).3g, %(q3).3g ... x the smallest latency it serves), from below the lowest latency to above the highest.' % { r: resolution, q: bucketRatio, q2: bucketRatio * bucketRatio, q3: bucketRatio * bucketRatio * bucketRatio };
     // Dashed lines for the bucket bounds.
     local boundsDashed =
       ts.standardOptions.withOverridesMixin([
+        ts.standardOptions.override.byRegexp.new('.* mean( .*)?$')
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 3),
         ts.standardOptions.override.byRegexp.new('.*≤ bucket bound.*')
         + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [6, 4] }),
       ]);
@@ -693,7 +701,7 @@ local row = g.panel.row;
     g.dashboard.new(c.dashboardTitles['specwatch-sd-overview.json'])
     + g.dashboard.withDescription("Speculative decoding at a glance: acceptance, draft length, the latency model's predicted speedup and break-even load, vLLM latency, and the controller.")
     + g.dashboard.withVariables(
-      [v.datasource] + m.clusterVariables + [v.job, v.vllmJob, v.sdTarget, v.modelName, v.window, ms.statistic]
+      [v.datasource] + m.clusterVariables + [v.job, v.vllmJob, v.sdTarget, v.modelName, v.window, ms.statistic, v.quantileBounds]
     )
     + g.dashboard.withAnnotationsMixin([
       g.dashboard.annotation.withName('specwatch alerts')

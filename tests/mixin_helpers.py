@@ -138,6 +138,8 @@ def all_mixin_exprs() -> list[tuple[str, str]]:
 _GRAFANA_VARS = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 # Values Grafana's own interval variables stand for, for parsing only.
 _INTERVALS = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
+# Variables whose values are numbers (the queries read them as such).
+_NUMBERS = {"quantile_bounds": "1"}
 
 
 def substitute_grafana_vars(expr: str) -> str:
@@ -145,7 +147,7 @@ def substitute_grafana_vars(expr: str) -> str:
 
     def repl(m: re.Match) -> str:
         var = m.group(1) or m.group(2)
-        return _INTERVALS.get(var, "x")
+        return _INTERVALS.get(var) or _NUMBERS.get(var, "x")
 
     return _GRAFANA_VARS.sub(repl, expr)
 

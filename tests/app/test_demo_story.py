@@ -406,9 +406,16 @@ def test_latency_quantiles_claim_no_more_resolution_than_their_buckets(run: Run,
     RESOLUTION x its value wide (never inside the first bucket); a line drawn as a bucket
     bound (label bound=" ≤ bucket bound") is exactly a bucket bound; the mean is always
     there. Queue time in the
-    demo is 0 (nothing waits): interpolated, its P50 read 150 ms, the middle of 0-0.3 s."""
+    demo is 0 (nothing waits): interpolated, its P50 read 150 ms, the middle of 0-0.3 s.
+    The bounds are drawn only on request (quantile_bounds = 1); by default no line is a
+    bound."""
     p = panel("specwatch-sd-overview.json", title)
-    variables = grafana_vars(run, "specwatch-sd-overview.json")
+    default = grafana_vars(run, "specwatch-sd-overview.json")
+    assert default["quantile_bounds"] == "0"
+    for t in p["targets"]:
+        for labels, _ in run.series(substitute(t["expr"], default)):
+            assert "≤" not in labels.get("bound", ""), (title, t["legendFormat"])
+    variables = default | {"quantile_bounds": "1"}
     shown = {"value": 0, "bound": 0}
     for t in p["targets"]:
         leg = t["legendFormat"]

@@ -99,7 +99,8 @@ def test_one_datasource_variable_used_by_every_panel_query_and_variable(name):
     [
         (
             "specwatch-sd-overview.json",
-            ["datasource", "job", "vllm_job", "target", "model_name", "window", "statistic"],
+            ["datasource", "job", "vllm_job", "target", "model_name", "window", "statistic",
+             "quantile_bounds"],
         ),
         ("specwatch-exporter.json", ["datasource", "job", "target"]),
     ],
