@@ -25,6 +25,9 @@ local ds = '${datasource}';
       sd: self.exporter + ', model_name=~"$model_name"',
       sdWindow: self.sd + ', window="$window"',
       vllm: '%s%s, job=~"$vllm_job", model_name=~"$model_name"' % [clusterFilter, c.vllmSelector],
+      // vLLM series narrowed to the chosen server instances and engines (the per-engine
+      // panels, as vLLM's own speculative-decoding dashboard filters them).
+      vllmEngine: self.vllm + ', instance=~"$vllm_instance", engine=~"$engine"',
     },
 
     local datasourceVar =
@@ -38,9 +41,13 @@ local ds = '${datasource}';
     // 'any' makes it '.+'. '.+' is only safe where the query's own selector already
     // scopes the label (target and model_name under the exporter's job); for `job` it
     // would match every job in Prometheus.
-    local queryVar(name, label, description, query, includeAll='values') =
+    // A job variable whose configured selector already names one job (job="...") could
+    // only ever list that job: it is kept for the queries but not shown.
+    local pinsJob(selector) = std.length(std.findSubstr('job="', selector)) > 0,
+    local queryVar(name, label, description, query, includeAll='values', hidden=false) =
       local v = g.dashboard.variable.query;
       v.new(name)
+      + (if hidden then v.generalOptions.showOnDashboard.withNothing() else {})
       + v.withDatasourceFromVariable(datasourceVar)
       + v.queryTypes.withLabelValues(query[1], query[0])
       + v.refresh.onTime()
@@ -71,12 +78,28 @@ local ds = '${datasource}';
         'specwatch job',
         'Prometheus job of the specwatch exporters.',
         ['specwatch_build_info{%s%s}' % [c.exporterSelector, clusterSelector], 'job'],
+        hidden=pinsJob(c.exporterSelector),
       ),
       vllmJob: queryVar(
         'vllm_job',
         'vLLM job',
         'Prometheus job of the vLLM servers (for the panels computed from vLLM series).',
         ['vllm:num_requests_running{%s%s}' % [c.vllmSelector, clusterSelector], 'job'],
+        hidden=pinsJob(c.vllmSelector),
+      ),
+      vllmInstance: queryVar(
+        'vllm_instance',
+        'vLLM instance',
+        'vLLM server instances (the per-engine speculative-decoding panels).',
+        ['vllm:num_requests_running{%s}' % root.filters.vllm, 'instance'],
+        includeAll='any',
+      ),
+      engine: queryVar(
+        'engine',
+        'Engine',
+        'vLLM engine cores (label engine; the per-engine speculative-decoding panels).',
+        ['vllm:num_requests_running{%s, instance=~"$vllm_instance"}' % root.filters.vllm, 'engine'],
+        includeAll='any',
       ),
       target: queryVar(
         'target',

@@ -175,11 +175,14 @@ local row = g.panel.row;
     local positionAcceptance =
       m.timeSeries(
         'Acceptance by draft position',
-        'Share of verification steps whose draft token at each position was accepted (acceptance is a prefix, so it falls with position). A steep fall after position 0 says the later draft positions are mostly wasted: a shorter k costs less verification. Conditional acceptance that rises with position hints at a mix of easy and hard traffic.',
+        "Share of verification steps whose draft token at each position was accepted (acceptance is a prefix, so it falls with position; position 0 is the α). A steep fall after position 0 says the later draft positions are mostly wasted: a shorter k costs less verification. One line per target, model and position, from the exporter over the window selected above; a model no exporter polls is drawn from the recording rule on vLLM's counters instead (%s window, target \"vLLM counters\"), never both." % c.rateWindow,
         'percentunit',
         [
-          t('sd_position_acceptance_rate{%s}' % f.sdWindow, who + ' position {{position}}'),
-          t(rec(n.positionAcceptanceRate), '{{model_name}} position {{position}} (vLLM counters, %s)' % c.rateWindow),
+          t(|||
+            sd_position_acceptance_rate{%(f)s}
+            or on (model_name, position)
+            label_replace(%(rec)s, "target", "vLLM counters", "", "")
+          ||| % { f: f.sdWindow, rec: rec(n.positionAcceptanceRate) }, who + ' · position {{position}}'),
         ],
       )
       + ts.standardOptions.withMin(0)
@@ -191,7 +194,7 @@ local row = g.panel.row;
         'Conditional acceptance: the share of drafts whose token at a position was accepted given the previous one was (p_i / p_(i-1)). For one homogeneous population it stays flat or falls with position; rising with position points at a mix of easy and hard traffic. Heterogeneity (0-1, from positions 0 and 1): 0 for homogeneous traffic, 1 for an all-or-nothing mixture; a lower bound when acceptance decays with position.',
         'percentunit',
         [
-          t('sd_position_conditional_acceptance_rate{%s}' % f.sdWindow, who + ' position {{position}}'),
+          t('sd_position_conditional_acceptance_rate{%s}' % f.sdWindow, who + ' · conditional at position {{position}}'),
           t('sd_acceptance_heterogeneity{%s}' % f.sdWindow, who + ' heterogeneity'),
         ],
       )
@@ -664,6 +667,56 @@ local row = g.panel.row;
       )
       + ts.fieldConfig.defaults.custom.withAxisLabel('tokens / s');
 
+    // ---- Speculative decoding per engine: what vLLM's own speculative-decoding dashboard
+    // shows (examples/observability/dashboards/grafana/vllm_speculative_decoding.json),
+    // with α beside vLLM's rate.
+    local fe = f.vllmEngine;
+    local perEngine(metric, by) = 'sum by (%s) (rate(%s{%s}[$__rate_interval]))' % [by, metric, fe];
+    local engineBy = 'model_name, instance, engine';
+    local acceptancePerEngine =
+      m.timeSeries(
+        'Acceptance per engine',
+        "Per vLLM instance and engine (the vLLM instance and Engine variables filter them): the acceptance α, the share of drafts whose first token was accepted (vllm:spec_decode_num_accepted_tokens_per_pos_total at position 0 over vllm:spec_decode_num_drafts_total; absent where the engine has no per-position counters), and vLLM's acceptance rate (accepted / proposed draft tokens, as vLLM's own dashboard draws it). The rate falls with the draft length k by construction, the α does not. One engine far below the others points at that engine's traffic or configuration. Over $__rate_interval.",
+        'percentunit',
+        [
+          t('%s\n/\n(%s > 0)' % [
+            'sum by (%s) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total{%s, position="0"}[$__rate_interval]))' % [engineBy, fe],
+            perEngine('vllm:spec_decode_num_drafts_total', engineBy),
+          ], '{{model_name}} · {{instance}} · engine {{engine}} α'),
+          t('%s\n/\n(%s > 0)' % [
+            perEngine('vllm:spec_decode_num_accepted_tokens_total', engineBy),
+            perEngine('vllm:spec_decode_num_draft_tokens_total', engineBy),
+          ], '{{model_name}} · {{instance}} · engine {{engine}} rate'),
+        ],
+      )
+      + ts.standardOptions.withMin(0)
+      + ts.standardOptions.withMax(1);
+
+    local draftShare =
+      m.timeSeries(
+        'Output tokens from drafts',
+        'Share of the generated tokens that were accepted draft tokens (vllm:spec_decode_num_accepted_tokens_total over vllm:generation_tokens_total), per model, for the selected instances and engines: the part of the output the drafter wrote. 0 means SD adds nothing but its cost; with k draft tokens it can approach k / (k + 1).',
+        'percentunit',
+        [t('%s\n/\n(%s > 0)' % [
+          perEngine('vllm:spec_decode_num_accepted_tokens_total', 'model_name'),
+          perEngine('vllm:generation_tokens_total', 'model_name'),
+        ], '{{model_name}}')],
+      )
+      + ts.standardOptions.withMin(0)
+      + ts.standardOptions.withMax(1);
+
+    local draftRates =
+      m.timeSeries(
+        'Drafts and proposed draft tokens per second',
+        'Drafts (verification steps that carried a draft) and draft tokens proposed per second, per model, for the selected instances and engines (vllm:spec_decode_num_drafts_total, vllm:spec_decode_num_draft_tokens_total). Proposed tokens / drafts is the effective draft length.',
+        'short',
+        [
+          t(perEngine('vllm:spec_decode_num_draft_tokens_total', 'model_name'), '{{model_name}} proposed draft tokens'),
+          t(perEngine('vllm:spec_decode_num_drafts_total', 'model_name'), '{{model_name}} drafts'),
+        ],
+      )
+      + ts.fieldConfig.defaults.custom.withAxisLabel('per second');
+
     local tpot =
       m.timeSeries(
         'Time per output token P50 / P99',
@@ -701,7 +754,7 @@ local row = g.panel.row;
     g.dashboard.new(c.dashboardTitles['specwatch-sd-overview.json'])
     + g.dashboard.withDescription("Speculative decoding at a glance: acceptance, draft length, the latency model's predicted speedup and break-even load, vLLM latency, and the controller.")
     + g.dashboard.withVariables(
-      [v.datasource] + m.clusterVariables + [v.job, v.vllmJob, v.sdTarget, v.modelName, v.window, ms.statistic, v.quantileBounds]
+      [v.datasource] + m.clusterVariables + [v.job, v.vllmJob, v.sdTarget, v.modelName, v.vllmInstance, v.engine, v.window, ms.statistic, v.quantileBounds]
     )
     + g.dashboard.withAnnotationsMixin([
       g.dashboard.annotation.withName('specwatch alerts')
@@ -757,6 +810,10 @@ local row = g.panel.row;
         ttft,
         itl,
         load,
+        row.new('Speculative decoding per engine'),
+        acceptancePerEngine,
+        draftShare,
+        draftRates,
         row.new('Serving context'),
         tokens,
         draftTokens,

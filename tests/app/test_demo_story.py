@@ -623,3 +623,53 @@ def test_measured_speedup_current_line_is_the_current_bins(run: Run) -> None:
     print(f"measured speedup: {checked} current-bin points; {drawn} of {everything} bin "
           f"points within {age / 60:g} min of their bin being current")
     assert 0 < drawn < everything
+
+
+# --------------------------------------------------------------------------- vLLM parity
+
+#: vLLM's own speculative-decoding dashboard, the queries the parity panels answer to:
+#: examples/observability/dashboards/grafana/vllm_speculative_decoding.json in
+#: vllm-project/vllm at commit b29712c6b2ed0daa860e65e2bbb8cd73365efbf8 (panels "Output from
+#: accepted drafts", "Draft acceptance rate by engine", "Draft tokens / s", "Drafts / s").
+_VLLM_SEL = 'job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"'
+VLLM_DASHBOARD = {name: expr.replace("SEL", _VLLM_SEL) for name, expr in {
+    "Output from accepted drafts":
+        "sum(rate(vllm:spec_decode_num_accepted_tokens_total{SEL}[$__rate_interval])) / "
+        "(sum(rate(vllm:generation_tokens_total{SEL}[$__rate_interval])) > 0)",
+    "Draft acceptance rate by engine":
+        "sum by (instance, engine) (rate(vllm:spec_decode_num_accepted_tokens_total{SEL}"
+        "[$__rate_interval])) / (sum by (instance, engine) (rate("
+        "vllm:spec_decode_num_draft_tokens_total{SEL}[$__rate_interval])) > 0)",
+    "Draft tokens / s": "sum(rate(vllm:spec_decode_num_draft_tokens_total{SEL}[$__rate_interval]))",
+    "Drafts / s": "sum(rate(vllm:spec_decode_num_drafts_total{SEL}[$__rate_interval]))",
+}.items()}
+#: (vLLM's panel, specwatch's panel, the legend suffix of specwatch's line).
+PARITY = [
+    ("Output from accepted drafts", "Output tokens from drafts", "{{model_name}}"),
+    ("Draft acceptance rate by engine", "Acceptance per engine", " rate"),
+    ("Draft tokens / s", "Drafts and proposed draft tokens per second", " proposed draft tokens"),
+    ("Drafts / s", "Drafts and proposed draft tokens per second", " drafts"),
+]
+
+
+@pytest.mark.parametrize(("theirs", "ours", "legend"), PARITY, ids=[p[0] for p in PARITY])
+def test_vllm_parity_panels_agree_with_vllms_own_dashboard(run: Run, theirs: str, ours: str,
+                                                           legend: str) -> None:
+    """On the demo's data (one model, one engine), specwatch's parity line and vLLM's own
+    dashboard query agree within 1% at every time both have a value."""
+    p = panel(SD_DASHBOARD, ours)
+    [target] = [t for t in p["targets"] if t["legendFormat"].endswith(legend)]
+    ours_series = panel_series(run, SD_DASHBOARD, ours, target["refId"])
+    vllm_vars = {"__rate_interval": "4s", "job": "vllm", "model_name": ".+", "instance": ".+",
+                 "engine": ".+"}
+    theirs_series = run.series(substitute(VLLM_DASHBOARD[theirs], vllm_vars))
+    assert len(ours_series) == len(theirs_series) == 1, (ours_series, theirs_series)
+    a, b = dict(ours_series[0][1]), dict(theirs_series[0][1])
+    both = [(t, a[t], b[t]) for t in a if t in b]
+    assert len(both) > 100
+    worst = max(both, key=lambda x: abs(x[1] - x[2]) / max(abs(x[2]), 1e-12))
+    print(f"{ours} vs vLLM's {theirs!r}: {len(both)} points, worst at {_mmss(worst[0])}: "
+          f"{worst[1]:.4g} vs {worst[2]:.4g}; "
+          f"first {both[0][1]:.3g}, last {both[-1][1]:.3g}")
+    assert abs(worst[1] - worst[2]) <= 0.01 * abs(worst[2]), worst
+

@@ -93,7 +93,8 @@ def _get(prom: str, path: str, params: dict[str, Any]) -> Any:
 def _variables(dashboard: dict[str, Any]) -> dict[str, str]:
     """Every variable of the dashboard as a user with the probe's target and model selected
     sets it: query variables to the probe's values, custom ones to their default."""
-    chosen = {"job": "specwatch", "vllm_job": "vllm", "target": TARGET, "model_name": MODEL}
+    chosen = {"job": "specwatch", "vllm_job": "vllm", "target": TARGET, "model_name": MODEL,
+              "vllm_instance": ".+", "engine": ".+"}
     out = {"__rate_interval": "4s"}
     for v in dashboard["templating"]["list"]:
         if v["type"] == "custom":

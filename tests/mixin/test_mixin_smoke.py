@@ -63,6 +63,8 @@ VARIABLES = {
     "vllm_job": "vllm",
     "target": ".+",
     "model_name": ".+",
+    "vllm_instance": ".+",
+    "engine": ".+",
     "window": "5m",
     "statistic": "mean",
     # Unresolved quantiles drawn as their bucket bound (off by default), so that every
