@@ -133,7 +133,7 @@ def render(prom: str, dashboard: dict[str, Any], start: float, end: float, to_mi
     for ax in list(axes.flat)[len(drawn):]:
         ax.axis("off")
     fig.suptitle(f"{dashboard['title']} on the demo story (panels' own queries)", fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
     fig.savefig(out, dpi=80)
     plt.close(fig)
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")

@@ -332,13 +332,18 @@ def steady_points(run: Run, values: list[tuple[float, float]], margin: float = 4
 ])
 def test_vllm_counter_lines_agree_with_the_exporter(run: Run, title: str, exporter: str,
                                                     vllm: str) -> None:
-    """On one panel, the exporter's line (the panel's window, scenario time) and the line
-    from vLLM's counters (the recording rule's 5m, Prometheus on the wall clock) tell the
-    same figure in the steady phases: within 10%."""
+    """On one panel, the exporter's line (scenario time) and the line from vLLM's counters
+    (the recording rule's 5m, Prometheus on the wall clock) tell the same figure in the
+    steady phases: within 10%. Both over 5m: the acceptance panel's exporter lines read the
+    alert's 1m window, whose sampling noise at the drop's 3 req/s differed from the 5m
+    line by up to 12% in a run."""
     p = panel("specwatch-sd-overview.json", title)
     [exporter_ref] = [t["refId"] for t in p["targets"] if t["expr"].startswith(exporter)]
     [vllm_ref] = [t["refId"] for t in p["targets"] if vllm in t["legendFormat"]]
-    [(_, exp_values)] = panel_series(run, "specwatch-sd-overview.json", title, exporter_ref)
+    [target] = [t for t in p["targets"] if t["refId"] == exporter_ref]
+    variables = grafana_vars(run, "specwatch-sd-overview.json")
+    expr = re.sub(r'window="[^"$]+"', 'window="5m"', target["expr"])
+    [(_, exp_values)] = run.series(substitute(expr, variables))
     [(_, vllm_values)] = panel_series(run, "specwatch-sd-overview.json", title, vllm_ref)
     exp_pts, vllm_pts = steady_points(run, exp_values), dict(vllm_values)
     pairs = [(t, v, vllm_pts[t]) for t, v in exp_pts.items() if t in vllm_pts]
