@@ -17,7 +17,7 @@ help:
 	@echo "make lint             ruff, jsonnetfmt, import-linter layering contracts, mkdocs --strict"
 	@echo "make generate         render the mixin (dashboards/, alerts/) and the reference pages (docs/)"
 	@echo "make docs             build the docs site into site/ (MkDocs, strict)"
-	@echo "make docs-images      redraw the pictures (docs/img/) and the README caption's numbers"
+	@echo "make docs-images      redraw the pictures (docs/img/: sweep, calibration, each dashboard on the demo) and the README caption's numbers"
 	@echo "make check-generated  fail when generated files are out of date"
 	@echo "make bench            benchmarks (ratios against a baseline in the same run)"
 	@echo "make dist             sdist and wheel (the whole bundle) in dist/, checked by twine"
@@ -106,6 +106,7 @@ docs: $(STAMP)
 # (check-generated, tests/test_docs_generated.py) against the shipped parameters.
 docs-images: $(STAMP)
 	$(BIN)/python scripts/generate_docs.py --images
+	$(BIN)/python scripts/render_dashboards.py
 
 # The demo needs only what a user installs: specwatch and its runtime dependencies, in a
 # virtualenv of its own (no Debian packages, no npm, no dev extra). Prometheus, when on the

@@ -239,6 +239,10 @@
       // this fraction of its interpolated value (the first bucket always is) is shown as
       // the bucket's upper bound ("≤"), not as the interpolated value.
       quantileResolution: 0.5,
+      // Measured A/B speedup: an arrival-rate bin and acceptance band the pair has not
+      // been in for this long is left off the measured-speedup panel (its value describes
+      // a load and acceptance that have passed). The current bin is always drawn.
+      measuredBinMaxAge: '15m',
     },
 
     // Dashboard file name -> uid (stable across releases so links and bookmarks keep

@@ -25,6 +25,9 @@ local ds = '${datasource}';
       sd: self.exporter + ', model_name=~"$model_name"',
       sdWindow: self.sd + ', window="$window"',
       vllm: '%s%s, job=~"$vllm_job", model_name=~"$model_name"' % [clusterFilter, c.vllmSelector],
+      // vLLM series narrowed to the chosen server instances and engines (the per-engine
+      // panels, as vLLM's own speculative-decoding dashboard filters them).
+      vllmEngine: self.vllm + ', instance=~"$vllm_instance", engine=~"$engine"',
     },
 
     local datasourceVar =
@@ -38,9 +41,13 @@ local ds = '${datasource}';
     // 'any' makes it '.+'. '.+' is only safe where the query's own selector already
     // scopes the label (target and model_name under the exporter's job); for `job` it
     // would match every job in Prometheus.
-    local queryVar(name, label, description, query, includeAll='values') =
+    // A job variable whose configured selector already names one job (job="...") could
+    // only ever list that job: it is kept for the queries but not shown.
+    local pinsJob(selector) = std.length(std.findSubstr('job="', selector)) > 0,
+    local queryVar(name, label, description, query, includeAll='values', hidden=false) =
       local v = g.dashboard.variable.query;
       v.new(name)
+      + (if hidden then v.generalOptions.showOnDashboard.withNothing() else {})
       + v.withDatasourceFromVariable(datasourceVar)
       + v.queryTypes.withLabelValues(query[1], query[0])
       + v.refresh.onTime()
@@ -71,12 +78,28 @@ local ds = '${datasource}';
         'specwatch job',
         'Prometheus job of the specwatch exporters.',
         ['specwatch_build_info{%s%s}' % [c.exporterSelector, clusterSelector], 'job'],
+        hidden=pinsJob(c.exporterSelector),
       ),
       vllmJob: queryVar(
         'vllm_job',
         'vLLM job',
         'Prometheus job of the vLLM servers (for the panels computed from vLLM series).',
         ['vllm:num_requests_running{%s%s}' % [c.vllmSelector, clusterSelector], 'job'],
+        hidden=pinsJob(c.vllmSelector),
+      ),
+      vllmInstance: queryVar(
+        'vllm_instance',
+        'vLLM instance',
+        'vLLM server instances (the per-engine speculative-decoding panels).',
+        ['vllm:num_requests_running{%s}' % root.filters.vllm, 'instance'],
+        includeAll='any',
+      ),
+      engine: queryVar(
+        'engine',
+        'Engine',
+        'vLLM engine cores (label engine; the per-engine speculative-decoding panels).',
+        ['vllm:num_requests_running{%s, instance=~"$vllm_instance"}' % root.filters.vllm, 'engine'],
+        includeAll='any',
       ),
       target: queryVar(
         'target',
@@ -108,6 +131,22 @@ local ds = '${datasource}';
         + g.dashboard.variable.custom.generalOptions.withDescription(
           'Window of the exporter-derived series: a time window, or the most recent N finished requests.'
         ),
+      // Whether the latency panels draw a quantile whose bucket does not resolve it, as
+      // the bucket's upper bound ("≤ bucket bound"): off by default, one choice away. The
+      // queries read the value (0 or 1) through vector($quantile_bounds).
+      quantileBounds:
+        g.dashboard.variable.custom.new('quantile_bounds', ['hide : 0', 'show : 1'])
+        + g.dashboard.variable.custom.generalOptions.withLabel('Unresolved quantiles')
+        + g.dashboard.variable.custom.generalOptions.withDescription(
+          "Latency panels: draw a P50/P99 that vLLM's buckets do not resolve as its bucket's upper bound (dashed, marked ≤), or leave it out (the mean is always drawn)."
+        )
+        + {
+          current: { selected: true, text: 'hide', value: '0' },
+          options: [
+            { selected: true, text: 'hide', value: '0' },
+            { selected: false, text: 'show', value: '1' },
+          ],
+        },
     },
 
     // The specwatch alerts firing for the selected targets and models; alerts without a

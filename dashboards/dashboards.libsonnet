@@ -31,6 +31,18 @@ local overview = import 'sd-overview.libsonnet';
       + g.dashboard.link.dashboards.options.withAsDropdown()
       + g.dashboard.link.dashboards.options.withIncludeVars()
       + g.dashboard.link.dashboards.options.withKeepTime(),
+      // What to do when a panel looks wrong, and the rules behind its thresholds: the
+      // runbook, and Grafana's alert list filtered to this bundle's alerts (its label).
+      g.dashboard.link.link.new('Runbook', std.split(c.runbookURLPattern, '#')[0])
+      + g.dashboard.link.link.withIcon('doc')
+      + g.dashboard.link.link.withTooltip('What each specwatch alert means and what to do')
+      + g.dashboard.link.link.options.withTargetBlank(),
+      g.dashboard.link.link.new('Alert rules', '/alerting/list?search=%s' % std.join('%20', [
+        'label:%s%%3D%s' % [k, c.alertLabels[k]]
+        for k in std.objectFields(c.alertLabels)
+      ]))
+      + g.dashboard.link.link.withIcon('bolt')
+      + g.dashboard.link.link.withTooltip('The specwatch alert rules and their state in Grafana Alerting'),
     ])
     + { panels: g.util.panel.setPanelIDs([panel(p) for p in dashboard.panels]) }
     // What the dashboard needs, as Grafana's export writes it: the minimum Grafana

@@ -13,11 +13,13 @@ local st = g.panel.stateTimeline;
     local v = m.variables;
     local t = m.target;
 
+    // Stats say "now": instant queries, which return only the series that exist at the
+    // current time (a range query's last value outlives a series that has ended).
     local statPanel(title, description, unit, targets, w=6, h=4) =
       stat.new(title)
       + stat.panelOptions.withDescription(description)
       + stat.panelOptions.withGridPos(h, w)
-      + stat.queryOptions.withTargets(targets)
+      + stat.queryOptions.withTargets([x + g.query.prometheus.withInstant() for x in targets])
       + stat.standardOptions.withUnit(unit)
       + stat.options.reduceOptions.withCalcs(['lastNotNull'])
       + stat.options.withColorMode('value')

@@ -67,13 +67,37 @@ local xy = g.panel.xyChart;
         )
         + { multi: true },
 
+      // The pair's current bin and band (1 there), and the bins it was in within
+      // measuredBinMaxAge: the others are left off, their values describe a past load.
+      local binOn = 'job, instance, pair, target, model_name, arrival_rate_bin, acceptance_band',
+      local current = '(sd_pair_current_arrival_rate_bin{%s} == 1)' % pairFilter,
+      local recent = '(max_over_time(sd_pair_current_arrival_rate_bin{%s}[%s]) == 1)' % [pairFilter, c.grafana.measuredBinMaxAge],
+      // One continuous line per pair: the value of whichever bin is current.
+      local atCurrentBin(metric, statistic) =
+        'max by (pair, target, model_name) (\n  %s{%s, statistic="%s"}\n  and on (%s)\n  %s\n)' % [metric, pairFilter, statistic, binOn, current],
       measuredSpeedup::
         m.timeSeries(
           'Measured speedup (A/B pairs)',
-          'Baseline latency / SD latency measured by each A/B pair (`pairs:` in the exporter config) in each arrival-rate bin and acceptance band, over the finished requests of both sides: by default the ratio of the mean end-to-end latencies (the statistic SDMeasuredSlowdown reads); the "Measured statistic" variable adds P50 or P99, shown only where the histogram buckets resolve them. Below 1 (dashed line) SD is measured slower; when the upper end of the 90%% interval of the mean is below it at the current load and acceptance, SDMeasuredSlowdown fires after %s. A bin without enough requests on both sides has no line.' % c.alerts.SDMeasuredSlowdown['for'],
+          'Baseline latency / SD latency measured by each A/B pair (`pairs:` in the exporter config) over the finished requests of both sides. The thick line ("current bin") is the mean ratio of the arrival-rate bin and acceptance band the pair is in now, whichever it is, with the dashed 90%% interval of that mean: SDMeasuredSlowdown fires when the upper end stays below %g (dashed line) for %s. The thin lines are the bins the pair was in during the last %s (grafana.measuredBinMaxAge), one per bin and band, the mean by default; the "Measured statistic" variable adds P50 or P99, shown only where the histogram buckets resolve them. Bins not visited for longer are left off: they describe a load that has passed. A bin without enough requests on both sides has no line.' % [c.alerts.SDMeasuredSlowdown.threshold, c.alerts.SDMeasuredSlowdown['for'], c.grafana.measuredBinMaxAge],
           'none',
-          [t('sd_measured_speedup{%s, statistic=~"$statistic"}' % pairFilter, '{{pair}} · {{model_name}} · {{arrival_rate_bin}} req/s · acceptance {{acceptance_band}} ({{statistic}})')],
+          [
+            t('sd_measured_speedup{%s, statistic=~"$statistic"}\nand on (%s)\n%s' % [pairFilter, binOn, recent], '{{pair}} · {{model_name}} · {{arrival_rate_bin}} req/s · acceptance {{acceptance_band}} ({{statistic}})'),
+            t(atCurrentBin('sd_measured_speedup', 'mean'), '{{pair}} · {{model_name}} · current bin (mean)'),
+            t(atCurrentBin('sd_measured_speedup_lower', 'mean'), '{{pair}} · {{model_name}} · current bin (90% lower)'),
+            t(atCurrentBin('sd_measured_speedup_upper', 'mean'), '{{pair}} · {{model_name}} · current bin (90% upper)'),
+          ],
         )
+        + ts.standardOptions.withOverrides([
+          ts.standardOptions.override.byRegexp.new('.* current bin \\(mean\\)$')
+          + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 3)
+          + ts.standardOptions.override.byRegexp.withProperty('custom.fillOpacity', 0),
+          ts.standardOptions.override.byRegexp.new('.* current bin \\(90% (lower|upper)\\)$')
+          + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [4, 4] })
+          + ts.standardOptions.override.byRegexp.withProperty('custom.fillOpacity', 0),
+          ts.standardOptions.override.byRegexp.new('.* req/s · acceptance .*')
+          + ts.standardOptions.override.byRegexp.withProperty('custom.fillOpacity', 0)
+          + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dot', dash: [1, 4] }),
+        ])
         + m.thresholdLines([['red', null], ['green', c.alerts.SDMeasuredSlowdown.threshold]]),
 
       switchHistory::

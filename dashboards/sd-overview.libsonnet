@@ -18,6 +18,13 @@ local row = g.panel.row;
     // The recording rules on vLLM's counters (alerts/rules.libsonnet), filtered like
     // every vLLM query.
     local n = c.recordedNames;
+    // One window per decision: a panel that shows the signal an alert acts on reads it over
+    // the rule's window, whatever $window says, so it crosses the threshold when the alert
+    // goes pending. `low` is the acceptance alert; with source 'vllm' it reads the recording
+    // rules, and the exporter's lines follow $window.
+    local low = a.SDAcceptanceRateLow;
+    local lowFilter = if low.source == 'exporter' then '%s, window="%s"' % [f.sd, low.window] else f.sdWindow;
+    local lowWindowWords = if low.source == 'exporter' then 'the %s window SDAcceptanceRateLow reads' % low.window else 'the exporter window selected above';
     local rec(name) = '%s{%s}' % [name, f.vllm];
     // Names that changed between vLLM versions: the current one (0.11+, as in the 0.32 and
     // 0.33 pages of tests/fixtures) or the one before.
@@ -64,6 +71,7 @@ local row = g.panel.row;
           (%(width)s > %(r)g * %(value)s),
           "bound", " ≤ bucket bound", "", ""
         )
+        and on () (vector($quantile_bounds) == 1)
       ||| % p;
     local meanOf(names) =
       |||
@@ -74,32 +82,42 @@ local row = g.panel.row;
         sum: std.join(' or ', ['rate(%s_sum{%s}[$__rate_interval])' % [h, f.vllm] for h in names]),
         count: std.join(' or ', ['rate(%s_count{%s}[$__rate_interval])' % [h, f.vllm] for h in names]),
       };
-    // The targets of a latency panel: P50 and P99 (each as a value or as its bucket's
-    // bound) and the mean. `what` qualifies the legend (e.g. per step).
+    // The targets of a latency panel: the mean first (exact, and the line to read where
+    // the buckets are too coarse), then P50 and P99 (each as a value, or as its bucket's
+    // bound when the quantile_bounds variable asks for it). `what` qualifies the legend
+    // (e.g. per step).
     local latencyTargets(names, what='') =
       local sfx = if what == '' then '' else ' (%s)' % what;
-      [
+      [t(meanOf(names), '{{model_name}} mean%s' % sfx)] + [
         t(honestQuantile(q[1], names), '{{model_name}} %s{{bound}}%s' % [q[0], sfx])
         for q in [['p50', 0.5], ['p99', 0.99]]
-      ] + [t(meanOf(names), '{{model_name}} mean%s' % sfx)];
-    local resolutionNote = ' Quantiles are interpolated inside histogram buckets: where the bucket holding one is wider than %g x its value (always in the first bucket) the panel shows the bucket\'s upper bound instead, dashed and marked "≤" (an upper bound, not a measurement), and the mean (sum / count) is always exact.' % resolution;
+      ];
+    // Buckets that resolve a quantile to `resolution`: a bucket (b / ratio, b] is at most
+    // resolution x a value inside it wide when ratio <= 1 + resolution.
+    local bucketRatio = 1 + resolution;
+    local resolutionNote = ' The thick line is the mean (sum / count), always exact. P50 and P99 are interpolated inside histogram buckets and drawn only where the bucket holding them is at most %(r)g x their value wide; where vLLM\'s buckets are coarser (the first bucket always is) the quantile is unresolved and has no line, unless "Unresolved quantiles" is set to show, which draws the bucket\'s upper bound, dashed and marked "≤" (an upper bound, not a measurement). To resolve these quantiles the server would need bucket bounds in a geometric series with each bound at most %(q)g x the one before (for example 1, %(q)g, %(q2).3g, %(q3).3g ... x the smallest latency it serves), from below the lowest latency to above the highest.' % { r: resolution, q: bucketRatio, q2: bucketRatio * bucketRatio, q3: bucketRatio * bucketRatio * bucketRatio };
     // Dashed lines for the bucket bounds.
     local boundsDashed =
       ts.standardOptions.withOverridesMixin([
+        ts.standardOptions.override.byRegexp.new('.* mean( .*)?$')
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 3),
         ts.standardOptions.override.byRegexp.new('.*≤ bucket bound.*')
         + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [6, 4] }),
       ]);
-    // One SD signal per target and model, now: a stat panel.
+    // One SD signal per target and model, now: a stat panel of instant queries. A range
+    // query reduced to its last non-null value would keep showing a series that has
+    // ended (a resolved alert, a target that stopped drafting) until it left the time
+    // range; an instant query returns only what exists at the current time.
     local stat = g.panel.stat;
     local nowStat(title, description, unit, targets) =
       stat.new(title)
       + stat.panelOptions.withDescription(description)
       + stat.panelOptions.withGridPos(5, 6)
-      + stat.queryOptions.withTargets(targets)
+      + stat.queryOptions.withTargets([x + g.query.prometheus.withInstant() for x in targets])
       + stat.standardOptions.withUnit(unit)
       + stat.options.reduceOptions.withCalcs(['lastNotNull'])
       + stat.options.withColorMode('background')
-      + stat.options.withGraphMode('area')
+      + stat.options.withGraphMode('none')
       + stat.options.withTextMode('value_and_name');
 
     // Ratio of two summed vLLM counters over $__rate_interval, absent (not 0) when the
@@ -113,12 +131,12 @@ local row = g.panel.row;
     local acceptanceRate =
       m.timeSeries(
         'Acceptance α and rate',
-        "The acceptance α (share of drafts whose first token was accepted, or the per-token α where the engine has no per-position counters: label method) beside vLLM's acceptance rate (accepted / proposed draft tokens), over the exporter window selected above. The rate falls with the draft length k by construction, because later positions are accepted less often; the α does not, and equals the rate at k = 1. The dashed line is the SDAcceptanceRateLow threshold on the %s (%g; the alert fires after %s below it). Lines marked \"vLLM counters\" are the same from the recording rules on vLLM's counters (%s window). A gap means no drafts were verified in the window (an idle server), not an acceptance of 0." % [if a.SDAcceptanceRateLow.measure == 'alpha' then 'α' else 'rate', a.SDAcceptanceRateLow.threshold, a.SDAcceptanceRateLow['for'], c.rateWindow],
+        "The acceptance α (share of drafts whose first token was accepted, or the per-token α where the engine has no per-position counters: label method) beside vLLM's acceptance rate (accepted / proposed draft tokens), over %s. The rate falls with the draft length k by construction, because later positions are accepted less often; the α does not, and equals the rate at k = 1. The dashed line is the SDAcceptanceRateLow threshold on the %s (%g; the alert fires after %s below it). Lines marked \"vLLM counters\" are the same from the recording rules on vLLM's counters (%s window). A gap means no drafts were verified in the window (an idle server), not an acceptance of 0." % [lowWindowWords, if low.measure == 'alpha' then 'α' else 'rate', low.threshold, low['for'], c.rateWindow],
         'percentunit',
         [
-          t('sd_acceptance_alpha{%s}' % f.sdWindow, who + ' α ({{method}})'),
+          t('sd_acceptance_alpha{%s}' % lowFilter, who + ' α ({{method}})'),
           t(rec(n.acceptanceAlpha), '{{model_name}} α (vLLM counters, %s)' % c.rateWindow),
-          t('sd_acceptance_rate{%s}' % f.sdWindow, who + ' rate'),
+          t('sd_acceptance_rate{%s}' % lowFilter, who + ' rate'),
           t(rec(n.acceptanceRate), '{{model_name}} rate (vLLM counters, %s)' % c.rateWindow),
         ],
       )
@@ -157,11 +175,14 @@ local row = g.panel.row;
     local positionAcceptance =
       m.timeSeries(
         'Acceptance by draft position',
-        'Share of verification steps whose draft token at each position was accepted (acceptance is a prefix, so it falls with position). A steep fall after position 0 says the later draft positions are mostly wasted: a shorter k costs less verification. Conditional acceptance that rises with position hints at a mix of easy and hard traffic.',
+        "Share of verification steps whose draft token at each position was accepted (acceptance is a prefix, so it falls with position; position 0 is the α). A steep fall after position 0 says the later draft positions are mostly wasted: a shorter k costs less verification. One line per target, model and position, from the exporter over the window selected above; a model no exporter polls is drawn from the recording rule on vLLM's counters instead (%s window, target \"vLLM counters\"), never both." % c.rateWindow,
         'percentunit',
         [
-          t('sd_position_acceptance_rate{%s}' % f.sdWindow, who + ' position {{position}}'),
-          t(rec(n.positionAcceptanceRate), '{{model_name}} position {{position}} (vLLM counters, %s)' % c.rateWindow),
+          t(|||
+            sd_position_acceptance_rate{%(f)s}
+            or on (model_name, position)
+            label_replace(%(rec)s, "target", "vLLM counters", "", "")
+          ||| % { f: f.sdWindow, rec: rec(n.positionAcceptanceRate) }, who + ' · position {{position}}'),
         ],
       )
       + ts.standardOptions.withMin(0)
@@ -173,7 +194,7 @@ local row = g.panel.row;
         'Conditional acceptance: the share of drafts whose token at a position was accepted given the previous one was (p_i / p_(i-1)). For one homogeneous population it stays flat or falls with position; rising with position points at a mix of easy and hard traffic. Heterogeneity (0-1, from positions 0 and 1): 0 for homogeneous traffic, 1 for an all-or-nothing mixture; a lower bound when acceptance decays with position.',
         'percentunit',
         [
-          t('sd_position_conditional_acceptance_rate{%s}' % f.sdWindow, who + ' position {{position}}'),
+          t('sd_position_conditional_acceptance_rate{%s}' % f.sdWindow, who + ' · conditional at position {{position}}'),
           t('sd_acceptance_heterogeneity{%s}' % f.sdWindow, who + ' heterogeneity'),
         ],
       )
@@ -210,9 +231,9 @@ local row = g.panel.row;
     local bimodality =
       m.timeSeries(
         'Bimodality coefficient',
-        "Sarle's bimodality coefficient of the recent per-poll acceptance samples. Above 5/9 (dashed line, SDAcceptanceBimodal at %g) suggests two modes: part of the traffic drafts well and part badly. Read it with the distribution panel; it is noisy with few samples." % a.SDAcceptanceBimodal.threshold,
+        "Sarle's bimodality coefficient of the per-poll acceptance samples of the last %s (the window SDAcceptanceBimodal reads). Above 5/9 (dashed line, SDAcceptanceBimodal at %g, which fires after %s above it) suggests two modes: part of the traffic drafts well and part badly. Read it with the distribution panel; it is noisy with few samples." % [a.SDAcceptanceBimodal.window, a.SDAcceptanceBimodal.threshold, a.SDAcceptanceBimodal['for']],
         'none',
-        [t('sd_acceptance_bimodality_coefficient{%s}' % f.sdWindow, who)],
+        [t('sd_acceptance_bimodality_coefficient{%s, window="%s"}' % [f.sd, a.SDAcceptanceBimodal.window], who)],
       )
       + ts.standardOptions.withMin(0)
       + ts.standardOptions.withMax(1)
@@ -362,10 +383,19 @@ local row = g.panel.row;
         for bound in [ref_bound[1]]
       ]);
 
+    // The 90% interval of a prediction: thin dashed lines named "(90% lower)" and
+    // "(90% upper)" beside the value.
+    local bandDashed =
+      ts.standardOptions.withOverrides([
+        ts.standardOptions.override.byRegexp.new('.* \\(90% (lower|upper)\\)$')
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [4, 4] })
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 1)
+        + ts.standardOptions.override.byRegexp.withProperty('custom.fillOpacity', 0),
+      ]);
     local predictedSpeedup =
       m.timeSeries(
         'Predicted speedup',
-        "Latency without SD / latency with SD, predicted by the latency model at the current load, acceptance and lengths; the thin dashed lines around each are its 90%% interval (the calibration's residual spread carried through the fixed point: a band that straddles 1 means the data cannot tell whether SD helps). Dashed lines: 1 (below it SD makes requests slower) and the SDPredictedSpeedupLow threshold (%g). Only targets with a valid model show a line." % a.SDPredictedSpeedupLow.threshold,
+        "Latency without SD / latency with SD, predicted by the latency model at the current load, acceptance and lengths; the thin dashed lines around each are its 90%% interval (the calibration's residual spread carried through the fixed point: a band that straddles 1 means the data cannot tell whether SD helps). Dashed lines: 1 (below it SD makes requests slower; SDPredictedSlowdown pages when the upper end of the interval stays below it) and the SDPredictedSpeedupLow threshold (%g). Only targets with a valid model show a line." % a.SDPredictedSpeedupLow.threshold,
         'none',
         [
           t('sd_predicted_speedup{%s}' % f.sd, who),
@@ -373,11 +403,7 @@ local row = g.panel.row;
           t('sd_predicted_speedup_upper{%s}' % f.sd, who + ' (90% upper)'),
         ],
       )
-      + ts.standardOptions.withOverrides([
-        ts.standardOptions.override.byRegexp.new('.* \\(90% (lower|upper)\\)$')
-        + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [4, 4] })
-        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 1),
-      ])
+      + bandDashed
       + ts.fieldConfig.defaults.custom.withAxisLabel('x vs no SD')
       + ts.fieldConfig.defaults.custom.withAxisSoftMin(0.8)
       + m.thresholdLines([['red', null], ['orange', 1], ['green', a.SDPredictedSpeedupLow.threshold]]);
@@ -385,7 +411,7 @@ local row = g.panel.row;
     local breakeven =
       m.timeSeries(
         'Break-even and SD throughput ceiling vs current arrival rate',
-        "Two model figures against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate (recording rule). Break-even: the arrival rate where the predicted speedup crosses 1; +Inf (no crossing: SD pays up to its ceiling) is off the chart, 0 means SD never pays; arrival above it fires SDArrivalRateAboveBreakeven. SD throughput ceiling: the arrival rate past which SD no longer keeps up, measured or modelled; the speedup may still be well above 1 just below it.",
+        "Two model figures against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate (recording rule). Break-even (red, solid): the arrival rate where the predicted speedup crosses 1; +Inf (no crossing: SD pays up to its ceiling) is off the chart, 0 means SD never pays; arrival above it fires SDArrivalRateAboveBreakeven. SD throughput ceiling (purple, dashed): the arrival rate past which SD no longer keeps up, measured or modelled; the speedup may still be well above 1 just below it, so it is not a break-even.",
         'reqps',
         [
           t('sd_breakeven_arrival_rate{%s}' % f.sd, who + ' break-even'),
@@ -393,7 +419,19 @@ local row = g.panel.row;
           t('sd_arrival_rate{%s}' % f.sdWindow, who + ' arrival'),
           t(rec(n.arrivalRate), '{{model_name}} completions (vLLM counters, %s)' % c.rateWindow),
         ],
-      );
+      )
+      // Break-even red and solid, the ceiling purple and dashed: two figures, two lines.
+      + ts.standardOptions.withOverrides([
+        ts.standardOptions.override.byRegexp.new('.* break-even$')
+        + ts.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: 'red' })
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 2)
+        + ts.standardOptions.override.byRegexp.withProperty('custom.fillOpacity', 0),
+        ts.standardOptions.override.byRegexp.new('.* SD throughput ceiling$')
+        + ts.standardOptions.override.byRegexp.withProperty('color', { mode: 'fixed', fixedColor: 'purple' })
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineStyle', { fill: 'dash', dash: [10, 6] })
+        + ts.standardOptions.override.byRegexp.withProperty('custom.lineWidth', 2)
+        + ts.standardOptions.override.byRegexp.withProperty('custom.fillOpacity', 0),
+      ]);
 
     local optimalK =
       m.timeSeries(
@@ -421,19 +459,24 @@ local row = g.panel.row;
     local predictedLatency =
       m.timeSeries(
         'Predicted mean latency with and without SD',
-        'Mean end-to-end request latency the model predicts at the current load with SD (mode="sd") and without it (mode="nosd"). Their ratio is the predicted speedup.',
+        'Mean end-to-end request latency the model predicts at the current load with SD (mode="sd") and without it (mode="nosd"); the thin dashed lines around each are its 90% interval (the calibration\'s residual spread carried through the fixed point). Their ratio is the predicted speedup. Only while the model is valid.',
         's',
-        [t('sd_predicted_latency_seconds{%s}' % f.sd, who + ' {{mode}}')],
-      );
+        [
+          t('sd_predicted_latency_seconds{%s}' % f.sd, who + ' {{mode}}'),
+          t('sd_predicted_latency_lower_seconds{%s}' % f.sd, who + ' {{mode}} (90% lower)'),
+          t('sd_predicted_latency_upper_seconds{%s}' % f.sd, who + ' {{mode}} (90% upper)'),
+        ],
+      )
+      + bandDashed;
 
     local modelError =
       m.timeSeries(
         'Model error: predicted / measured mean latency - 1',
-        'Signed relative error of the latency model at the observed load: the predicted mean latency of the running configuration over the measured mean latency of the model window, minus 1. Beyond the dashed line (+/-%g) for %s fires SDModelDrift: re-calibrate. Periods when the prediction is not valid are marked by the "model invalid" annotation with its reason (saturated, beyond_calibrated_load, queueing, ...).' % [a.SDModelDrift.threshold, a.SDModelDrift['for']],
+        'Signed relative error of the latency model at the observed load: the predicted mean latency of the running configuration over the measured mean latency of the model window, minus 1. Beyond either dashed line (+%g or -%g; the %s window the rule reads) for %s fires SDModelDrift: re-calibrate. Periods when the prediction is not valid are marked by the "model invalid" annotation with its reason (saturated, beyond_calibrated_load, queueing, ...).' % [a.SDModelDrift.threshold, a.SDModelDrift.threshold, c.exporterWindow, a.SDModelDrift['for']],
         'percentunit',
-        [t('sd_model_latency_error_ratio{%s}' % f.sd, who)],
+        [t('sd_model_latency_error_ratio{%s, window="%s"}' % [f.sd, c.exporterWindow], who)],
       )
-      + m.thresholdLines([['green', null], ['red', a.SDModelDrift.threshold]]);
+      + m.thresholdLines([['red', null], ['green', -a.SDModelDrift.threshold], ['red', a.SDModelDrift.threshold]]);
 
     local e2e =
       m.timeSeries(
@@ -518,11 +561,11 @@ local row = g.panel.row;
     local acceptanceNow =
       nowStat(
         'Acceptance now',
-        "Acceptance α (share of drafts whose first token was accepted; the per-token α where positions are not counted) and vLLM's acceptance rate (accepted / proposed draft tokens) per target and model over the exporter window selected above. The rate falls with the draft length k by construction, the α does not (they are equal at k = 1); the %s is red below the SDAcceptanceRateLow threshold (%g). No value: no drafts verified in the window." % [if a.SDAcceptanceRateLow.measure == 'alpha' then 'α' else 'rate', a.SDAcceptanceRateLow.threshold],
+        "Acceptance α (share of drafts whose first token was accepted; the per-token α where positions are not counted) and vLLM's acceptance rate (accepted / proposed draft tokens) per target and model, now, over %s. The rate falls with the draft length k by construction, the α does not (they are equal at k = 1); the %s is red below the SDAcceptanceRateLow threshold (%g), which the alert needs for %s. No value: no drafts verified in the window." % [lowWindowWords, if low.measure == 'alpha' then 'α' else 'rate', low.threshold, low['for']],
         'percentunit',
         [
-          t('sd_acceptance_alpha{%s}' % f.sdWindow, who + ' α'),
-          t('sd_acceptance_rate{%s}' % f.sdWindow, who + ' rate'),
+          t('sd_acceptance_alpha{%s}' % lowFilter, who + ' α'),
+          t('sd_acceptance_rate{%s}' % lowFilter, who + ' rate'),
         ],
       )
       + stat.standardOptions.thresholds.withMode('absolute')
@@ -539,7 +582,7 @@ local row = g.panel.row;
     local speedupNow =
       nowStat(
         'Predicted speedup and validity',
-        'Speedup the latency model predicts for SD at the live load (latency without SD / with SD; below 1 SD makes requests slower), and whether the model is valid for each target and model. An invalid model has no speedup: "invalid" says so instead of a number (SDModelInvalid explains why; saturation is SDModelSaturated).',
+        'Speedup the latency model predicts for SD at the live load (latency without SD / with SD; below 1 SD makes requests slower), and whether the model is valid for each target and model. Red below 1 (SD makes requests slower), orange below the SDPredictedSpeedupLow threshold (%g). An invalid model has no speedup: "invalid" says so instead of a number (SDModelInvalid explains why; saturation is SDModelSaturated).' % a.SDPredictedSpeedupLow.threshold,
         'none',
         [
           t('sd_predicted_speedup{%s}' % f.sd, who),
@@ -591,7 +634,7 @@ local row = g.panel.row;
     local firing =
       nowStat(
         'Firing specwatch alerts',
-        'specwatch alerts firing now for the selected targets and models, by alert name (alerts without a target, such as SpecwatchAbsent, always count). The alert annotations on the time series mark when they fired.',
+        'specwatch alerts firing now for the selected targets and models, by alert name (alerts without a target, such as SpecwatchAbsent, always count): ALERTS{alertstate="firing"} at the current time, so an alert that has resolved is gone at once. The alert annotations on the time series mark when they fired.',
         'short',
         [t('count by (alertname) (%s)' % m.alertsSelector, '{{alertname}}')],
       )
@@ -623,6 +666,56 @@ local row = g.panel.row;
         ],
       )
       + ts.fieldConfig.defaults.custom.withAxisLabel('tokens / s');
+
+    // ---- Speculative decoding per engine: what vLLM's own speculative-decoding dashboard
+    // shows (examples/observability/dashboards/grafana/vllm_speculative_decoding.json),
+    // with α beside vLLM's rate.
+    local fe = f.vllmEngine;
+    local perEngine(metric, by) = 'sum by (%s) (rate(%s{%s}[$__rate_interval]))' % [by, metric, fe];
+    local engineBy = 'model_name, instance, engine';
+    local acceptancePerEngine =
+      m.timeSeries(
+        'Acceptance per engine',
+        "Per vLLM instance and engine (the vLLM instance and Engine variables filter them): the acceptance α, the share of drafts whose first token was accepted (vllm:spec_decode_num_accepted_tokens_per_pos_total at position 0 over vllm:spec_decode_num_drafts_total; absent where the engine has no per-position counters), and vLLM's acceptance rate (accepted / proposed draft tokens, as vLLM's own dashboard draws it). The rate falls with the draft length k by construction, the α does not. One engine far below the others points at that engine's traffic or configuration. Over $__rate_interval.",
+        'percentunit',
+        [
+          t('%s\n/\n(%s > 0)' % [
+            'sum by (%s) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total{%s, position="0"}[$__rate_interval]))' % [engineBy, fe],
+            perEngine('vllm:spec_decode_num_drafts_total', engineBy),
+          ], '{{model_name}} · {{instance}} · engine {{engine}} α'),
+          t('%s\n/\n(%s > 0)' % [
+            perEngine('vllm:spec_decode_num_accepted_tokens_total', engineBy),
+            perEngine('vllm:spec_decode_num_draft_tokens_total', engineBy),
+          ], '{{model_name}} · {{instance}} · engine {{engine}} rate'),
+        ],
+      )
+      + ts.standardOptions.withMin(0)
+      + ts.standardOptions.withMax(1);
+
+    local draftShare =
+      m.timeSeries(
+        'Output tokens from drafts',
+        'Share of the generated tokens that were accepted draft tokens (vllm:spec_decode_num_accepted_tokens_total over vllm:generation_tokens_total), per model, for the selected instances and engines: the part of the output the drafter wrote. 0 means SD adds nothing but its cost; with k draft tokens it can approach k / (k + 1).',
+        'percentunit',
+        [t('%s\n/\n(%s > 0)' % [
+          perEngine('vllm:spec_decode_num_accepted_tokens_total', 'model_name'),
+          perEngine('vllm:generation_tokens_total', 'model_name'),
+        ], '{{model_name}}')],
+      )
+      + ts.standardOptions.withMin(0)
+      + ts.standardOptions.withMax(1);
+
+    local draftRates =
+      m.timeSeries(
+        'Drafts and proposed draft tokens per second',
+        'Drafts (verification steps that carried a draft) and draft tokens proposed per second, per model, for the selected instances and engines (vllm:spec_decode_num_drafts_total, vllm:spec_decode_num_draft_tokens_total). Proposed tokens / drafts is the effective draft length.',
+        'short',
+        [
+          t(perEngine('vllm:spec_decode_num_draft_tokens_total', 'model_name'), '{{model_name}} proposed draft tokens'),
+          t(perEngine('vllm:spec_decode_num_drafts_total', 'model_name'), '{{model_name}} drafts'),
+        ],
+      )
+      + ts.fieldConfig.defaults.custom.withAxisLabel('per second');
 
     local tpot =
       m.timeSeries(
@@ -661,7 +754,7 @@ local row = g.panel.row;
     g.dashboard.new(c.dashboardTitles['specwatch-sd-overview.json'])
     + g.dashboard.withDescription("Speculative decoding at a glance: acceptance, draft length, the latency model's predicted speedup and break-even load, vLLM latency, and the controller.")
     + g.dashboard.withVariables(
-      [v.datasource] + m.clusterVariables + [v.job, v.vllmJob, v.sdTarget, v.modelName, v.window, ms.statistic]
+      [v.datasource] + m.clusterVariables + [v.job, v.vllmJob, v.sdTarget, v.modelName, v.vllmInstance, v.engine, v.window, ms.statistic, v.quantileBounds]
     )
     + g.dashboard.withAnnotationsMixin([
       g.dashboard.annotation.withName('specwatch alerts')
@@ -717,6 +810,10 @@ local row = g.panel.row;
         ttft,
         itl,
         load,
+        row.new('Speculative decoding per engine'),
+        acceptancePerEngine,
+        draftShare,
+        draftRates,
         row.new('Serving context'),
         tokens,
         draftTokens,

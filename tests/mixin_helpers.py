@@ -13,7 +13,9 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import promql_parser
 import yaml
@@ -136,6 +138,8 @@ def all_mixin_exprs() -> list[tuple[str, str]]:
 _GRAFANA_VARS = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 # Values Grafana's own interval variables stand for, for parsing only.
 _INTERVALS = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}
+# Variables whose values are numbers (the queries read them as such).
+_NUMBERS = {"quantile_bounds": "1"}
 
 
 def substitute_grafana_vars(expr: str) -> str:
@@ -143,7 +147,7 @@ def substitute_grafana_vars(expr: str) -> str:
 
     def repl(m: re.Match) -> str:
         var = m.group(1) or m.group(2)
-        return _INTERVALS.get(var, "x")
+        return _INTERVALS.get(var) or _NUMBERS.get(var, "x")
 
     return _GRAFANA_VARS.sub(repl, expr)
 
@@ -228,3 +232,60 @@ def counters_outside_rate(expr: str) -> set[str]:
 
     visit(parse(expr), False)
     return found
+
+
+COMPARISONS = (">", "<")
+
+
+@dataclass(frozen=True)
+class Signal:
+    alert: str
+    metric: str
+    op: str  # "<" or ">": the alert's condition is `metric op threshold`
+    window: str | None  # the rule's `window` matcher; None where it selects none
+    threshold: float
+
+
+def selectors(expr: str) -> list[Any]:
+    """Every vector selector of a PromQL expression (Grafana variables substituted)."""
+    return [n for n in _walk(parse(expr)) if isinstance(n, promql_parser.VectorSelector)]
+
+
+def _selector(node: Any) -> Any | None:
+    """The one vector selector under ``node`` (through functions such as last_over_time)."""
+    found = [n for n in _walk(node) if isinstance(n, promql_parser.VectorSelector)]
+    return found[0] if len(found) == 1 else None
+
+
+def window_of(selector: Any) -> str | None:
+    """The value of a selector's `window` matcher (None without one)."""
+    values = [m.value for m in selector.matchers.matchers if m.name == "window"]
+    return values[0] if values else None
+
+
+def _signals(alert: str, node: Any) -> list[Signal]:
+    if isinstance(node, promql_parser.ParenExpr):
+        return _signals(alert, node.expr)
+    if not isinstance(node, promql_parser.BinaryExpr):
+        return []
+    op = str(node.op).strip().lower()
+    if op in ("and", "unless"):
+        return _signals(alert, node.lhs)
+    if op == "or":
+        return _signals(alert, node.lhs) + _signals(alert, node.rhs)
+    sel = _selector(node.lhs)
+    if op in COMPARISONS and sel is not None and isinstance(node.rhs, promql_parser.NumberLiteral):
+        return [Signal(alert, sel.name, op, window_of(sel), float(node.rhs.val))]
+    return []
+
+
+def alert_signals() -> list[Signal]:
+    """What each alert acts on, from the rendered rules: the series its expression compares
+    with a number (`<` or `>`; a condition joined with `and` or `unless` only gates it, `or`
+    joins two sides of one signal), with the window the rule selects."""
+    out = []
+    for g in load_rule_file(ALERTS_YAML)["groups"]:
+        for r in g["rules"]:
+            if "alert" in r:
+                out.extend(_signals(r["alert"], parse(r["expr"])))
+    return out

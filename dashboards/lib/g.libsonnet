@@ -180,6 +180,25 @@ local variableCommon = {
           withKeepTime(value=true): { keepTime: value },
         },
       },
+      link: {
+        new(title, url): {
+          title: title,
+          type: 'link',
+          url: url,
+          asDropdown: false,
+          icon: 'external link',
+          includeVars: false,
+          keepTime: false,
+          tags: [],
+          targetBlank: false,
+          tooltip: '',
+        },
+        withIcon(value): { icon: value },
+        withTooltip(value): { tooltip: value },
+        options: {
+          withTargetBlank(value=true): { targetBlank: value },
+        },
+      },
     },
     annotation: {
       withName(value): { name: value },

@@ -66,7 +66,11 @@ def test_dashboard_identity_is_stable(name):
     assert d["editable"] is False
     assert "specwatch" in d["tags"]
     assert d["title"].startswith(config["grafana"]["dashboardNamePrefix"])
-    assert [link["type"] for link in d["links"]] == ["dashboards"]
+    assert [link["type"] for link in d["links"]] == ["dashboards", "link", "link"]
+    # The runbook (where the alerts' runbook_url points) and the bundle's alert rules.
+    runbook, rules = d["links"][1:]
+    assert config["runbookURLPattern"].startswith(runbook["url"] + "#"), runbook
+    assert rules["url"].startswith("/alerting/list?search=label:component%3Dspecwatch"), rules
     assert len({x["uid"] for x in DASHBOARDS.values()}) == len(DASHBOARDS)
     assert len({x["title"] for x in DASHBOARDS.values()}) == len(DASHBOARDS)
 
@@ -99,7 +103,8 @@ def test_one_datasource_variable_used_by_every_panel_query_and_variable(name):
     [
         (
             "specwatch-sd-overview.json",
-            ["datasource", "job", "vllm_job", "target", "model_name", "window", "statistic"],
+            ["datasource", "job", "vllm_job", "target", "model_name", "vllm_instance", "engine",
+             "window", "statistic", "quantile_bounds"],
         ),
         ("specwatch-exporter.json", ["datasource", "job", "target"]),
     ],
@@ -191,10 +196,14 @@ def test_every_panel_has_title_description_and_a_valid_unit(name):
 
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_rates_use_rate_interval_and_counters_go_through_rate(name):
-    """dashboard-linter's target-rate-interval-rule and target-counter-agg-rule."""
+    """dashboard-linter's target-rate-interval-rule and target-counter-agg-rule. A range
+    other than $__rate_interval is a lookback of an *_over_time function (a configured
+    age, such as the measured bins' grafana.measuredBinMaxAge), never a rate's window."""
     for where, expr in dashboard_exprs(name, DASHBOARDS[name]):
-        for window in re.findall(r"\[([^\]]+)\]", expr):
-            assert window == "$__rate_interval", f"{where}: range [{window}]"
+        for func, window in re.findall(r"(\w+)\(\s*[^\[()]*\[([^\]]+)\]", expr):
+            assert window == "$__rate_interval" or func.endswith("_over_time"), (
+                f"{where}: {func}(...[{window}])")
+        assert "[" not in re.sub(r"\w+\(\s*[^\[()]*\[[^\]]+\]", "", expr), where
         assert counters_outside_rate(expr) == set(), where
 
 
@@ -546,7 +555,8 @@ def test_serving_context_row_reads_vllm_throughput_latency_and_cache():
 
 def test_panels_use_the_recording_rules_instead_of_recomputing_them():
     """The recording rules were used by no panel: a panel that needs what a rule records
-    reads the rule, and most rules are on a panel."""
+    reads the rule, and most rules are on a panel. The per-engine panels are the exception:
+    the rules sum over instances and engines, and those panels filter or split by them."""
     counters = {
         "vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total",
         "vllm:spec_decode_num_drafts_total", "vllm:request_success_total",
@@ -555,6 +565,8 @@ def test_panels_use_the_recording_rules_instead_of_recomputing_them():
     used = set()
     for name, d in DASHBOARDS.items():
         for where, expr in dashboard_exprs(name, d):
+            if 'engine=~"$engine"' in expr:
+                continue
             assert not metric_names(expr) & counters, f"{where} recomputes a recording rule"
             used |= metric_names(expr) & recorded_metrics()
     unused = recorded_metrics() - used

@@ -63,8 +63,13 @@ VARIABLES = {
     "vllm_job": "vllm",
     "target": ".+",
     "model_name": ".+",
+    "vllm_instance": ".+",
+    "engine": ".+",
     "window": "5m",
     "statistic": "mean",
+    # Unresolved quantiles drawn as their bucket bound (off by default), so that every
+    # quantile query has a line whether or not the recorded buckets resolve it.
+    "quantile_bounds": "1",
     "__rate_interval": "20s",  # 4 x the 2 s spacing of the recorded pages, as Grafana would
 }
 # Series only Prometheus' scrape loop writes (none in a backfilled TSDB), and series no
