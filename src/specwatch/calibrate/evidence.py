@@ -22,6 +22,7 @@ because every prediction is judged by them (`model.validity.assess`):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -62,6 +63,12 @@ def run_utilization(coef: model.Coefficients, points: Sequence[Point]) -> np.nda
 PLATEAU_IN_FLIGHT = 1.5
 #: ... for less than this much more throughput (the calibrated range's margin).
 PLATEAU_THROUGHPUT = 1.10
+#: A curve's top run is on its rising branch where the step into it raised throughput by at
+#: least this power of the rise in requests in flight (d ln λ / d ln B; 1 is a server far
+#: below any knee, 0 one at its ceiling, where latency grows as fast as the requests held).
+#: On the public Qwen3-32B sweep every step into c = 32 has 0.76-0.95, and every step into
+#: a c = 64 run whose next load level gained less than 11% throughput has 0.44-0.64.
+RISING_ELASTICITY = 0.70
 
 
 def _curves(points: Sequence[Point]) -> dict[tuple[str, int], list[Point]]:
@@ -97,13 +104,31 @@ def measured_ceilings(points: Sequence[Point]) -> tuple[MeasuredCeiling, ...]:
 
 def curve_tops(points: Sequence[Point]) -> tuple[CurveTop, ...]:
     """The highest arrival rate of each curve measured at two load levels or more, rounded
-    down (4 decimals): a fixed point clearly below it lies between that curve's runs."""
+    down (4 decimals): a fixed point clearly below it lies between that curve's runs. The
+    top is `rising` where it is a steady run holding the most requests in flight and the
+    step into it from the run holding the next fewer had a throughput elasticity
+    d ln λ / d ln B of at least RISING_ELASTICITY."""
     out = []
     for (_, k), runs in sorted(_curves(points).items()):
         if len(runs) < 2:
             continue
-        out.append(_on_curve(CurveTop, k, runs, max(q.arrival_rate for q in runs)))
+        top = max(runs, key=lambda q: q.arrival_rate)
+        out.append(dataclasses.replace(
+            _on_curve(CurveTop, k, runs, top.arrival_rate), rising=_rising(runs, top)))
     return tuple(out)
+
+
+def _rising(runs: Sequence[Point], top: Point) -> bool:
+    """Whether the top run of a curve was still on its rising branch (`curve_tops`)."""
+    if top.transient or any(q.in_flight > top.in_flight for q in runs):
+        return False
+    below = [q for q in runs if q.in_flight < top.in_flight and q.arrival_rate > 0]
+    if not below or not top.arrival_rate > 0:
+        return False
+    prev = max(below, key=lambda q: q.in_flight)
+    elasticity = math.log(top.arrival_rate / prev.arrival_rate) \
+        / math.log(top.in_flight / prev.in_flight)
+    return elasticity >= RISING_ELASTICITY
 
 
 _Rate = TypeVar("_Rate", MeasuredCeiling, CurveTop)
