@@ -34,7 +34,7 @@ from specwatch import model
 from specwatch.calibrate.inputs import STEADY_REQUESTS_PER_SLOT, Point
 from specwatch.calibrate.saturation import point_arrays
 from specwatch.model import validity
-from specwatch.model.ceilings import ceiling_rate
+from specwatch.model.ceilings import bracket, ceiling_rate
 from specwatch.model.observed import CalibratedRange, CurveTop, MeasuredCeiling
 from specwatch.model.params import Params
 from specwatch.model.uncertainty import Band, Uncertainty
@@ -225,7 +225,8 @@ def residual_spread(coef: model.Coefficients, points: Sequence[Point],
     NaN there, a run the model cannot price, counts as a 100% residual). A run at or past
     its curve's measured ceiling (`calibrated`) is at utilisation 1 at least, whatever the
     fit's own ceiling says: the runs measured it there, and a fit that puts its ceiling too
-    high would otherwise count that run's misfit among the runs far below any ceiling."""
+    high would otherwise count that run's misfit among the runs far below any ceiling.
+    Transient runs (`Point.transient`) are left out while any steady run remains."""
     measured = np.array([q.latency_s for q in points], dtype=float)
     rel = batch_predicted / measured - 1.0
     rel = np.where(np.isfinite(rel), rel, 1.0)
@@ -234,6 +235,12 @@ def residual_spread(coef: model.Coefficients, points: Sequence[Point],
     if points:
         lam, k, _, p, g = point_arrays(points, "arrival_rate")
         util = np.where(lam >= ceiling_rate(calibrated, k, p, g), np.maximum(util, 1.0), util)
+        # A transient run (a burst: fewer prompts than STEADY_REQUESTS_PER_SLOT per slot)
+        # has no steady state for the fixed point to describe; its misfit is not the fit's
+        # spread at any utilisation, so it does not set the intervals' width.
+        steady = np.array([not q.transient for q in points], dtype=bool)
+        if steady.any():
+            rel, util = rel[steady], util[steady]
     edges = (*BAND_EDGES, math.inf)
     bands: list[tuple[float, list[float]]] = []
     pending: list[float] = []
@@ -287,6 +294,7 @@ def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarr
         err = lat / measured - 1.0
         batch_err = batch_predicted / measured - 1.0
     iv = judged.intervals
+    below = lam < bracket(params.calibrated_range, k, p, g).ceiling
     runs: list[dict[str, Any]] = []
     for i, q in enumerate(points):
         lo = hi = None
@@ -309,6 +317,7 @@ def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarr
             "interval_halfwidth": (float(iv.halfwidth[i]) if iv is not None
                                    and np.isfinite(iv.halfwidth[i]) else None),
             "transient": q.transient,
+            "below_measured_ceiling": bool(below[i]),
         })
     return {"summary": summarise(runs), "runs": runs}
 
@@ -347,6 +356,9 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     halves = [r["interval_halfwidth"] for r in valid if r["interval_halfwidth"] is not None]
     wrong = [r for r in valid if abs(r["error"]) > WRONG]
     low = [r for r in runs if r["concurrency"] is not None and r["concurrency"] <= 32]
+    steady = [r for r in valid if not r.get("transient")]
+    steady_errs = np.array([abs(r["error"]) for r in steady], dtype=float)
+    below = [r for r in runs if r.get("below_measured_ceiling", True)]
     return {
         "runs": len(runs),
         "valid": len(valid),
@@ -359,6 +371,20 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             {"source": r["source"], "concurrency": r["concurrency"], "k": r["k"],
              "error": r["error"], "transient": bool(r.get("transient"))} for r in wrong],
         "transient_runs": sum(bool(r.get("transient")) for r in runs),
+        # The steady runs (not transient) apart: the figures a steady load is promised.
+        "steady_runs": sum(not r.get("transient") for r in runs),
+        "valid_steady": len(steady),
+        "mape_valid_steady": float(steady_errs.mean()) if steady_errs.size else None,
+        "steady_valid_off_by_more_than_15pct": [
+            {"source": r["source"], "concurrency": r["concurrency"], "k": r["k"],
+             "error": r["error"]} for r in wrong if not r.get("transient")],
+        # The share of valid over the runs below their curve's measured ceiling, where
+        # latency is a function of the arrival rate (at or past it, `saturated` is the
+        # answer).
+        "runs_below_measured_ceiling": len(below),
+        "valid_below_measured_ceiling": sum(r["valid"] for r in below),
+        "valid_share_below_measured_ceiling": (sum(r["valid"] for r in below) / len(below)
+                                               if below else None),
         "valid_at_concurrency_le_32": sum(r["valid"] for r in low),
         "runs_at_concurrency_le_32": len(low),
         "interval_coverage": float(np.mean(covered)) if covered else None,
