@@ -170,9 +170,10 @@ def expected_acceptance_length(alpha: float, k: float) -> float:
 def solve_token_acceptance_probability(e: float, k: float) -> float | None:
     """The α with E(α, k) = e, by bisection (E is increasing in α on [0, 1]).
 
-    Returns 0 for e <= 1 and 1 for e >= k + 1; None when k is not positive.
+    Returns 0 for e <= 1 and 1 for e >= k + 1; None when k is not a positive number or e
+    lies more than a rounding tolerance (1e-9) outside [1, k + 1], where no α gives it.
     """
-    if not (k > 0) or not math.isfinite(e):
+    if not (0 < k < math.inf) or not (1.0 - 1e-9 <= e <= k + 1.0 + 1e-9):
         return None
     if e <= 1.0:
         return 0.0

@@ -217,12 +217,12 @@ def test_a_measured_ceiling_is_saturated_whatever_the_fit_says(capsys, tmp_path)
 
 def test_sweep_best_k_is_never_a_declined_column(capsys):
     """The best k is the model's fastest, shown only where its own column is valid: with a
-    ±8% limit, at 9-11 req/s a `sensitive` k = 3 is not the best k while k = 1, 2 still
+    ±6% limit, at 9-11 req/s a `sensitive` k = 3 is not the best k while k = 1, 2 still
     answer (blank). (At the default ±15% the fastest column stays valid up to where every
     column is declined.)"""
     rc, out = run(capsys, "sweep", "--params", EAGLE, "--arrival-rates", "4:12:33",
                   "--draft-lengths", "1,2,3,4,5,6", "--prompt-tokens", "144",
-                  "--generation-tokens", "200", "--max-interval", "0.08", "--json")
+                  "--generation-tokens", "200", "--max-interval", "0.06", "--json")
     assert rc == 0
     ks = out["draft_lengths"]
     withheld = 0
@@ -238,12 +238,12 @@ def test_sweep_best_k_is_never_a_declined_column(capsys):
 
 
 def test_advise_static_k_is_valid_at_every_percentile(capsys):
-    """With a ±8% limit, at p99 = 10 req/s the k = 3, 4 and 5 predictions are `sensitive`:
+    """With a ±6% limit, at p99 = 10 req/s the k = 3, 4 and 5 predictions are `sensitive`:
     the static k comes from the k vouched for at every percentile (the model alone would
     pick k = 3), and the advice names the ones left out."""
     rc, out = run(capsys, "advise", "--params", EAGLE, "--arrival-rate-p50", "4",
                   "--arrival-rate-p95", "8", "--arrival-rate-p99", "10", "--prompt-tokens",
-                  "144", "--generation-tokens", "200", "--max-interval", "0.08", "--json")
+                  "144", "--generation-tokens", "200", "--max-interval", "0.06", "--json")
     assert rc == 0 and out["enable"]
     for q in ("p50", "p95", "p99"):
         item = out["percentiles"][q]
@@ -252,7 +252,7 @@ def test_advise_static_k_is_valid_at_every_percentile(capsys):
         if best is not None and best > 0:
             rc, one = run(capsys, "predict", "--params", EAGLE, "--arrival-rate",
                           item["arrival_rate"], "--draft-length", best, "--prompt-tokens",
-                          "144", "--generation-tokens", "200", "--max-interval", "0.08",
+                          "144", "--generation-tokens", "200", "--max-interval", "0.06",
                           "--json")
             assert one["valid"], (q, best)
     for k in ("3", "4"):
@@ -265,8 +265,8 @@ def test_advise_static_k_is_valid_at_every_percentile(capsys):
     # Past the in-flight count the runs with headroom held (the shipped ±15% limit), on
     # lengths no measured curve has (230 tokens: more than 10% from 200 and from 256).
     (("11", "11.5", "12"), "230", "0.15", "beyond_calibrated_load", {"1", "2"}),
-    # Intervals wider than a ±8% limit.
-    (("10.5", "11", "11.5"), "200", "0.08", "sensitive", {"1", "2", "3"}),
+    # Intervals wider than a ±6% limit.
+    (("10.5", "11", "11.5"), "200", "0.06", "sensitive", {"1", "2", "3"}),
 ], ids=["beyond_calibrated_load", "sensitive"])
 def test_advise_without_a_vouched_k_says_why(capsys, rates, generation, limit, reason,
                                              declined):

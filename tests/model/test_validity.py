@@ -203,3 +203,45 @@ def test_the_whole_prediction_is_valid_exactly_when_both_latencies_are(name):
     for i in range(judged.valid.size):
         assert set(judged.names_sd(i)) | set(judged.names_nosd(i)) >= set(judged.names(i)) \
             - {"sensitive"}
+
+
+def test_a_top_the_curve_still_rose_into_vouches_for_the_load_up_to_it(tmp_path):
+    """A curve's top is `rising` when it holds the most requests in flight of its curve and
+    the step into it raised throughput by at least RISING_ELASTICITY of the rise in requests
+    in flight (d ln λ / d ln B). At or below a rising top's rate the headroom bound does not
+    apply; at a top that is not rising, or past a rising one, it still does. The flag round
+    trips through the parameters file and is checked there."""
+    import dataclasses
+
+    from specwatch.calibrate.evidence import RISING_ELASTICITY, curve_tops
+    from specwatch.common.errors import ConfigError
+    from specwatch.model.params import dump_params, load_params
+    from specwatch.model.validity import assess
+
+    rising = [_run(8, 2.0, 4.0), _run(16, 3.8, 4.2), _run(32, 6.0, 5.0)]    # 0.72
+    flat = [_run(8, 2.0, 4.0, k=3), _run(16, 3.9, 4.1, k=3), _run(32, 4.0, 8.0, k=3)]  # 0.04
+    slow = [_run(8, 2.0, 4.0, k=2), _run(16, 3.0, 5.0, k=2)]             # 0.52: not rising
+    tops = {t.k: t for t in curve_tops(rising + flat + slow)}
+    assert RISING_ELASTICITY == 0.7
+    assert tops[1].rising and not tops[3].rising and not tops[2].rising
+    # A run past the top (more in flight, less throughput): the top did not rise into it.
+    assert not curve_tops([*rising, _run(64, 5.9, 11.0)])[0].rising
+
+    params = load_params(EAGLE)
+    cal = dataclasses.replace(params.calibrated_range, curve_tops=tuple(tops.values()),
+                              headroom_in_flight_sd=1.0, headroom_tokens_per_step=1.0,
+                              measured_ceilings=())
+    judged = assess(dataclasses.replace(params, calibrated_range=cal),
+                    [6.0, 6.0 * 1.02, 4.0], [1.0, 1.0, 3.0], [1.7, 1.7, 2.2], 100.0, 200.0)
+    assert "beyond_calibrated_load" not in judged.names_sd(0)
+    assert "beyond_calibrated_load" in judged.names_sd(1)
+    assert "beyond_calibrated_load" in judged.names_sd(2)
+
+    out = tmp_path / "p.yaml"
+    dump_params(dataclasses.replace(params, calibrated_range=cal), out)
+    assert load_params(out).calibrated_range.curve_tops == cal.curve_tops
+    assert "rising: true" in out.read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(out.read_text().replace("rising: true", "rising: 1"))
+    with pytest.raises(ConfigError, match="rising"):
+        load_params(bad)

@@ -9,12 +9,14 @@ import math
 
 import pytest
 
+from specwatch.common.acceptance import (
+    expected_acceptance_length,
+    solve_token_acceptance_probability,
+)
 from specwatch.poll.formulas import (
     ALPHA_FIRST_POSITION,
     ALPHA_PER_TOKEN,
     draft_length_independent_alpha,
-    expected_acceptance_length,
-    solve_token_acceptance_probability,
 )
 
 

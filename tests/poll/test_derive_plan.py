@@ -22,8 +22,8 @@ from helpers import reference_derive
 from helpers.ring import EntryRing, HistoryEntry
 from helpers.windows import derive_window
 
+from specwatch.common.acceptance import solve_token_acceptance_probability
 from specwatch.poll import derive, history, sources
-from specwatch.poll.formulas import solve_token_acceptance_probability
 from specwatch.poll.snapshot import ModelSnapshot, WindowSignals
 
 # The histories hold counter totals that overflowed to +inf: an arithmetic warning means a

@@ -10,7 +10,7 @@ from helpers import reference_derive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch.poll.formulas import solve_token_acceptance_probability
+from specwatch.common.acceptance import solve_token_acceptance_probability
 
 
 @settings(max_examples=500, deadline=None)

@@ -9,9 +9,12 @@ from helpers.ring import EntryRing, HistoryEntry
 from helpers.ring import entry as ring_entry
 from helpers.windows import derive_window, time_window_base
 
+from specwatch.common.acceptance import (
+    expected_acceptance_length,
+    solve_token_acceptance_probability,
+)
 from specwatch.poll import bimodality, derive, history, sources
 from specwatch.poll.derive import DeriveConfig
-from specwatch.poll.formulas import expected_acceptance_length, solve_token_acceptance_probability
 
 M = "m"
 

@@ -22,6 +22,7 @@ because every prediction is judged by them (`model.validity.assess`):
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -33,7 +34,7 @@ from specwatch import model
 from specwatch.calibrate.inputs import STEADY_REQUESTS_PER_SLOT, Point
 from specwatch.calibrate.saturation import point_arrays
 from specwatch.model import validity
-from specwatch.model.ceilings import ceiling_rate
+from specwatch.model.ceilings import bracket, ceiling_rate
 from specwatch.model.observed import CalibratedRange, CurveTop, MeasuredCeiling
 from specwatch.model.params import Params
 from specwatch.model.uncertainty import Band, Uncertainty
@@ -62,6 +63,12 @@ def run_utilization(coef: model.Coefficients, points: Sequence[Point]) -> np.nda
 PLATEAU_IN_FLIGHT = 1.5
 #: ... for less than this much more throughput (the calibrated range's margin).
 PLATEAU_THROUGHPUT = 1.10
+#: A curve's top run is on its rising branch where the step into it raised throughput by at
+#: least this power of the rise in requests in flight (d ln λ / d ln B; 1 is a server far
+#: below any knee, 0 one at its ceiling, where latency grows as fast as the requests held).
+#: On the public Qwen3-32B sweep every step into c = 32 has 0.76-0.95, and every step into
+#: a c = 64 run whose next load level gained less than 11% throughput has 0.44-0.64.
+RISING_ELASTICITY = 0.70
 
 
 def _curves(points: Sequence[Point]) -> dict[tuple[str, int], list[Point]]:
@@ -97,13 +104,31 @@ def measured_ceilings(points: Sequence[Point]) -> tuple[MeasuredCeiling, ...]:
 
 def curve_tops(points: Sequence[Point]) -> tuple[CurveTop, ...]:
     """The highest arrival rate of each curve measured at two load levels or more, rounded
-    down (4 decimals): a fixed point clearly below it lies between that curve's runs."""
+    down (4 decimals): a fixed point clearly below it lies between that curve's runs. The
+    top is `rising` where it is a steady run holding the most requests in flight and the
+    step into it from the run holding the next fewer had a throughput elasticity
+    d ln λ / d ln B of at least RISING_ELASTICITY."""
     out = []
     for (_, k), runs in sorted(_curves(points).items()):
         if len(runs) < 2:
             continue
-        out.append(_on_curve(CurveTop, k, runs, max(q.arrival_rate for q in runs)))
+        top = max(runs, key=lambda q: q.arrival_rate)
+        out.append(dataclasses.replace(
+            _on_curve(CurveTop, k, runs, top.arrival_rate), rising=_rising(runs, top)))
     return tuple(out)
+
+
+def _rising(runs: Sequence[Point], top: Point) -> bool:
+    """Whether the top run of a curve was still on its rising branch (`curve_tops`)."""
+    if top.transient or any(q.in_flight > top.in_flight for q in runs):
+        return False
+    below = [q for q in runs if q.in_flight < top.in_flight and q.arrival_rate > 0]
+    if not below or not top.arrival_rate > 0:
+        return False
+    prev = max(below, key=lambda q: q.in_flight)
+    elasticity = math.log(top.arrival_rate / prev.arrival_rate) \
+        / math.log(top.in_flight / prev.in_flight)
+    return elasticity >= RISING_ELASTICITY
 
 
 _Rate = TypeVar("_Rate", MeasuredCeiling, CurveTop)
@@ -200,7 +225,8 @@ def residual_spread(coef: model.Coefficients, points: Sequence[Point],
     NaN there, a run the model cannot price, counts as a 100% residual). A run at or past
     its curve's measured ceiling (`calibrated`) is at utilisation 1 at least, whatever the
     fit's own ceiling says: the runs measured it there, and a fit that puts its ceiling too
-    high would otherwise count that run's misfit among the runs far below any ceiling."""
+    high would otherwise count that run's misfit among the runs far below any ceiling.
+    Transient runs (`Point.transient`) are left out while any steady run remains."""
     measured = np.array([q.latency_s for q in points], dtype=float)
     rel = batch_predicted / measured - 1.0
     rel = np.where(np.isfinite(rel), rel, 1.0)
@@ -209,6 +235,12 @@ def residual_spread(coef: model.Coefficients, points: Sequence[Point],
     if points:
         lam, k, _, p, g = point_arrays(points, "arrival_rate")
         util = np.where(lam >= ceiling_rate(calibrated, k, p, g), np.maximum(util, 1.0), util)
+        # A transient run (a burst: fewer prompts than STEADY_REQUESTS_PER_SLOT per slot)
+        # has no steady state for the fixed point to describe; its misfit is not the fit's
+        # spread at any utilisation, so it does not set the intervals' width.
+        steady = np.array([not q.transient for q in points], dtype=bool)
+        if steady.any():
+            rel, util = rel[steady], util[steady]
     edges = (*BAND_EDGES, math.inf)
     bands: list[tuple[float, list[float]]] = []
     pending: list[float] = []
@@ -262,6 +294,7 @@ def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarr
         err = lat / measured - 1.0
         batch_err = batch_predicted / measured - 1.0
     iv = judged.intervals
+    below = lam < bracket(params.calibrated_range, k, p, g).ceiling
     runs: list[dict[str, Any]] = []
     for i, q in enumerate(points):
         lo = hi = None
@@ -284,6 +317,7 @@ def user_path(params: Params, points: Sequence[Point], batch_predicted: np.ndarr
             "interval_halfwidth": (float(iv.halfwidth[i]) if iv is not None
                                    and np.isfinite(iv.halfwidth[i]) else None),
             "transient": q.transient,
+            "below_measured_ceiling": bool(below[i]),
         })
     return {"summary": summarise(runs), "runs": runs}
 
@@ -322,6 +356,9 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     halves = [r["interval_halfwidth"] for r in valid if r["interval_halfwidth"] is not None]
     wrong = [r for r in valid if abs(r["error"]) > WRONG]
     low = [r for r in runs if r["concurrency"] is not None and r["concurrency"] <= 32]
+    steady = [r for r in valid if not r.get("transient")]
+    steady_errs = np.array([abs(r["error"]) for r in steady], dtype=float)
+    below = [r for r in runs if r.get("below_measured_ceiling", True)]
     return {
         "runs": len(runs),
         "valid": len(valid),
@@ -334,6 +371,20 @@ def summarise(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
             {"source": r["source"], "concurrency": r["concurrency"], "k": r["k"],
              "error": r["error"], "transient": bool(r.get("transient"))} for r in wrong],
         "transient_runs": sum(bool(r.get("transient")) for r in runs),
+        # The steady runs (not transient) apart: the figures a steady load is promised.
+        "steady_runs": sum(not r.get("transient") for r in runs),
+        "valid_steady": len(steady),
+        "mape_valid_steady": float(steady_errs.mean()) if steady_errs.size else None,
+        "steady_valid_off_by_more_than_15pct": [
+            {"source": r["source"], "concurrency": r["concurrency"], "k": r["k"],
+             "error": r["error"]} for r in wrong if not r.get("transient")],
+        # The share of valid over the runs below their curve's measured ceiling, where
+        # latency is a function of the arrival rate (at or past it, `saturated` is the
+        # answer).
+        "runs_below_measured_ceiling": len(below),
+        "valid_below_measured_ceiling": sum(r["valid"] for r in below),
+        "valid_share_below_measured_ceiling": (sum(r["valid"] for r in below) / len(below)
+                                               if below else None),
         "valid_at_concurrency_le_32": sum(r["valid"] for r in low),
         "runs_at_concurrency_le_32": len(low),
         "interval_coverage": float(np.mean(covered)) if covered else None,

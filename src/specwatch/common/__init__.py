@@ -4,7 +4,10 @@ the strict YAML schema checker that both config files use.
 Owns: ``errors`` (SpecwatchError, ConfigError: one message, an exit code), ``redact`` (log
 filter that hides every registered secret), ``schema`` (read a YAML file, check it against
 typed keys, point at the file and key on error), ``bundle`` (where the mixin sources, generated
-rules and dashboards and the examples are: the copy packaged in the wheel, or the checkout).
+rules and dashboards and the examples are: the copy packaged in the wheel, or the checkout),
+``acceptance`` (E(α, k) of the i.i.d. acceptance model and its inverse, shared by the poll
+path and the latency model).
 
-May import: the standard library and PyYAML only. Everything else in specwatch may import it.
+May import: the standard library, PyYAML and numpy only. Everything else in specwatch may
+import it.
 """

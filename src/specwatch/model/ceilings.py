@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,8 +35,9 @@ from specwatch.model.costs import throughput_ceiling
 from specwatch.model.observed import CalibratedRange, MeasuredCeiling
 from specwatch.model.params import Params
 
-__all__ = ["LENGTH_TOLERANCE", "breakeven", "breakeven_interval", "ceiling_rate", "sd_ceiling",
-           "sd_ceiling_interval", "sd_throughput_ceiling", "top_rate"]
+__all__ = ["LENGTH_TOLERANCE", "RATE_TOLERANCE", "Bracket", "bracket", "breakeven",
+           "breakeven_interval", "ceiling_rate", "sd_ceiling", "sd_ceiling_interval",
+           "sd_throughput_ceiling", "top_rate"]
 
 #: A prediction lies on a measured curve when its mean prompt and generation tokens are both
 #: within this fraction of the curve's (the same workload).
@@ -72,6 +74,60 @@ def top_rate(cal: CalibratedRange | None, k: ArrayLike, p: ArrayLike,
     """The highest rate (req/s) a measured curve of each (k, p, g) was served at (k = 0: no
     SD; `CalibratedRange.curve_tops`); 0 where no recorded curve has that k and lengths."""
     return _on_curves(cal.curve_tops if cal is not None else (), k, p, g, 0.0, np.maximum)
+
+
+#: How far above a recorded top rate (relative) the run that measured it can read: a
+#: benchmark report's request throughput is rounded (2 decimals in vllm bench serve) and
+#: computed its own way (the public sweep's req_tp is up to 0.2% above the rate calibrate
+#: records for the same run), so "at or below the top" allows this much. Kept small: a
+#: plateau run can come at nearly a top's rate with twice its latency.
+RATE_TOLERANCE = 0.005
+
+
+@dataclass(frozen=True)
+class Bracket:
+    """What the measured curves say about the curve each (k, p, g) lies on (arrays).
+
+    For a k measured on that workload: its own curve. For a k not measured there but lying
+    between two k that were (`interpolated`): the lower top and the lower ceiling of the two
+    nearest, and a rising top only where both tops rose. `top` is the highest rate served
+    (0: no curve), `rising_top` that rate where the top run was on its rising branch
+    (`CurveTop.rising`; 0 otherwise), `ceiling` the lowest measured ceiling (+inf: none)."""
+
+    interpolated: np.ndarray
+    top: np.ndarray
+    rising_top: np.ndarray
+    ceiling: np.ndarray
+
+
+def _rising(out: np.ndarray, rate: float) -> np.ndarray:
+    return np.maximum(out, rate)
+
+
+def bracket(cal: CalibratedRange | None, k: ArrayLike, p: ArrayLike, g: ArrayLike) -> Bracket:
+    """The curve each (k, p, g) lies on, measured or between two measured k (`Bracket`)."""
+    kk, pp, gg = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, p, g)))
+    tops = cal.curve_tops if cal is not None else ()
+    top = top_rate(cal, kk, pp, gg)
+    rising = _on_curves([t for t in tops if t.rising], kk, pp, gg, 0.0, _rising)
+    ceiling = ceiling_rate(cal, kk, pp, gg)
+    lo = np.full(kk.shape, -np.inf)
+    hi = np.full(kk.shape, np.inf)
+    for t in tops:
+        same = _near(pp, t.prompt_tokens) & _near(gg, t.generation_tokens) & (t.k > 0)
+        lo = np.where(same & (t.k < kk) & (t.k > lo), t.k, lo)
+        hi = np.where(same & (t.k > kk) & (t.k < hi), t.k, hi)
+    interp = (top == 0) & (kk > 0) & np.isfinite(lo) & np.isfinite(hi)
+    if not np.any(interp):
+        return Bracket(interp, top, rising, ceiling)
+    k_lo, k_hi = np.where(interp, lo, np.nan), np.where(interp, hi, np.nan)
+    top_b = np.minimum(top_rate(cal, k_lo, pp, gg), top_rate(cal, k_hi, pp, gg))
+    rose = (_on_curves([t for t in tops if t.rising], k_lo, pp, gg, 0.0, _rising) > 0) \
+        & (_on_curves([t for t in tops if t.rising], k_hi, pp, gg, 0.0, _rising) > 0)
+    ceiling_b = np.minimum(ceiling_rate(cal, k_lo, pp, gg), ceiling_rate(cal, k_hi, pp, gg))
+    return Bracket(interp, np.where(interp, top_b, top),
+                   np.where(interp, np.where(rose, top_b, 0.0), rising),
+                   np.where(interp, ceiling_b, ceiling))
 
 
 def _sd_cap(params: Params, k: np.ndarray, p: np.ndarray, g: np.ndarray) -> np.ndarray:

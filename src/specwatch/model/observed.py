@@ -55,7 +55,16 @@ class MeasuredCeiling:
 class CurveTop(MeasuredCeiling):
     """The highest arrival rate one measured curve (k on one workload, measured at two load
     levels or more) was served at: the server has no ceiling below it, so a latency at a
-    clearly lower rate lies between that curve's runs (the same fields as a ceiling)."""
+    clearly lower rate lies between that curve's runs (the same fields as a ceiling).
+
+    `rising`: the step into the top run still raised throughput nearly as much as requests
+    in flight (calibrate's `RISING_ELASTICITY`), so the top run was not at the curve's
+    ceiling and a latency at or below its rate is vouched for by the runs up to it."""
+
+    rising: bool = False
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {**super().to_mapping(), **({"rising": True} if self.rising else {})}
 
 
 _Rate = TypeVar("_Rate", bound=MeasuredCeiling)
@@ -212,15 +221,23 @@ def _curve_rates(ctx: Ctx, path: tuple[str | int, ...], raw: Any,
     if not isinstance(raw, list):
         raise ctx.fail(path, f"expected a list of curves, got {raw!r}")
     names = ("k", "prompt_tokens", "generation_tokens", "arrival_rate")
+    allowed = (*names, "rising") if cls is CurveTop else names
     out = []
     for i, item in enumerate(raw):
-        cm = mapping(ctx, (*path, i), item, names, names)
+        cm = mapping(ctx, (*path, i), item, allowed, names)
+        extra: dict[str, Any] = {}
+        if cm.get("rising") is not None:
+            if not isinstance(cm["rising"], bool):
+                raise ctx.fail((*path, i, "rising"), f"expected true or false, got "
+                               f"{cm['rising']!r}")
+            extra["rising"] = cm["rising"]
         out.append(cls(
             k=integer(ctx, (*path, i, "k"), cm["k"], 0, 64),
             prompt_tokens=count(ctx, (*path, i, "prompt_tokens"), cm["prompt_tokens"], "tokens"),
             generation_tokens=count(ctx, (*path, i, "generation_tokens"),
                                      cm["generation_tokens"], "tokens"),
-            arrival_rate=count(ctx, (*path, i, "arrival_rate"), cm["arrival_rate"], "req/s")))
+            arrival_rate=count(ctx, (*path, i, "arrival_rate"), cm["arrival_rate"], "req/s"),
+            **extra))
     return tuple(out)
 
 def read_server_capacity(ctx: Ctx, value: Any) -> ServerCapacity:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specwatch.model.ceilings import ceiling_rate, top_rate
+from specwatch.model.ceilings import RATE_TOLERANCE, bracket
 from specwatch.model.closed_form import Prediction, Reason, predict
 from specwatch.model.coefficients import ArrayLike, MoECoefficients
 from specwatch.model.observed import CalibratedRange
@@ -100,13 +100,16 @@ def range_reasons(
     arrival_rate: float,
     in_flight: float | None,
     draft_length: float,
+    prompt_tokens: float | None = None,
+    generation_tokens: float | None = None,
 ) -> list[str]:
     """Reasons a point lies outside the calibrated range (empty when inside or unknown).
 
     `in_flight` is the batch B = λ·L the model predicts (None when it has no fixed point: the
     saturation reason covers that). A file without `calibrated_range` (written before it
     existed, or by hand) cannot be judged: no reason, and `--json` says `calibrated_range:
-    null` so the caller sees that nothing was checked.
+    null` so the caller sees that nothing was checked. With the mean lengths, a k between
+    two k measured on that workload is not `extrapolated_k` (`ceilings.bracket`).
     """
     if calibrated is None:
         return []
@@ -133,7 +136,9 @@ def range_reasons(
     if over_rate or over_batch or over_tokens or over_headroom:
         out.append(BEYOND_CALIBRATED_LOAD)
     k = float(draft_length)
-    if k != 0 and not any(abs(k - m) < 1e-9 for m in calibrated.draft_lengths):
+    between = prompt_tokens is not None and generation_tokens is not None and bool(
+        bracket(calibrated, k, prompt_tokens, generation_tokens).interpolated)
+    if k != 0 and not between and not any(abs(k - m) < 1e-9 for m in calibrated.draft_lengths):
         out.append(EXTRAPOLATED_K)
     return out
 
@@ -242,6 +247,10 @@ def assess(
     if unc is not None and not isinstance(coef, MoECoefficients):
         ivals = intervals(coef, unc, lam, kk, ee, pp, gg, pred.sd.latency, pred.nosd.latency,
                           pred.sd.utilization, pred.nosd.utilization)
+        if params.calibrated_range is not None:
+            between = bracket(params.calibrated_range, kk, pp, gg).interpolated
+            if np.any(between):
+                ivals = _widened(ivals, pred, between)
         limit = unc.max_relative_halfwidth if max_halfwidth is None else float(max_halfwidth)
         with np.errstate(invalid="ignore"):
             wide_sd = ivals.halfwidth > limit
@@ -267,6 +276,28 @@ def assess(
                       valid_sd, valid_nosd)
 
 
+#: An unmeasured k between two measured ones is judged by no run of its own: its error is
+#: that of the fit at either neighbour's curve and the difference the model draws between
+#: them, two independent misfits of the same spread, so its interval is √2 times as wide.
+INTERPOLATION_WIDENING = float(np.sqrt(2.0))
+
+
+def _widened(iv: Intervals, pred: Prediction, where: np.ndarray) -> Intervals:
+    """The SD latency's and the speedup's intervals widened by INTERPOLATION_WIDENING
+    around their point values where `where` (an interpolated k)."""
+    w = np.where(where, INTERPOLATION_WIDENING, 1.0)
+    point = pred.sd.latency
+    with np.errstate(invalid="ignore", divide="ignore"):
+        s = pred.nosd.latency / point
+        lo, hi = iv.latency_sd
+        s_lo, s_hi = iv.speedup
+        return Intervals(
+            latency_sd=(np.maximum(point - w * (point - lo), 0.0), point + w * (hi - point)),
+            latency_nosd=iv.latency_nosd,
+            speedup=(np.maximum(s - w * (s - s_lo), 0.0), s + w * (s_hi - s)),
+            halfwidth=iv.halfwidth * w, halfwidth_nosd=iv.halfwidth_nosd)
+
+
 def _range_flags(cal: CalibratedRange, pred: Prediction, lam: np.ndarray, kk: np.ndarray,
                  pp: np.ndarray, gg: np.ndarray, in_flight: np.ndarray,
                  in_flight_nosd: np.ndarray
@@ -286,13 +317,18 @@ def _range_flags(cal: CalibratedRange, pred: Prediction, lam: np.ndarray, kk: np
             beyond_sd |= pred.sd.utilization > top
             beyond_nosd |= pred.nosd.utilization > top
         past_sd, past_nosd = _past_headroom(cal, in_flight, in_flight_nosd, kk)
-        # Clearly below the top rate a curve of the same k and lengths was served at, the
-        # latency lies between that curve's runs: no knee or capacity can be just beyond.
-        past_sd &= lam * f > top_rate(cal, kk, pp, gg)
-        past_nosd &= lam * f > top_rate(cal, 0.0, pp, gg)
+        # Clearly below the top rate a curve of the same k and lengths was served at (or the
+        # lower top of the two measured k an unmeasured k lies between), the latency lies
+        # between that curve's runs: no knee or capacity can be just beyond. At or below a
+        # top run that was still on its rising branch, that run itself shows the headroom.
+        sd, nosd = bracket(cal, kk, pp, gg), bracket(cal, 0.0, pp, gg)
+        at_or_below = 1.0 + RATE_TOLERANCE
+        past_sd &= (lam * f > sd.top) & (lam > sd.rising_top * at_or_below)
+        past_nosd &= (lam * f > nosd.top) & (lam > nosd.rising_top * at_or_below)
     measured = np.array(cal.draft_lengths, dtype=float)
-    new_k = (kk != 0) & ~np.any(np.abs(kk[..., None] - measured) < 1e-9, axis=-1)
-    at_ceiling = lam >= ceiling_rate(cal, kk, pp, gg)
+    new_k = (kk != 0) & ~np.any(np.abs(kk[..., None] - measured) < 1e-9, axis=-1) \
+        & ~sd.interpolated
+    at_ceiling = lam >= sd.ceiling
     return beyond_sd | past_sd, beyond_nosd | past_nosd, new_k, at_ceiling
 
 
@@ -327,13 +363,49 @@ def vouched(params: Params, arrival_rate: ArrayLike, k: ArrayLike, e: ArrayLike,
     """Whether a chosen draft length (k = 0: SD off; -1: no choice) is vouched for at each λ:
     its prediction passes every rule of `assess`. The best k and the static k a what-if
     command recommends are shown only where this holds, so a recommendation never points at
-    a prediction the same command declines (a `sensitive` column, say)."""
+    a prediction the same command declines (a `sensitive` column, say).
+
+    An SD k whose own latency is vouched for, at a load past every no-SD run (no SD's
+    latency there only `beyond_calibrated_load`), is vouched for as the choice when SD is
+    faster than no SD was at the top of its own measured curve: latency grows with load, so
+    no SD at λ is slower still (`_faster_than_nosd_at_its_top`)."""
     kk = np.asarray(k, dtype=float)
     chosen = kk >= 0
     judged = assess(params, arrival_rate, np.where(chosen, kk, 0.0),
                     np.where(kk > 0, e, 1.0), p, g, max_utilization=max_utilization,
                     max_halfwidth=max_halfwidth)
-    return judged.valid & chosen
+    ok = judged.valid & chosen
+    only_nosd_beyond = np.array([r == [BEYOND_CALIBRATED_LOAD] for r in judged.reasons_nosd],
+                                dtype=bool).reshape(ok.shape)
+    open_ = ~ok & (kk > 0) & judged.valid_sd & only_nosd_beyond
+    if np.any(open_):
+        ok = ok | (open_ & _faster_than_nosd_at_its_top(
+            params, judged, arrival_rate, p, g, max_utilization, max_halfwidth))
+    return ok
+
+
+def _faster_than_nosd_at_its_top(params: Params, judged: Assessment, arrival_rate: ArrayLike,
+                                 p: ArrayLike, g: ArrayLike, max_utilization: float | None,
+                                 max_halfwidth: float | None) -> np.ndarray:
+    """Where SD's latency (the upper end of its interval) lies below no SD's (the lower end)
+    at the top rate of no SD's measured curve of the same workload, that top is below λ, and
+    no SD's latency there is vouched for."""
+    cal = params.calibrated_range
+    shape = judged.valid.shape
+    if cal is None:
+        return np.zeros(shape, dtype=bool)
+    lam, pp, gg = (np.broadcast_to(np.asarray(x, dtype=float), shape) for x in
+                   (arrival_rate, p, g))
+    top = bracket(cal, 0.0, pp, gg).top
+    at_top = assess(params, np.where(top > 0, top, 0.0), 0.0, 1.0, pp, gg,
+                    max_utilization=max_utilization, max_halfwidth=max_halfwidth)
+    sd_hi = judged.prediction.sd.latency
+    nosd_lo = at_top.prediction.sd.latency
+    if judged.intervals is not None and at_top.intervals is not None:
+        sd_hi = judged.intervals.latency_sd[1]
+        nosd_lo = at_top.intervals.latency_sd[0]
+    with np.errstate(invalid="ignore"):
+        return (top > 0) & (top < lam) & at_top.valid_sd & (sd_hi < nosd_lo)
 
 
 def figure_reasons(params: Params, rate: float | None, k: float, e: float, p: float, g: float,
@@ -346,6 +418,6 @@ def figure_reasons(params: Params, rate: float | None, k: float, e: float, p: fl
     if rate is None or not np.isfinite(rate) or cal is None:
         return []
     if at_ceiling:
-        return range_reasons(cal, rate, None, k)
+        return range_reasons(cal, rate, None, k, p, g)
     names = assess(params, rate, k, e, p, g, max_utilization=1.0).names()
     return [n for n in names if n in (BEYOND_CALIBRATED_LOAD, EXTRAPOLATED_K)]

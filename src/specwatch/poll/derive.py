@@ -33,6 +33,7 @@ from itertools import accumulate
 
 import numpy as np
 
+from specwatch.common.acceptance import solve_token_acceptance_probability
 from specwatch.poll import lazywindow, sources
 from specwatch.poll.formulas import (
     SAMPLE_BUCKETS,
@@ -43,7 +44,6 @@ from specwatch.poll.formulas import (
     draft_length_independent_alpha,
     sglang_acceptance_length,
     sglang_acceptance_rate,
-    solve_token_acceptance_probability,
 )
 from specwatch.poll.ring import UNKNOWN, HistoryRing, ModelHistory
 from specwatch.poll.samples import sglang_proposed_per_verify

@@ -1,16 +1,16 @@
 """The speculative-decoding formulas of the poll path, on plain numbers.
 
-Owns: the acceptance rate and length (vLLM's counters and SGLang's), E(α, k) of the i.i.d.
-model and its inverse (the α solver), the buckets of the per-poll acceptance-rate samples,
-and the quantile of cumulative histogram buckets. Every function is pure and scalar; the
-callers decide when a denominator is usable and pass increases of counters.
+Owns: the acceptance rate and length (vLLM's counters and SGLang's), the buckets of the
+per-poll acceptance-rate samples, and the quantile of cumulative histogram buckets. Every
+function is pure and scalar; the callers decide when a denominator is usable and pass
+increases of counters.
 
 Invariants: ratios are clamped into [0, 1]; a NaN input gives NaN (or None where the
 docstring says so), never an exception.
 
 May import: the standard library only (a leaf: history, derive and the plug-ins use it).
-The latency model's vectorised E(α, k) (:mod:`specwatch.model.acceptance`) is a separate
-numpy implementation with its own NaN rules; the poll path may not import the model.
+E(α, k) and its inverse (the α solver) live in :mod:`specwatch.common.acceptance`, the one
+definition the poll path and the latency model share.
 """
 
 from __future__ import annotations
@@ -70,43 +70,6 @@ def acceptance_heterogeneity(p0: float, p1: float) -> float:
     accepted whenever the first is.
     """
     return clamp01((p1 - p0 * p0) / (p0 * (1.0 - p0)))
-
-
-def expected_acceptance_length(alpha: float, k: float) -> float:
-    """E(α, k) = (1 − α^(k+1)) / (1 − α) under the i.i.d. model (k + 1 at α = 1)."""
-    if alpha >= 1.0:
-        return k + 1.0
-    return (1.0 - alpha ** (k + 1.0)) / (1.0 - alpha)
-
-
-#: The bisection's half-widths 2^-1 .. 2^-50, and the midpoint offset of its last bracket.
-_BISECTION_STEPS: tuple[float, ...] = tuple(2.0 ** -i for i in range(1, 51))
-_BISECTION_HALF_WIDTH = 2.0 ** -51
-
-
-def solve_token_acceptance_probability(e: float, k: float) -> float | None:
-    """The α with E(α, k) = e, by bisection (E is increasing in α on [0, 1]).
-
-    Returns 0 for e <= 1 and 1 for e >= k + 1; None when k is not positive.
-    """
-    if not (k > 0) or not math.isfinite(e):
-        return None
-    if e <= 1.0:
-        return 0.0
-    if e >= k + 1.0:
-        return 1.0
-    lo = 0.0
-    kp1 = k + 1.0
-    # Bisection of [0, 1] down to a width of 2^-50 (the first width <= 1e-15): the bounds
-    # are multiples of the width, so every midpoint is exact and never reaches 1, and the
-    # loop always takes these 50 steps. Each midpoint is lo + step (the midpoint of
-    # [lo, lo + 2 step]); E(mid, k) is written out without its α >= 1 branch, which no
-    # midpoint takes.
-    for step in _BISECTION_STEPS:
-        mid = lo + step
-        if (1.0 - mid ** kp1) / (1.0 - mid) < e:
-            lo = mid
-    return lo + _BISECTION_HALF_WIDTH
 
 
 #: The ``method`` label of the draft-length-independent α (:func:`draft_length_independent_alpha`).

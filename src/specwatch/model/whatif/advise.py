@@ -356,7 +356,8 @@ def sd_off_above_rate(st: Setup) -> float | None:
     scan = np.linspace(0.0, lam_top, SCHEDULE_GRID)
     scan_best = optimal_draft_length(model, scan, p=st.p, g=st.g, k_max=st.k_max,
                                      max_utilization=st.ceiling, **st.acc.optimal_kwargs())
-    served = scan < ceilings.ceiling_rate(st.params.calibrated_range, scan_best.k, st.p, st.g)
+    served = scan < ceilings.bracket(st.params.calibrated_range, scan_best.k, st.p,
+                                     st.g).ceiling
     return common.sd_off_above(scan, np.where(served, scan_best.k, 0), scan_best.valid)
 
 
@@ -413,7 +414,8 @@ def _summary(st: Setup, grid: Grid, choice: Choice, sched: Schedule, per_q: dict
         # The loads advised on, judged against the calibrated range (empty: all inside).
         "validity_reasons": sorted({
             r for lam in st.rates.values()
-            for r in validity.range_reasons(params.calibrated_range, lam, None, static_k)
+            for r in validity.range_reasons(params.calibrated_range, lam, None, static_k,
+                                            st.p, st.g)
         }) or ([validity.NO_CALIBRATED_RANGE] if params.calibrated_range is None else []),
     }
 
