@@ -264,7 +264,10 @@ def test_low_acceptance_alert_goes_pending_only_in_the_low_phase(live: Any) -> N
 
 
 VARIABLES = {"datasource": "prometheus", "job": "specwatch", "vllm_job": "vllm",
-             "target": ".+", "model_name": ".+", "window": "1m", "__rate_interval": "5s"}
+             "vllm_instance": ".+", "engine": ".+", "target": ".+", "model_name": ".+",
+             "window": "1m", "__rate_interval": "5s",
+             # Unresolved quantile bounds shown, so that every quantile query has data.
+             "quantile_bounds": "1"}
 
 
 def substitute(expr: str) -> str:
