@@ -294,6 +294,11 @@ def test_every_dashboard_query_and_variable_returns_data(live: Any) -> None:
                 continue
             if where.endswith("annotation 'model invalid'"):
                 continue  # only invalid predictions; a healthy run rightly has none
+            if re.search(r'window="(5m|15m)"', expr):
+                # A panel pinned to its rule's window (bimodality 15m, model error 5m): the
+                # exporter publishes a window only once its history covers it, and this run
+                # lasts about 3 minutes.
+                continue
             checked += 1
             if not result:
                 empty.append(where)
