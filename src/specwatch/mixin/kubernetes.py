@@ -144,15 +144,11 @@ def manifests(files: Mapping[str, str], header: str) -> dict[str, str]:
     resources_: list[str] = []
     rules = sorted(rel for rel in files if re.fullmatch(r"alerts/[^/]+\.yaml", rel))
     dashboards = sorted(rel for rel in files if re.fullmatch(r"dashboards/[^/]+\.json", rel))
-    for rel in rules:
-        obj = prometheus_rule(rel, files[rel])
-        name = f"prometheusrule-{obj['metadata']['name']}.yaml"
-        check(obj, name)
-        out[name] = header.format(source=rel) + dump([obj])
-        resources_.append(name)
-    for rel in dashboards:
-        obj = dashboard_configmap(rel, files[rel])
-        name = f"configmap-{obj['metadata']['name']}.yaml"
+    kinds = [*((rel, prometheus_rule, "prometheusrule") for rel in rules),
+             *((rel, dashboard_configmap, "configmap") for rel in dashboards)]
+    for rel, build, prefix in kinds:
+        obj = build(rel, files[rel])
+        name = f"{prefix}-{obj['metadata']['name']}.yaml"
         check(obj, name)
         out[name] = header.format(source=rel) + dump([obj])
         resources_.append(name)
