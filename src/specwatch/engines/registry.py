@@ -94,6 +94,14 @@ def by_kind(kind: str) -> Engine | None:
     return _engines.get(kind)
 
 
+def get(kind: str) -> Engine:
+    """The engine of ``kind``; KeyError when none is registered."""
+    found = by_kind(kind)
+    if found is None:
+        raise KeyError(f"no engine of kind {kind!r} is registered")
+    return found
+
+
 def families() -> tuple[str, ...]:
     """The ``engine:`` values a target may name, in order (without "auto")."""
     return tuple(dict.fromkeys(e.family for e in engines()))
