@@ -66,7 +66,8 @@ KvCache = tuple[float | None, float | None, float | None]
 @dataclass(frozen=True)
 class Histogram:
     """A latency histogram an engine writes: the canonical bucket signal, the engine's family
-    (without ``_bucket``) and its bucket upper bounds (+Inf left out), from the engine's source."""
+    (without ``_bucket``) and its bucket upper bounds (+Inf left out), from the engine's source;
+    ``()`` where they differ across the versions the module covers (the page's are read)."""
 
     signal: str
     family: str
@@ -154,6 +155,9 @@ class Engine:
     #: Counters the engine registers only when speculative decoding is configured: one on
     #: a page says SD is on, whatever the traffic.
     sd_counters: frozenset[str] = frozenset()
+    #: Sample names the mixin's dashboards and rules read straight from the engine beyond
+    #: the ones above (panels of the engine's own state: KV-cache usage, queue time...).
+    shown: frozenset[str] = frozenset()
     capabilities: Capabilities = Capabilities(False, None, False, False)
 
     def recognises(self, page: PageView) -> bool:
@@ -172,6 +176,10 @@ class Engine:
         gauges (the denominator of an acceptance rate read from verify calls); None: not
         this engine's reading."""
         return None
+
+    def names(self) -> frozenset[str]:
+        """Every sample name of this engine that specwatch reads or shows."""
+        return frozenset({*self.counters, *self.gauges, *self.infos, *self.shown})
 
     def metric(self, signal: str) -> str:
         """The engine's sample name of a canonical counter, gauge or info signal."""

@@ -44,12 +44,14 @@ ENGINE = register(VllmV0(
     infos={vllm_v1.CACHE_CONFIG_INFO: vllm_v1.CACHE_INFO},
     max_gauges=frozenset({base.INTERVAL_ACCEPTANCE_RATE, base.INTERVAL_EFFICIENCY}),
     sd_counters=frozenset({base.DRAFT_TOKENS, base.ACCEPTED_TOKENS, base.EMITTED_TOKENS}),
+    shown=frozenset({"vllm:gpu_cache_usage_perc", "vllm:num_preemptions_total",
+                     *(f"vllm:time_per_output_token_seconds_{suffix}"
+                       for suffix in ("bucket", "count", "sum"))}),
+    # The bucket bounds grew across v0's releases (0.4's e2e histogram stops at 60 s).
     capabilities=Capabilities(
         per_position=False, configured_k=None, acceptance_length=False, kv_capacity=True,
         histograms=(
-            Histogram(base.E2E_LATENCY_BUCKET, "vllm:e2e_request_latency_seconds",
-                      vllm_v1.E2E_BUCKETS),
-            Histogram(base.TTFT_BUCKET, "vllm:time_to_first_token_seconds",
-                      vllm_v1.TTFT_BUCKETS),
+            Histogram(base.E2E_LATENCY_BUCKET, "vllm:e2e_request_latency_seconds", ()),
+            Histogram(base.TTFT_BUCKET, "vllm:time_to_first_token_seconds", ()),
         )),
 ))

@@ -55,6 +55,17 @@ CACHE_CONFIG_LABELS = ("engine", "kv_cache_size_tokens", "num_gpu_blocks", "bloc
 SD_COUNTERS = frozenset({base.DRAFTS, base.DRAFT_TOKENS, base.ACCEPTED_TOKENS,
                          base.ACCEPTED_PER_POSITION})
 
+#: Read by the dashboards only; vLLM before 0.11 wrote the KV-cache usage and the time per
+#: output token under older names (vLLM's v1 metrics migration renamed them), read as a
+#: fallback.
+SHOWN = frozenset({
+    "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_preemptions_total",
+    *(f"{family}_{suffix}" for family in (
+        "vllm:request_queue_time_seconds", "vllm:request_time_per_output_token_seconds",
+        "vllm:time_per_output_token_seconds") for suffix in ("bucket", "count", "sum")),
+    "vllm:inter_token_latency_seconds_count", "vllm:inter_token_latency_seconds_sum",
+})
+
 #: Bucket upper bounds (vLLM 0.32, ``vllm/v1/metrics/loggers.py``; the recorded pages).
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
                120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
@@ -81,7 +92,7 @@ CACHE_INFO = CacheInfo(labels=CACHE_CONFIG_LABELS, state=kv_cache)
 ENGINE = register(Engine(
     kind="vllm", family="vllm", versions="0.8.3 to 0.33", prefix=PREFIX, order=20,
     counters=COUNTERS, gauges=GAUGES, infos={CACHE_CONFIG_INFO: CACHE_INFO},
-    sd_counters=SD_COUNTERS,
+    sd_counters=SD_COUNTERS, shown=SHOWN,
     capabilities=Capabilities(
         per_position=True, configured_k="positions", acceptance_length=True, kv_capacity=True,
         histograms=(
