@@ -152,6 +152,9 @@ class Engine:
     infos: Mapping[str, CacheInfo] = field(default_factory=dict)
     #: Gauges that state a configuration, the same on every rank: aggregated with max.
     max_gauges: frozenset[str] = frozenset()
+    #: Labels of the ranks of one replica that all write its scheduler gauges: only the
+    #: series whose rank labels are all "0" (or absent) carry the replica's count.
+    rank_labels: tuple[str, ...] = ()
     #: Counters the engine registers only when speculative decoding is configured: one on
     #: a page says SD is on, whatever the traffic.
     sd_counters: frozenset[str] = frozenset()

@@ -143,6 +143,11 @@ def max_gauges() -> frozenset[str]:
     return frozenset().union(*(e.max_gauges for e in engines()))
 
 
+def rank_labels() -> tuple[str, ...]:
+    """Every engine's replica rank labels (each once, in order)."""
+    return tuple(dict.fromkeys(label for e in engines() for label in e.rank_labels))
+
+
 def k_gauges() -> frozenset[str]:
     """Canonical gauges that state the configured k (engines with ``configured_k="gauge"``)."""
     return frozenset(SPEC_STEPS for e in engines() if e.capabilities.configured_k == "gauge")

@@ -78,6 +78,7 @@ ENGINE = register(SGLang(
     kind="sglang", family="sglang", versions="0.5.x", prefix=PREFIX, order=30,
     counters=COUNTERS, gauges=GAUGES,
     max_gauges=frozenset({base.SPEC_STEPS, base.SPEC_DRAFT_TOKENS}),
+    rank_labels=("tp_rank", "pp_rank"),
     capabilities=Capabilities(
         per_position=False, configured_k="gauge", acceptance_length=True, kv_capacity=False,
         histograms=(

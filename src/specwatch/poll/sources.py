@@ -455,16 +455,16 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
     k, the engine kind (``saw``: is a prefix on a sample line?)."""
     if invalid:
         counters = {k: v for k, v in counters.items() if k not in invalid}
-    max_gauges, k_gauges = _gauge_rules(registry.generation())
+    max_gauges, k_gauges, rank_labels = _gauge_rules(registry.generation())
     gauges: dict[tuple[str, str], float] = {}
     for (model, sig, identity), value in gauge_series.items():
         ident = dict(identity)
         if sig in max_gauges:
             gauges[(model, sig)] = max(value, gauges.get((model, sig), -math.inf))
             continue
-        # Engines that report scheduler gauges on every tensor/pipeline rank of a replica
-        # carry the replica's count on rank 0 only; one series per engine is summed.
-        if ident.get("tp_rank", "0") != "0" or ident.get("pp_rank", "0") != "0":
+        # Engines that report scheduler gauges on every rank of a replica carry the
+        # replica's count on rank 0 only; one series per engine is summed.
+        if any(ident.get(label, "0") != "0" for label in rank_labels):
             continue
         gauges[(model, sig)] = gauges.get((model, sig), 0.0) + value
 
@@ -488,9 +488,10 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
 
 
 @functools.cache
-def _gauge_rules(generation: int) -> tuple[frozenset[str], frozenset[str]]:
-    """The gauges aggregated with max, and those stating the configured k."""
-    return registry.max_gauges(), registry.k_gauges()
+def _gauge_rules(generation: int
+                 ) -> tuple[frozenset[str], frozenset[str], tuple[str, ...]]:
+    """The gauges aggregated with max, those stating the configured k, the rank labels."""
+    return registry.max_gauges(), registry.k_gauges(), registry.rank_labels()
 
 
 def source_metric_names(engine: str = "auto") -> frozenset[str]:
