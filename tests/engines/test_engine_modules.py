@@ -61,6 +61,22 @@ def test_each_engine_recognises_its_pages(kind: str) -> None:
         assert on_page & set(engine.counters) <= sources.source_metric_names(engine.family)
 
 
+@pytest.mark.parametrize("kind", sorted(PAGES))
+def test_the_stated_capabilities_are_what_the_pages_give(kind: str) -> None:
+    """The acceptance reading's counters, per-position counters and configured k are on the
+    engine's pages exactly when the module says so; a page stating a KV capacity is from an
+    engine that declares it (the constructed pages leave the info series out)."""
+    caps = registry.get(kind).capabilities
+    for path in PAGES[kind]:
+        page = sources.parse_page(path.read_text(), "auto")
+        signals = {sig for _, sig, _ in page.counters}
+        assert caps.acceptance is not None
+        assert base.ACCEPTANCE_READS[caps.acceptance] <= signals
+        assert (base.ACCEPTED_PER_POSITION in signals) == caps.per_position
+        assert bool(page.configured_k) == (caps.configured_k is not None)
+        assert page.server is None or caps.kv_capacity, path.name
+
+
 def test_vllm_v1_reads_names_its_pages_carry() -> None:
     on_pages = {name for path in V1_PAGES for name, _ in samples(path)}
     engine = registry.get("vllm")

@@ -59,6 +59,16 @@ INTERVAL_EFFICIENCY = "v0_efficiency"
 #: The engine's cache configuration (value 1, no ``model_name``): its KV-cache size.
 CACHE_CONFIG = "cache_config"
 
+#: Acceptance from draft and accepted token counters (and drafts, per position, if counted).
+BY_TOKENS = "tokens"
+#: Acceptance from verify calls: (generation tokens - finished requests) / verify calls.
+BY_VERIFY_CALLS = "verify_calls"
+#: The counters each acceptance reading needs on a page.
+ACCEPTANCE_READS: dict[str, frozenset[str]] = {
+    BY_TOKENS: frozenset({DRAFT_TOKENS, ACCEPTED_TOKENS}),
+    BY_VERIFY_CALLS: frozenset({VERIFY_CALLS, GENERATION_TOKENS, REQUESTS_FINISHED}),
+}
+
 #: (tokens, blocks, block size) one engine instance states about its KV cache; None: not stated.
 KvCache = tuple[float | None, float | None, float | None]
 
@@ -88,6 +98,10 @@ class Capabilities:
     #: The server's KV-cache size stated on the page.
     kv_capacity: bool
     histograms: tuple[Histogram, ...] = ()
+    #: How acceptance is read (:mod:`specwatch.poll.derive` takes the reading whose counters
+    #: a page has): :data:`BY_TOKENS` (draft and accepted token counters),
+    #: :data:`BY_VERIFY_CALLS` (verify calls, generation tokens, finished requests) or None.
+    acceptance: str | None = None
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ ENGINE = register(SGLang(
     rank_labels=("tp_rank", "pp_rank"),
     capabilities=Capabilities(
         per_position=False, configured_k="gauge", acceptance_length=True, kv_capacity=False,
-        histograms=(
+        acceptance=base.BY_VERIFY_CALLS, histograms=(
             Histogram(base.E2E_LATENCY_BUCKET, "sglang:e2e_request_latency_seconds",
                       E2E_BUCKETS),
             Histogram(base.TTFT_BUCKET, "sglang:time_to_first_token_seconds", TTFT_BUCKETS),

@@ -50,7 +50,7 @@ ENGINE = register(VllmV0(
     # The bucket bounds grew across v0's releases (0.4's e2e histogram stops at 60 s).
     capabilities=Capabilities(
         per_position=False, configured_k=None, acceptance_length=False, kv_capacity=True,
-        histograms=(
+        acceptance=base.BY_TOKENS, histograms=(
             Histogram(base.E2E_LATENCY_BUCKET, "vllm:e2e_request_latency_seconds", ()),
             Histogram(base.TTFT_BUCKET, "vllm:time_to_first_token_seconds", ()),
         )),

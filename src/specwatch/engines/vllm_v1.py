@@ -95,7 +95,7 @@ ENGINE = register(Engine(
     sd_counters=SD_COUNTERS, shown=SHOWN,
     capabilities=Capabilities(
         per_position=True, configured_k="positions", acceptance_length=True, kv_capacity=True,
-        histograms=(
+        acceptance=base.BY_TOKENS, histograms=(
             Histogram(base.E2E_LATENCY_BUCKET, "vllm:e2e_request_latency_seconds", E2E_BUCKETS),
             Histogram(base.TTFT_BUCKET, "vllm:time_to_first_token_seconds", TTFT_BUCKETS),
             Histogram(base.ITL_BUCKET, "vllm:inter_token_latency_seconds", ITL_BUCKETS),
