@@ -12,7 +12,6 @@ only.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -121,10 +120,13 @@ class PageView:
     a sample line (``saw``, remembered: a missing prefix costs a scan of the body) and which
     canonical signals it carries (computed on first use)."""
 
+    __slots__ = ("_saw", "_seen", "_signals", "_signals_of")
+
     def __init__(self, saw: Callable[[str], bool],
                  signals: Callable[[], frozenset[str]]) -> None:
         self._saw = saw
-        self._signals = signals
+        self._signals_of = signals
+        self._signals: frozenset[str] | None = None
         self._seen: dict[str, bool] = {}
 
     def saw(self, prefix: str) -> bool:
@@ -133,9 +135,12 @@ class PageView:
             found = self._seen[prefix] = self._saw(prefix)
         return found
 
-    @functools.cached_property
+    @property
     def signals(self) -> frozenset[str]:
-        return self._signals()
+        found = self._signals
+        if found is None:
+            found = self._signals = self._signals_of()
+        return found
 
 
 @dataclass(frozen=True)

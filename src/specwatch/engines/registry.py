@@ -26,6 +26,7 @@ _engines: dict[str, Engine] = {}
 _discovered = False
 _generation = 0
 _ordered: tuple[Engine, ...] | None = None  # engines(), kept until the registry changes
+_cache_infos: dict[str, CacheInfo] | None = None  # cache_infos(), likewise
 
 
 def _discover() -> None:
@@ -66,9 +67,9 @@ def unregister(kind: str) -> None:
 
 
 def _changed() -> None:
-    global _generation, _ordered
+    global _generation, _ordered, _cache_infos
     _generation += 1
-    _ordered = None
+    _ordered = _cache_infos = None
 
 
 def generation() -> int:
@@ -155,7 +156,12 @@ def k_gauges() -> frozenset[str]:
 
 def cache_infos() -> Mapping[str, CacheInfo]:
     """Canonical info signal -> how to read its series, over every engine."""
-    return {info.signal: info for e in engines() for info in e.infos.values()}
+    global _cache_infos
+    found = _cache_infos
+    if found is None:
+        found = _cache_infos = {info.signal: info for e in engines()
+                                for info in e.infos.values()}
+    return found
 
 
 def sd_configured(kind: str, sd_counters_present: bool, gauges: Mapping[str, float]

@@ -64,6 +64,7 @@ from specwatch.engines.base import (  # noqa: F401  (the canonical names, read t
     TTFT_SUM,
     VERIFY_CALLS,
     WAITING,
+    Engine,
     PageView,
 )
 from specwatch.poll.capacity import ServerCapacity, server_capacity
@@ -455,7 +456,7 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
     k, the engine kind (``saw``: is a prefix on a sample line?)."""
     if invalid:
         counters = {k: v for k, v in counters.items() if k not in invalid}
-    max_gauges, k_gauges, rank_labels = _gauge_rules(registry.generation())
+    max_gauges, k_gauges, rank_labels, engines = _page_rules(registry.generation())
     gauges: dict[tuple[str, str], float] = {}
     for (model, sig, identity), value in gauge_series.items():
         ident = dict(identity)
@@ -464,7 +465,7 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
             continue
         # Engines that report scheduler gauges on every rank of a replica carry the
         # replica's count on rank 0 only; one series per engine is summed.
-        if any(ident.get(label, "0") != "0" for label in rank_labels):
+        if rank_labels and any(ident.get(label, "0") != "0" for label in rank_labels):
             continue
         gauges[(model, sig)] = gauges.get((model, sig), 0.0) + value
 
@@ -477,7 +478,8 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
         return frozenset({k[1] for k in counters} | {s for _, s in gauges}
                          | {k[1] for k in invalid})
 
-    kind = registry.recognise(PageView(saw, signals))
+    view = PageView(saw, signals)
+    kind = next((e.kind for e in engines if e.recognises(view)), registry.UNKNOWN)
     server = server_capacity(infos)
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
                       configured_k=configured_k, process_start_time=process_start,
@@ -488,10 +490,12 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
 
 
 @functools.cache
-def _gauge_rules(generation: int
-                 ) -> tuple[frozenset[str], frozenset[str], tuple[str, ...]]:
-    """The gauges aggregated with max, those stating the configured k, the rank labels."""
-    return registry.max_gauges(), registry.k_gauges(), registry.rank_labels()
+def _page_rules(generation: int) -> tuple[frozenset[str], frozenset[str], tuple[str, ...],
+                                          tuple[Engine, ...]]:
+    """The gauges aggregated with max, those stating the configured k, the rank labels, and
+    the engines in recognition order (as :func:`specwatch.engines.registry.recognise`)."""
+    return (registry.max_gauges(), registry.k_gauges(), registry.rank_labels(),
+            registry.engines())
 
 
 def source_metric_names(engine: str = "auto") -> frozenset[str]:
