@@ -6,6 +6,7 @@ Protected behaviour: the poll path holds no engine knowledge of its own. The fak
 with labels of its own) lives in one module written to a temporary folder and imported
 there; only :func:`specwatch.engines.registry.register` connects it. Its pages go through
 the real pipeline (parse, history, derive) and collector, with the ``engine: auto`` setting,
+and through ``specwatch serve`` (its config, poller and HTTP endpoint),
 and every signal it allows is derived: acceptance rate and length, draft length, per-position
 rates, configured k, arrival rate, mean latency, the server's KV capacity, the SD-configured
 answer the controller reads. The values are computed here from the page's own numbers.
@@ -19,10 +20,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.pageserver import Page, PageSequenceServer
+from helpers.scrape import scrape
 
+from specwatch.app.serve import ServeApp
 from specwatch.engines import registry
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import derive, sources
+from specwatch.poll import config, derive, sources
 from specwatch.poll.pipeline import Pipeline, PollResult
 
 MODULE = '''
@@ -136,3 +140,28 @@ def test_a_fake_engine_is_a_setting_and_leaves_with_its_module(fake_engine) -> N
     registry.unregister("fakeserve")
     assert "fakeserve" not in registry.config_kinds()
     assert sources.parse_page(page(1, 3, 2, [1, 1, 0], 1, 1.0)).engine == "unknown"
+
+
+def test_specwatch_serve_exposes_a_fake_engines_signals(fake_engine) -> None:
+    first = page(100, 300, 180, [80, 60, 40], 10, 5.0)
+    second = page(1100, 3300, 1980, [880, 660, 440], 130, 65.0)
+    clock = [1000.0]
+    with PageSequenceServer([Page(first), Page(second)]) as server:
+        cfg = config.build_config(None, [f"fake={server.url}"], "127.0.0.1:0", 60.0)
+        app = ServeApp(cfg, clock=lambda: clock[0])
+        app.start(poll=False)
+        try:
+            host, port = app.web.address
+            for i, t in enumerate((1000.0, 1060.0)):
+                server.set_step(i)
+                clock[0] = t
+                assert app.poller.poll_now("fake").error_reason is None
+            series = scrape(f"http://{host}:{port}/metrics")
+        finally:
+            app.stop()
+    labels = frozenset({("model_name", MODEL), ("target", "fake"), ("window", "1m")})
+    assert series[("sd_acceptance_rate", labels)] == pytest.approx(0.6)
+    assert series[("sd_acceptance_length", labels)] == pytest.approx(2.8)
+    assert series[("sd_arrival_rate", labels)] == pytest.approx(2.0)
+    position = frozenset({*labels, ("position", "2")})
+    assert series[("sd_position_acceptance_rate", position)] == pytest.approx(0.4)
