@@ -84,6 +84,26 @@ class Histogram:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """One canonical series read from a sample family whose series do not map one to one:
+    a family that gives two signals (each drafted token per position, and their sum), one
+    series of a family (position 0's drafted tokens are the drafts), a label named otherwise
+    (the engine's position label), or a gauge whose value is in a label (a configuration
+    info series stating k).
+
+    ``where``: the labels a series must have (others of the family are not this reading);
+    ``rename``: the engine's label names -> canonical ones (``position``); ``value_label``:
+    the label whose number is the value (the sample's own value is not read); ``gauge``:
+    the signal is a gauge (else a counter, with the counter value rules)."""
+
+    signal: str
+    where: tuple[tuple[str, str], ...] = ()
+    rename: Mapping[str, str] = field(default_factory=dict)
+    value_label: str | None = None
+    gauge: bool = False
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What an engine's page can give (docs/metrics.md has the table per engine)."""
 
@@ -167,6 +187,9 @@ class Engine:
     counters: Mapping[str, str]
     #: Sample name -> canonical gauge signal.
     gauges: Mapping[str, str] = field(default_factory=dict)
+    #: Sample name -> the canonical series read from it, where its series do not map one to
+    #: one onto a signal (:class:`Reading`; such pages take the parse's slower path).
+    readings: Mapping[str, tuple[Reading, ...]] = field(default_factory=dict)
     #: Sample name -> the KV-cache info series it is.
     infos: Mapping[str, CacheInfo] = field(default_factory=dict)
     #: Gauges that state a configuration, the same on every rank: aggregated with max.
@@ -201,7 +224,8 @@ class Engine:
 
     def names(self) -> frozenset[str]:
         """Every sample name of this engine that specwatch reads or shows."""
-        return frozenset({*self.counters, *self.gauges, *self.infos, *self.shown})
+        return frozenset({*self.counters, *self.gauges, *self.readings, *self.infos,
+                          *self.shown})
 
     def metric(self, signal: str) -> str:
         """The engine's sample name of a canonical counter, gauge or info signal."""
@@ -209,6 +233,9 @@ class Engine:
             for name, sig in table.items():
                 if sig == signal:
                     return name
+        for name, readings in self.readings.items():
+            if any(r.signal == signal for r in readings):
+                return name
         if signal == CACHE_CONFIG and self.infos:
             return next(iter(self.infos))
         raise KeyError(f"{self.kind} writes no {signal!r}")
