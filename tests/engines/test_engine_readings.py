@@ -3,7 +3,7 @@
 Protected behaviour: :class:`specwatch.engines.base.Reading` lets a module read one family
 as two signals (drafted tokens per position: their sum is the draft tokens, position 0's
 series the drafts), under its own position label, and a gauge whose value is in a label
-(a configuration info series stating k). The page is read the same by the fast and the
+(a configuration info series stating k); and a KV cache stated by two gauges. The page is read the same by the fast and the
 full parser, never through a page plan (a plan replays one key per line), and the windows
 derive every signal from it: acceptance rate and length, draft length, per-position rates.
 """
@@ -23,6 +23,9 @@ POSITION = {"token_position": "position"}
 ENGINE = Engine(
     kind="perposition", family="perposition", versions="1", prefix="perposition_", order=91,
     counters={"perposition_requests_total": base.REQUESTS_FINISHED},
+    gauges={"perposition_kv_blocks": base.KV_CACHE_BLOCKS,
+            "perposition_kv_block_tokens": base.KV_CACHE_BLOCK_SIZE},
+    max_gauges=frozenset({base.KV_CACHE_BLOCKS, base.KV_CACHE_BLOCK_SIZE}),
     readings={
         "perposition_drafted_total": (
             Reading(base.DRAFT_TOKENS),
@@ -45,7 +48,10 @@ ENGINE = Engine(
 def page(drafted: list[float], accepted: list[float], requests: float) -> str:
     lines = ["# a page of a per-position engine",
              f'perposition_config_info{{model_name="{MODEL}",num_tokens="3"}} 1',
-             f'perposition_requests_total{{model_name="{MODEL}"}} {requests}']
+             f'perposition_requests_total{{model_name="{MODEL}"}} {requests}',
+             f'perposition_kv_blocks{{model_name="{MODEL}",pid="1"}} 8192',
+             f'perposition_kv_blocks{{model_name="{MODEL}",pid="2"}} 8192',
+             f'perposition_kv_block_tokens{{model_name="{MODEL}",pid="1"}} 32']
     lines += [f'perposition_drafted_total{{model_name="{MODEL}",token_position="{i}"}} {v}'
               for i, v in enumerate(drafted)]
     lines += [f'perposition_accepted_total{{model_name="{MODEL}",token_position="{i}"}} {v}'
@@ -78,6 +84,9 @@ def test_one_family_gives_two_signals_under_the_canonical_position_label(engine)
     assert per_position == {"0": 80, "1": 60, "2": 40}
     assert fast.configured_k == {MODEL: 3}
     assert fast.gauges[(MODEL, base.SPEC_STEPS)] == 3.0
+    assert fast.server is not None
+    assert (fast.server.kv_cache_tokens, fast.server.num_gpu_blocks,
+            fast.server.block_size) == (8192 * 32, 8192, 32)
     plan = PagePlan()
     for _ in range(2):
         assert sources.parse_page(text, plan=plan) == fast

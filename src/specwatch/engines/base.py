@@ -53,6 +53,9 @@ SPEC_DRAFT_TOKENS = "sglang_spec_num_draft_tokens"
 #: The engine's own acceptance rate and efficiency over its last logging interval.
 INTERVAL_ACCEPTANCE_RATE = "v0_draft_acceptance_rate"
 INTERVAL_EFFICIENCY = "v0_efficiency"
+#: The KV cache stated by gauges (engines without an info series): blocks, tokens per block.
+KV_CACHE_BLOCKS = "kv_cache_blocks"
+KV_CACHE_BLOCK_SIZE = "kv_cache_block_size"
 
 # ---- server facts (info series: the values are in the labels) -----------------------------
 #: The engine's cache configuration (value 1, no ``model_name``): its KV-cache size.
@@ -226,6 +229,23 @@ class Engine:
         """Every sample name of this engine that specwatch reads or shows."""
         return frozenset({*self.counters, *self.gauges, *self.readings, *self.infos,
                           *self.shown})
+
+    def capacity_from_gauges(self, gauges: Mapping[tuple[str, str], float]) -> KvCache | None:
+        """(tokens, blocks, block size) the server states through its gauges, keyed
+        (model, canonical gauge), for an engine without a KV-cache info series; None: not
+        stated (the default). Default reading: :data:`KV_CACHE_BLOCKS` x
+        :data:`KV_CACHE_BLOCK_SIZE` of one model, when the engine maps both."""
+        if not {KV_CACHE_BLOCKS, KV_CACHE_BLOCK_SIZE} <= set(self.gauges.values()):
+            return None
+        models = {m for m, _ in gauges}
+        if len(models) != 1:
+            return None  # a server of several models states no one total
+        model = next(iter(models))
+        blocks = gauges.get((model, KV_CACHE_BLOCKS))
+        size = gauges.get((model, KV_CACHE_BLOCK_SIZE))
+        if blocks is None or size is None or not (blocks > 0 and size > 0):
+            return None
+        return blocks * size, blocks, size
 
     def metric(self, signal: str) -> str:
         """The engine's sample name of a canonical counter, gauge or info signal."""

@@ -68,7 +68,7 @@ from specwatch.engines.base import (  # noqa: F401  (the canonical names, read t
     PageView,
     Reading,
 )
-from specwatch.poll.capacity import ServerCapacity, server_capacity
+from specwatch.poll.capacity import ServerCapacity, gauge_capacity, server_capacity
 from specwatch.poll.fastparse import (
     LABEL_CACHE_MAX_KEY,
     LABEL_CACHE_SIZE,
@@ -553,6 +553,8 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
     view = PageView(saw, signals)
     kind = next((e.kind for e in engines if e.recognises(view)), registry.UNKNOWN)
     server = server_capacity(infos)
+    if server is None and (engine := registry.by_kind(kind)) is not None:
+        server = gauge_capacity(engine.capacity_from_gauges(gauges))
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
                       configured_k=configured_k, process_start_time=process_start,
                       invalid_series=len(invalid) + (server.overflowed if server else 0),
