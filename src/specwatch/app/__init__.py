@@ -2,6 +2,5 @@
 path, exposition and the plug-ins it registers), ``demo`` (simulator + exporter + Prometheus
 with the packaged rules). Their command-line options live in :mod:`specwatch.cli`.
 
-May import: every subpackage below the command line. It is the only layer that wires the poll
-path to the plug-ins.
+It is the only layer that wires the poll path to the plug-ins.
 """

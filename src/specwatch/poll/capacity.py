@@ -5,8 +5,6 @@ Owns the canonical name of that info series and the labels read from it, and the
 value one engine does not state (or two series of one engine that disagree) is unknown for
 the server: a sum missing a term would understate the capacity. A total that is not finite
 (stated sizes near the float range, summed or multiplied) is unknown too, and counted.
-
-May import: :mod:`specwatch.common.kvcache`.
 """
 
 from __future__ import annotations

@@ -7,9 +7,6 @@ by ad-hoc checks. A plug-in adds its keys as a :class:`ConfigSection` it registe
 ``ServeConfig.raw``, and its cross-key checks' value from :meth:`ServeConfig.section`. Every
 error names the file and the key path, e.g.
 ``specwatch.yaml: targets[1].url: expected an http(s) URL, got 'foo'``.
-
-May import: ``specwatch.poll`` (discovery, sources, configpaths) and ``specwatch.common``;
-never a plug-in.
 """
 
 from __future__ import annotations

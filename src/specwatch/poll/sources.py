@@ -30,9 +30,7 @@ name (prometheus_client returns counters under the base family name), ``*_create
 are kept apart (they mark resets, they are not values), and ``vllm:iteration_tokens_total``
 is a histogram whose samples never match a counter name here.
 
-May import: :mod:`specwatch.poll.fastparse`, :mod:`specwatch.poll.capacity`, and
-prometheus_client's parser. The page plan (:mod:`specwatch.poll.pageplan`) builds on this
-module, not the other way round.
+The page plan (:mod:`specwatch.poll.pageplan`) builds on this module, not the other way round.
 """
 
 from __future__ import annotations

@@ -2,8 +2,6 @@
 the top-level receiver block), registered with the serve config on import as :data:`SECTION`,
 and one target's block validated across keys (thresholds, hysteresis band, the decision
 window, actuation secrets) by :func:`settings_from_raw`.
-
-May import: ``specwatch.poll.config`` and ``specwatch.common``.
 """
 
 from __future__ import annotations

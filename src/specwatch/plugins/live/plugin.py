@@ -9,9 +9,6 @@ model does not vouch for is absent, never a placeholder (``sd_model_valid`` 0 wi
 prediction (``capacity_mismatch``); parameters files load once, at start-up (a bad one is
 exit 2). The rules, the speedup curve and the capacity check are specified in
 docs/exporter.md, "Live model predictions".
-
-May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.model``, ``specwatch.common``
-and :mod:`specwatch.plugins.host`.
 """
 
 from __future__ import annotations

@@ -4,8 +4,6 @@ across keys, and the sharding groups that keep both sides of a pair on one expor
 Registers :data:`SECTION` with the serve config on import (:func:`specwatch.poll.config.
 register_section`), so the poll path validates and shards by pairs without importing this
 plug-in.
-
-May import: ``specwatch.poll.config`` and ``specwatch.common``.
 """
 
 from __future__ import annotations
