@@ -7,6 +7,7 @@ import json
 import pytest
 from helpers import testsecrets
 
+from specwatch.app import settings as app_settings
 from specwatch.cli import main
 from specwatch.common.errors import ConfigError
 from specwatch.poll import config
@@ -47,7 +48,7 @@ def test_bad_config_exits_2_naming_file_and_key(tmp_path, capsys, body, message)
 def test_duplicate_name_between_file_and_flag_is_rejected(tmp_path):
     path = _write(tmp_path, "targets:\n  - {name: a, url: 'http://x:1/metrics'}\n")
     with pytest.raises(ConfigError, match="duplicate target name 'a'"):
-        config.build_config(path, ["a=http://y:2/metrics"], None, None)
+        app_settings.build_config(path, ["a=http://y:2/metrics"], None, None)
 
 
 @pytest.mark.parametrize("name", ["t1\n", "t1\n\n", "\nt1"])
@@ -56,15 +57,15 @@ def test_a_name_with_a_newline_is_refused(tmp_path, name):
     before it), from the file and from ``--target NAME=URL`` alike, in one line."""
     path = _write(tmp_path, f"targets:\n  - {{name: {json.dumps(name)}, url: 'http://x:1/m'}}\n")
     with pytest.raises(ConfigError, match=r"targets\[0\]\.name: expected a target name"):
-        config.build_config(path, [], None, None)
+        app_settings.build_config(path, [], None, None)
     with pytest.raises(ConfigError, match="expected a target name") as err:
-        config.build_config(None, [f"{name}=http://y:2/metrics"], None, None)
+        app_settings.build_config(None, [f"{name}=http://y:2/metrics"], None, None)
     assert "\n" not in str(err.value).replace(repr(name), "")
 
 
 def test_no_target_is_an_error():
     with pytest.raises(ConfigError, match="no targets"):
-        config.build_config(None, [], None, None)
+        app_settings.build_config(None, [], None, None)
 
 
 def test_flags_defaults_and_secrets(tmp_path, monkeypatch):
@@ -83,7 +84,7 @@ targets:
   - url: http://b:8000/metrics
     auth: {{type: basic, username: u, password_env: SW_PW}}
 """)
-    cfg = config.build_config(path, ["http://c:9000"], None, None)
+    cfg = app_settings.build_config(path, ["http://c:9000"], None, None)
     assert cfg.listen == "0.0.0.0:10440" and cfg.poll_interval == 5.0
     assert cfg.windows == (("30s", 30.0), ("1m30s", 90.0))
     assert cfg.count_window == 1000
@@ -93,7 +94,7 @@ targets:
     assert testsecrets.GENERIC_SECRET not in repr(a)
     assert b.name == "b:8000" and b.basic_auth == ("u", "pw")
     assert c.name == "c:9000" and c.url == "http://c:9000/metrics"
-    default = config.build_config(None, ["x=http://x:1/"], "127.0.0.1:0", 2.5)
+    default = app_settings.build_config(None, ["x=http://x:1/"], "127.0.0.1:0", 2.5)
     assert default.windows == (("1m", 60.0), ("5m", 300.0), ("15m", 900.0))
     assert default.poll_interval == 2.5 and default.listen == "127.0.0.1:0"
 
@@ -104,7 +105,7 @@ def test_example_config_file_is_valid(monkeypatch):
 
     monkeypatch.setenv("VLLM_B_PASSWORD", "example")
     example = Path(__file__).resolve().parents[2] / "examples" / "specwatch.yaml"
-    raw = config.load_file(str(example))
+    raw = app_settings.load_file(str(example))
     assert raw["targets"]
     for key in ("listen", "poll_interval", "windows", "count_window", "min_drafts_per_sample",
                 "max_body_bytes", "timeout", "min_bimodality_samples"):
