@@ -118,3 +118,55 @@ def test_durations():
     assert config.format_duration(5400) == "1h30m"
     with pytest.raises(config.CheckError):
         config.parse_duration("0s")
+
+
+def test_config_paths_resolve_a_plugins_file_keys_only_through_its_section(tmp_path):
+    """configpaths resolves the poll path's own file keys (auth, tls); a plug-in's file keys
+    (the live model's params, the controller's header and token files) are resolved by the
+    section that declares them, so without the sections they are left as written."""
+    from specwatch.poll import configpaths
+
+    raw = {"targets": [{"url": "http://a:1/metrics", "params": "model.yaml",
+                        "auth": {"type": "bearer", "token_file": "token"},
+                        "controller": {"webhook": {"url": "http://hook:1/",
+                                                   "headers_from_file": {"X-K": "key"}}}}],
+           "controller": {"alertmanager": {"token_file": "am-token"}}}
+    cfg_file = str(tmp_path / "specwatch.yaml")
+    alone = configpaths.resolve_paths(raw, cfg_file)
+    (t,) = alone["targets"]
+    assert t["auth"]["token_file"] == str(tmp_path / "token")
+    assert t["params"] == "model.yaml"
+    assert t["controller"]["webhook"]["headers_from_file"] == {"X-K": "key"}
+    assert alone["controller"]["alertmanager"]["token_file"] == "am-token"
+    composed = configpaths.resolve_paths(raw, cfg_file, app_settings.SECTIONS)
+    (t,) = composed["targets"]
+    assert t["params"] == str(tmp_path / "model.yaml")
+    assert t["controller"]["webhook"]["headers_from_file"] == {"X-K": str(tmp_path / "key")}
+    assert composed["controller"]["alertmanager"]["token_file"] == str(tmp_path / "am-token")
+    assert raw["targets"][0]["params"] == "model.yaml"  # the input is not changed
+
+
+def test_the_file_is_parsed_once_into_typed_settings(tmp_path):
+    """Global keys, each target's and each plug-in's come out typed, defaults filled in."""
+    from specwatch.plugins.live.settings import SECTION as LIVE
+    from specwatch.plugins.live.settings import LiveTarget
+    from specwatch.web.limits import ServerLimits
+
+    path = _write(tmp_path, (
+        "global:\n  max_models: 7\n  max_label_value_bytes: 64\n  model_window: 1m\n"
+        "  http_server: {max_connections: 9, idle_timeout: 5s}\n"
+        "targets:\n"
+        "  - {name: a, url: 'http://a:1/metrics', max_num_seqs: 32, model_window: 5m,\n"
+        "     controller: {mode: recommend}}\n"
+        "  - {name: b, url: 'http://b:1/metrics', max_models: 3}\n"))
+    cfg = app_settings.build_config(path, [], None, None)
+    a, b = cfg.targets
+    assert (a.max_num_seqs, a.max_models, b.max_num_seqs, b.max_models) == (32, 7, None, 3)
+    assert cfg.max_label_value_bytes == 64
+    assert cfg.http_server == ServerLimits(max_connections=9, idle_timeout=5.0)
+    assert cfg.section(LIVE).model_window == "1m"
+    assert (a.section(LIVE), b.section(LIVE)) == (LiveTarget(None, "5m"), LiveTarget())
+    controller = app_settings.CONTROLLER
+    assert a.section(controller).path == "targets[0].controller"
+    assert a.section(controller).settings.mode == "recommend"
+    assert b.section(controller) is None and cfg.section(controller) is None
