@@ -11,9 +11,11 @@ the reference of the live pair, by tests/live/test_live_pair.py.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 from promsim import backfill
@@ -95,3 +97,30 @@ def calibrate_args(prom: str, start: float, end: float, out: Path) -> list[str]:
             "--end", f"{end + 5:.0f}", "--step", "2s", "--point-sources", "pairs",
             "--selector", f'arrival_rate_bin=~"{"|".join(TRAIN_BINS)}"',
             "--reference", str(EAGLE3), "--out", str(out), "--json"]
+
+
+def predicted_speedup(capsys: Any, params: Path, sd: Any, base: Any) -> dict[str, Any]:
+    """The speedup a pair measures, predicted by `specwatch predict --json`: each side's
+    latency at its own measured arrival rate and lengths (a phase whose sides ended their
+    answers at different lengths compares those, not one workload), the interval from the
+    two latency intervals' corners, valid when both latencies are."""
+    from specwatch.cli import main
+
+    def latency(p: Any) -> dict[str, Any]:
+        args = ["predict", "--params", str(params), "--arrival-rate", f"{p.arrival_rate:.4f}",
+                "--draft-length", f"{p.draft_length:g}", "--prompt-tokens",
+                f"{p.prompt_tokens:.2f}", "--generation-tokens", f"{p.generation_tokens:.2f}",
+                "--json"]
+        if p.draft_length > 0:
+            args += ["--acceptance-length", f"{p.acceptance_length:.4f}"]
+        main(args)
+        return json.loads(capsys.readouterr().out)
+
+    s, b = latency(sd), latency(base)
+    lo_s, hi_s = s["latency_interval"] or (None, None)
+    lo_b, hi_b = b["latency_interval"] or (None, None)
+    valid = bool(s["valid"] and b["valid"] and hi_s and hi_b)
+    return {"speedup": round(b["latency_sd_s"] / s["latency_sd_s"], 4),
+            "lower": round(lo_b / hi_s, 4) if valid else None,
+            "upper": round(hi_b / lo_s, 4) if valid else None,
+            "valid": valid, "reasons": (s["validity_reasons"], b["validity_reasons"])}
