@@ -186,3 +186,9 @@ def test_reference_with_compare_is_one_line(tmp_path, capsys):
     line = _one_line_error(capsys, _points(tmp_path), "--reference", EAGLE3,
                            "--compare", EAGLE3)
     assert "--reference" in line and "--compare" in line
+
+
+def test_reference_with_a_report_directory_is_one_line(tmp_path, capsys):
+    line = _one_line_error(capsys, _points(tmp_path), "--reference", EAGLE3,
+                           "--report", tmp_path / "report")
+    assert "--report" in line and "--json" in line

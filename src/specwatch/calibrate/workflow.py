@@ -107,6 +107,9 @@ def calibrate(req: CalibrateRequest) -> int:
     if req.reference and req.compare:
         raise ConfigError("--reference and --compare: give one (compare the file --reference"
                           " writes in a second run)")
+    if req.reference and req.report:
+        raise ConfigError("--reference writes no --report directory; --json prints its whole"
+                          " report")
     old = load_params(req.compare) if req.compare else None
 
     points = _gather(req)
