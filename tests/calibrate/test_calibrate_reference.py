@@ -124,6 +124,8 @@ def test_the_file_is_valid_where_both_vouch(tmp_path, capsys):
     assert cal.draft_lengths == ref.calibrated_range.draft_lengths
     assert all(b.sigma > r.sigma for b, r in zip(p.uncertainty.bands, ref.uncertainty.bands,
                                                  strict=True))
+    # The acceptance profile is the points' own (k = 3: three positions), and says so.
+    assert p.acceptance_profile is not None and len(p.acceptance_profile) == p.k_max == 3
     # The capacity is what the user's servers stated, not the reference's.
     assert p.coefficients.kv_cache_tokens_sd == 32528
     assert p.provenance["reference"]["file"] == str(EAGLE3)

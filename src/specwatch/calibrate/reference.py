@@ -326,6 +326,10 @@ def fit_from_reference(system: str, points: Sequence[Point], ref: Params, ref_fi
                        b.runs) for b in unc.bands)
     cal = _valid_domain(ref, new, used, extend)
     profile = acceptance_profile(used)
+    if profile is not None and len(profile) < ref.k_max:
+        notes.append(f"the acceptance profile is the points' own ({len(profile)} positions):"
+                     f" sweep and advise choose among k <= {len(profile)}; predict takes any k"
+                     " of the file with its --acceptance-length")
     if profile is None and has_sd:
         notes.append("the points carry no per-position acceptance: the acceptance profile"
                      " (what sweep and advise use for other k) is the reference's")
