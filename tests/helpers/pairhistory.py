@@ -5,8 +5,8 @@ from it.
 Both sides' pages are fed to the real exporter on a clock set to each page's capture time
 (its pair plug-in as tests/plugins/pairs/test_pairs_replay.py configures it); every exporter
 page becomes OpenMetrics history ending a minute ago, which the real promtool backfills and
-the real Prometheus serves. Used by tests/calibrate/test_calibrate_reference_pair.py and, as
-the reference of the live pair, by tests/live/test_live_pair.py.
+the real Prometheus serves. Used by tests/calibrate/test_calibrate_reference_pair.py;
+`predicted_speedup` by tests/live/test_live_pair.py too.
 """
 
 from __future__ import annotations
