@@ -194,3 +194,13 @@ def test_reference_with_a_report_directory_is_one_line(tmp_path, capsys):
     line = _one_line_error(capsys, _points(tmp_path), "--reference", EAGLE3,
                            "--report", tmp_path / "report")
     assert "--report" in line and "--json" in line
+
+
+@pytest.mark.parametrize("option", [("--max-concurrency", "16"), ("--model", "linear"),
+                                    ("--max-utilization", "0.8"), ("--vif-limit", "50"),
+                                    ("--max-ttft-ratio", "3")])
+def test_a_full_fit_filter_with_reference_is_one_line_not_ignored(tmp_path, capsys, option):
+    """The reference fit keeps the reference's load range and form: a filter only the full
+    fit reads is refused, never silently dropped."""
+    line = _one_line_error(capsys, _points(tmp_path), "--reference", EAGLE3, *option)
+    assert option[0] in line and "--reference" in line

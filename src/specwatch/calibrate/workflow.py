@@ -110,6 +110,12 @@ def calibrate(req: CalibrateRequest) -> int:
     if req.reference and req.report:
         raise ConfigError("--reference writes no --report directory; --json prints its whole"
                           " report")
+    if req.reference:
+        ignored = _full_fit_options(req)
+        if ignored:
+            raise ConfigError(f"--reference keeps the reference's load range and form; "
+                              f"{', '.join(ignored)} only shape a full fit: drop "
+                              f"{'it' if len(ignored) == 1 else 'them'}")
     old = load_params(req.compare) if req.compare else None
 
     points = _gather(req)
@@ -264,6 +270,16 @@ def _select_systems(req: CalibrateRequest, points: list[Point]) -> dict[str, lis
     raise ConfigError(
         f"--system {req.system!r} matches none of the systems in the inputs: {listed}"
     )
+
+
+def _full_fit_options(req: CalibrateRequest) -> list[str]:
+    """The full fit's filters the user changed from their defaults (a reference fit reads none)."""
+    defaults = CalibrateRequest(inputs=[])
+    names = {"max_utilization": "--max-utilization", "max_concurrency": "--max-concurrency",
+             "max_ttft_ratio": "--max-ttft-ratio", "vif_limit": "--vif-limit",
+             "model": "--model"}
+    return [flag for attr, flag in names.items()
+            if getattr(req, attr) != getattr(defaults, attr)]
 
 
 def _fit_all(req: CalibrateRequest, points: list[Point]) -> list[Any]:
