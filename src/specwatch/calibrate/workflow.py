@@ -55,6 +55,7 @@ class CalibrateRequest:
     timeout: float = 30.0
     compare: str | None = None
     tolerance: float = 0.10
+    reference: str | None = None
 
 
 def _bench_options(req: CalibrateRequest) -> dict[str, BenchOptions]:
@@ -103,9 +104,23 @@ def calibrate(req: CalibrateRequest) -> int:
         else:
             report.print_drift(drift)
         return 1 if drift.drifted else 0
+    if req.reference and req.compare:
+        raise ConfigError("--reference and --compare: give one (compare the file --reference"
+                          " writes in a second run)")
+    if req.reference and req.report:
+        raise ConfigError("--reference writes no --report directory; --json prints its whole"
+                          " report")
+    if req.reference:
+        ignored = _full_fit_options(req)
+        if ignored:
+            raise ConfigError(f"--reference keeps the reference's load range and form; "
+                              f"{', '.join(ignored)} only shape a full fit: drop "
+                              f"{'it' if len(ignored) == 1 else 'them'}")
     old = load_params(req.compare) if req.compare else None
 
     points = _gather(req)
+    if req.reference:
+        return _calibrate_from_reference(req, points)
     fits = _fit_all(req, points)
     written: dict[str, str] = {}
     pending_error: ConfigError | None = None
@@ -133,6 +148,39 @@ def calibrate(req: CalibrateRequest) -> int:
         raise pending_error
     if drift is not None and drift.drifted:
         return 1
+    return 0
+
+
+def _calibrate_from_reference(req: CalibrateRequest, points: list[Point]) -> int:
+    """`--reference`: the reference's form scaled to the points (`calibrate.reference`)."""
+    from specwatch.calibrate import reference
+    from specwatch.calibrate.report import slug
+    from specwatch.model.params import dump_params, load_params
+
+    ref = load_params(req.reference)
+    systems = _select_systems(req, points)
+    if len(systems) > 1:
+        names = ", ".join(repr(n) for n in systems)
+        raise ConfigError(f"--reference: the inputs hold {len(systems)} systems ({names});"
+                          " choose one with --system")
+    (system, pts), = systems.items()
+    rf = reference.fit_from_reference(system, pts, ref, req.reference, _data_sources(req))
+    written: str | None = None
+    if req.out:
+        path = Path(req.out.replace("{system}", slug(system)))
+        if path.parent and not path.parent.exists():
+            raise ConfigError(f"--out {req.out}: directory {path.parent} does not exist")
+        try:
+            dump_params(rf.params, path)
+        except OSError as exc:
+            raise ConfigError(f"--out {path}: cannot write: {exc.strerror or exc}") from None
+        written = str(path)
+    doc = {"systems": {system: rf.to_json()}, "point_sources": point_sources(pts),
+           "written": {system: written} if written else {}}
+    if req.as_json:
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        print("\n".join(reference.report_lines(rf, written)))
     return 0
 
 
@@ -222,6 +270,16 @@ def _select_systems(req: CalibrateRequest, points: list[Point]) -> dict[str, lis
     raise ConfigError(
         f"--system {req.system!r} matches none of the systems in the inputs: {listed}"
     )
+
+
+def _full_fit_options(req: CalibrateRequest) -> list[str]:
+    """The full fit's filters the user changed from their defaults (a reference fit reads none)."""
+    defaults = CalibrateRequest(inputs=[])
+    names = {"max_utilization": "--max-utilization", "max_concurrency": "--max-concurrency",
+             "max_ttft_ratio": "--max-ttft-ratio", "vif_limit": "--vif-limit",
+             "model": "--model"}
+    return [flag for attr, flag in names.items()
+            if getattr(req, attr) != getattr(defaults, attr)]
 
 
 def _fit_all(req: CalibrateRequest, points: list[Point]) -> list[Any]:
