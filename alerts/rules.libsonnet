@@ -1,11 +1,18 @@
-// Recording rules computed straight from vLLM's counters, for users who want the SD
-// signals in Prometheus without running the exporter (and as a cross-check of it).
+// Recording rules computed straight from the serving engines' counters, for users who want
+// the SD signals in Prometheus without running the exporter (and as a cross-check of it).
 //
 // Naming follows `level:metric:operations`: the level names the labels kept
 // (`model_name`; `job` and the cluster label are always kept as well), the metric drops
 // vLLM's `vllm:` prefix (recorded names may contain colons only as separators) and the
 // operations end with the rate window, e.g.
 // model_name:vllm_spec_decode_acceptance_rate:ratio_rate5m.
+//
+// vLLM's names are the canonical ones for a mixed fleet: each other engine (SGLang,
+// TensorRT-LLM, llama.cpp; selectors in config.libsonnet) has a group that records its
+// counters into the same names, so alerts and dashboards read every engine alike. The ratio
+// rules of the vLLM group read the recorded rates, whichever group recorded them; an engine
+// group records only what the ratios cannot give for it. What an engine does not count is
+// not recorded for it (docs/metrics.md, "Signals per engine").
 //
 // Ratios are formed from summed numerators and denominators (never averaged), and every
 // denominator is guarded with `> 0`: with no drafts in the window the ratio is absent, not
@@ -33,13 +40,38 @@
   },
   local n = self._recordedNames,
 
-  local sumRate(metric) =
+  local sumRate(metric, sel=c.vllmSelector) =
     'sum by (%(by)s) (rate(%(metric)s{%(sel)s}[%(w)s]))' % {
       by: by,
       metric: metric,
-      sel: c.vllmSelector,
+      sel: sel,
       w: w,
     },
+  // An engine's group: its rules record into the canonical names with the label
+  // serving_engine, which keeps them apart from the vLLM group's rules of the same name.
+  local engineGroup(engine, rules) = {
+    name: 'specwatch-%s-spec-decode.rules' % engine,
+    rules: [r { labels+: { serving_engine: engine } } for r in rules],
+  },
+  // The share of verification steps whose draft token at each position was accepted, from an
+  // engine's per-position accepted counter (`counter{sel}`, position in label `posLabel`).
+  local positionRate(counter, sel, posLabel) =
+    |||
+      sum by (%(by)s, position) (
+        label_replace(rate(%(counter)s{%(sel)s}[%(w)s]), "position", "$1", "%(pos)s", "(.*)")
+      )
+      / on (%(by)s) group_left ()
+      (%(drafts)s > 0)
+    ||| % { by: by, counter: counter, sel: sel, w: w, pos: posLabel, drafts: n.drafts },
+  // The α: position 0's share of the verification steps.
+  local firstPosition(counter, sel, posLabel) =
+    |||
+      sum by (%(by)s) (
+        rate(%(counter)s{%(sel)s, %(pos)s="0"}[%(w)s])
+      )
+      / on (%(by)s)
+      (%(drafts)s > 0)
+    ||| % { by: by, counter: counter, sel: sel, w: w, pos: posLabel, drafts: n.drafts },
 
   prometheusRules+:: {
     groups+: [
@@ -122,6 +154,112 @@
           },
         ],
       },
+      // SGLang 0.5 counts no proposed or accepted token: its verify calls (forward passes
+      // of finished requests) and generated tokens give the acceptance length, the
+      // proposed tokens per verify call (spec_num_draft_tokens - 1) the rate.
+      engineGroup('sglang', [
+        {
+          record: n.acceptanceLength,
+          expr: |||
+            (
+              %(generated)s
+              -
+              %(finished)s
+            )
+            /
+            (%(verify)s > 0)
+          ||| % {
+            generated: sumRate('sglang:generation_tokens_total', c.sglangSelector),
+            finished: sumRate('sglang:num_requests_total', c.sglangSelector),
+            verify: sumRate('sglang:spec_verify_calls_total', c.sglangSelector),
+          },
+        },
+        {
+          record: n.acceptanceRate,
+          expr: |||
+            (%(length)s - 1)
+            / on (%(by)s)
+            (max by (%(by)s) (sglang:spec_num_draft_tokens{%(sel)s}) - 1 > 0)
+          ||| % { length: n.acceptanceLength, by: by, sel: c.sglangSelector },
+        },
+        {
+          record: n.draftLengthConfigured,
+          expr: 'max by (%s) (sglang:spec_num_steps{%s})' % [by, c.sglangSelector],
+        },
+        {
+          record: n.arrivalRate,
+          expr: sumRate('sglang:num_requests_total', c.sglangSelector),
+        },
+      ]),
+      // TensorRT-LLM counts drafted and accepted tokens per position and finished
+      // request; position 0's drafted count is the number of drafts. These per-request
+      // counters move with the finished requests, unlike the per-iteration
+      // trtllm_spec_decode_num_*_tokens_total, which include running requests.
+      engineGroup('trtllm', [
+        {
+          record: n.draftTokens,
+          expr: sumRate('trtllm_spec_decode_drafted_tokens_total', c.trtllmSelector),
+        },
+        {
+          record: n.acceptedTokens,
+          expr: sumRate('trtllm_spec_decode_accepted_tokens_total', c.trtllmSelector),
+        },
+        {
+          record: n.drafts,
+          expr: sumRate('trtllm_spec_decode_drafted_tokens_total', c.trtllmSelector + ', token_position="0"'),
+        },
+        {
+          record: n.acceptanceAlpha,
+          expr: firstPosition('trtllm_spec_decode_accepted_tokens_total', c.trtllmSelector, 'token_position'),
+          labels: { method: 'first_position' },
+        },
+        {
+          // Configured k: the positions drafted so far (a static draft length drafts every
+          // position from the first request on).
+          record: n.draftLengthConfigured,
+          expr: |||
+            max by (%(by)s) (
+              count by (%(by)s, instance) (
+                trtllm_spec_decode_drafted_tokens_total{%(sel)s}
+              )
+            )
+          ||| % { by: by, sel: c.trtllmSelector },
+        },
+        {
+          record: n.positionAcceptanceRate,
+          expr: positionRate('trtllm_spec_decode_accepted_tokens_total', c.trtllmSelector, 'token_position'),
+        },
+        {
+          record: n.arrivalRate,
+          expr: sumRate('trtllm_request_success_total', c.trtllmSelector),
+        },
+      ]),
+      // llama-server: the same spec-decode counters as vLLM v1, no model label (one model
+      // per server), no finished-requests counter (so no arrival rate) and no configured
+      // draft length on /metrics.
+      engineGroup('llamacpp', [
+        {
+          record: n.draftTokens,
+          expr: sumRate('llamacpp:spec_decode_num_draft_tokens_total', c.llamacppSelector),
+        },
+        {
+          record: n.acceptedTokens,
+          expr: sumRate('llamacpp:spec_decode_num_accepted_tokens_total', c.llamacppSelector),
+        },
+        {
+          record: n.drafts,
+          expr: sumRate('llamacpp:spec_decode_num_drafts_total', c.llamacppSelector),
+        },
+        {
+          record: n.acceptanceAlpha,
+          expr: firstPosition('llamacpp:spec_decode_num_accepted_tokens_per_pos_total', c.llamacppSelector, 'position'),
+          labels: { method: 'first_position' },
+        },
+        {
+          record: n.positionAcceptanceRate,
+          expr: positionRate('llamacpp:spec_decode_num_accepted_tokens_per_pos_total', c.llamacppSelector, 'position'),
+        },
+      ]),
     ],
   },
 }

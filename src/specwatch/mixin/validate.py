@@ -8,7 +8,8 @@ fire. Each check here names the key, the value and what it expects, in one line.
 
 What is checked, by key:
 
-- ``vllmSelector``, ``exporterSelector``: a PromQL label-matcher list, one or more
+- ``vllmSelector``, ``exporterSelector`` and the other engines' ``sglangSelector``,
+  ``trtllmSelector``, ``llamacppSelector``: a PromQL label-matcher list, one or more
   ``name op "value"`` items separated by commas (op one of ``= != =~ !~``; value a double-,
   single- or back-quoted string), the text Jsonnet puts between ``{`` and ``}``.
 - durations (``for``, ``keepFiringFor``, ``rateWindow`` ...): a Prometheus duration
@@ -224,6 +225,9 @@ _INF = math.inf
 CHECKS: tuple[tuple[str, Callable[[str, Any], None]], ...] = (
     ("vllmSelector", _selector),
     ("exporterSelector", _selector),
+    ("sglangSelector", _selector),
+    ("trtllmSelector", _selector),
+    ("llamacppSelector", _selector),
     ("rateWindow", _duration(optional=False)),
     ("exporterWindow", _window),
     ("alerts.*.window", _window),
