@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from specwatch.engines import registry
 from specwatch.poll import bimodality, sources
 from specwatch.poll.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
 
@@ -112,10 +113,10 @@ def sglang_proposed_per_verify(gauges: Mapping[str, float], configured_k: int | 
     SGLang's ``spec_accept_rate`` divides by ``speculative_num_draft_tokens - 1`` (or by
     ``speculative_num_steps`` when the former is unset); the gauges carry both.
     """
-    n = gauges.get(sources.SGLANG_SPEC_DRAFT_TOKENS)
+    n = gauges.get(sources.SPEC_DRAFT_TOKENS)
     if n is not None and n >= 2:
         return n - 1
-    steps = gauges.get(sources.SGLANG_SPEC_STEPS)
+    steps = gauges.get(sources.SPEC_STEPS)
     if steps is not None and steps >= 1:
         return steps
     return float(configured_k) if configured_k else None
@@ -515,7 +516,7 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
     return ModelSnapshot(model_name=hist.model_name, engine=engine,
                          configured_k=hist.configured_k, windows=tuple(windows),
                          samples=samples_hist, gauges=dict(hist.gauges),
-                         sd_families_present=bool(hist.signals & sources.VLLM_SD_SIGNALS))
+                         sd_families_present=bool(hist.signals & registry.sd_counters()))
 
 
 def _unclean(entry: HistoryEntry) -> bool:

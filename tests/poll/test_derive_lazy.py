@@ -278,13 +278,13 @@ def test_an_sglang_window_reads_the_gauges_of_its_own_poll(computed: list[float]
     for i in range(30):
         ring.append(HistoryEntry(5.0 * i, {k: 40.0 * i * (j + 1)
                                                    for j, k in enumerate(keys)}, None))
-    gauges = {sources.SGLANG_SPEC_DRAFT_TOKENS: 4.0}
+    gauges = {sources.SPEC_DRAFT_TOKENS: 4.0}
     mh = history.ModelHistory("m", ring, configured_k=3, gauges=gauges,
                               signals=frozenset({sources.VERIFY_CALLS}))
     cfg = dataclasses.replace(CFG, count_window=0)
     got = derive.derive_model(mh, cfg, "sglang")
     want = reference_derive.derive_model(mh, cfg, "sglang")
-    gauges[sources.SGLANG_SPEC_DRAFT_TOKENS] = 1.0
+    gauges[sources.SPEC_DRAFT_TOKENS] = 1.0
     assert computed == []
     assert got.window("5m").values.get(derive.ACCEPTANCE_RATE) is not None
     assert got == want

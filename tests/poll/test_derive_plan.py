@@ -95,8 +95,8 @@ def test_derive_model_equals_the_reference_as_the_history_grows(seed: int) -> No
                               min_bimodality_samples=10**9, histograms=rng.random() < 0.5)
     ring = EntryRing()
     mh = history.ModelHistory("m", ring, configured_k=rng.choice([None, 0, 3, 7]),
-                              gauges=rng.choice([{}, {sources.SGLANG_SPEC_DRAFT_TOKENS: 4.0},
-                                                 {sources.SGLANG_SPEC_STEPS: 2.0}]),
+                              gauges=rng.choice([{}, {sources.SPEC_DRAFT_TOKENS: 4.0},
+                                                 {sources.SPEC_STEPS: 2.0}]),
                               signals=frozenset({sources.DRAFTS}))
     for entry in _history(rng, rng.randint(1, 40)):
         ring.append(entry)
@@ -114,7 +114,7 @@ def test_window_signals_from_a_mapping_equals_the_reference(seed: int) -> None:
     rng = random.Random(1000 + seed)
     entries = _history(rng, 12)
     k = rng.choice([None, 2, 5])
-    gauges = rng.choice([{}, {sources.SGLANG_SPEC_DRAFT_TOKENS: 3.0}])
+    gauges = rng.choice([{}, {sources.SPEC_DRAFT_TOKENS: 3.0}])
     for base in entries[:-1]:
         got = derive_window("w", base, entries[-1], k, gauges)
         want = reference_derive.derive_window("w", base, entries[-1], k, gauges)

@@ -39,6 +39,7 @@ from specwatch.app.demo_time import scaled_alert_durations, scaled_rules, wall_t
 from specwatch.common import boundedfile
 from specwatch.common.bundle import ALERTS_DIR, bundle_dir
 from specwatch.common.errors import ConfigError, SpecwatchError
+from specwatch.engines import registry
 from specwatch.sim.scenario import Scenario, load_scenario
 from specwatch.web.server import parse_listen
 
@@ -318,6 +319,8 @@ class Demo:
         port = self.options.prometheus_port or free_port()
         interval = max(1, min(15, round(self.exporter_poll_interval())))
         sim_host, exp_host = _scrape_address(self.sim_listen), _scrape_address(self.exp_listen)
+        prefix = registry.get("vllm").prefix  # the simulator writes vLLM's page
+        underscored = prefix.replace(":", "_")
         prom_cfg = {
             "global": {"scrape_interval": f"{interval}s", "evaluation_interval": f"{interval}s"},
             "rule_files": [str(r) for r in rules],
@@ -330,8 +333,8 @@ class Demo:
                  # with vllm_* sample names (client_python#1177); vLLM pages do too.
                  # Restore the documented vllm:* names (a no-op where they are intact).
                  "metric_relabel_configs": [
-                     {"source_labels": ["__name__"], "regex": "vllm_(.*)",
-                      "target_label": "__name__", "replacement": "vllm:$1"}]},
+                     {"source_labels": ["__name__"], "regex": f"{underscored}(.*)",
+                      "target_label": "__name__", "replacement": f"{prefix}$1"}]},
             ],
         }
         cfg_path = self.tmp / "prometheus.yml"

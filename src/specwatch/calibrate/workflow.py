@@ -153,7 +153,7 @@ def _gather(req: CalibrateRequest) -> list[Point]:
             paths.append(path)
     points = read_inputs(paths, default_system=req.system, bench_options=options)
     if req.prometheus:
-        from specwatch.calibrate.prometheus import PrometheusQuery, read_prometheus
+        from specwatch.calibrate.prometheus import SOURCE, PrometheusQuery, read_prometheus
 
         if not req.start:
             raise ConfigError("--prometheus needs --start (and optionally --end)")
@@ -167,11 +167,11 @@ def _gather(req: CalibrateRequest) -> list[Point]:
             timeout=req.timeout,
         )
         sources = [x.strip() for x in req.point_sources.split(",") if x.strip()]
-        unknown = sorted(set(sources) - {"vllm", "pairs", "switches"})
+        unknown = sorted(set(sources) - {SOURCE, "pairs", "switches"})
         if unknown or not sources:
             raise ConfigError(f"--point-sources: expected a comma-separated list of vllm,"
                               f" pairs, switches; got {req.point_sources!r}")
-        if "vllm" in sources:
+        if SOURCE in sources:
             points.extend(read_prometheus(query, progress=not req.as_json))
         if "pairs" in sources:
             from specwatch.calibrate.measured import read_pair_points

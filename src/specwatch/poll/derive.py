@@ -34,6 +34,7 @@ from itertools import accumulate
 import numpy as np
 
 from specwatch.common.acceptance import solve_token_acceptance_probability
+from specwatch.engines import registry
 from specwatch.poll import lazywindow, sources
 from specwatch.poll.formulas import (
     SAMPLE_BUCKETS,
@@ -42,11 +43,10 @@ from specwatch.poll.formulas import (
     acceptance_rate,
     clamp01,
     draft_length_independent_alpha,
-    sglang_acceptance_length,
-    sglang_acceptance_rate,
+    verify_acceptance_length,
+    verify_acceptance_rate,
 )
 from specwatch.poll.ring import UNKNOWN, HistoryRing, ModelHistory
-from specwatch.poll.samples import sglang_proposed_per_verify
 from specwatch.poll.signals import (
     ACCEPTANCE_ALPHA,
     ACCEPTANCE_HETEROGENEITY,
@@ -158,10 +158,10 @@ class WindowRows:
 def signal_reads(plan: WindowPlan) -> dict[str, tuple[int, ...]]:
     """The row indices each signal of ``plan`` reads (what :func:`_signals` divides and
     multiplies); a position's rates under ``position P``, a histogram under ``histogram NAME``."""
-    acc = ((plan.tok, plan.acc, plan.drafts) if plan.vllm
+    acc = ((plan.tok, plan.acc, plan.drafts) if plan.by_tokens
            else (plan.gen, plan.req, plan.verify))
     out: dict[str, tuple[int, ...]] = {
-        ACCEPTANCE_RATE: (plan.tok, plan.acc) if plan.vllm else acc,
+        ACCEPTANCE_RATE: (plan.tok, plan.acc) if plan.by_tokens else acc,
         DRAFT_LENGTH: (plan.tok, plan.drafts),
         ACCEPTANCE_LENGTH: acc,
         TOKEN_ACCEPTANCE_PROBABILITY: acc,
@@ -219,10 +219,10 @@ def _signals(dt: float, r: list[float], plan: WindowPlan, configured_k: int | No
     positions: dict[str, dict[str, float]] = {}
     e: float | None = None
     gamma: float | None = None
-    if plan.vllm:
-        e, gamma = _vllm_acceptance(v, positions, r, plan)
-    elif plan.sglang:
-        e = _sglang_acceptance(v, r, plan, configured_k, gauges)
+    if plan.by_tokens:
+        e, gamma = _token_acceptance(v, positions, r, plan)
+    elif plan.by_verify:
+        e = _verify_acceptance(v, r, plan, configured_k, gauges)
     if e is not None:
         k = gamma if gamma else (float(configured_k) if configured_k else None)
         if k:
@@ -244,9 +244,10 @@ def _signals(dt: float, r: list[float], plan: WindowPlan, configured_k: int | No
         samples if len(samples) >= max(4, min_bimodality_samples) else None)
 
 
-def _vllm_acceptance(v: dict[str, float], positions: dict[str, dict[str, float]],
-                     r: list[float], plan: WindowPlan) -> tuple[float | None, float | None]:
-    """vLLM's acceptance signals into ``v`` and ``positions``; returns the acceptance length
+def _token_acceptance(v: dict[str, float], positions: dict[str, dict[str, float]],
+                      r: list[float], plan: WindowPlan) -> tuple[float | None, float | None]:
+    """The acceptance signals of draft and accepted token counters (and drafts, accepted
+    per position where counted) into ``v`` and ``positions``; returns the acceptance length
     and the draft length (None without drafts)."""
     d_tok, d_acc = r[plan.tok], r[plan.acc]
     if d_tok > 0:
@@ -278,19 +279,19 @@ def _vllm_acceptance(v: dict[str, float], positions: dict[str, dict[str, float]]
     return e, gamma
 
 
-def _sglang_acceptance(v: dict[str, float], r: list[float], plan: WindowPlan,
+def _verify_acceptance(v: dict[str, float], r: list[float], plan: WindowPlan,
                        configured_k: int | None, gauges: Mapping[str, float]) -> float | None:
-    """SGLang's acceptance signals into ``v``; returns the acceptance length (capped at
-    k + 1 when k is configured) or None."""
-    e = sglang_acceptance_length(r[plan.gen], r[plan.req], r[plan.verify])
+    """The acceptance signals of verify calls into ``v``; returns the acceptance length
+    (capped at k + 1 when k is configured) or None."""
+    e = verify_acceptance_length(r[plan.gen], r[plan.req], r[plan.verify])
     if e is None:
         return None
     if configured_k:
         e = min(e, configured_k + 1.0)
     v[ACCEPTANCE_LENGTH] = e
-    proposed = sglang_proposed_per_verify(gauges, configured_k)
+    proposed = registry.proposed_per_verify(gauges, configured_k)
     if proposed:
-        v[ACCEPTANCE_RATE] = sglang_acceptance_rate(e, proposed)
+        v[ACCEPTANCE_RATE] = verify_acceptance_rate(e, proposed)
     return e
 
 
@@ -417,7 +418,7 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
                          configured_k=hist.configured_k, windows=tuple(windows),
                          samples=samples_hist, gauges=gauges,
                          sd_families_present=not hist.signals.isdisjoint(
-                             sources.VLLM_SD_SIGNALS))
+                             registry.sd_counters()))
 
 
 def _bases(ring: HistoryRing, times: np.ndarray, cfg: DeriveConfig

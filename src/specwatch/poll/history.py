@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specwatch.engines import registry
 from specwatch.poll import sources
 from specwatch.poll.ring import UNKNOWN, AggKey, HistoryRing, ModelHistory, grow_rows
 from specwatch.poll.samples import (
     SAMPLE_KEYS,
     interval_acceptance_rate,
     interval_sample_reads,
-    sglang_proposed_per_verify,
 )
 
 _NAN = float("nan")
@@ -382,7 +382,7 @@ class TargetHistory:
             return None
         return interval_acceptance_rate(
             base, cur, self.min_drafts_per_sample,
-            proposed_per_verify=sglang_proposed_per_verify(hist.gauges, hist.configured_k))
+            proposed_per_verify=registry.proposed_per_verify(hist.gauges, hist.configured_k))
 
     def _prune(self, hist: ModelHistory, now: float) -> None:
         # Keep one entry at or before now - retention: it is the base of the longest window.

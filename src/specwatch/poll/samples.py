@@ -2,7 +2,7 @@
 aggregated counters at its two ends.
 
 Owns which counters the sample reads and when it is taken: at least ``min_drafts`` drafts
-(vLLM) or verify calls (SGLang) in the interval, else no sample. The history takes one per
+or verify calls in the interval, else no sample. The history takes one per
 poll (:mod:`specwatch.poll.history`); the windows' bimodality coefficient reads them.
 
 May import: :mod:`specwatch.poll.sources` (the canonical signal names) and
@@ -16,8 +16,8 @@ from collections.abc import Container, Mapping
 from specwatch.poll import sources
 from specwatch.poll.formulas import (
     acceptance_rate,
-    sglang_acceptance_length,
-    sglang_acceptance_rate,
+    verify_acceptance_length,
+    verify_acceptance_rate,
 )
 
 #: Aggregated counters by (canonical signal, position or bucket bound or None).
@@ -38,28 +38,12 @@ def _has(cur: Counters, signal: str) -> bool:
     return (signal, None) in cur
 
 
-def sglang_proposed_per_verify(gauges: Mapping[str, float], configured_k: int | None
-                               ) -> float | None:
-    """Draft tokens SGLang proposes per verify call (its own acceptance-rate denominator).
-
-    SGLang's ``spec_accept_rate`` divides by ``speculative_num_draft_tokens - 1`` (or by
-    ``speculative_num_steps`` when the former is unset); the gauges carry both.
-    """
-    n = gauges.get(sources.SGLANG_SPEC_DRAFT_TOKENS)
-    if n is not None and n >= 2:
-        return n - 1
-    steps = gauges.get(sources.SGLANG_SPEC_STEPS)
-    if steps is not None and steps >= 1:
-        return steps
-    return float(configured_k) if configured_k else None
-
-
 def interval_acceptance_rate(base: Counters, cur: Counters, min_drafts: float,
                              proposed_per_verify: float | None = None) -> float | None:
     """Acceptance rate over one poll interval, or None with fewer than ``min_drafts`` drafts.
 
-    vLLM: accepted / proposed draft tokens (v0 pages have no drafts counter: proposed draft
-    tokens stand in for the threshold). SGLang: (E − 1) / proposed-per-verify.
+    Token counters: accepted / proposed draft tokens (without a drafts counter, proposed
+    draft tokens stand in for the threshold). Verify calls: (E − 1) / proposed-per-verify.
     """
     if _has(cur, sources.DRAFT_TOKENS) and _has(cur, sources.ACCEPTED_TOKENS):
         d_tok = delta(base, cur, (sources.DRAFT_TOKENS, None))
@@ -72,10 +56,10 @@ def interval_acceptance_rate(base: Counters, cur: Counters, min_drafts: float,
         d_verify = delta(base, cur, (sources.VERIFY_CALLS, None))
         if d_verify < min_drafts:
             return None
-        e = sglang_acceptance_length(delta(base, cur, (sources.GENERATION_TOKENS, None)),
+        e = verify_acceptance_length(delta(base, cur, (sources.GENERATION_TOKENS, None)),
                                      delta(base, cur, (sources.REQUESTS_FINISHED, None)),
                                      d_verify)
-        return None if e is None else sglang_acceptance_rate(e, proposed_per_verify)
+        return None if e is None else verify_acceptance_rate(e, proposed_per_verify)
     return None
 
 

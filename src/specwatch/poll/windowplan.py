@@ -93,9 +93,9 @@ class WindowPlan:
     """
 
     keys: tuple[tuple[str, str | None], ...]
-    sd: bool  # drafts counted: vLLM (draft tokens) or SGLang (verify calls)
-    vllm: bool  # draft and accepted tokens present: vLLM's acceptance signals
-    sglang: bool  # otherwise verify calls present: SGLang's
+    sd: bool  # drafts counted: draft tokens or verify calls
+    by_tokens: bool  # draft and accepted tokens present: acceptance from token counters
+    by_verify: bool  # otherwise verify calls present: acceptance from verify calls
     has_drafts: bool
     has_requests: bool
     tok: int
@@ -108,8 +108,8 @@ class WindowPlan:
     lat_sum: int
     volume: int | None  # the window's draft volume (WindowSignals.drafts); None: 0.0
     positions: tuple[tuple[str, int], ...]  # accepted per position, in position order
-    #: (mean name, index of the count or None, index of the sum; or, for SGLang pages
-    #: without the per-request histograms, None and the token counter's index).
+    #: (mean name, index of the count or None, index of the sum; or, for pages with verify
+    #: calls and without the per-request histograms, None and the token counter's index).
     means: tuple[tuple[str, int | None, int], ...]
     buckets: tuple[tuple[str, tuple[tuple[float, int], ...]], ...]  # by histogram name
 
@@ -127,7 +127,7 @@ class WindowPlan:
 
         c = present.keys
         i = {sig: at((sig, None)) for sig in _READ}
-        vllm = _has(c, sources.DRAFT_TOKENS) and _has(c, sources.ACCEPTED_TOKENS)
+        by_tokens = _has(c, sources.DRAFT_TOKENS) and _has(c, sources.ACCEPTED_TOKENS)
         volume = next((i[sig] for sig in (sources.DRAFTS, sources.VERIFY_CALLS,
                                            sources.DRAFT_TOKENS) if _has(c, sig)), None)
         means: list[tuple[str, int | None, int]] = []
@@ -149,7 +149,7 @@ class WindowPlan:
                         if histograms and sig in present.buckets)
         return cls(
             keys=tuple(keys), sd=_has(c, sources.DRAFT_TOKENS) or _has(c, sources.VERIFY_CALLS),
-            vllm=vllm, sglang=not vllm and _has(c, sources.VERIFY_CALLS),
+            by_tokens=by_tokens, by_verify=not by_tokens and _has(c, sources.VERIFY_CALLS),
             has_drafts=_has(c, sources.DRAFTS),
             has_requests=_has(c, sources.REQUESTS_FINISHED),
             tok=i[sources.DRAFT_TOKENS], acc=i[sources.ACCEPTED_TOKENS],
