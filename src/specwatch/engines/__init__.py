@@ -20,9 +20,12 @@ How to add an engine:
    ``family`` (the target's ``engine:`` setting that reads it), an ``order`` (a kind tried
    earlier wins a page both recognise), the counters it registers only with SD configured
    (``sd_counters``), its :class:`~specwatch.engines.base.Capabilities`, and
-   ``register(Engine(...))`` at the bottom. Subclass :class:`~specwatch.engines.base.Engine`
+   ``register(Engine(...))`` at the bottom. A family whose series do not map one to one
+   onto signals (one family as two signals, one series of it, the engine's own position
+   label, a value held in a label) is read through ``readings``
+   (:class:`~specwatch.engines.base.Reading`). Subclass :class:`~specwatch.engines.base.Engine`
    where a reading is the engine's own (:meth:`~specwatch.engines.base.Engine.recognises`,
-   ``sd_configured``, ``proposed_per_verify``).
+   ``sd_configured``, ``proposed_per_verify``, ``capacity_from_gauges``).
 2. Add its pages under ``tests/fixtures/`` (real ones where they can be recorded, else built
    from the engine's source, the version and file cited in the fixture's README) and a test
    that reads them.
@@ -37,8 +40,15 @@ May import: :mod:`specwatch.common` (nothing above it: every layer that reads pa
 import this package).
 """
 
-from specwatch.engines.base import CacheInfo, Capabilities, Engine, Histogram, PageView
+from specwatch.engines.base import (
+    CacheInfo,
+    Capabilities,
+    Engine,
+    Histogram,
+    PageView,
+    Reading,
+)
 from specwatch.engines.registry import by_kind, engines, register, unregister
 
-__all__ = ["CacheInfo", "Capabilities", "Engine", "Histogram", "PageView", "by_kind",
-           "engines", "register", "unregister"]
+__all__ = ["CacheInfo", "Capabilities", "Engine", "Histogram", "PageView", "Reading",
+           "by_kind", "engines", "register", "unregister"]

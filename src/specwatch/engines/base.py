@@ -53,6 +53,9 @@ SPEC_DRAFT_TOKENS = "sglang_spec_num_draft_tokens"
 #: The engine's own acceptance rate and efficiency over its last logging interval.
 INTERVAL_ACCEPTANCE_RATE = "v0_draft_acceptance_rate"
 INTERVAL_EFFICIENCY = "v0_efficiency"
+#: The KV cache stated by gauges (engines without an info series): blocks, tokens per block.
+KV_CACHE_BLOCKS = "kv_cache_blocks"
+KV_CACHE_BLOCK_SIZE = "kv_cache_block_size"
 
 # ---- server facts (info series: the values are in the labels) -----------------------------
 #: The engine's cache configuration (value 1, no ``model_name``): its KV-cache size.
@@ -81,6 +84,26 @@ class Histogram:
     signal: str
     family: str
     buckets: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One canonical series read from a sample family whose series do not map one to one:
+    a family that gives two signals (each drafted token per position, and their sum), one
+    series of a family (position 0's drafted tokens are the drafts), a label named otherwise
+    (the engine's position label), or a gauge whose value is in a label (a configuration
+    info series stating k).
+
+    ``where``: the labels a series must have (others of the family are not this reading);
+    ``rename``: the engine's label names -> canonical ones (``position``); ``value_label``:
+    the label whose number is the value (the sample's own value is not read); ``gauge``:
+    the signal is a gauge (else a counter, with the counter value rules)."""
+
+    signal: str
+    where: tuple[tuple[str, str], ...] = ()
+    rename: Mapping[str, str] = field(default_factory=dict)
+    value_label: str | None = None
+    gauge: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,6 +190,9 @@ class Engine:
     counters: Mapping[str, str]
     #: Sample name -> canonical gauge signal.
     gauges: Mapping[str, str] = field(default_factory=dict)
+    #: Sample name -> the canonical series read from it, where its series do not map one to
+    #: one onto a signal (:class:`Reading`; such pages take the parse's slower path).
+    readings: Mapping[str, tuple[Reading, ...]] = field(default_factory=dict)
     #: Sample name -> the KV-cache info series it is.
     infos: Mapping[str, CacheInfo] = field(default_factory=dict)
     #: Gauges that state a configuration, the same on every rank: aggregated with max.
@@ -201,7 +227,25 @@ class Engine:
 
     def names(self) -> frozenset[str]:
         """Every sample name of this engine that specwatch reads or shows."""
-        return frozenset({*self.counters, *self.gauges, *self.infos, *self.shown})
+        return frozenset({*self.counters, *self.gauges, *self.readings, *self.infos,
+                          *self.shown})
+
+    def capacity_from_gauges(self, gauges: Mapping[tuple[str, str], float]) -> KvCache | None:
+        """(tokens, blocks, block size) the server states through its gauges, keyed
+        (model, canonical gauge), for an engine without a KV-cache info series; None: not
+        stated (the default). Default reading: :data:`KV_CACHE_BLOCKS` x
+        :data:`KV_CACHE_BLOCK_SIZE` of one model, when the engine maps both."""
+        if not {KV_CACHE_BLOCKS, KV_CACHE_BLOCK_SIZE} <= set(self.gauges.values()):
+            return None
+        models = {m for m, _ in gauges}
+        if len(models) != 1:
+            return None  # a server of several models states no one total
+        model = next(iter(models))
+        blocks = gauges.get((model, KV_CACHE_BLOCKS))
+        size = gauges.get((model, KV_CACHE_BLOCK_SIZE))
+        if blocks is None or size is None or not (blocks > 0 and size > 0):
+            return None
+        return blocks * size, blocks, size
 
     def metric(self, signal: str) -> str:
         """The engine's sample name of a canonical counter, gauge or info signal."""
@@ -209,6 +253,9 @@ class Engine:
             for name, sig in table.items():
                 if sig == signal:
                     return name
+        for name, readings in self.readings.items():
+            if any(r.signal == signal for r in readings):
+                return name
         if signal == CACHE_CONFIG and self.infos:
             return next(iter(self.infos))
         raise KeyError(f"{self.kind} writes no {signal!r}")

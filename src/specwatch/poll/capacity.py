@@ -40,6 +40,18 @@ class ServerCapacity:
     overflowed: int = 0
 
 
+def gauge_capacity(stated: tuple[float | None, float | None, float | None] | None
+                   ) -> ServerCapacity | None:
+    """The capacity an engine states through its gauges (one instance); None: not stated.
+    A total that is not finite is unknown and counted, as for the info series."""
+    if stated is None:
+        return None
+    tokens, blocks, size = stated
+    if tokens is not None and not math.isfinite(tokens):
+        return ServerCapacity(None, blocks, size, engines=1, overflowed=1)
+    return ServerCapacity(tokens, blocks, size, engines=1)
+
+
 def server_capacity(infos: Mapping[tuple[str, str, tuple[tuple[str, str], ...]], float]
                     ) -> ServerCapacity | None:
     """The server's capacity from its KV-cache info series, keyed as the parsed page's

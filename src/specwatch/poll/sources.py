@@ -66,8 +66,9 @@ from specwatch.engines.base import (  # noqa: F401  (the canonical names, read t
     WAITING,
     Engine,
     PageView,
+    Reading,
 )
-from specwatch.poll.capacity import ServerCapacity, server_capacity
+from specwatch.poll.capacity import ServerCapacity, gauge_capacity, server_capacity
 from specwatch.poll.fastparse import (
     LABEL_CACHE_MAX_KEY,
     LABEL_CACHE_SIZE,
@@ -148,6 +149,9 @@ PROCESS_START = "process_start_time_seconds"
 
 # What a sample is to parse_page (_Series.kind).
 COUNTER_SAMPLE, CREATED_SAMPLE, GAUGE_SAMPLE, PROCESS_START_SAMPLE, INFO_SAMPLE = range(5)
+#: A sample of a family read through an engine's :class:`~specwatch.engines.base.Reading`
+#: (``sig`` holds the sample name): the parse's slower path, and no page plan.
+READINGS_SAMPLE = 5
 
 
 class _Series(NamedTuple):
@@ -166,6 +170,16 @@ class _Series(NamedTuple):
     longest: int
 
 
+class _ReadSeries(NamedTuple):
+    """One canonical series a :class:`~specwatch.engines.base.Reading` gives for a sample."""
+
+    sig: str
+    identity: Identity
+    position: str | None
+    value_label: str | None
+    gauge: bool
+
+
 @dataclass(frozen=True)
 class _Names:
     counters: dict[str, str]
@@ -174,10 +188,15 @@ class _Names:
     infos: dict[str, str]
     #: Info sample name -> the labels read from it.
     info_labels: dict[str, tuple[str, ...]]
+    #: Sample name -> its readings (see :data:`READINGS_SAMPLE`).
+    readings: dict[str, tuple[Reading, ...]]
     selector: SampleSelector
     #: sample key (see fastparse.RawSample: name and labels as written) -> what they mean.
     #: Bounded like the selector's label cache; the same series recur on every poll.
     series: dict[str, _Series] = field(default_factory=dict)
+    #: (sample name, identity) -> the series its readings give, bounded likewise.
+    read_series: dict[tuple[str, Identity], tuple[_ReadSeries, ...]] = field(
+        default_factory=dict)
 
     @property
     def wanted(self) -> frozenset[str]:
@@ -203,9 +222,30 @@ class _Names:
             kind, sig = CREATED_SAMPLE, self.created[name]
         elif name in self.gauges:
             kind, sig = GAUGE_SAMPLE, self.gauges[name]
+        elif name in self.readings:
+            kind, sig = READINGS_SAMPLE, name
         else:
             kind, sig = PROCESS_START_SAMPLE, ""
         return _Series(kind, sig, model, identity, (model, sig, identity), position, longest)
+
+    def read(self, name: str, identity: Identity) -> tuple[_ReadSeries, ...]:
+        """The series the readings of sample ``name`` give for one identity (remembered)."""
+        found = self.read_series.get((name, identity))
+        if found is not None:
+            return found
+        labels = dict(identity)
+        out = []
+        for r in self.readings[name]:
+            if any(labels.get(k) != v for k, v in r.where):
+                continue
+            ident = tuple(sorted((r.rename.get(k, k), v) for k, v in identity))
+            position = dict(ident).get("position") if r.signal == ACCEPTED_PER_POSITION \
+                else None
+            out.append(_ReadSeries(r.signal, ident, position, r.value_label, r.gauge))
+        if len(self.read_series) >= LABEL_CACHE_SIZE:
+            self.read_series.clear()
+        found = self.read_series[(name, identity)] = tuple(out)
+        return found
 
     def cached(self, key: str, name: str, labels: Mapping[str, str]) -> _Series:
         """describe(), remembered under the sample key (bounded by :data:`LABEL_CACHE_SIZE`)."""
@@ -228,18 +268,22 @@ def _names_of(engine: str, buckets: bool, generation: int) -> _Names:
     gauge_names: dict[str, str] = {}
     infos: dict[str, str] = {}
     info_labels: dict[str, tuple[str, ...]] = {}
+    readings: dict[str, tuple[Reading, ...]] = {}
     for e in registry.for_setting(engine):
         counter_names.update(e.counters)
         gauge_names.update(e.gauges)
+        readings.update(e.readings)
         for name, info in e.infos.items():
             infos[name] = info.signal
             info_labels[name] = info.labels
     if not buckets:
         counter_names = {n: s for n, s in counter_names.items() if s not in BUCKET_SIGNALS}
+        readings = {n: kept for n, rs in readings.items()
+                    if (kept := tuple(r for r in rs if r.signal not in BUCKET_SIGNALS))}
     created_names = {n[: -len("_total")] + "_created": s for n, s in counter_names.items()
                      if n.endswith("_total")}
-    wanted = {*counter_names, *gauge_names, *created_names, *infos, PROCESS_START}
-    return _Names(counter_names, gauge_names, created_names, infos, info_labels,
+    wanted = {*counter_names, *gauge_names, *created_names, *infos, *readings, PROCESS_START}
+    return _Names(counter_names, gauge_names, created_names, infos, info_labels, readings,
                   SampleSelector(wanted, prefixes=registry.prefixes()))
 
 
@@ -441,9 +485,37 @@ class _Read:
             elif what == CREATED_SAMPLE:
                 if isfinite(value):
                     created[key] = value
+            elif what == READINGS_SAMPLE:
+                rows = None  # a plan replays one key per line
+                self.read_readings(names.read(sig, identity), model, labels, value)
             elif isfinite(value):
                 gauge_series[key] = value
         self.rows = rows
+
+    def read_readings(self, found: tuple[_ReadSeries, ...], model: str,
+                      labels: Mapping[str, str], value: float) -> None:
+        """Each series a sample's readings give, with the value rules of its kind."""
+        for sig, identity, position, value_label, gauge in found:
+            key = (model, sig, identity)
+            v = value if value_label is None else _label_value(labels, value_label)
+            if gauge:
+                if math.isfinite(v):
+                    self.gauge_series[key] = v
+                continue
+            if position is not None:
+                self.positions.setdefault(model, set()).add(position)
+            if not 0 <= v <= MAX_COUNTER_VALUE or self.counters.get(key, v) != v:
+                self.invalid.add(key)
+                continue
+            self.counters[key] = v
+
+
+def _label_value(labels: Mapping[str, str], name: str) -> float:
+    """The number a label holds (NaN when it holds none)."""
+    try:
+        return float(labels.get(name, "nan"))
+    except ValueError:
+        return math.nan
 
 
 def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
@@ -481,6 +553,8 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
     view = PageView(saw, signals)
     kind = next((e.kind for e in engines if e.recognises(view)), registry.UNKNOWN)
     server = server_capacity(infos)
+    if server is None and (engine := registry.by_kind(kind)) is not None:
+        server = gauge_capacity(engine.capacity_from_gauges(gauges))
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
                       configured_k=configured_k, process_start_time=process_start,
                       invalid_series=len(invalid) + (server.overflowed if server else 0),
@@ -504,5 +578,6 @@ def source_metric_names(engine: str = "auto") -> frozenset[str]:
     for e in registry.for_setting(engine):
         names.update(e.counters)
         names.update(e.gauges)
+        names.update(e.readings)
         names.update(e.infos)
     return frozenset(names)
