@@ -24,6 +24,9 @@
     sglangSelector: 'job="sglang"',
     trtllmSelector: 'job="trtllm"',
     llamacppSelector: 'job="llamacpp"',
+    // llama-server labels no series with a model (one model per server): its recorded series
+    // get this model_name, the one specwatch's exporter gives them too.
+    llamacppModelName: 'default',
 
     // The label that tells clusters apart when one Prometheus (or Thanos/Mimir) holds
     // several. Rules always keep it in their aggregations (a missing label costs nothing);

@@ -53,25 +53,41 @@
     name: 'specwatch-%s-spec-decode.rules' % engine,
     rules: [r { labels+: { serving_engine: engine } } for r in rules],
   },
+  // `expr` with model_name `model` where it has none (an engine that labels no model).
+  local named(expr, model) =
+    if model == '' then expr
+    else 'label_replace(%s, "model_name", "%s", "model_name", "")' % [expr, model],
   // The share of verification steps whose draft token at each position was accepted, from an
   // engine's per-position accepted counter (`counter{sel}`, position in label `posLabel`).
-  local positionRate(counter, sel, posLabel) =
+  local positionRate(counter, sel, posLabel, model='') =
     |||
-      sum by (%(by)s, position) (
-        label_replace(rate(%(counter)s{%(sel)s}[%(w)s]), "position", "$1", "%(pos)s", "(.*)")
-      )
+      %(num)s
       / on (%(by)s) group_left ()
       (%(drafts)s > 0)
-    ||| % { by: by, counter: counter, sel: sel, w: w, pos: posLabel, drafts: n.drafts },
+    ||| % {
+      by: by,
+      drafts: n.drafts,
+      num: named(|||
+        sum by (%(by)s, position) (
+          label_replace(rate(%(counter)s{%(sel)s}[%(w)s]), "position", "$1", "%(pos)s", "(.*)")
+        )
+      ||| % { by: by, counter: counter, sel: sel, w: w, pos: posLabel }, model),
+    },
   // The α: position 0's share of the verification steps.
-  local firstPosition(counter, sel, posLabel) =
+  local firstPosition(counter, sel, posLabel, model='') =
     |||
-      sum by (%(by)s) (
-        rate(%(counter)s{%(sel)s, %(pos)s="0"}[%(w)s])
-      )
+      %(num)s
       / on (%(by)s)
       (%(drafts)s > 0)
-    ||| % { by: by, counter: counter, sel: sel, w: w, pos: posLabel, drafts: n.drafts },
+    ||| % {
+      by: by,
+      drafts: n.drafts,
+      num: named(|||
+        sum by (%(by)s) (
+          rate(%(counter)s{%(sel)s, %(pos)s="0"}[%(w)s])
+        )
+      ||| % { by: by, counter: counter, sel: sel, w: w, pos: posLabel }, model),
+    },
 
   prometheusRules+:: {
     groups+: [
@@ -191,10 +207,11 @@
           expr: sumRate('sglang:num_requests_total', c.sglangSelector),
         },
       ]),
-      // TensorRT-LLM counts drafted and accepted tokens per position and finished
-      // request; position 0's drafted count is the number of drafts. These per-request
-      // counters move with the finished requests, unlike the per-iteration
-      // trtllm_spec_decode_num_*_tokens_total, which include running requests.
+      // TensorRT-LLM counts drafted and accepted tokens per position of each finished
+      // request: their sums are the token rates, position 0's drafted count the drafts (the
+      // exporter reads the same counters; the per-iteration ones also count running
+      // requests). Its configured k is in a label (speculative_config_info), which PromQL
+      // cannot read as a number: the positions drafted so far stand in for it.
       engineGroup('trtllm', [
         {
           record: n.draftTokens,
@@ -214,8 +231,6 @@
           labels: { method: 'first_position' },
         },
         {
-          // Configured k: the positions drafted so far (a static draft length drafts every
-          // position from the first request on).
           record: n.draftLengthConfigured,
           expr: |||
             max by (%(by)s) (
@@ -235,29 +250,29 @@
         },
       ]),
       // llama-server: the same spec-decode counters as vLLM v1, no model label (one model
-      // per server), no finished-requests counter (so no arrival rate) and no configured
-      // draft length on /metrics.
+      // per server: named llamacppModelName), no finished-requests counter (so no arrival
+      // rate) and no configured draft length on /metrics.
       engineGroup('llamacpp', [
         {
           record: n.draftTokens,
-          expr: sumRate('llamacpp:spec_decode_num_draft_tokens_total', c.llamacppSelector),
+          expr: named(sumRate('llamacpp:spec_decode_num_draft_tokens_total', c.llamacppSelector), c.llamacppModelName),
         },
         {
           record: n.acceptedTokens,
-          expr: sumRate('llamacpp:spec_decode_num_accepted_tokens_total', c.llamacppSelector),
+          expr: named(sumRate('llamacpp:spec_decode_num_accepted_tokens_total', c.llamacppSelector), c.llamacppModelName),
         },
         {
           record: n.drafts,
-          expr: sumRate('llamacpp:spec_decode_num_drafts_total', c.llamacppSelector),
+          expr: named(sumRate('llamacpp:spec_decode_num_drafts_total', c.llamacppSelector), c.llamacppModelName),
         },
         {
           record: n.acceptanceAlpha,
-          expr: firstPosition('llamacpp:spec_decode_num_accepted_tokens_per_pos_total', c.llamacppSelector, 'position'),
+          expr: firstPosition('llamacpp:spec_decode_num_accepted_tokens_per_pos_total', c.llamacppSelector, 'position', c.llamacppModelName),
           labels: { method: 'first_position' },
         },
         {
           record: n.positionAcceptanceRate,
-          expr: positionRate('llamacpp:spec_decode_num_accepted_tokens_per_pos_total', c.llamacppSelector, 'position'),
+          expr: positionRate('llamacpp:spec_decode_num_accepted_tokens_per_pos_total', c.llamacppSelector, 'position', c.llamacppModelName),
         },
       ]),
     ],

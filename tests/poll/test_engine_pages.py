@@ -1,12 +1,12 @@
 """The constructed TensorRT-LLM and llama.cpp page sequences (tests/fixtures/engines-constructed/):
-they are what build_pages.py makes from the engines' definitions, Prometheus's parsers read
+they are what build_engine_pages.py makes from the engines' definitions, Prometheus's parsers read
 them, and they carry the traffic their README states (counters advancing, a restart)."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
-import sys
 
 import pytest
 from helpers.paths import FIXTURES
@@ -17,12 +17,14 @@ ENGINES = ("trtllm", "llamacpp")
 
 
 def _build_pages() -> dict[str, str]:
-    sys.path.insert(0, str(PAGES))
-    try:
-        import build_pages
-    finally:
-        sys.path.remove(str(PAGES))
-    return build_pages.pages()
+    """What the builder makes (loaded under its own name: the constructed/ folder has a
+    build_pages module too)."""
+    spec = importlib.util.spec_from_file_location(
+        "build_engine_pages", PAGES / "build_engine_pages.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.pages()
 
 
 def _sequence(engine: str) -> list[str]:
@@ -52,7 +54,7 @@ def test_committed_pages_are_what_the_builder_makes():
                  for p in PAGES.rglob("snap_*.txt")}
     assert committed.keys() == built.keys()
     for rel, text in built.items():
-        assert committed[rel] == text, f"regenerate {rel}: python build_pages.py"
+        assert committed[rel] == text, f"regenerate {rel}: python build_engine_pages.py"
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")

@@ -39,14 +39,15 @@ from typing import Any
 import yaml
 
 from specwatch.common.errors import ConfigError
+from specwatch.engines import registry
 from specwatch.mixin import render, validate
 
 TESTS_DIR = "alerts/tests"
 _SERIES = re.compile(r"\s*([^{\s]*)\s*(?:\{(.*)\})?\s*", re.S)
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _ACTION = re.compile(r"(\{\{.*?\}\})", re.S)
-_SELECTORS = ("exporterSelector", "vllmSelector", "sglangSelector", "trtllmSelector",
-              "llamacppSelector")
+#: The configured selectors: the exporter's and one per engine family (`<family>Selector`).
+_SELECTORS = ("exporterSelector", *(f"{family}Selector" for family in registry.families()))
 
 
 def _unquote(quoted: str) -> str:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specwatch.common.errors import ConfigError
+from specwatch.engines import registry
 
 # PromQL label matchers, as the Prometheus parser reads them: a label name (or a quoted
 # UTF-8 name, Prometheus 3), an operator, and a string literal in one of the three quotings.
@@ -223,11 +224,9 @@ def _grafana_uid(key: str, value: Any) -> None:
 _INF = math.inf
 # Dotted key (``*`` for any alert) -> check. The first pattern that matches wins.
 CHECKS: tuple[tuple[str, Callable[[str, Any], None]], ...] = (
-    ("vllmSelector", _selector),
+    # One selector per engine family (the config's `<family>Selector`), and the exporter's.
+    *((f"{family}Selector", _selector) for family in registry.families()),
     ("exporterSelector", _selector),
-    ("sglangSelector", _selector),
-    ("trtllmSelector", _selector),
-    ("llamacppSelector", _selector),
     ("rateWindow", _duration(optional=False)),
     ("exporterWindow", _window),
     ("alerts.*.window", _window),
