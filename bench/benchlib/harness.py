@@ -27,8 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchlib.pages import real_pages
+from specwatch.app import settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config, poller, sources
+from specwatch.poll import poller, sources
 from specwatch.poll.pipeline import Pipeline
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
@@ -62,7 +63,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
 
-    cfg = config.build_config(args.config, [], None, None)
+    cfg = settings.build_config(args.config, [], None, None)
     app = ServeApp(cfg)
     prefill_polls = 0
     t_prefill = time.process_time()

@@ -140,3 +140,36 @@ def test_metric_names_a_signal_or_says_the_engine_has_none() -> None:
     assert v1.metric(base.DRAFTS) == "vllm:spec_decode_num_drafts_total"
     with pytest.raises(KeyError, match="writes no"):
         registry.get("sglang").metric(base.DRAFTS)
+
+
+def _signals(engine: Engine) -> tuple[set[str], set[str]]:
+    """The counter and gauge signals an engine's names give."""
+    counters = set(engine.counters.values())
+    gauges = set(engine.gauges.values())
+    for readings in engine.readings.values():
+        for r in readings:
+            (gauges if r.gauge else counters).add(r.signal)
+    return counters, gauges
+
+
+@pytest.mark.parametrize("engine", registry.engines(), ids=lambda e: e.kind)
+def test_each_module_is_consistent_with_itself(engine: Engine) -> None:
+    """What a module states (capabilities, SD counters, max gauges, histograms) is what its
+    names give: every registered engine, the ones added later included."""
+    counters, gauges = _signals(engine)
+    caps = engine.capabilities
+    assert engine.kind not in (registry.AUTO, registry.UNKNOWN)
+    assert engine.prefix and all(n.startswith(engine.prefix) for n in engine.names())
+    assert engine.sd_counters <= counters
+    assert engine.max_gauges <= gauges
+    assert caps.per_position == (base.ACCEPTED_PER_POSITION in counters)
+    assert caps.acceptance is None or base.ACCEPTANCE_READS[caps.acceptance] <= counters
+    assert caps.acceptance_length <= (base.DRAFTS in counters
+                                      or caps.acceptance == base.BY_VERIFY_CALLS)
+    assert (caps.configured_k == "positions") <= caps.per_position
+    assert (caps.configured_k == "gauge") <= (base.SPEC_STEPS in gauges)
+    assert caps.kv_capacity == bool(
+        engine.infos or {base.KV_CACHE_BLOCKS, base.KV_CACHE_BLOCK_SIZE} <= gauges)
+    for h in caps.histograms:
+        assert engine.counters.get(f"{h.family}_bucket") == h.signal, h.family
+        assert list(h.buckets) == sorted(set(h.buckets)), h.family

@@ -3,10 +3,10 @@
 Protected behaviour: :class:`specwatch.engines.base.Reading` lets a module read one family
 as two signals (drafted tokens per position: their sum is the draft tokens, position 0's
 series the drafts), under its own position label, and a gauge whose value is in a label
-(a configuration info series stating k); and a KV cache stated by two gauges. The page is
-read the same by the fast and the full parser, never through a page plan (a plan replays one
-key per line), and the windows
-derive every signal from it: acceptance rate and length, draft length, per-position rates.
+(a configuration info series stating k); and a KV cache stated by two gauges is read too.
+The page is read the same by the fast and the full parser, never through a page plan (a
+plan replays one key per line), and the windows derive every signal from it: acceptance
+rate and length, draft length, per-position rates.
 """
 
 from __future__ import annotations

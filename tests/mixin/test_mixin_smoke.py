@@ -45,8 +45,8 @@ from mixin_helpers import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config
 from specwatch.poll.pipeline import PollResult
 
 PAGES = FIXTURES / "vllm-0.32-cpu-ngram"
@@ -165,7 +165,7 @@ def _build_timeline(tmp: Path) -> tuple[_Timeline, float, float]:
         f"  - {{name: smoke-ab, sd: {TARGET}, baseline: {TARGET}-1m}}\n"
         "pair_options: {window: 10s, min_requests: 1, arrival_rate_bins: [0, 1000]}\n"
     )
-    app = ServeApp(config.build_config(str(cfg_file), [], "127.0.0.1:0", None))
+    app = ServeApp(app_settings.build_config(str(cfg_file), [], "127.0.0.1:0", None))
     timeline = _Timeline()
 
     def collect_exporter(ts: float) -> None:

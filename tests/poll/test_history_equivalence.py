@@ -25,6 +25,7 @@ from helpers.paths import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specwatch.app import settings as app_settings
 from specwatch.poll import derive, history, limits, sources
 from specwatch.poll.snapshot import ModelSnapshot
 
@@ -230,10 +231,9 @@ def test_serve_without_controller_keeps_no_bucket_columns(tmp_path):
     its histories keep no latency bucket columns (most of a vLLM model's ring,
     RSS per target); a pipeline whose derive config asks for histograms keeps them."""
     from specwatch.app.serve import ServeApp
-    from specwatch.poll import config
     from specwatch.poll.pipeline import Pipeline, PollResult
 
-    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    cfg = app_settings.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     app = ServeApp(cfg, clock=lambda: 0.0)
     with_buckets = Pipeline([("a", "vllm")], derive.DeriveConfig(), 5.0)
     assert not app.pipeline.derive_config.histograms

@@ -244,8 +244,8 @@ class Demo:
         return max(self.options.poll_interval / self.options.speed, MIN_WALL_POLL_INTERVAL)
 
     def start_exporter(self) -> None:
+        from specwatch.app import settings
         from specwatch.app.serve import ServeApp
-        from specwatch.poll import config
         from specwatch.web.server import parse_listen
 
         parse_listen(self.options.exporter_listen, "--exporter-listen")
@@ -254,7 +254,7 @@ class Demo:
         # The exporter runs on the simulated clock and the page is in simulated seconds,
         # so the scenario's own parameters apply at any --speed (no scaling).
         params = scaled_params_file(self.scenario, 0, 1.0, self.tmp)
-        if params is not None and "params" in config.TARGET_SCHEMA:
+        if params is not None:
             target["params"] = str(params)
         # The controller in recommend mode (it decides and shows its state, switches
         # nothing), with its default timers (300 s stabilization, 600 s between switches),
@@ -274,7 +274,7 @@ class Demo:
             doc["pair_options"] = {"arrival_rate_bins": [0, 1, 2, 4, 6, 8, 10, 16]}
         path = self.tmp / "specwatch.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        cfg = config.build_config(str(path), [], None, None)
+        cfg = settings.build_config(str(path), [], None, None)
         self.exporter = ServeApp(cfg, clock=self.simulator.simulated_now,
                                  listen_option="--exporter-listen")
         if self.options.speed != 1.0:

@@ -9,8 +9,6 @@ the API documents before anything reads it (an object with ``status`` and ``data
 an object whose ``resultType`` is the one asked for and whose ``result`` is a list of
 series, each a ``metric`` object of strings and ``[time, "value"]`` samples). Whatever a
 server sends, the caller gets rows of numbers or one :class:`PrometheusError` line (exit 2).
-
-May import: :mod:`specwatch.poll.fetchrequests`, ``fetchrules``, :mod:`specwatch.common.errors`.
 """
 
 from __future__ import annotations

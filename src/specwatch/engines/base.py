@@ -47,12 +47,12 @@ BUCKET_SIGNALS = frozenset({E2E_LATENCY_BUCKET, TTFT_BUCKET, ITL_BUCKET})
 RUNNING = "requests_running"
 WAITING = "requests_waiting"
 #: The configured draft chain length, stated by a gauge.
-SPEC_STEPS = "sglang_spec_num_steps"
+SPEC_STEPS = "spec_num_steps"
 #: Tokens per verify call counting the root token, stated by a gauge.
-SPEC_DRAFT_TOKENS = "sglang_spec_num_draft_tokens"
+SPEC_DRAFT_TOKENS = "spec_num_draft_tokens"
 #: The engine's own acceptance rate and efficiency over its last logging interval.
-INTERVAL_ACCEPTANCE_RATE = "v0_draft_acceptance_rate"
-INTERVAL_EFFICIENCY = "v0_efficiency"
+INTERVAL_ACCEPTANCE_RATE = "interval_acceptance_rate"
+INTERVAL_EFFICIENCY = "interval_efficiency"
 #: The KV cache stated by gauges (engines without an info series): blocks, tokens per block.
 KV_CACHE_BLOCKS = "kv_cache_blocks"
 KV_CACHE_BLOCK_SIZE = "kv_cache_block_size"

@@ -9,7 +9,4 @@ every vLLM/SGLang metric name), ``limits`` (series caps), ``history``, ``derive`
 ``lazywindow`` and ``bimodality`` (windows and signals, computed when first read),
 ``pipeline`` (one poll's result into a new snapshot, with hooks), ``snapshot`` (the immutable
 state).
-
-May import: ``specwatch.common`` and ``specwatch.web``. Never the exposition, the plug-ins,
-the model, the simulator or calibration.
 """

@@ -15,8 +15,6 @@ the samples, so it never exceeds the raw coefficient.
 Method and limits: docs/metrics.md, "Acceptance heterogeneity: method and limits"; how it is
 computed in a few numpy calls a window: docs/performance.md, "History, derive and
 exposition" (checked against ``tests/helpers/reference_bimodality.py``).
-
-May import: numpy.
 """
 
 from __future__ import annotations

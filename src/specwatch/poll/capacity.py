@@ -6,8 +6,6 @@ CacheInfo`); owned here is the rule that a
 value one engine does not state (or two series of one engine that disagree) is unknown for
 the server: a sum missing a term would understate the capacity. A total that is not finite
 (stated sizes near the float range, summed or multiplied) is unknown too, and counted.
-
-May import: :mod:`specwatch.engines`.
 """
 
 from __future__ import annotations

@@ -16,10 +16,6 @@ base and differences the rows, and the formulas (:func:`_signals`, on a row read
 :class:`~specwatch.poll.windowplan.WindowPlan` says) run when the window is first read. They
 read as if computed at once: each keeps what it computes from. Design and equivalence
 checks: docs/performance.md, "History, derive and exposition".
-
-May import: :mod:`specwatch.poll.formulas`, ``signals``, ``samples``, ``sources``,
-``windowbase``, ``windowplan``, ``lazywindow``, ``snapshot``; the ring's types
-(:mod:`specwatch.poll.ring`).
 """
 
 from __future__ import annotations

@@ -17,9 +17,6 @@ two transports with one behaviour.
 
 The poller (scheduling) is :mod:`specwatch.poll.poller`. Measurements:
 docs/performance.md, "The poll path".
-
-May import: :mod:`specwatch.poll.fetchguard`, ``fetchrules``, ``fetchdirect``,
-``fetchrequests``.
 """
 
 from __future__ import annotations

@@ -14,8 +14,6 @@ A target reached directly (no proxy from the environment for its URL) gets a
   connection (a GET, safe to repeat).
 
 It behaves as the requests transport does (``tests/poll/test_fetch_paths.py``).
-
-May import: :mod:`specwatch.poll.fetchrules`, ``fetchguard``, ``httpfast``, ``httpheaders``.
 """
 
 from __future__ import annotations

@@ -8,8 +8,6 @@ fires every guard in flight, so shutdown never waits for a target.
 
 Invariant: a released guard never fires; a socket registered after its guard fired is shut
 down at once.
-
-May import: the standard library only.
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ Proxies work exactly as ``requests`` handles them; the environment is read once,
 session is made. Sockets are registered with the poll's guard through urllib3 connection
 classes (:class:`_Guarded`). Redirects are followed here, not by requests, with the rule
 both transports share (:func:`specwatch.poll.fetchrules.check_redirect`).
-
-May import: :mod:`specwatch.poll.fetchrules`, :mod:`specwatch.poll.fetchguard`.
 """
 
 from __future__ import annotations

@@ -11,8 +11,6 @@ body rules, the redirect rule and the redacted error messages.
   host or port.
 * Secrets go into the request headers only; error messages are redacted
   (:func:`short_message`).
-
-May import: :mod:`specwatch.common.redact`, :mod:`specwatch.poll.fetchguard`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ increases of counters.
 Invariants: ratios are clamped into [0, 1]; a NaN input gives NaN (or None where the
 docstring says so), never an exception.
 
-May import: the standard library only (a leaf: history, derive and the plug-ins use it).
 E(α, k) and its inverse (the α solver) live in :mod:`specwatch.common.acceptance`, the one
 definition the poll path and the latency model share.
 """

@@ -15,9 +15,6 @@ and exposition"; the dict implementation it is checked against is
 ``tests/helpers/reference_history.py``.
 
 Invariant: a poll that saw at least one restarted series counts once in ``resets_total``.
-
-May import: :mod:`specwatch.poll.sources`, :mod:`specwatch.poll.ring`,
-:mod:`specwatch.poll.samples`.
 """
 
 from __future__ import annotations

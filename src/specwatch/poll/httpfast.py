@@ -13,8 +13,6 @@ bytes (status, ``getheader``, ``read1``); the one difference is on the connectio
 answers go to the library, and why the two agree: docs/performance.md, "The direct
 transport's response read". ``tests/poll/test_http_fast.py`` checks it against
 ``http.client`` on generated and hostile responses.
-
-May import: the standard library and :mod:`specwatch.poll.httpheaders`.
 """
 
 from __future__ import annotations

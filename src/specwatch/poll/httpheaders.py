@@ -12,8 +12,6 @@ end of the stream) to the library unchanged. :class:`Response` is ``http.client`
 response, its ``begin`` the library's code reading headers through :func:`parse_headers`.
 ``tests/poll/test_http_headers.py`` checks the messages against the library's on generated and
 hostile header blocks, and that :class:`Response` uses this parser.
-
-May import: the standard library only.
 """
 
 from __future__ import annotations

@@ -19,9 +19,6 @@ empty (no series: "no data means no series") and the error is logged, instead of
 exception in a scrape.
 
 Copies, pickles and ``dict()`` hold the computed values: nothing lazy crosses them.
-
-May import: :mod:`specwatch.poll.bimodality`; the formulas come in through a
-:class:`Source` (they live in :mod:`specwatch.poll.derive`, which imports this module).
 """
 
 from __future__ import annotations

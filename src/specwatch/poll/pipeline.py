@@ -14,8 +14,6 @@ containment: docs/exporter.md, "The poll pipeline".
 
 Invariant: whatever a page does to parsing or folding into the history (a bug included),
 the target is reported down with reason ``parse`` and the other targets are untouched.
-
-May import: the poll path below it (sources, pageplan, history, derive, limits, snapshot).
 """
 
 from __future__ import annotations

@@ -19,8 +19,6 @@
   so a stuck target cannot hold a connection another target needs.
 * Secrets (bearer tokens, passwords) live in the target and its session only; error
   messages are redacted before they are stored.
-
-May import: :mod:`specwatch.poll.fetch`, :mod:`specwatch.poll.pipeline` (the poll result).
 """
 
 from __future__ import annotations

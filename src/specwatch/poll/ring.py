@@ -8,8 +8,6 @@ derives from, and the lifetime histogram of the per-poll acceptance-rate samples
 Invariants: entry times strictly increase; a row is never written once another follows it
 (a change of the newest row or a compaction writes new arrays), so a frozen view reads the
 values it was taken with.
-
-May import: :mod:`specwatch.poll.formulas` (the sample buckets).
 """
 
 from __future__ import annotations

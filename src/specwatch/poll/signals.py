@@ -3,8 +3,6 @@
 
 Owns the spelling of each derived signal; the exposition's metric catalogue
 (:mod:`specwatch.expose.metricdefs`) and the plug-ins read the names from here.
-
-May import: nothing (a leaf).
 """
 
 from __future__ import annotations

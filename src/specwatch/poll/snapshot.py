@@ -171,12 +171,6 @@ class TargetSnapshot:
         fields.update(changes)
         return new
 
-    def with_model(self, model_name: str, **changes: Any) -> TargetSnapshot:
-        """A copy with one model's fields replaced (for hooks): the original is unchanged."""
-        models = dict(self.models)
-        models[model_name] = dataclasses.replace(models[model_name], **changes)
-        return self.replaced(models=models)
-
     def slot(self, key: Slot[T]) -> T | None:
         """This target's value of a plug-in's slot, or None."""
         return key.read(self.extensions)

@@ -16,9 +16,7 @@ name (prometheus_client returns counters under the base family name), ``*_create
 are kept apart (they mark resets, they are not values), and a histogram whose samples end in
 ``_total_bucket`` never matches a counter name.
 
-May import: :mod:`specwatch.engines`, :mod:`specwatch.poll.fastparse`,
-:mod:`specwatch.poll.capacity`, and prometheus_client's parser. The page plan
-(:mod:`specwatch.poll.pageplan`) builds on this module, not the other way round.
+The page plan (:mod:`specwatch.poll.pageplan`) builds on this module, not the other way round.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ least N finished requests back; it is absent until the history holds N finished 
 
 Functions take the ring's columns (entry times, one counter), never entries, and give row
 indices.
-
-May import: :mod:`specwatch.poll.ring` (the unknown-value marker).
 """
 
 from __future__ import annotations

@@ -5,9 +5,6 @@ Which branches the formulas (:mod:`specwatch.poll.derive`) take depends only on 
 present in the window's newest entry: the same for every window of a model, and for as long
 as no key appears or vanishes. So they are decided once here, and a window's increases are a
 list (a *row*) read at the plan's indices instead of a dictionary of every counter.
-
-May import: :mod:`specwatch.poll.sources` (the canonical signal names) and
-:mod:`specwatch.poll.signals`.
 """
 
 from __future__ import annotations

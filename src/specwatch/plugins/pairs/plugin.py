@@ -14,9 +14,6 @@ Invariants: a side whose configuration changes (engine, SD on or off, configured
 bins over; segments older than ``retention`` leave their bin; state is bounded by (sides) x
 (bins) x (bands) x (retention / window) segments. docs/exporter.md, "Measured A/B pairs",
 specifies the segments, bands and statistics.
-
-May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.common`` and
-:mod:`specwatch.plugins.host`.
 """
 
 from __future__ import annotations
