@@ -356,10 +356,14 @@ def test_every_dashboard_variable_has_values(prometheus):
 def test_every_recording_rule_expression_returns_data(prometheus):
     """The rules computed from vLLM's counters produce values on real vLLM data. Recorded
     series do not exist in a backfill, so a rule reading an earlier one gets its expression
-    inlined (which is what the rule group computes)."""
+    inlined (which is what the rule group computes). The other engines' groups read series
+    this backfill does not hold; the five-engine promtool test covers them
+    (alerts/tests/engine-fleet-recording-rules.yaml)."""
     base, start, end = prometheus
     recorded: dict[str, str] = {}
     for group in load_rule_file(RULES_YAML)["groups"]:
+        if group["name"] != "specwatch-vllm-spec-decode.rules":
+            continue
         for rule in group["rules"]:
             expr = rule["expr"]
             for name in sorted(recorded, key=len, reverse=True):

@@ -203,6 +203,9 @@ class Engine:
     #: Counters the engine registers only when speculative decoding is configured: one on
     #: a page says SD is on, whatever the traffic.
     sd_counters: frozenset[str] = frozenset()
+    #: The model of its series that carry no ``model_name`` (an engine that serves one model
+    #: per server and labels none); "" for an engine that labels every series.
+    unlabelled_model: str = ""
     #: Sample names the mixin's dashboards and rules read straight from the engine beyond
     #: the ones above (panels of the engine's own state: KV-cache usage, queue time...).
     shown: frozenset[str] = frozenset()

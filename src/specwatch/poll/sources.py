@@ -195,6 +195,8 @@ class _Names:
     #: (sample name, identity) -> the series its readings give, bounded likewise.
     read_series: dict[tuple[str, Identity], tuple[_ReadSeries, ...]] = field(
         default_factory=dict)
+    #: Sample name -> the model of its series without ``model_name`` (Engine.unlabelled_model).
+    unlabelled: dict[str, str] = field(default_factory=dict)
 
     @property
     def wanted(self) -> frozenset[str]:
@@ -207,7 +209,7 @@ class _Names:
                 (k, labels[k]) for k in self.info_labels[name] if k in labels))
             sig = self.infos[name]
             return _Series(INFO_SAMPLE, sig, "", identity, ("", sig, identity), None, 0)
-        model = labels.get("model_name", "")
+        model = labels.get("model_name") or self.unlabelled.get(name, "")
         identity = tuple(sorted(
             (k, v) for k, v in labels.items() if k != "model_name"))
         longest = max(map(len, labels.values()), default=0)
@@ -267,10 +269,13 @@ def _names_of(engine: str, buckets: bool, generation: int) -> _Names:
     infos: dict[str, str] = {}
     info_labels: dict[str, tuple[str, ...]] = {}
     readings: dict[str, tuple[Reading, ...]] = {}
+    unlabelled: dict[str, str] = {}
     for e in registry.for_setting(engine):
         counter_names.update(e.counters)
         gauge_names.update(e.gauges)
         readings.update(e.readings)
+        if e.unlabelled_model:
+            unlabelled.update(dict.fromkeys((*e.counters, *e.gauges), e.unlabelled_model))
         for name, info in e.infos.items():
             infos[name] = info.signal
             info_labels[name] = info.labels
@@ -282,7 +287,7 @@ def _names_of(engine: str, buckets: bool, generation: int) -> _Names:
                      if n.endswith("_total")}
     wanted = {*counter_names, *gauge_names, *created_names, *infos, *readings, PROCESS_START}
     return _Names(counter_names, gauge_names, created_names, infos, info_labels, readings,
-                  SampleSelector(wanted, prefixes=registry.prefixes()))
+                  SampleSelector(wanted, prefixes=registry.prefixes()), unlabelled=unlabelled)
 
 
 def _full_samples(text: str, wanted: frozenset[str]) -> tuple[list[RawSample], set[str]]:
