@@ -23,8 +23,9 @@ import pytest
 
 from specwatch.app import settings as app_settings
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import derive, sources
+from specwatch.poll import sources
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive
 
 
 def rotating_page(poll: int, names: int, requests: float) -> str:

@@ -30,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchlib.pages import real_pages
 from specwatch.app import settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import history, poller, sources
+from specwatch.poll import poller, sources
 from specwatch.poll.pipeline import Pipeline
+from specwatch.poll.windows import history
 
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 

@@ -77,11 +77,11 @@ def test_the_contract_breaks_when_a_module_outside_the_engines_names_a_vllm_metr
     clean = _lint(tmp_path)
     assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-2000:]
 
-    derive = tmp_path / "src" / "specwatch" / "poll" / "derive.py"
+    derive = tmp_path / "src" / "specwatch" / "poll" / "windows" / "derive.py"
     injected = '\nDRAFTS_METRIC = "vllm:spec_decode_num_drafts_total"\n'
     derive.write_text(derive.read_text() + injected)
     broken = _lint(tmp_path)
     assert broken.returncode != 0
     line = len(derive.read_text().splitlines())
-    assert f"specwatch.poll.derive:{line}: an engine's metric name" in broken.stdout
+    assert f"specwatch.poll.windows.derive:{line}: an engine's metric name" in broken.stdout
     assert "0 broken" not in broken.stdout

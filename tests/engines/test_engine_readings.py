@@ -15,9 +15,10 @@ import pytest
 
 from specwatch.engines import base, registry
 from specwatch.engines.base import Capabilities, Engine, Reading
-from specwatch.poll import derive, sources
+from specwatch.poll import sources
 from specwatch.poll.pageplan import PagePlan
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive
 
 MODEL = "m"
 POSITION = {"token_position": "position"}

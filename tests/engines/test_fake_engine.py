@@ -26,8 +26,9 @@ from helpers.scrape import scrape
 from specwatch.app.serve import ServeApp
 from specwatch.engines import registry
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import config, derive, sources
+from specwatch.poll import config, sources
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive
 
 MODULE = '''
 """A fake serving engine: one module, registered on import."""

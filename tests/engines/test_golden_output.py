@@ -27,9 +27,9 @@ import pytest
 from helpers.paths import FIXTURES
 
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import derive
 from specwatch.poll.pipeline import Pipeline, PollResult
 from specwatch.poll.snapshot import Snapshot
+from specwatch.poll.windows import derive
 
 GOLDEN = FIXTURES / "golden" / "exposition.json"
 POLL_INTERVAL = 2.0

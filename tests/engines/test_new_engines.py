@@ -31,8 +31,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch.app.serve import ServeApp
 from specwatch.engines import registry
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import config, derive, sources
+from specwatch.poll import config, sources
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive
 
 PAGES = FIXTURES / "engines-constructed"
 ENGINES = ("trtllm", "llamacpp")

@@ -25,8 +25,8 @@ from prometheus_client.utils import floatToGoString
 from specwatch.app import settings as app_settings
 from specwatch.expose import collector as collector_mod
 from specwatch.expose.collector import SpecwatchCollector, gzip_join
-from specwatch.poll import derive
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive
 
 PAGES = sorted((FIXTURES / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
                key=lambda p: int(p.stem.split("_")[1]))

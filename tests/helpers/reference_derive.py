@@ -1,7 +1,7 @@
 """REFERENCE (tests only): the former dict-and-columns derive of specwatch.
 
 Kept verbatim (imports aside) so the numpy implementation in
-``specwatch.poll.derive`` can be checked against it to 1e-9 on every fixture and
+``specwatch.poll.windows.derive`` can be checked against it to 1e-9 on every fixture and
 property test (tests/poll/test_history_equivalence.py). Not used by the exporter.
 
 Windowed SD signals from a model's history: pure functions, no I/O, no clock.
@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specwatch.engines import registry
-from specwatch.poll import bimodality, sources
+from specwatch.poll import sources
 from specwatch.poll.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
+from specwatch.poll.windows import bimodality
 
 if TYPE_CHECKING:  # pragma: no cover
     from helpers.ring import HistoryEntry
-    from specwatch.poll.ring import HistoryRing, ModelHistory
+    from specwatch.poll.windows.ring import HistoryRing, ModelHistory
 
 #: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
 SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))

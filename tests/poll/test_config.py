@@ -29,7 +29,7 @@ def _write(tmp_path, text: str) -> str:
     ("targets:\n  - {name: a, url: 'http://x:1/metrics'}\n  - {name: a, url: 'http://y:1/'}\n",
      "targets[1].name: duplicate target name 'a'"),
     ("targets:\n  - url: http://a:8000/\n    engine: tgi\n",
-     "targets[0].engine: expected one of vllm, sglang, auto, got 'tgi'"),
+     "targets[0].engine: expected one of vllm, sglang, trtllm, llamacpp, auto, got 'tgi'"),
     ("global:\n  windows: [1m, 2x]\n", "global.windows[1]: expected a duration"),
     ("targets:\n  - name: a\n", "targets[0]: missing required key 'url'"),
     ("targets:\n  - url: http://a:1/\n    auth: {type: bearer, token_env: SPECWATCH_NO_SUCH}\n",

@@ -3,7 +3,7 @@
 Every poll derives every window, but only a reader needs the signals (the
 exposition, a prediction hook, the controller), and a target polled every 5 s and scraped
 every 15 s has two snapshots in three that nobody renders. So a window's ``values``,
-``positions`` and ``histograms`` (:mod:`specwatch.poll.lazywindow`) are computed together
+``positions`` and ``histograms`` (:mod:`specwatch.poll.windows.lazy`) are computed together
 on the first read of any of them, and the bimodality coefficient, the dearest signal, on the
 first read of that key (or of the whole ``values`` mapping). These tests protect both halves:
 nothing is computed before it is read (the saving), and what is read is what eager
@@ -29,9 +29,11 @@ from helpers.windows import window_signals
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import bimodality, derive, history, lazywindow, sources
+from specwatch.poll import sources
 from specwatch.poll.pipeline import Pipeline, PollResult
-from specwatch.poll.windowplan import Present
+from specwatch.poll.windows import bimodality, derive, history
+from specwatch.poll.windows import lazy as lazywindow
+from specwatch.poll.windows.plan import Present
 
 FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 BC = derive.BIMODALITY_COEFFICIENT

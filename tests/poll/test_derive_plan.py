@@ -23,8 +23,9 @@ from helpers.ring import EntryRing, HistoryEntry
 from helpers.windows import derive_window
 
 from specwatch.common.acceptance import solve_token_acceptance_probability
-from specwatch.poll import derive, history, sources
+from specwatch.poll import sources
 from specwatch.poll.snapshot import ModelSnapshot, WindowSignals
+from specwatch.poll.windows import derive, history
 
 # The histories hold counter totals that overflowed to +inf: an arithmetic warning means a
 # path computed with a value that is not one (inf - inf) instead of leaving it out.

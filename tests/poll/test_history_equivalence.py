@@ -1,6 +1,6 @@
 """The numpy history and derive give the results of the dict implementation they replaced.
 
-Protected behaviour: ``specwatch.poll.history`` + ``derive`` (rows of numpy
+Protected behaviour: ``specwatch.poll.windows.history`` + ``derive`` (rows of numpy
 arrays, windows as differences of two rows) publish the same ``ModelSnapshot`` as the
 reference implementation kept in ``tests/helpers/reference_history.py`` and
 ``reference_derive.py`` (the former dict-and-columns code), to 1e-9 relative, on:
@@ -26,8 +26,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specwatch.app import settings as app_settings
-from specwatch.poll import derive, history, limits, sources
+from specwatch.poll import limits, sources
 from specwatch.poll.snapshot import ModelSnapshot
+from specwatch.poll.windows import derive, history
 
 FIXTURES = FIXTURES
 EXAMPLES = int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "60"))

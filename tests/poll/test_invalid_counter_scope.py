@@ -22,8 +22,9 @@ import pytest
 from helpers.paths import FIXTURES
 
 from specwatch.engines import registry
-from specwatch.poll import derive, history, sources
-from specwatch.poll.windowplan import LATENCY_HISTOGRAMS
+from specwatch.poll import sources
+from specwatch.poll.windows import derive, history
+from specwatch.poll.windows.plan import LATENCY_HISTOGRAMS
 
 RECORDING = FIXTURES / "vllm-0.32-cpu-ngram"
 BAD = 20  # the page (poll index) that carries the invalid family

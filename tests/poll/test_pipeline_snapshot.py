@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from helpers.paths import FIXTURES
 
-from specwatch.poll import derive
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive
 
 PAGES = sorted((FIXTURES / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
                key=lambda p: int(p.stem.split("_")[1]))

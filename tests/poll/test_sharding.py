@@ -456,8 +456,8 @@ def test_poller_set_targets_while_running():
 def test_pipeline_set_targets_keeps_history_and_drops_removed_results():
     """A kept target keeps its snapshot and history, a new one starts down, and a result
     that arrives for a removed target is not published (no resurrected series)."""
-    from specwatch.poll import derive
     from specwatch.poll.pipeline import Pipeline, PollResult
+    from specwatch.poll.windows import derive
 
     p = Pipeline([("a", "auto"), ("b", "auto")], derive.DeriveConfig(), 5.0)
     p.apply(PollResult("a", 0.0, 1.0, 0.01, body=PAGE))

@@ -20,7 +20,8 @@ from helpers.scrape import parse_exposition, select
 
 from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import fetch, pageplan, sources
+from specwatch.poll import pageplan, sources
+from specwatch.poll.fetch import client as fetch
 
 FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 PAGES = sorted(FIXTURES.glob("*.prom"))

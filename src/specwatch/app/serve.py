@@ -37,11 +37,12 @@ from specwatch.plugins.control import controller
 from specwatch.plugins.live import plugin as model_live
 from specwatch.plugins.pairs import plugin as pairs
 from specwatch.plugins.pairs import settings as pair_config
-from specwatch.poll import config, derive
+from specwatch.poll import config
 from specwatch.poll.discovery import TargetSource
 from specwatch.poll.pipeline import DEFAULT_MAX_MODELS, ForgetHook, Pipeline, PollResult, TargetHook
 from specwatch.poll.poller import Poller, PollTarget
 from specwatch.poll.snapshot import Snapshot, TargetSnapshot
+from specwatch.poll.windows import derive
 from specwatch.web.limits import REJECT_REASONS
 from specwatch.web.negotiate import accepts_gzip, by_preference
 from specwatch.web.routing import Handler, Request, Response, only_get

@@ -31,7 +31,7 @@ How to add an engine:
 Acceptance is derived from the counters a page has: draft and accepted tokens (drafts and
 per position where counted) or verify calls with generation tokens and finished requests
 (:mod:`specwatch.poll.formulas`). An engine with neither needs a canonical signal and a
-formula of its own in :mod:`specwatch.engines.base` and :mod:`specwatch.poll.derive`.
+formula of its own in :mod:`specwatch.engines.base` and :mod:`specwatch.poll.windows.derive`.
 """
 
 from specwatch.engines.base import (

@@ -120,7 +120,7 @@ class Capabilities:
     #: The server's KV-cache size stated on the page.
     kv_capacity: bool
     histograms: tuple[Histogram, ...] = ()
-    #: How acceptance is read (:mod:`specwatch.poll.derive` takes the reading whose counters
+    #: How acceptance is read (:mod:`specwatch.poll.windows.derive` takes the reading whose counters
     #: a page has): :data:`BY_TOKENS` (draft and accepted token counters),
     #: :data:`BY_VERIFY_CALLS` (verify calls, generation tokens, finished requests) or None.
     acceptance: str | None = None

@@ -46,7 +46,6 @@ from prometheus_client.utils import floatToGoString
 from specwatch.expose import metricdefs
 from specwatch.expose.gzipstream import deflate_parts
 from specwatch.expose.gzipstream import gzip_join as gzip_join  # serve imports it from here
-from specwatch.poll import derive
 from specwatch.poll.snapshot import (
     MODEL_DROP_REASONS,
     POLL_ERROR_REASONS,
@@ -54,6 +53,7 @@ from specwatch.poll.snapshot import (
     Snapshot,
     TargetSnapshot,
 )
+from specwatch.poll.windows import derive
 
 log = logging.getLogger(__name__)
 

@@ -105,7 +105,7 @@ HTTP_SERVER_LIMITS_SCHEMA: dict[str, Key] = {
 TARGET_SCHEMA: dict[str, Key] = {
     "name": Key(str, check=check_name, doc="label value of `target` (default: host:port)"),
     "url": Key(str, required=True, check=check_url, doc="the /metrics URL"),
-    "engine": Key(str, check=one_of(*ENGINE_KINDS), doc="vllm | sglang | auto"),
+    "engine": Key(str, check=one_of(*ENGINE_KINDS), doc=" | ".join(ENGINE_KINDS)),
     "timeout": Key((*NUM, str), check=parse_duration, doc="total deadline of one poll"),
     "max_body_bytes": Key(int, check=positive_int(1024), doc="largest page accepted"),
     "headers": Key(dict, values=Key(str), doc="extra request headers"),

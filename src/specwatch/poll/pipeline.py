@@ -25,8 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specwatch import __version__
-from specwatch.poll import derive, history, limits, pageplan, sources
+from specwatch.poll import limits, pageplan, sources
 from specwatch.poll.snapshot import POLL_ERROR_REASONS, Snapshot, TargetSnapshot
+from specwatch.poll.windows import derive, history
 
 log = logging.getLogger(__name__)
 

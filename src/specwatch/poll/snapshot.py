@@ -76,7 +76,7 @@ class WindowSignals:
     #: proposed draft tokens (older vLLM); 0 when nothing was drafted (or SD is off).
     drafts: float = 0.0
     #: Bucket increases of the latency histograms over the window, keyed by
-    #: :data:`specwatch.poll.windowplan.LATENCY_HISTOGRAMS` names: ((upper bound,
+    #: :data:`specwatch.poll.windows.plan.LATENCY_HISTOGRAMS` names: ((upper bound,
     #: cumulative count), ...) sorted by bound, +Inf last. Feeds quantiles (the controller's
     #: before/after record).
     histograms: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)

@@ -3,7 +3,7 @@
 It turns one page into *canonical signals* (:mod:`specwatch.engines.base`): per-series
 cumulative values keyed by ``(model_name, signal, identity)``, where ``identity`` is every
 label except ``model_name`` (``engine``, ``position``, ``finished_reason``, ``is_streaming``,
-ranks...). Keeping every series apart is what lets :mod:`specwatch.poll.history` detect a
+ranks...). Keeping every series apart is what lets :mod:`specwatch.poll.windows.history` detect a
 counter reset per series *before* summing over ``engine`` (one data-parallel rank restarting
 among eight is invisible in the sum).
 

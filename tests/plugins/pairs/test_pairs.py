@@ -21,9 +21,9 @@ from specwatch.plugins.pairs.plugin import PairTracker, bin_index, bin_labels
 from specwatch.plugins.pairs.settings import SECTION as PAIRS
 from specwatch.plugins.pairs.settings import PairConfig, PairSettings, shard_keys
 from specwatch.plugins.pairs.stats import max_variance, quantile_ratio
-from specwatch.poll import derive
 from specwatch.poll.formulas import histogram_quantile
 from specwatch.poll.snapshot import ModelSnapshot, TargetSnapshot, WindowSignals
+from specwatch.poll.windows import derive
 
 MODEL = "llama"
 BINS = (0.0, 2.0, 4.0, 8.0)

@@ -16,8 +16,9 @@ from specwatch.model import extend_profile, optimal_draft_length, reason_text
 from specwatch.model.schedule import Workload, batch_schedule
 from specwatch.plugins.control.jsonview import iso_time, json_number
 from specwatch.plugins.control.settings import EPS, LATENCIES, QUANTILES
-from specwatch.poll import derive, formulas
+from specwatch.poll import formulas
 from specwatch.poll.snapshot import ModelSnapshot, TargetSnapshot
+from specwatch.poll.windows import derive
 
 if TYPE_CHECKING:  # pragma: no cover
     from specwatch.model.params import Params

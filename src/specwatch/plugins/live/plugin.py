@@ -62,9 +62,10 @@ from specwatch.plugins.live.metrics import (
     SD_CEILING_ARRIVAL_RATE,
 )
 from specwatch.plugins.live.settings import SECTION, LiveTarget
-from specwatch.poll import derive, sources
+from specwatch.poll import sources
 from specwatch.poll.config import ServeConfig
 from specwatch.poll.snapshot import ModelSnapshot, Slot, Snapshot, TargetSnapshot
+from specwatch.poll.windows import derive
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ from specwatch.plugins.host import PluginHost
 from specwatch.plugins.pairs import metrics  # noqa: F401  (registers the definitions)
 from specwatch.plugins.pairs import stats as pairstats
 from specwatch.plugins.pairs.settings import PairConfig, Pairs, PairSettings
-from specwatch.poll import derive
 from specwatch.poll.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
+from specwatch.poll.windows import derive
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ A target reached directly (no proxy from the environment for its URL) gets a
   dict by the library's own ``request()`` against a capturing socket
   (:func:`_request_bytes`), then sent as they are;
 * the usual answer (``HTTP/1.1 200``, plain headers, a ``Content-Length`` body) is read from
-  the socket by :mod:`specwatch.poll.httpfast`; any other answer is read by the library
+  the socket by :mod:`specwatch.poll.fetch.httpfast`; any other answer is read by the library
   from the same bytes (:func:`_response`);
 * a keep-alive connection the server has closed is replaced before use, and a request on a
   reused connection that the server closes before answering is sent once more on a new
@@ -32,9 +32,9 @@ import requests
 from requests.utils import DEFAULT_CA_BUNDLE_PATH
 from urllib3.util.ssl_ import create_urllib3_context
 
-from specwatch.poll import httpfast, httpheaders
-from specwatch.poll.fetchguard import Guard, watch
-from specwatch.poll.fetchrules import (
+from specwatch.poll.fetch import httpfast, httpheaders
+from specwatch.poll.fetch.guard import Guard, watch
+from specwatch.poll.fetch.rules import (
     BASE_HEADERS,
     MAX_REDIRECTS,
     REDIRECT_STATUSES,
@@ -338,7 +338,7 @@ def _response(conn: http.client.HTTPConnection, sock: socket.socket
     response (``conn.sock`` cleared) when the response ends the connection.
 
     The usual answer (``HTTP/1.1 200``, plain headers, a ``Content-Length`` body) is read
-    by :mod:`specwatch.poll.httpfast` directly from the socket; any other is read by
+    by :mod:`specwatch.poll.fetch.httpfast` directly from the socket; any other is read by
     the library, from the bytes read so far and then the socket."""
     try:
         head, data = httpfast.read_head(sock)

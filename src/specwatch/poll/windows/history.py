@@ -9,7 +9,7 @@ jump must not stretch or shrink a window.
 Owns the raw state of every source series (value, ``_created``, last seen: slots in numpy
 arrays), the reset rules applied PER SERIES before anything is summed (docs/exporter.md,
 "Counter resets"), the per-model sums appended as one row per poll to each model's ring
-(:mod:`specwatch.poll.ring`), the per-poll acceptance-rate sample, and the bounds on the
+(:mod:`specwatch.poll.windows.ring`), the per-poll acceptance-rate sample, and the bounds on the
 models a target may hold. How the fold is vectorised: docs/performance.md, "History, derive
 and exposition"; the dict implementation it is checked against is
 ``tests/helpers/reference_history.py``.
@@ -27,8 +27,8 @@ import numpy as np
 
 from specwatch.engines import registry
 from specwatch.poll import sources
-from specwatch.poll.ring import UNKNOWN, AggKey, HistoryRing, ModelHistory, grow_rows
-from specwatch.poll.samples import (
+from specwatch.poll.windows.ring import UNKNOWN, AggKey, HistoryRing, ModelHistory, grow_rows
+from specwatch.poll.windows.samples import (
     SAMPLE_KEYS,
     interval_acceptance_rate,
     interval_sample_reads,

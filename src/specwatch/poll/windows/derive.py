@@ -1,7 +1,7 @@
 """Windowed SD signals from a model's history: pure functions, no I/O, no clock.
 
 Every value is a ratio of *deltas* of reset-corrected cumulative counters between a window's
-base entry (:mod:`specwatch.poll.windowbase`) and the newest entry. Rules kept here:
+base entry (:mod:`specwatch.poll.windows.base`) and the newest entry. Rules kept here:
 
 * a zero denominator (no drafts, no finished requests, no time) makes the signal ABSENT
   (the key is missing), never 0 and never NaN;
@@ -9,11 +9,11 @@ base entry (:mod:`specwatch.poll.windowbase`) and the newest entry. Rules kept h
   into their physical range, so counter noise (vLLM updates families one after the other
   while a page is rendered) can never produce an impossible value.
 
-Nothing is derived before a reader asks (:mod:`specwatch.poll.lazywindow`): the pipeline
+Nothing is derived before a reader asks (:mod:`specwatch.poll.windows.lazy`): the pipeline
 publishes :func:`derive_models`, which freezes each model's history and runs
 :func:`derive_model` on the first read of the snapshot's models; that finds each window's
 base and differences the rows, and the formulas (:func:`_signals`, on a row read as a
-:class:`~specwatch.poll.windowplan.WindowPlan` says) run when the window is first read. They
+:class:`~specwatch.poll.windows.plan.WindowPlan` says) run when the window is first read. They
 read as if computed at once: each keeps what it computes from. Design and equivalence
 checks: docs/performance.md, "History, derive and exposition".
 """
@@ -31,7 +31,7 @@ import numpy as np
 
 from specwatch.common.acceptance import solve_token_acceptance_probability
 from specwatch.engines import registry
-from specwatch.poll import lazywindow, sources
+from specwatch.poll import sources
 from specwatch.poll.formulas import (
     SAMPLE_BUCKETS,
     acceptance_heterogeneity,
@@ -42,7 +42,6 @@ from specwatch.poll.formulas import (
     verify_acceptance_length,
     verify_acceptance_rate,
 )
-from specwatch.poll.ring import UNKNOWN, HistoryRing, ModelHistory
 from specwatch.poll.signals import (
     ACCEPTANCE_ALPHA,
     ACCEPTANCE_HETEROGENEITY,
@@ -60,8 +59,10 @@ from specwatch.poll.signals import (
     TOKEN_ACCEPTANCE_PROBABILITY,
 )
 from specwatch.poll.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
-from specwatch.poll.windowbase import count_base_index_known, time_base_indices, window_lengths
-from specwatch.poll.windowplan import Present, WindowPlan
+from specwatch.poll.windows import lazy as lazywindow
+from specwatch.poll.windows.base import count_base_index_known, time_base_indices, window_lengths
+from specwatch.poll.windows.plan import Present, WindowPlan
+from specwatch.poll.windows.ring import UNKNOWN, HistoryRing, ModelHistory
 
 __all__ = [
     "ACCEPTANCE_ALPHA", "ACCEPTANCE_HETEROGENEITY", "ACCEPTANCE_LENGTH", "ACCEPTANCE_RATE",
@@ -103,7 +104,7 @@ def _lazy_window(label: str, source: lazywindow.Source, key: object, plan: Windo
 @dataclass(slots=True, eq=False)
 class WindowRows:
     """What the windows of one model at one poll are computed from, when first read
-    (:mod:`specwatch.poll.lazywindow`): a row of counter increases per base (``diff``,
+    (:mod:`specwatch.poll.windows.lazy`): a row of counter increases per base (``diff``,
     without the 0.0 that index -1 reads), the plan, a copy of the model's gauges and the
     per-poll samples after the oldest base. A window's key is its row, span and first
     sample. Nothing writes to any of it."""
@@ -361,7 +362,7 @@ def _finite(values: dict[str, float]) -> dict[str, float]:
 def derive_models(hists: Iterable[ModelHistory], cfg: DeriveConfig, engine: str
                   ) -> Mapping[str, ModelSnapshot]:
     """:func:`derive_model` of each model, by model name in the order given, computed on
-    the first read of the mapping (:class:`specwatch.poll.lazywindow.Deferred`).
+    the first read of the mapping (:class:`specwatch.poll.windows.lazy.Deferred`).
 
     Most snapshots of a target polled more often than it is scraped are never read. Each
     model is frozen now (:meth:`ModelHistory.frozen`: its ring shared, not copied), so the

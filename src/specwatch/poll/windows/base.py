@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from specwatch.poll.ring import UNKNOWN
+from specwatch.poll.windows.ring import UNKNOWN
 
 
 def time_base_indices(times: Sequence[float], seconds: Sequence[float]) -> list[int | None]:
@@ -72,7 +72,7 @@ def count_base_index(column: Sequence[float], n_requests: int) -> int | None:
 
 def count_base_index_known(column: np.ndarray, n_requests: int) -> int | None:
     """:func:`count_base_index` on a column that may hold unknown values
-    (:data:`specwatch.poll.ring.UNKNOWN`): the base found with each unknown value taken as
+    (:data:`specwatch.poll.windows.ring.UNKNOWN`): the base found with each unknown value taken as
     low as it can be (the known value before it) and as high (the known value after it);
     None when the two differ (which entry is the base is not known) or when the newest
     value is unknown."""

@@ -23,7 +23,7 @@ import re
 import socket
 from typing import Any
 
-from specwatch.poll import httpheaders
+from specwatch.poll.fetch import httpheaders
 
 #: Bytes of head read, at most, before the library is left to decide (its own limits: a
 #: line of 65,536 bytes, 100 lines).
@@ -39,7 +39,7 @@ _STATUS_TEXT = rb"HTTP/1\.1 200(?: [^\r\n]*)?\r\n"
 _STATUS = re.compile(_STATUS_TEXT)
 _PLAIN_LINE = (rb"(" + httpheaders.HEADER_NAME + rb"):[ \t]*(" + httpheaders.HEADER_VALUE
                + rb")\r\n")
-#: A plain header line (:data:`specwatch.poll.httpheaders.PLAIN`) ended by CRLF.
+#: A plain header line (:data:`specwatch.poll.fetch.httpheaders.PLAIN`) ended by CRLF.
 _PLAIN_CRLF = re.compile(_PLAIN_LINE)
 #: The usual head: the status line, plain header lines, a blank line.
 _HEAD = re.compile(_STATUS_TEXT + rb"((?:" + httpheaders.HEADER_NAME + rb":[ \t]*"

@@ -3,7 +3,7 @@ aggregated counters at its two ends.
 
 Owns which counters the sample reads and when it is taken: at least ``min_drafts`` drafts
 or verify calls in the interval, else no sample. The history takes one per
-poll (:mod:`specwatch.poll.history`); the windows' bimodality coefficient reads them.
+poll (:mod:`specwatch.poll.windows.history`); the windows' bimodality coefficient reads them.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ with the same total deadline and body cap.
 Proxies work exactly as ``requests`` handles them; the environment is read once, when the
 session is made. Sockets are registered with the poll's guard through urllib3 connection
 classes (:class:`_Guarded`). Redirects are followed here, not by requests, with the rule
-both transports share (:func:`specwatch.poll.fetchrules.check_redirect`).
+both transports share (:func:`specwatch.poll.fetch.rules.check_redirect`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import requests
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from specwatch.poll import fetchguard
-from specwatch.poll.fetchguard import Guard, current, watch
-from specwatch.poll.fetchrules import (
+from specwatch.poll.fetch import guard as fetchguard
+from specwatch.poll.fetch.guard import Guard, current, watch
+from specwatch.poll.fetch.rules import (
     BASE_HEADERS,
     MAX_REDIRECTS,
     PollError,
@@ -189,8 +189,8 @@ def send(session: requests.Session, method: str, url: str, *, timeout: float,
          data: bytes | None = None, headers: Mapping[str, str] | None = None) -> Reply:
     """One outbound request (a Prometheus query, a webhook) with the poll's rules: a total
     deadline of ``timeout`` seconds from connect to the last body byte
-    (:mod:`specwatch.poll.fetchguard`: a server trickling bytes is cut off at it), a body
-    cap (:func:`~specwatch.poll.fetchrules.read_body`), no redirect followed. Any HTTP
+    (:mod:`specwatch.poll.fetch.guard`: a server trickling bytes is cut off at it), a body
+    cap (:func:`~specwatch.poll.fetch.rules.read_body`), no redirect followed. Any HTTP
     status is an answer; every failure is a :class:`PollError` (``timeout``,
     ``too_large``, ``connection``, ``tls``, ``parse``). ``session`` should be a
     :class:`RequestsSession` (its sockets are the ones the deadline can shut)."""

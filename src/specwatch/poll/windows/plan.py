@@ -1,7 +1,7 @@
 """What a window reads: the keys present in a model's newest entry and the plan of indices
 and branches the window formulas take on them.
 
-Which branches the formulas (:mod:`specwatch.poll.derive`) take depends only on the keys
+Which branches the formulas (:mod:`specwatch.poll.windows.derive`) take depends only on the keys
 present in the window's newest entry: the same for every window of a model, and for as long
 as no key appears or vanishes. So they are decided once here, and a window's increases are a
 list (a *row*) read at the plan's indices instead of a dictionary of every counter.

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from specwatch import __version__
 from specwatch.common import redact
-from specwatch.poll.fetchguard import Guard
+from specwatch.poll.fetch.guard import Guard
 
 
 @dataclass(frozen=True)

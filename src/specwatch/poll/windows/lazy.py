@@ -3,7 +3,7 @@
 Why: every poll derives every window of every model, but only a reader needs the
 signals: the exposition (a target polled every 5 s and scraped every 15 s has two
 snapshots in three that nobody renders), a live prediction hook, the controller. So
-:func:`specwatch.poll.derive.derive_model` decides at poll time which windows exist and
+:func:`specwatch.poll.windows.derive.derive_model` decides at poll time which windows exist and
 their span, requests and drafts (the cheap fields), and hands each window its row of counter
 increases; the formulas run on the first read of ``values``, ``positions`` or
 ``histograms``, once for the three. The Sarle coefficient of the window's samples, the
@@ -30,8 +30,8 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from specwatch.poll import bimodality
 from specwatch.poll.signals import BIMODALITY_COEFFICIENT
+from specwatch.poll.windows import bimodality
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +214,7 @@ class LazyMapping(_Lazy):
 
 class Deferred(_Lazy):
     """A mapping that ``compute()`` gives on its first read: a target's models
-    (:func:`specwatch.poll.derive.derive_models`). ``compute`` must read only what it
+    (:func:`specwatch.poll.windows.derive.derive_models`). ``compute`` must read only what it
     owns (a frozen copy of the history), so the result is the same whenever it runs; it is
     let go of once it has run. A computation that raises (a bug) reads as an empty mapping
     (no series: "no data means no series") and is logged, instead of an exception in a

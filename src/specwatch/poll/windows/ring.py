@@ -354,7 +354,7 @@ class ModelHistory:
 
     def frozen(self) -> ModelHistory:
         """This model as it is now, for a snapshot derived when first read (what
-        :func:`specwatch.poll.derive.derive_model` reads): the ring read-only and
+        :func:`specwatch.poll.windows.derive.derive_model` reads): the ring read-only and
         shared (:meth:`HistoryRing.frozen`), what changes in place copied (the sample
         buckets, ``cum``); ``gauges`` and ``signals`` are replaced by a poll, never changed."""
         return ModelHistory(self.model_name, self.entries.frozen(),

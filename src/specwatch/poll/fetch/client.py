@@ -2,17 +2,17 @@
 two transports with one behaviour.
 
 * **Total deadline per poll** (connect + TLS handshake + headers + body):
-  :mod:`specwatch.poll.fetchguard`.
-* **Body size cap, redirects, error reasons**: :mod:`specwatch.poll.fetchrules`.
+  :mod:`specwatch.poll.fetch.guard`.
+* **Body size cap, redirects, error reasons**: :mod:`specwatch.poll.fetch.rules`.
 * **TLS to targets**: ``verify`` (a CA bundle path, True, or False for
   insecure_skip_verify) and the client ``cert`` apply to every request; ``verify: True``
   means ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` from the environment when set, else
   certifi's bundle, as ``requests`` does. A certificate problem is reason ``tls``.
 * **One session per target** keeps its keep-alive connection; sessions are never shared.
 * **Two transports**: a target reached directly gets a
-  :class:`~specwatch.poll.fetchdirect.DirectSession` (``http.client``); one whose URL goes
+  :class:`~specwatch.poll.fetch.direct.DirectSession` (``http.client``); one whose URL goes
   through ``HTTP(S)_PROXY``/``ALL_PROXY`` (and is not excluded by ``NO_PROXY``) gets a
-  :class:`~specwatch.poll.fetchrequests.RequestsSession`. ``tests/poll/test_fetch_paths.py``
+  :class:`~specwatch.poll.fetch.proxied.RequestsSession`. ``tests/poll/test_fetch_paths.py``
   checks that both give the same bodies and errors over a matrix of server behaviours.
 
 The poller (scheduling) is :mod:`specwatch.poll.poller`. Measurements:
@@ -27,11 +27,11 @@ from typing import Any
 
 import requests
 
-from specwatch.poll import fetchguard
-from specwatch.poll.fetchdirect import DirectSession
-from specwatch.poll.fetchguard import Guard
-from specwatch.poll.fetchrequests import RequestsSession, fetch_requests
-from specwatch.poll.fetchrules import MAX_REDIRECTS, PollError, PollTarget, short_message
+from specwatch.poll.fetch import guard as fetchguard
+from specwatch.poll.fetch.direct import DirectSession
+from specwatch.poll.fetch.guard import Guard
+from specwatch.poll.fetch.proxied import RequestsSession, fetch_requests
+from specwatch.poll.fetch.rules import MAX_REDIRECTS, PollError, PollTarget, short_message
 
 __all__ = ["MAX_REDIRECTS", "DirectSession", "FetchSession", "Guard", "PollError",
            "PollTarget", "RequestsSession", "fetch", "new_session", "short_message"]
