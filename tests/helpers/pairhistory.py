@@ -46,8 +46,8 @@ def _value(v: float) -> str:
 def exporter_history(tmp: Path) -> tuple[str, float, float]:
     """The exporter's pages after every poll of the recording, as OpenMetrics history
     ending a minute ago; with its first and last timestamps."""
+    from specwatch.app import settings
     from specwatch.app.serve import ServeApp
-    from specwatch.poll import config
     from specwatch.poll.pipeline import PollResult
 
     sd, base = fixture_pages(FIXTURE / "sd"), fixture_pages(FIXTURE / "base")
@@ -62,7 +62,7 @@ def exporter_history(tmp: Path) -> tuple[str, float, float]:
         "pair_options": {"window": "10s", "min_requests": 50, "arrival_rate_bins": BINS,
                          "acceptance_bands": BANDS}}))
     clock = {"t": 0.0}
-    app = ServeApp(config.build_config(str(path), [], "127.0.0.1:0", None),
+    app = ServeApp(settings.build_config(str(path), [], "127.0.0.1:0", None),
                    clock=lambda: clock["t"])
     series: dict[str, list[tuple[str, float, str]]] = {}
     for (t, text_sd), (_, text_base) in zip(sd, base, strict=True):
