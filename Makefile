@@ -39,11 +39,19 @@ setup: system-deps $(STAMP) $(SCHEMA_DIR)/node_modules/.package-lock.json
 system-deps:
 	@scripts/system-deps.sh
 
+# The suites run on parallel pytest-xdist workers. Much of a test's time is spent waiting on
+# a subprocess or a server (promtool, jsonnet, Prometheus, Alertmanager, polls on the wall
+# clock), so more workers than cores pays; worksteal evens out the long tests. Expensive
+# fixtures are made once per run for all workers (tests/helpers/shared.py).
+# PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist worksteal
+
 test: setup
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 test-all: setup
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # Every `specwatch ...` command and serve config file of README.md and docs/*.md, run from
 # the installed wheel (tests/test_docs_commands.py; slow, so also part of test-all). It
