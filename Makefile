@@ -41,17 +41,19 @@ system-deps:
 
 # The suites run on parallel pytest-xdist workers. Much of a test's time is spent waiting on
 # a subprocess or a server (promtool, jsonnet, Prometheus, Alertmanager, polls on the wall
-# clock), so more workers than cores pays; worksteal evens out the long tests. Expensive
-# fixtures are made once per run for all workers (tests/helpers/shared.py).
+# clock), so more workers than cores pays (3 to 4 measured best on 2 cores; 6 was slower).
+# `make test` uses worksteal, which evens out the long tests. A module fixture is made once
+# per worker that runs one of the module's tests, so `make test-all` keeps each file on one
+# worker (loadfile): its slow modules' fixtures run for minutes (the demo's story). What is
+# costly to make is made once per run for all workers (tests/helpers/shared.py).
 # PYTEST_WORKERS=0 runs everything in one process.
 PYTEST_WORKERS ?= 4
-PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist worksteal
 
 test: setup
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test-all: setup
-	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Every `specwatch ...` command and serve config file of README.md and docs/*.md, run from
 # the installed wheel (tests/test_docs_commands.py; slow, so also part of test-all). It
