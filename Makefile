@@ -14,7 +14,7 @@ help:
 	@echo "make test-all         default suite plus slow tests"
 	@echo "make test-docs        run every command and config file of README.md and docs/ (wheel venv)"
 	@echo "make test-live        against a real vLLM (CPU build in its own venv; ~7 min)"
-	@echo "make lint             ruff, jsonnetfmt, import-linter layering contracts, mkdocs --strict"
+	@echo "make lint             ruff, jsonnetfmt, import-linter layering contracts, long-module warnings, mkdocs --strict"
 	@echo "make generate         render the mixin (dashboards/, alerts/) and the reference pages (docs/)"
 	@echo "make docs             build the docs site into site/ (MkDocs, strict)"
 	@echo "make docs-images      redraw the pictures (docs/img/: sweep, calibration, each dashboard on the demo) and the README caption's numbers"
@@ -73,6 +73,7 @@ test-live: setup
 lint: $(STAMP) lint-jsonnet
 	$(BIN)/ruff check src tests bench scripts setup.py
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/module_size.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site-lint
 
 fmt: $(STAMP)

@@ -17,6 +17,16 @@
     // configuration sets.
     vllmSelector: 'job="vllm"',
     exporterSelector: 'job="specwatch"',
+    // The other serving engines of a mixed fleet. Their recording rules
+    // (alerts/rules.libsonnet) record into the same names as vLLM's, so the dashboards' and
+    // the alerts' recorded series cover every engine. An engine you do not run costs
+    // nothing: its rules match no series.
+    sglangSelector: 'job="sglang"',
+    trtllmSelector: 'job="trtllm"',
+    llamacppSelector: 'job="llamacpp"',
+    // llama-server labels no series with a model (one model per server): its recorded series
+    // get this model_name, the one specwatch's exporter gives them too.
+    llamacppModelName: 'default',
 
     // The label that tells clusters apart when one Prometheus (or Thanos/Mimir) holds
     // several. Rules always keep it in their aggregations (a missing label costs nothing);
@@ -106,8 +116,10 @@
         missingSampleGrace: '2m',
         // 'exporter': specwatch's windowed sd_acceptance_alpha (or sd_acceptance_rate with
         // measure 'rate'; labels target, model_name); 'vllm': the recording rules computed
-        // from vLLM's counters, for Prometheus setups without the exporter (labels job,
-        // model_name; measure 'alpha' needs vLLM's per-position counters, vLLM v1).
+        // from the engines' counters, for Prometheus setups without the exporter (labels job,
+        // model_name; measure 'alpha' needs per-position counters: vLLM v1, TensorRT-LLM,
+        // llama.cpp; with minArrivalRate above 0 it needs finished requests, which llama.cpp
+        // does not count, so llama.cpp servers never fire it from this source).
         source: 'exporter',
       },
       // The latency model predicts that SD buys less than `threshold` x speedup at the

@@ -35,9 +35,10 @@ from benchlib.pages import real_pages
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.app import settings
 from specwatch.app.serve import ServeApp
 from specwatch.expose.collector import render_target
-from specwatch.poll import config, sources
+from specwatch.poll import sources
 from specwatch.poll.pipeline import PollResult
 from specwatch.web.routing import Request
 
@@ -49,7 +50,7 @@ def build_app(targets: int, workdir: Path) -> ServeApp:
     cfg_file.write_text("global:\n  listen: '127.0.0.1:0'\ntargets:\n" + "".join(
         f"  - {{name: t{i:03d}, url: 'http://127.0.0.1:9/t{i}/metrics'}}\n"
         for i in range(targets)))
-    app = ServeApp(config.build_config(str(cfg_file), [], None, None))
+    app = ServeApp(settings.build_config(str(cfg_file), [], None, None))
     pages = real_pages()
     parsed = [sources.parse_page(p) for p in pages]
     interval, n = app.cfg.poll_interval, int(3600 / app.cfg.poll_interval)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import requests
 
-from specwatch.poll.fetch import PollTarget, fetch, new_session
+from specwatch.poll.fetch.client import PollTarget, fetch, new_session
 
 HERE = Path(__file__).resolve().parent
 

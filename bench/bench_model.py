@@ -37,8 +37,8 @@ from specwatch.model.costs import cost_terms
 from specwatch.model.naive import naive_speedup_scalar
 from specwatch.model.params import load_params
 from specwatch.plugins.live.plugin import predict_live
-from specwatch.poll import derive
 from specwatch.poll.snapshot import ModelSnapshot, WindowSignals
+from specwatch.poll.windows import derive
 
 ROOT = Path(__file__).resolve().parent.parent
 PARAMS = ROOT / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"

@@ -28,8 +28,10 @@ from pathlib import Path
 
 from benchlib.harness import prefill
 
-from specwatch.poll import config, derive, fetch
+from specwatch.poll import config
+from specwatch.poll.fetch import client as fetch
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive
 
 HERE = Path(__file__).resolve().parent
 INTERVAL = 5.0

@@ -72,7 +72,7 @@ def fetch_path(request, monkeypatch):
     """Run the test on each of the poller's transports (the fast path is tested
     against the library): every session the poller makes while the test runs is pinned to
     ``direct`` (http.client) or ``requests``, whatever the environment's proxies say."""
-    from specwatch.poll import fetch
+    from specwatch.poll.fetch import client as fetch
 
     original = fetch.new_session
     made: list[object] = []

@@ -83,6 +83,24 @@ def vllm_metrics() -> frozenset[str]:
     return frozenset(names)
 
 
+#: Pages of the other engines whose counters the recording rules read: SGLang (constructed
+#: from its definitions) and the TensorRT-LLM and llama.cpp sequences.
+ENGINE_PAGES = ("constructed/sglang-0.5.23-spec.prom", "engines-constructed/trtllm/*.txt",
+                "engines-constructed/llamacpp/*.txt")
+
+
+def engine_metrics() -> frozenset[str]:
+    """Every sample name on the SGLang, TensorRT-LLM and llama.cpp fixture pages."""
+    names: set[str] = set()
+    for pattern in ENGINE_PAGES:
+        for page in sorted(FIXTURES.glob(pattern)):
+            for line in page.read_text(encoding="utf-8").splitlines():
+                m = _SAMPLE_NAME.match(line)
+                if m:
+                    names.add(m.group(1))
+    return frozenset(names)
+
+
 def load_rule_file(path: Path) -> dict:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 

@@ -21,9 +21,11 @@ import time
 
 import pytest
 
+from specwatch.app import settings as app_settings
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import derive, sources
+from specwatch.poll import sources
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive
 
 
 def rotating_page(poll: int, names: int, requests: float) -> str:
@@ -180,9 +182,8 @@ def test_serve_app_measures_windows_on_the_monotonic_clock():
     """ServeApp stamps each poll with time.monotonic (or the injected clock: tests, the
     demo's simulated time); the result's wall time is kept for timestamps."""
     from specwatch.app.serve import ServeApp
-    from specwatch.poll import config
 
-    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    cfg = app_settings.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     assert ServeApp(cfg).history_clock is time.monotonic
     fake = FakeClock(10.0)
     app = ServeApp(cfg, clock=fake)

@@ -13,10 +13,11 @@ import pytest
 from helpers.certs import make_pki
 
 from specwatch import cli
+from specwatch.app import settings as app_settings
 from specwatch.cli import serve
 from specwatch.common.errors import ConfigError
 from specwatch.plugins.live import plugin as live
-from specwatch.poll import config
+from specwatch.plugins.live import settings as live_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "params" / "qwen3-32b-h100-eagle3.yaml"
@@ -66,24 +67,25 @@ def test_config_paths_resolve_against_the_config_files_folder(tmp_path: Path,
     elsewhere = tmp_path / "run"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    cfg = config.build_config(str(path), [], None, None)
+    cfg = app_settings.build_config(str(path), [], None, None)
     (target,) = cfg.targets
-    assert target.raw["params"] == str(path.parent / "model.yaml")
+    assert target.section(live_settings.SECTION).params == str(path.parent / "model.yaml")
     assert live.from_config(cfg).params["a"].system  # the model loaded from etc/
-    assert target.raw["auth"]["token_file"] == str(path.parent / "token")
-    assert target.raw["tls"]["ca_file"].startswith(str(path.parent))
+    assert target.headers["Authorization"] == "Bearer s3cret"  # the token read from etc/
+    assert isinstance(target.tls_verify, str)
+    assert target.tls_verify.startswith(str(path.parent))
 
 
 def test_targets_params_takes_a_shipped_example_by_name(tmp_path: Path, monkeypatch) -> None:
     path = _config_in_subfolder(tmp_path, "qwen3-32b-h100-eagle3")
     monkeypatch.chdir(tmp_path)
-    cfg = config.build_config(str(path), [], None, None)
+    cfg = app_settings.build_config(str(path), [], None, None)
     params = live.from_config(cfg).params["a"]
     assert "eagle3" in params.system
     # A file of that name beside the config wins over the example.
     (path.parent / "qwen3-32b-h100-eagle3").write_text("not: [a, params, file]\n")
     with pytest.raises(ConfigError, match=r"targets\[0\]\.params"):
-        live.from_config(config.build_config(str(path), [], None, None))
+        live.from_config(app_settings.build_config(str(path), [], None, None))
 
 
 def _pem_pair(tmp_path: Path) -> tuple[Path, Path, Path]:

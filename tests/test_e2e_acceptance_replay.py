@@ -28,9 +28,9 @@ from helpers.paths import FIXTURES
 from prometheus_client.parser import text_string_to_metric_families
 from promsim import get_json, scrape_job, scraping_prometheus, wait_for_scrape_after
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
 from specwatch.mixin.render import dump_rules, render_rules
-from specwatch.poll import config
 
 PAGES = FIXTURES / "vllm-0.32-cpu-pair-k2" / "sd"
 SPEED = 2.0  # recorded seconds per wall second
@@ -107,7 +107,7 @@ def test_alert_fires_in_the_low_phase_and_not_in_the_high(tmp_path: Path):
             "global": {"listen": "127.0.0.1:0", "poll_interval": "2s", "windows": [WINDOW],
                        "count_window": 500},
             "targets": [{"name": "sd", "url": server.url, "engine": "vllm"}]}))
-        app = ServeApp(config.build_config(str(cfg_file), [], "127.0.0.1:0", None),
+        app = ServeApp(app_settings.build_config(str(cfg_file), [], "127.0.0.1:0", None),
                        clock=clock)
         app.start(poll=False)
         try:

@@ -23,9 +23,9 @@ from helpers.paths import REPO
 from helpers.scrape import parse_exposition
 from helpers.vllmpage import VllmState
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
 from specwatch.plugins.control.controller import DEFAULT_MAX_MODELS
-from specwatch.poll import config
 from specwatch.poll.pipeline import PollResult
 
 PARAMS = REPO / "examples/params/qwen3-32b-h100-eagle3.yaml"
@@ -48,7 +48,7 @@ class Rotating:
             "controller:\n  alertmanager:\n"
             f"    token_file: {token}\n    alerts: [SDAcceptanceRateLow]\n")
         self.clock = Clock()
-        self.app = ServeApp(config.build_config(str(cfg), [], "127.0.0.1:0", 1.0),
+        self.app = ServeApp(app_settings.build_config(str(cfg), [], "127.0.0.1:0", 1.0),
                             clock=self.clock)
         self.app.start(poll=False)
         host, port = self.app.web.address

@@ -23,6 +23,7 @@ from helpers import testsecrets
 from helpers.controlkit import decision, make_actuator
 from helpers.faultserver import FaultServer, TrickleHeaders
 
+from specwatch.app import settings as app_settings
 from specwatch.common import redact
 from specwatch.common.errors import ConfigError
 from specwatch.plugins.control.actuation import WebhookDelivery
@@ -219,7 +220,7 @@ def test_follow_redirects_is_validated(tmp_path):
     """An unknown follow_redirects value is one clear config error naming the key."""
     with pytest.raises(ConfigError, match=r"targets\[0\]\.follow_redirects: expected one of "
                                           r"same_host, any, none"):
-        config.build_config(_write(tmp_path, "targets: [{url: 'http://a:1/metrics', "
+        app_settings.build_config(_write(tmp_path, "targets: [{url: 'http://a:1/metrics', "
                                              "follow_redirects: always}]\n"), [], None, None)
 
 

@@ -1,6 +1,7 @@
 """The package layout draws the architecture: subpackages in layers, imports only
 going down, the model pure, no import cycle of any kind, no module reaching into another's
-private names, and no module, function or module docstring too long to read whole.
+private names, and no function or module docstring too long to read whole (a long module
+is a warning of `make lint`: scripts/module_size.py).
 
 The import-linter contracts in pyproject.toml are the rules; `make lint` runs them and this
 test runs them too, so a layering break fails the default suite, not only the linter.
@@ -20,7 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "specwatch"
 SUBPACKAGES = ("common", "model", "web", "poll", "expose", "sim", "calibrate", "mixin", "plugins",
                "plugins/live", "plugins/pairs", "plugins/control", "app")
-MAX_LINES = 600
 
 
 def test_import_linter_contracts_hold() -> None:
@@ -53,23 +53,30 @@ def test_importing_a_layer_loads_nothing_above_it(package: str, forbidden: tuple
 
 
 @pytest.mark.parametrize("name", SUBPACKAGES)
-def test_every_subpackage_says_what_it_owns_and_may_import(name: str) -> None:
+def test_every_subpackage_says_what_it_is(name: str) -> None:
+    """What a subpackage may import is the import-linter contracts' to say; its docstring says
+    what it is."""
     doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text()))
     assert doc, f"specwatch.{name} has no docstring"
-    assert "May import" in doc, f"specwatch.{name}: the docstring does not say what it may import"
 
 
-def test_no_module_is_too_long_without_a_reason() -> None:
-    long = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        lines = path.read_text().count("\n")
-        if lines <= MAX_LINES:
-            continue
-        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
-        if "Size:" not in doc:
-            long.append(f"{path.relative_to(ROOT)} ({lines} lines)")
-    assert long == [], ("modules over ~600 lines need a 'Size:' paragraph in their docstring "
-                        f"saying why they are one module: {long}")
+def test_long_modules_are_a_lint_warning_not_a_failure(tmp_path: Path) -> None:
+    """scripts/module_size.py (run by `make lint`) names each module over 600 lines and its
+    length, and exits 0; a tree that is not there is one line and exit 2."""
+    (tmp_path / "short.py").write_text("x = 1\n" * 600)
+    (tmp_path / "long.py").write_text("x = 1\n" * 601)
+    script = ROOT / "scripts" / "module_size.py"
+    result = subprocess.run([sys.executable, str(script), str(tmp_path)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"warning: {tmp_path / 'long.py'} has 601 lines (over 600): consider splitting it into "
+        "modules that each do one thing"]
+    missing = subprocess.run([sys.executable, str(script), str(tmp_path / "absent")],
+                             capture_output=True, text=True, timeout=60)
+    assert (missing.returncode, missing.stdout) == (2, "")
+    assert missing.stderr == f"module_size: {tmp_path / 'absent'}: not a directory\n"
+    assert "module_size.py" in (ROOT / "Makefile").read_text().split("\nlint:")[1].split("\n\n")[0]
 
 
 def _modules() -> dict[str, Path]:
@@ -164,8 +171,8 @@ def test_no_function_is_too_long_to_read_whole() -> None:
 
 
 def test_module_docstrings_fit_on_a_screen() -> None:
-    """A module docstring says what the module owns, its invariants and what it may import;
-    specifications and derivations live in docs/."""
+    """A module docstring says what the module owns and its invariants; specifications and
+    derivations live in docs/."""
     long = []
     for path in sorted(PACKAGE.rglob("*.py")):
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False)

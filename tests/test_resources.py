@@ -21,8 +21,8 @@ import urllib.request
 
 from helpers.faultserver import Blackhole, FaultServer
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config
 
 
 def _dead_url() -> str:
@@ -70,7 +70,7 @@ def test_memory_and_threads_flat_over_1000_failed_polls(caplog):
     exporter's thread count stays within its pools (+2)."""
     # pytest keeps every captured record: at DEBUG that alone would look like a leak.
     caplog.set_level(logging.WARNING)
-    cfg = config.build_config(None, [f"dead={_dead_url()}"], "127.0.0.1:0", 0.002)
+    cfg = app_settings.build_config(None, [f"dead={_dead_url()}"], "127.0.0.1:0", 0.002)
     app = ServeApp(cfg)
     app.start(poll=False)
     host, port = app.web.address
@@ -119,7 +119,7 @@ def test_threads_do_not_pile_up_on_a_target_that_never_answers(caplog, tmp_path)
                     f"targets: [{{name: hole, url: '{hole.url}'}}]\n")
         path = tmp_path / "specwatch.yaml"
         path.write_text(cfg_text)
-        cfg = config.build_config(str(path), [], None, 0.05)
+        cfg = app_settings.build_config(str(path), [], None, 0.05)
         app = ServeApp(cfg)
         app.start(poll=False)
         try:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
 from specwatch.common.errors import ConfigError
 from specwatch.plugins.live import plugin as live_plugin
-from specwatch.poll import config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "specwatch.yaml"
@@ -75,7 +75,7 @@ def test_a_missing_params_file_in_a_config_names_the_config_file(tmp_path: Path)
     cfg_file = tmp_path / "specwatch.yaml"
     cfg_file.write_text("targets:\n  - name: a\n    url: http://127.0.0.1:1/metrics\n"
                         "    params: examples/params/qwen3-32b-h100-eagle3.yaml\n")
-    cfg = config.build_config(str(cfg_file), [], "127.0.0.1:0", 5)
+    cfg = app_settings.build_config(str(cfg_file), [], "127.0.0.1:0", 5)
     with pytest.raises(ConfigError) as err:
         live_plugin.from_config(cfg)
     message = str(err.value)
@@ -104,7 +104,7 @@ def test_landing_page_says_why_a_target_is_down(tmp_path: Path) -> None:
     cfg_file = tmp_path / "specwatch.yaml"
     cfg_file.write_text("global: {listen: '127.0.0.1:0', timeout: 2}\ntargets:\n"
                         f"  - name: t\n    url: http://127.0.0.1:{port}/metrics\n")
-    app = ServeApp(config.build_config(str(cfg_file), [], None, 60))
+    app = ServeApp(app_settings.build_config(str(cfg_file), [], None, 60))
     app.start(poll=False)
     try:
         app.poller.poll_now("t")

@@ -66,13 +66,13 @@ from helpers.steppedpair import (
 )
 from promsim import query, scrape_job, scraping_prometheus
 
+from specwatch.app import settings as app_settings
 from specwatch.app.demo import free_port
 from specwatch.app.serve import ServeApp
 from specwatch.calibrate.measured import read_pair_points
 from specwatch.calibrate.prometheus import PrometheusQuery
 from specwatch.cli import main
 from specwatch.model.params import load_params
-from specwatch.poll import config
 from specwatch.sim.scenario import load_scenario
 
 #: The pair window (simulated seconds).
@@ -114,7 +114,7 @@ def test_calibrate_from_a_live_pair_recovers_the_simulators_coefficients(
     }
     (tmp_path / "specwatch.yaml").write_text(yaml.safe_dump(exp_cfg))
     clock = SteppedClock()
-    app = ServeApp(config.build_config(str(tmp_path / "specwatch.yaml"), [], None, None),
+    app = ServeApp(app_settings.build_config(str(tmp_path / "specwatch.yaml"), [], None, None),
                    clock=clock)
     sd, base = stepped_pair(scenario, sd_port, base_port, clock)
     with contextlib.ExitStack() as stack:

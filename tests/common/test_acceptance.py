@@ -113,7 +113,8 @@ def test_the_poll_path_and_the_model_use_this_definition() -> None:
     poll path's formulas module holds no second copy."""
     from specwatch import model
     from specwatch.model import acceptance as model_acceptance
-    from specwatch.poll import derive, formulas
+    from specwatch.poll import formulas
+    from specwatch.poll.windows import derive
     assert derive.solve_token_acceptance_probability is solve_token_acceptance_probability
     assert model_acceptance.acceptance_length_from_alpha is acceptance_length_from_alpha
     assert model.alpha_from_acceptance_length is alpha_from_acceptance_length

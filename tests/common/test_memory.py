@@ -12,6 +12,7 @@ import platform
 
 import pytest
 
+from specwatch.app import settings as app_settings
 from specwatch.common import memory
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
@@ -43,11 +44,10 @@ def test_operator_setting_wins(monkeypatch):
 
 def test_serve_app_applies_the_bound(monkeypatch):
     from specwatch.app import serve
-    from specwatch.poll import config
 
     called: list[bool] = []
     monkeypatch.setattr(serve.memory, "bound_malloc_arenas", lambda: called.append(True))
-    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    cfg = app_settings.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     serve.ServeApp(cfg)
     assert called == [True]
 
@@ -59,10 +59,9 @@ def test_serve_paces_the_garbage_collector_while_it_runs_and_restores_it():
     import gc
 
     from specwatch.app import serve
-    from specwatch.poll import config
 
     before = gc.get_threshold()
-    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    cfg = app_settings.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     app = serve.ServeApp(cfg)
     try:
         app.start(poll=False)

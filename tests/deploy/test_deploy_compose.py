@@ -166,9 +166,9 @@ def _serve_config_as_mounted(service: dict, root: Path):
     container: its bind mounts laid out under `root`, the controller token written by the
     token service into the shared volume, absolute paths in the file read from that layout.
     Returns (ServeConfig, LiveModel, Controller or None)."""
+    from specwatch.app.settings import build_config
     from specwatch.plugins.control import controller
     from specwatch.plugins.live import plugin as model_live
-    from specwatch.poll.config import build_config
 
     mirror_binds(service, root)
     # Named volumes the service shares with the token service: same files, other paths.

@@ -176,7 +176,7 @@ def test_image_carries_every_generated_rule_file_and_dashboard():
 
 def test_image_default_config_loads_with_the_real_config_loader():
     """The configuration baked into the image is accepted by `specwatch serve`'s own loader."""
-    from specwatch.poll.config import build_config
+    from specwatch.app.settings import build_config
 
     config = build_config(str(REPO / "deploy/specwatch/specwatch.yaml"), [], None, None)
     assert [t.url for t in config.targets] == ["http://127.0.0.1:8000/metrics"]

@@ -259,9 +259,9 @@ def test_probes_config_and_secret_wiring(variant: str):
     named in the args comes from a rendered ConfigMap that holds it and that the real config
     loader accepts, controller (recommend mode) included; secrets come from the Secret
     specwatch-secrets."""
+    from specwatch.app.settings import build_config
     from specwatch.plugins.control import controller
     from specwatch.plugins.live import plugin as model_live
-    from specwatch.poll.config import build_config
 
     deployment, container = _pod_spec(variant)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}

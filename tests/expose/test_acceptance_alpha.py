@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import derive
 from specwatch.poll.pipeline import Pipeline, PollResult
 from specwatch.poll.snapshot import WindowSignals
+from specwatch.poll.windows import derive
 
 CONSTRUCTED = FIXTURES / "constructed"
 

@@ -22,10 +22,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.openmetrics import exposition as om_exposition
 from prometheus_client.utils import floatToGoString
 
+from specwatch.app import settings as app_settings
 from specwatch.expose import collector as collector_mod
 from specwatch.expose.collector import SpecwatchCollector, gzip_join
-from specwatch.poll import derive
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive
 
 PAGES = sorted((FIXTURES / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
                key=lambda p: int(p.stem.split("_")[1]))
@@ -157,10 +158,9 @@ def test_serve_metrics_handler_equals_the_registry(accept, encoding):
     """What GET /metrics answers equals the registry's encoding (process metrics aside:
     they move between two calls), gzip or not, text or OpenMetrics."""
     from specwatch.app.serve import ServeApp
-    from specwatch.poll import config
     from specwatch.web.routing import Request
 
-    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    cfg = app_settings.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     app = ServeApp(cfg)
     for i, path in enumerate(PAGES[-6:]):
         t = 1000.0 + 5 * i
@@ -210,9 +210,8 @@ def test_identical_page_skips_the_parse_but_advances_the_windows(monkeypatch):
 
 def test_serve_app_builds_window_histograms_only_for_the_controller_and_pairs():
     from specwatch.app.serve import ServeApp
-    from specwatch.poll import config
 
-    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    cfg = app_settings.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     app = ServeApp(cfg)
     assert app.controller is None and app.pipeline.derive_config.histograms is False
     for i, path in enumerate(PAGES[-3:]):
@@ -429,10 +428,9 @@ def test_serve_renders_published_targets_after_the_pollers_run(monkeypatch):
     """``specwatch serve`` leaves a published target's render to the end of the poller
     worker's run of polls (its ``after_run``), not to the publish."""
     from specwatch.app.serve import ServeApp
-    from specwatch.poll import config
     from specwatch.web.routing import Request
 
-    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    cfg = app_settings.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     app = ServeApp(cfg)
     rendered: list[object] = []
     real = collector_mod.render_target

@@ -1,7 +1,7 @@
-"""REFERENCE (tests only): specwatch.poll.bimodality before its prefix-sum rewrite.
+"""REFERENCE (tests only): specwatch.poll.windows.bimodality before its prefix-sum rewrite.
 
 Kept verbatim (this paragraph aside) so the prefix-sum implementation in
-``specwatch.poll.bimodality`` can be checked against it (same change points, the
+``specwatch.poll.windows.bimodality`` can be checked against it (same change points, the
 same None cases, coefficients to 1e-9) by tests/poll/test_bimodality_equivalence.py. Not used
 by the exporter.
 

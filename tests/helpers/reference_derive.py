@@ -1,7 +1,7 @@
 """REFERENCE (tests only): the former dict-and-columns derive of specwatch.
 
 Kept verbatim (imports aside) so the numpy implementation in
-``specwatch.poll.derive`` can be checked against it to 1e-9 on every fixture and
+``specwatch.poll.windows.derive`` can be checked against it to 1e-9 on every fixture and
 property test (tests/poll/test_history_equivalence.py). Not used by the exporter.
 
 Windowed SD signals from a model's history: pure functions, no I/O, no clock.
@@ -31,12 +31,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specwatch.poll import bimodality, sources
+from specwatch.engines import registry
+from specwatch.poll import sources
 from specwatch.poll.snapshot import ModelSnapshot, SampleHistogram, WindowSignals
+from specwatch.poll.windows import bimodality
 
 if TYPE_CHECKING:  # pragma: no cover
     from helpers.ring import HistoryEntry
-    from specwatch.poll.ring import HistoryRing, ModelHistory
+    from specwatch.poll.windows.ring import HistoryRing, ModelHistory
 
 #: Upper bounds of the ``sd_acceptance_rate_samples`` histogram (0.05 wide; +Inf implied).
 SAMPLE_BUCKETS: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
@@ -112,10 +114,10 @@ def sglang_proposed_per_verify(gauges: Mapping[str, float], configured_k: int | 
     SGLang's ``spec_accept_rate`` divides by ``speculative_num_draft_tokens - 1`` (or by
     ``speculative_num_steps`` when the former is unset); the gauges carry both.
     """
-    n = gauges.get(sources.SGLANG_SPEC_DRAFT_TOKENS)
+    n = gauges.get(sources.SPEC_DRAFT_TOKENS)
     if n is not None and n >= 2:
         return n - 1
-    steps = gauges.get(sources.SGLANG_SPEC_STEPS)
+    steps = gauges.get(sources.SPEC_STEPS)
     if steps is not None and steps >= 1:
         return steps
     return float(configured_k) if configured_k else None
@@ -515,7 +517,7 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
     return ModelSnapshot(model_name=hist.model_name, engine=engine,
                          configured_k=hist.configured_k, windows=tuple(windows),
                          samples=samples_hist, gauges=dict(hist.gauges),
-                         sd_families_present=bool(hist.signals & sources.VLLM_SD_SIGNALS))
+                         sd_families_present=bool(hist.signals & registry.sd_counters()))
 
 
 def _unclean(entry: HistoryEntry) -> bool:

@@ -1,7 +1,7 @@
 """REFERENCE (tests only): the former dict-and-columns history of specwatch.
 
 Kept verbatim (imports aside) so the numpy implementation in
-``specwatch.poll.history`` can be checked against it to 1e-9 on every fixture and
+``specwatch.poll.windows.history`` can be checked against it to 1e-9 on every fixture and
 property test (tests/poll/test_history_equivalence.py). Not used by the exporter.
 
 Per target and model: a bounded ring of reset-corrected cumulative counters.
@@ -34,8 +34,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from helpers import reference_derive as derive
-from specwatch.poll import samples as poll_samples
 from specwatch.poll import sources
+from specwatch.poll.windows import samples as poll_samples
 
 #: (canonical signal, position, bucket bound `le` or None): the key of an aggregated,
 #: reset-corrected counter.
@@ -82,8 +82,8 @@ class HistoryRing:
     It behaves like the deque of :class:`HistoryEntry` it replaces (``len``, ``[i]``,
     iteration, ``append``, ``[-1] = entry``, ``popleft``, ``maxlen``); an entry read from
     it is a fresh :class:`HistoryEntry` whose ``counters`` hold the keys present at that
-    poll. :func:`specwatch.poll.derive.derive_model` reads it without making an entry per row
-    (:meth:`times`, :meth:`value`, :meth:`samples_after`).
+    poll. :func:`specwatch.poll.windows.derive.derive_model` reads it without making an entry
+    per row (:meth:`times`, :meth:`value`, :meth:`samples_after`).
     """
 
     __slots__ = ("_f64", "_s", "_start", "_t", "_u32", "maxlen")

@@ -1,6 +1,6 @@
 """The history ring read and written as a deque of entries, for tests.
 
-The poll path reads and writes its ring as rows (:class:`specwatch.poll.ring.HistoryRing`'s
+The poll path reads and writes its ring as rows (:class:`specwatch.poll.windows.ring.HistoryRing`'s
 row API). Tests build histories entry by entry and read them back as entries: these helpers
 do that through the same public row API, so what they write is what the poll path reads.
 """
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specwatch.poll.ring import AggKey, HistoryRing
+from specwatch.poll.windows.ring import AggKey, HistoryRing
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +21,7 @@ class HistoryEntry:
 
     ``sample`` is the acceptance rate of the interval that ended at this poll, present only
     when the interval held at least ``min_drafts_per_sample`` drafts. A counter unknown at
-    this poll holds :data:`specwatch.poll.ring.UNKNOWN`. The ring stores entries as rows;
+    this poll holds :data:`specwatch.poll.windows.ring.UNKNOWN`. The ring stores entries as rows;
     these objects are made when a test reads one.
     """
 

@@ -1,7 +1,7 @@
 """Window functions on history entries (test-only API): one window between two
 :class:`helpers.ring.HistoryEntry` objects, a window from a mapping of increases,
 and the base entries of the time and count windows. They give what
-:func:`specwatch.poll.derive.derive_model` gives on a ring, through the same plan and
+:func:`specwatch.poll.windows.derive.derive_model` gives on a ring, through the same plan and
 formulas."""
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ import numpy as np
 
 from helpers.reference_derive import delta
 from helpers.ring import HistoryEntry
-from specwatch.poll import derive, sources
+from specwatch.poll import sources
 from specwatch.poll.snapshot import WindowSignals
-from specwatch.poll.windowbase import count_base_index, time_base_indices
-from specwatch.poll.windowplan import Present, WindowPlan
+from specwatch.poll.windows import derive
+from specwatch.poll.windows.base import count_base_index, time_base_indices
+from specwatch.poll.windows.plan import Present, WindowPlan
 
 
 def derive_window(label: str, base: HistoryEntry, cur: HistoryEntry,

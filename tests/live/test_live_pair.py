@@ -23,7 +23,9 @@ truth and its 90% interval holds it; the temperature-1 phase is below 1; no e2e 
 ratio is exposed where both sides' medians are in one bucket (vLLM's first, 0-0.3 s, as
 the pages show); SDMeasuredSlowdown fires in the slow phase and not before it;
 `specwatch calibrate --point-sources pairs` on Prometheus's history counts the pair points
-it took.
+it took; with `--reference` (the recorded pair's file: the user's own earlier fit of the same
+model on the same kind of machine) the points of the temperature-0 phases give a parameters
+file whose prediction for the temperature-1 phase holds its measured speedup in its interval.
 """
 
 from __future__ import annotations
@@ -40,12 +42,17 @@ from typing import Any
 import pytest
 import yaml
 from helpers.pageserver import fixture_pages
+from helpers.pairhistory import backfilled, calibrate_args, predicted_speedup
 from helpers.pairtruth import counters, median_bucket
 from helpers.pairtruth import truth as pair_truth
 from helpers.scrape import parse_exposition, select
+from promsim import running_prometheus
 from test_live_vllm import HERE, VENV, VLLM_READY_TIMEOUT, Stack, get, query, wait_for
 
 from specwatch.app.demo import free_port
+from specwatch.calibrate.measured import read_pair_points
+from specwatch.calibrate.prometheus import PrometheusQuery
+from specwatch.cli import main
 from specwatch.mixin.render import dump_rules, render_rules
 
 MODEL = "pair-model"
@@ -251,3 +258,47 @@ def test_calibrate_counts_the_live_pair_points(live: Any) -> None:
     # visit whose lengths moved as it filled); at least one per bin.
     assert set(doc["point_sources"]) == {MODEL}
     assert 3 <= doc["point_sources"][MODEL].get("pairs", 0) <= 6
+
+
+def test_calibrate_from_a_reference_predicts_the_slow_phase(live: Any, tmp_path: Path,
+                                                            capsys: Any) -> None:
+    """The reference is fitted from the recorded pair (tests/helpers/pairhistory.py: three
+    loads, the shipped EAGLE-3 file as its reference). The live fit takes the points of the
+    temperature-0 phases (1 and 8 clients, acceptance band 0.4-1) and predicts the
+    temperature-1 phase (8 clients, acceptance below 0.4) from what the exporter measured
+    there (λ, k, E, lengths); the truth is the pages' own counters."""
+    stack, out, times, _, _, start, _ = live
+    ref = tmp_path / "recorded-pair.yaml"
+    tsdb, first, last = backfilled(tmp_path)
+    with running_prometheus(tsdb, tmp_path) as prom:
+        assert main(calibrate_args(prom, first, last, ref)) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    params = stack.tmp / "from-reference.yaml"
+    span = int(time.time() - start) + 30
+    run = subprocess.run(
+        [sys.executable, "-m", "specwatch", "calibrate", "--prometheus", stack.prom,
+         "--start", f"now-{span}s", "--step", "1s", "--json", "--point-sources", "pairs",
+         "--selector", f'acceptance_band="{BANDS[1]:g}-1"', "--reference", str(ref),
+         "--out", str(params)],
+        capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    fit = next(iter(json.loads(run.stdout)["systems"].values()))
+    with capsys.disabled():
+        print({k: fit[k] for k in ("form", "factors", "drift", "n_points", "interval_sigma")})
+    sides = {s: [(t, counters(text)) for t, text in fixture_pages(out / s)]
+             for s in ("sd", "base")}
+    want = pair_truth(sides, [tuple(t) for t in times], SETTLE_S, stack.bins, BANDS)
+    points = read_pair_points(PrometheusQuery(stack.prom, start, time.time(), 1.0))
+    slow = [k for k in want if want[k]["acceptance"] < BANDS[1]]
+    assert len(slow) == 1, want
+    key = slow[0]
+    sd, base = (next((p for p in points if f" {key[0]} req/s acceptance {key[1]} " in p.source
+                      and f" {side} " in p.source), None) for side in ("sd", "baseline"))
+    assert sd is not None and base is not None, [p.source for p in points]
+    got = predicted_speedup(capsys, params, sd, base)
+    figure = (f"{key}: λ {sd.arrival_rate:.1f}, E {sd.acceptance_length:.2f}, measured"
+              f" {want[key]['speedup']:.3f}, predicted {got}")
+    with capsys.disabled():
+        print(figure)
+    assert got["valid"], figure
+    assert got["lower"] <= want[key]["speedup"] <= got["upper"], figure

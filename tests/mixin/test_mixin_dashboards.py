@@ -17,6 +17,7 @@ from mixin_helpers import (
     all_mixin_exprs,
     counters_outside_rate,
     dashboard_exprs,
+    engine_metrics,
     exporter_metrics,
     load_dashboards,
     metric_names,
@@ -436,9 +437,10 @@ def test_the_parse_check_rejects_a_broken_expression(tmp_path):
 
 def test_every_metric_read_is_produced_by_vllm_the_exporter_or_the_rules():
     """A renamed or misspelt metric would leave a panel or an alert silently empty. vLLM names
-    come from real vLLM /metrics pages (tests/fixtures), the exporter's from its metrics
-    reference, recorded names from the generated rules, plus the series Prometheus writes and
-    the model/controller series the exporter does not produce yet (NOT_YET_EXPORTED)."""
+    come from real vLLM /metrics pages (tests/fixtures), the other engines' from their fixture
+    pages, the exporter's from its metrics reference, recorded names from the generated rules,
+    plus the series Prometheus writes and the model/controller series the exporter does not
+    produce yet (NOT_YET_EXPORTED)."""
     vllm = vllm_metrics()
     assert "vllm:spec_decode_num_drafts_total" in vllm
     assert "vllm:e2e_request_latency_seconds_bucket" in vllm
@@ -446,8 +448,10 @@ def test_every_metric_read_is_produced_by_vllm_the_exporter_or_the_rules():
     assert {"sd_acceptance_rate", "specwatch_target_up", "sd_acceptance_rate_samples_bucket"} <= (
         exporter
     )
-    known = (vllm | exporter | NOT_YET_EXPORTED | recorded_metrics() | PROMETHEUS_METRICS
-             | OLDER_VLLM_METRICS)
+    assert {"trtllm_spec_decode_drafted_tokens_total",
+            "llamacpp:spec_decode_num_drafts_total"} <= engine_metrics()
+    known = (vllm | engine_metrics() | exporter | NOT_YET_EXPORTED | recorded_metrics()
+             | PROMETHEUS_METRICS | OLDER_VLLM_METRICS)
     unknown = {}
     for where, expr in all_mixin_exprs():
         missing = metric_names(expr) - known

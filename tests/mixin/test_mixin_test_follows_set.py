@@ -4,7 +4,7 @@ alerts), so every render the docs show passes its tests, and a rule that is
 really broken still fails them.
 
 Why: the tests were written for the default configuration; a render with the documented
-grafanaURL or another selector failed all five test files on label and annotation text, and a
+grafanaURL or another selector failed all the test files on label and annotation text, and a
 broken rule could not be told from changed text.
 """
 
@@ -61,12 +61,15 @@ def test_mixin_test_passes_after_every_documented_render(tmp_path: Path, capsys,
     _render(tmp_path / "m", sets)
     capsys.readouterr()
     assert cli.main(["mixin", "test", str(tmp_path / "m")]) == 0, capsys.readouterr().out
-    assert "5 rule test files" in capsys.readouterr().out or not sets
+    assert "6 rule test files" in capsys.readouterr().out or not sets
 
 
 @pytest.mark.parametrize("sets", [
     ['exporterSelector=job="sw", namespace="mon"'],
     ['vllmSelector=namespace=~"llm-.*"'],
+    # The other engines of a mixed fleet, each under its own job and namespace.
+    ['trtllmSelector=job="trt", namespace="llm"', 'llamacppSelector=job="llama-server"',
+     'sglangSelector=job="sgl", namespace="llm"'],
     ['exporterSelector=job=~"specwatch|sw"', "rateWindow=10m"],
     ["grafanaURL=", "alerts.SpecwatchTargetDown.severity=critical",
      "alertLabels.component=sd-bundle"],

@@ -1,7 +1,7 @@
 """How the application wires its plug-ins: each registers through a PluginHost (never the
 application), takes the settings built from its config section and writes typed snapshot
-slots; the config tables' key order, and so every "allowed:" list in an error, does not
-depend on which plug-in was imported first."""
+slots; the application composes their config sections, so the tables' key order (every
+"allowed:" list in an error) and what validates do not depend on what was imported first."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from helpers import testsecrets
 
+from specwatch.app import settings as app_settings
 from specwatch.plugins.control import controller
 from specwatch.plugins.live import plugin as live
 from specwatch.plugins.pairs import plugin as pairs
@@ -57,7 +58,7 @@ def test_plugins_register_through_the_host(tmp_path: Path) -> None:
         "  - {name: b, url: http://b:8000/metrics}\n"
         "pairs:\n  - {name: p, sd: a, baseline: b}\n"
         f"controller:\n  alertmanager: {{token_file: {token}}}\n")
-    cfg = config.build_config(str(path), [], None, None)
+    cfg = app_settings.build_config(str(path), [], None, None)
     host = FakeHost(cfg)
     model = live.install(host, live.from_config(cfg))
     tracker = pairs.install(host, cfg.section(pair_settings.SECTION))
@@ -86,26 +87,66 @@ def test_a_slot_reads_its_own_type_only() -> None:
 
 ORDER = """
 import importlib, json, sys
-for name in sys.argv[1:]:
+for name in sys.argv[2:]:
     importlib.import_module(name)
+from specwatch.app import settings
+from specwatch.common.errors import ConfigError
 from specwatch.poll import config
-print(json.dumps([list(config.TOP_SCHEMA), list(config.TARGET_SCHEMA),
-                  list(config.GLOBAL_SCHEMA)]))
+
+def outcome(build):
+    try:
+        return [t.name for t in build(sys.argv[1], [], None, None).targets]
+    except ConfigError as exc:
+        return str(exc)
+
+print(json.dumps({
+    "composed": [list(settings.SCHEMA.top), list(settings.SCHEMA.target),
+                 list(settings.SCHEMA.global_keys)],
+    "poll path": [list(config.TOP_SCHEMA), list(config.TARGET_SCHEMA),
+                  list(config.GLOBAL_SCHEMA)],
+    "with plug-ins": outcome(settings.build_config),
+    "poll path alone": outcome(config.build_config)}))
+"""
+
+#: A file using each plug-in's keys: the controller's per target, the live model's in global,
+#: the pairs' at the top level.
+PLUGIN_KEYS = """\
+global: {model_window: 1m}
+targets:
+  - {name: a, url: "http://127.0.0.1:1/metrics", controller: {mode: recommend}}
+  - {name: b, url: "http://127.0.0.1:2/metrics"}
+pairs: [{name: p, sd: a, baseline: b}]
 """
 
 
-def test_key_order_does_not_depend_on_registration_order() -> None:
-    orders = [("specwatch.plugins.pairs.settings", "specwatch.plugins.live.plugin",
+def test_validation_does_not_depend_on_what_was_imported_first(tmp_path: Path) -> None:
+    """Fresh interpreters import the plug-ins in different orders (or none, or the whole
+    application) before validating the same file: the tables, their key order (every
+    "allowed:" list) and the outcome are the same. Importing a plug-in changes no table: the
+    poll path alone refuses the plug-ins' keys, the composed schema accepts them."""
+    path = tmp_path / "specwatch.yaml"
+    path.write_text(PLUGIN_KEYS)
+    orders = [(),
+              ("specwatch.plugins.pairs.settings", "specwatch.plugins.live.plugin",
                "specwatch.plugins.control.settings"),
-              ("specwatch.plugins.control.settings", "specwatch.plugins.pairs.settings",
-               "specwatch.plugins.live.plugin")]
-    out = {subprocess.run([sys.executable, "-c", ORDER, *o], capture_output=True, text=True,
-                          check=True).stdout for o in orders}
-    assert len(out) == 1
-    top, target, glob = json.loads(out.pop())
+              ("specwatch.plugins.control.controller", "specwatch.plugins.pairs.plugin",
+               "specwatch.plugins.live.settings"),
+              ("specwatch.app.serve",)]
+    out = {subprocess.run([sys.executable, "-c", ORDER, str(path), *o], capture_output=True,
+                          text=True, check=True, timeout=120).stdout for o in orders}
+    assert len(out) == 1, out
+    result = json.loads(out.pop())
+    top, target, glob = result["composed"]
     assert top == ["global", "targets", "file_sd_configs", "controller", "pairs",
                    "pair_options"]
     assert target[target.index("auth") + 1:target.index("auth") + 3] == ["params",
                                                                           "model_window"]
     assert target[-1] == "controller"
     assert glob[glob.index("min_bimodality_samples") + 1] == "model_window"
+    poll_top, poll_target, poll_global = result["poll path"]
+    assert poll_top == ["global", "targets", "file_sd_configs"]
+    assert {"params", "model_window", "controller"}.isdisjoint(poll_target)
+    assert "model_window" not in poll_global
+    assert result["with plug-ins"] == ["a", "b"]
+    assert result["poll path alone"] == (
+        f"{path}: global.model_window: unknown key (allowed: {', '.join(poll_global)})")

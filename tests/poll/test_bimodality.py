@@ -2,7 +2,7 @@
 
 Sarle's coefficient of the per-poll acceptance samples in a window reads a plain acceptance
 drop as two populations: the window holds "before" and "after". The exported
-``sd_acceptance_bimodality_coefficient`` (specwatch.poll.bimodality) must stay below 5/9
+``sd_acceptance_bimodality_coefficient`` (specwatch.poll.windows.bimodality) must stay below 5/9
 after a step, a dip that recovers or a drift, and above it when two populations coexist:
 interleaved poll by poll, or taking turns often within the window.
 """
@@ -15,8 +15,8 @@ from helpers import reference_derive
 from helpers.ring import entries
 from helpers.windows import time_window_base
 
-from specwatch.poll import bimodality, derive
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import bimodality, derive
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.server import render_page
 from specwatch.sim.simulation import Simulation

@@ -1,6 +1,6 @@
 """The prefix-sum bimodality gives what the per-segment one gave.
 
-``specwatch.poll.bimodality`` was rewritten for speed (one centring shared by the raw
+``specwatch.poll.windows.bimodality`` was rewritten for speed (one centring shared by the raw
 coefficient and the change points, one distance vector per bound, kept segments as
 slices). The module before the rewrite is kept verbatim in
 ``tests/helpers/reference_bimodality.py``; on random windows of per-poll samples (0 to
@@ -18,7 +18,7 @@ from helpers import reference_bimodality as ref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch.poll import bimodality
+from specwatch.poll.windows import bimodality
 
 EXAMPLES = 300
 

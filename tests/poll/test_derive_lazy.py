@@ -3,7 +3,7 @@
 Every poll derives every window, but only a reader needs the signals (the
 exposition, a prediction hook, the controller), and a target polled every 5 s and scraped
 every 15 s has two snapshots in three that nobody renders. So a window's ``values``,
-``positions`` and ``histograms`` (:mod:`specwatch.poll.lazywindow`) are computed together
+``positions`` and ``histograms`` (:mod:`specwatch.poll.windows.lazy`) are computed together
 on the first read of any of them, and the bimodality coefficient, the dearest signal, on the
 first read of that key (or of the whole ``values`` mapping). These tests protect both halves:
 nothing is computed before it is read (the saving), and what is read is what eager
@@ -29,9 +29,11 @@ from helpers.windows import window_signals
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import bimodality, derive, history, lazywindow, sources
+from specwatch.poll import sources
 from specwatch.poll.pipeline import Pipeline, PollResult
-from specwatch.poll.windowplan import Present
+from specwatch.poll.windows import bimodality, derive, history
+from specwatch.poll.windows import lazy as lazywindow
+from specwatch.poll.windows.plan import Present
 
 FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 BC = derive.BIMODALITY_COEFFICIENT
@@ -278,13 +280,13 @@ def test_an_sglang_window_reads_the_gauges_of_its_own_poll(computed: list[float]
     for i in range(30):
         ring.append(HistoryEntry(5.0 * i, {k: 40.0 * i * (j + 1)
                                                    for j, k in enumerate(keys)}, None))
-    gauges = {sources.SGLANG_SPEC_DRAFT_TOKENS: 4.0}
+    gauges = {sources.SPEC_DRAFT_TOKENS: 4.0}
     mh = history.ModelHistory("m", ring, configured_k=3, gauges=gauges,
                               signals=frozenset({sources.VERIFY_CALLS}))
     cfg = dataclasses.replace(CFG, count_window=0)
     got = derive.derive_model(mh, cfg, "sglang")
     want = reference_derive.derive_model(mh, cfg, "sglang")
-    gauges[sources.SGLANG_SPEC_DRAFT_TOKENS] = 1.0
+    gauges[sources.SPEC_DRAFT_TOKENS] = 1.0
     assert computed == []
     assert got.window("5m").values.get(derive.ACCEPTANCE_RATE) is not None
     assert got == want

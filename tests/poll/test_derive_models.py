@@ -1,7 +1,7 @@
 """A target's models are derived when first read, and read as if derived at its poll.
 
 A target polled every 5 s and scraped every 15 s publishes two snapshots in three
-that nobody reads, so :func:`specwatch.poll.derive.derive_models` freezes each model's
+that nobody reads, so :func:`specwatch.poll.windows.derive.derive_models` freezes each model's
 history at the poll (:meth:`ModelHistory.frozen`: the ring's arrays shared, not copied) and
 derives on the first read of the snapshot's ``models``. These tests protect both halves:
 nothing is derived before a reader asks, and what is read equals what deriving at the poll
@@ -21,8 +21,10 @@ import pytest
 from helpers.paths import FIXTURES
 from helpers.ring import EntryRing, HistoryEntry, append_entry, entries
 
-from specwatch.poll import derive, lazywindow, sources
+from specwatch.poll import sources
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive
+from specwatch.poll.windows import lazy as lazywindow
 
 FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 CFG = derive.DeriveConfig(windows=(("30s", 30.0), ("1m", 60.0)), count_window=20,

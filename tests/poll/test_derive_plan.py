@@ -23,8 +23,9 @@ from helpers.ring import EntryRing, HistoryEntry
 from helpers.windows import derive_window
 
 from specwatch.common.acceptance import solve_token_acceptance_probability
-from specwatch.poll import derive, history, sources
+from specwatch.poll import sources
 from specwatch.poll.snapshot import ModelSnapshot, WindowSignals
+from specwatch.poll.windows import derive, history
 
 # The histories hold counter totals that overflowed to +inf: an arithmetic warning means a
 # path computed with a value that is not one (inf - inf) instead of leaving it out.
@@ -95,8 +96,8 @@ def test_derive_model_equals_the_reference_as_the_history_grows(seed: int) -> No
                               min_bimodality_samples=10**9, histograms=rng.random() < 0.5)
     ring = EntryRing()
     mh = history.ModelHistory("m", ring, configured_k=rng.choice([None, 0, 3, 7]),
-                              gauges=rng.choice([{}, {sources.SGLANG_SPEC_DRAFT_TOKENS: 4.0},
-                                                 {sources.SGLANG_SPEC_STEPS: 2.0}]),
+                              gauges=rng.choice([{}, {sources.SPEC_DRAFT_TOKENS: 4.0},
+                                                 {sources.SPEC_STEPS: 2.0}]),
                               signals=frozenset({sources.DRAFTS}))
     for entry in _history(rng, rng.randint(1, 40)):
         ring.append(entry)
@@ -114,7 +115,7 @@ def test_window_signals_from_a_mapping_equals_the_reference(seed: int) -> None:
     rng = random.Random(1000 + seed)
     entries = _history(rng, 12)
     k = rng.choice([None, 2, 5])
-    gauges = rng.choice([{}, {sources.SGLANG_SPEC_DRAFT_TOKENS: 3.0}])
+    gauges = rng.choice([{}, {sources.SPEC_DRAFT_TOKENS: 3.0}])
     for base in entries[:-1]:
         got = derive_window("w", base, entries[-1], k, gauges)
         want = reference_derive.derive_window("w", base, entries[-1], k, gauges)

@@ -33,8 +33,8 @@ import pytest
 from helpers.faultserver import Blackhole, FaultServer, Raw, Refuse, Serve, Trickle, http_response
 from helpers.scrape import parse_exposition, select
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config
 from specwatch.poll.sources import PARSERS
 
 POLL_DT = 5.0  # seconds between polls on the fake clock
@@ -295,7 +295,7 @@ def exporter(tmp_path):
             f"  timeout: {POLL_TIMEOUT}\n  max_body_bytes: {MAX_BODY}\n"
             f"targets:\n  - {{name: good, url: '{good_url}'}}\n"
             f"  - {{name: bad, url: '{bad_url}'}}\n")
-        cfg = config.build_config(str(cfg_file), [], None, POLL_DT)
+        cfg = app_settings.build_config(str(cfg_file), [], None, POLL_DT)
         clock = Clock()
         app = ServeApp(cfg, clock=clock)
         app.start(poll=False)

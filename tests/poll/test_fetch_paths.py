@@ -31,8 +31,8 @@ from helpers.certs import PKI, make_pki
 from helpers.faultserver import Blackhole, FaultServer, Refuse, Trickle, TrickleHeaders
 from helpers.scriptserver import Reply, ScriptServer, chunked, response
 
-from specwatch.poll import fetch as fetchmod
-from specwatch.poll.fetch import PollError, PollTarget, fetch, new_session
+from specwatch.poll.fetch import client as fetchmod
+from specwatch.poll.fetch.client import PollError, PollTarget, fetch, new_session
 from specwatch.poll.poller import Poller
 
 PAGE = (Path(__file__).resolve().parents[1] / "fixtures/vllm-0.32-cpu-ngram/snap_1795971826019.prom"
@@ -465,7 +465,7 @@ def test_finished_polls_leave_no_guard_waiting_for_its_deadline() -> None:
     timeout, must not pile up one deadline guard per poll until each deadline passes: the
     watchdog holds at most twice the polls in flight plus a small constant (bounded
     state; tests/test_resources.py saw +467 kB over 1,000 such polls)."""
-    from specwatch.poll.fetchguard import _WATCHDOG
+    from specwatch.poll.fetch.guard import _WATCHDOG
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

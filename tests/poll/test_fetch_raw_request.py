@@ -2,7 +2,7 @@
 ``getresponse()``.
 
 ``http.client``'s ``request()`` costs about 18 µs of CPU a poll building the same bytes
-every time, so :class:`~specwatch.poll.fetch.DirectSession` builds them once (by the
+every time, so :class:`~specwatch.poll.fetch.client.DirectSession` builds them once (by the
 library's own ``request()`` against a capturing socket) and sends them as they are. Checked
 here: the bytes on the wire are exactly the library's for the same connection, path and
 headers (ports, IPv6, queries, percent-encoding, header overrides, basic auth, TLS); a
@@ -27,9 +27,10 @@ from helpers.certs import PKI, make_pki
 from helpers.scriptserver import Reply, ScriptServer, response
 
 from specwatch import __version__
-from specwatch.poll import fetch as fetchmod
-from specwatch.poll import fetchdirect, fetchrules
-from specwatch.poll.fetch import PollError, PollTarget, fetch, new_session
+from specwatch.poll.fetch import client as fetchmod
+from specwatch.poll.fetch import direct as fetchdirect
+from specwatch.poll.fetch import rules as fetchrules
+from specwatch.poll.fetch.client import PollError, PollTarget, fetch, new_session
 
 PAGE = b"# HELP vllm:num_requests_running x\nvllm:num_requests_running 1\n"
 #: The library's own request(), kept before any test replaces it.

@@ -34,8 +34,9 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import derive, history, limits, sources
+from specwatch.poll import limits, sources
 from specwatch.poll.snapshot import Snapshot, TargetSnapshot
+from specwatch.poll.windows import derive, history
 
 CORPUS = FIXTURES / "fuzz-corpus"
 LONG_RUN = int(os.environ.get("SPECWATCH_FUZZ_EXAMPLES", "0"))

@@ -13,8 +13,9 @@ from specwatch.common.acceptance import (
     expected_acceptance_length,
     solve_token_acceptance_probability,
 )
-from specwatch.poll import bimodality, derive, history, sources
-from specwatch.poll.derive import DeriveConfig
+from specwatch.poll import sources
+from specwatch.poll.windows import bimodality, derive, history
+from specwatch.poll.windows.derive import DeriveConfig
 
 M = "m"
 

@@ -1,6 +1,6 @@
 """The numpy history and derive give the results of the dict implementation they replaced.
 
-Protected behaviour: ``specwatch.poll.history`` + ``derive`` (rows of numpy
+Protected behaviour: ``specwatch.poll.windows.history`` + ``derive`` (rows of numpy
 arrays, windows as differences of two rows) publish the same ``ModelSnapshot`` as the
 reference implementation kept in ``tests/helpers/reference_history.py`` and
 ``reference_derive.py`` (the former dict-and-columns code), to 1e-9 relative, on:
@@ -25,8 +25,10 @@ from helpers.paths import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch.poll import derive, history, limits, sources
+from specwatch.app import settings as app_settings
+from specwatch.poll import limits, sources
 from specwatch.poll.snapshot import ModelSnapshot
+from specwatch.poll.windows import derive, history
 
 FIXTURES = FIXTURES
 EXAMPLES = int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "60"))
@@ -230,10 +232,9 @@ def test_serve_without_controller_keeps_no_bucket_columns(tmp_path):
     its histories keep no latency bucket columns (most of a vLLM model's ring,
     RSS per target); a pipeline whose derive config asks for histograms keeps them."""
     from specwatch.app.serve import ServeApp
-    from specwatch.poll import config
     from specwatch.poll.pipeline import Pipeline, PollResult
 
-    cfg = config.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
+    cfg = app_settings.build_config(None, ["a=http://127.0.0.1:9/metrics"], "127.0.0.1:0", 5.0)
     app = ServeApp(cfg, clock=lambda: 0.0)
     with_buckets = Pipeline([("a", "vllm")], derive.DeriveConfig(), 5.0)
     assert not app.pipeline.derive_config.histograms

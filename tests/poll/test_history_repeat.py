@@ -25,7 +25,8 @@ from helpers import reference_derive, reference_history
 from helpers.paths import FIXTURES
 from test_history_equivalence import assert_same_model
 
-from specwatch.poll import derive, history, sources
+from specwatch.poll import sources
+from specwatch.poll.windows import derive, history
 
 FIXTURES = FIXTURES
 WINDOWS = (("1m", 60.0), ("5m", 300.0))

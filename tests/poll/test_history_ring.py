@@ -17,8 +17,9 @@ from helpers.windows import count_window_base, derive_window, time_window_base
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specwatch.poll import derive, sources
-from specwatch.poll.ring import ModelHistory
+from specwatch.poll import sources
+from specwatch.poll.windows import derive
+from specwatch.poll.windows.ring import ModelHistory
 
 EXAMPLES = int(os.environ.get("SPECWATCH_HYPOTHESIS_EXAMPLES", "60"))
 KEYS = [(sources.DRAFTS, None), (sources.DRAFT_TOKENS, None), (sources.ACCEPTED_TOKENS, None),

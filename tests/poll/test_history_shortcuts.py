@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 from test_history_repeat import assert_same_state, real_pages
 
-from specwatch.poll import history, sources
+from specwatch.poll import sources
+from specwatch.poll.windows import history
 
 RETENTION = 60.0
 

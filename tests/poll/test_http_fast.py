@@ -1,6 +1,6 @@
 """The direct transport's usual response, read from the socket, is the library's.
 
-Protected behaviour: :mod:`specwatch.poll.httpfast` reads an ``HTTP/1.1 200`` head with
+Protected behaviour: :mod:`specwatch.poll.fetch.httpfast` reads an ``HTTP/1.1 200`` head with
 plain header lines and a ``Content-Length`` body itself, and hands every other head to
 ``http.client`` with the bytes it read put back in front of the socket. For generated
 responses (status lines, header lines with odd characters and the framing headers given
@@ -27,7 +27,7 @@ from helpers.scriptserver import Reply, ScriptServer, chunked, response
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from specwatch.poll import httpfast, httpheaders
+from specwatch.poll.fetch import httpfast, httpheaders
 
 #: A real vLLM (uvicorn) head; ``{n}`` is the body's length.
 UVICORN = (b"HTTP/1.1 200 OK\r\ndate: Tue, 01 Dec 2026 17:00:00 GMT\r\nserver: uvicorn\r\n"
@@ -74,7 +74,7 @@ class Wire:
 
 
 class Conn:
-    """The connection a :class:`~specwatch.poll.httpfast.FastResponse` may close."""
+    """The connection a :class:`~specwatch.poll.fetch.httpfast.FastResponse` may close."""
 
     def __init__(self) -> None:
         self.closed = False

@@ -1,6 +1,6 @@
 """The direct transport's header parser gives http.client's messages.
 
-Protected behaviour: ``specwatch.poll.httpheaders.parse_headers`` (plain header blocks
+Protected behaviour: ``specwatch.poll.fetch.httpheaders.parse_headers`` (plain header blocks
 without the email parser) returns a message equal in every attribute to
 ``http.client.parse_headers`` and consumes the same bytes, on generated header blocks
 (names and values over the characters that matter: colons, blanks, CR, LF, vertical tab,
@@ -20,7 +20,8 @@ from helpers.scriptserver import ScriptServer, chunked, response
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from specwatch.poll import fetchdirect, httpheaders
+from specwatch.poll.fetch import direct as fetchdirect
+from specwatch.poll.fetch import httpheaders
 
 CHARS = st.sampled_from(list(b"aZ-_:; \t\r\n\x0b\x0c\x1c\x85\xa0\xe9\x00\x7f!~") +
                         [ord("F")] * 3)
@@ -112,7 +113,7 @@ def test_begin_is_the_library_code_reading_headers_with_the_fast_parser():
 
 def test_a_poll_reads_its_headers_with_the_fast_parser(monkeypatch):
     """A direct-transport poll whose answer the library reads (chunked here: the usual
-    Content-Length answer is read by specwatch.poll.httpfast, tests/poll/test_http_fast.py)
+    Content-Length answer is read by specwatch.poll.fetch.httpfast, tests/poll/test_http_fast.py)
     parses its response headers with httpheaders.parse_headers and gets the body, twice on
     one keep-alive connection."""
     page = b"vllm:num_requests_running 1\n"

@@ -21,8 +21,10 @@ import re
 import pytest
 from helpers.paths import FIXTURES
 
-from specwatch.poll import derive, history, sources
-from specwatch.poll.windowplan import LATENCY_HISTOGRAMS
+from specwatch.engines import registry
+from specwatch.poll import sources
+from specwatch.poll.windows import derive, history
+from specwatch.poll.windows.plan import LATENCY_HISTOGRAMS
 
 RECORDING = FIXTURES / "vllm-0.32-cpu-ngram"
 BAD = 20  # the page (poll index) that carries the invalid family
@@ -55,8 +57,8 @@ POSITION_READS = frozenset({S.DRAFTS, S.ACCEPTED_PER_POSITION})
 COUNT_WINDOW_READS = frozenset({S.REQUESTS_FINISHED})
 
 #: Each counter family the exporter reads on a vLLM v1 page (source sample name).
-FAMILIES = sorted(name for name in sources._VLLM_COUNTERS
-                  if name not in ("vllm:spec_decode_num_emitted_tokens_total",))
+V1_COUNTERS = registry.by_kind("vllm").counters
+FAMILIES = sorted(V1_COUNTERS)
 
 
 def pages() -> list[tuple[float, str]]:
@@ -100,7 +102,7 @@ def close(a: float, b: float) -> bool:
 @pytest.mark.parametrize("family", FAMILIES)
 def test_nan_in_one_family_keeps_the_signals_that_do_not_read_it(family):
     seq = pages()
-    bad_sig = sources._VLLM_COUNTERS[family]
+    bad_sig = V1_COUNTERS[family]
     bad_histogram = next((name for name, sig in LATENCY_HISTOGRAMS.items()
                           if sig == bad_sig), None)
     if bad_sig in S.BUCKET_SIGNALS:

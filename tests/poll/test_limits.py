@@ -19,9 +19,10 @@ from helpers import testsecrets
 from helpers.faultserver import FaultServer, Serve
 from helpers.scrape import parse_exposition, select
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
 from specwatch.common import redact
-from specwatch.poll import config, limits, sources
+from specwatch.poll import limits, sources
 
 
 def page(models: dict[str, int], engines: int = 2) -> str:
@@ -52,7 +53,7 @@ def test_cap_series_drops_whole_models_keeping_known_ones_first():
 def _app(tmp_path, yaml: str) -> tuple[ServeApp, str]:
     f = tmp_path / "specwatch.yaml"
     f.write_text("global: {listen: '127.0.0.1:0', timeout: 2}\n" + yaml)
-    app = ServeApp(config.build_config(str(f), [], None, 60))
+    app = ServeApp(app_settings.build_config(str(f), [], None, 60))
     app.start(poll=False)
     host, port = app.web.address
     return app, f"http://{host}:{port}/metrics"
@@ -91,7 +92,7 @@ def test_max_targets_polls_the_first_n_and_counts_the_rest(tmp_path):
     with FaultServer(Serve(page({"m": 10}).encode())) as s:
         f.write_text("global: {listen: '127.0.0.1:0', max_targets: 2}\ntargets:\n" + "".join(
             f"  - {{name: t{i}, url: '{s.url}'}}\n" for i in range(3)))
-        cfg = config.build_config(str(f), [], None, 60)
+        cfg = app_settings.build_config(str(f), [], None, 60)
         assert [t.name for t in cfg.targets] == ["t0", "t1"] and cfg.dropped_targets == ("t2",)
         app = ServeApp(cfg)
         app.start(poll=False)

@@ -18,8 +18,9 @@ from helpers.pageserver import Page, PageSequenceServer
 from helpers.paths import FIXTURES
 from helpers.scrape import fetch_text, parse_exposition, select
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config, pageplan, sources
+from specwatch.poll import pageplan, sources
 
 REAL = sorted((FIXTURES / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
               key=lambda p: int(p.stem.split("_")[1]))
@@ -92,7 +93,7 @@ def _acceptance(tmp_path: Path, pages: list[str]) -> dict:
     with PageSequenceServer([Page(p) for p in pages]) as server:
         (tmp_path / "specwatch.yaml").write_text(
             f"global:\n  poll_interval: 5\ntargets:\n  - name: a\n    url: {server.url}\n")
-        cfg = config.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
+        cfg = app_settings.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
         clock = Clock()
         app = ServeApp(cfg, clock=clock)
         app.start(poll=False)

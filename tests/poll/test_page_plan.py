@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specwatch.poll import pageplan, sources
-from specwatch.poll.derive import DeriveConfig
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows.derive import DeriveConfig
 
 FIXTURES = FIXTURES
 REAL = [p.read_text() for p in sorted(

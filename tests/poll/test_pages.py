@@ -16,8 +16,9 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from specwatch.expose.collector import SpecwatchCollector
-from specwatch.poll import derive, history, sources
+from specwatch.poll import sources
 from specwatch.poll.pipeline import Pipeline, PollResult
+from specwatch.poll.windows import derive, history
 
 CONSTRUCTED = FIXTURES / "constructed"
 A = "meta-llama/Llama-3.1-8B-Instruct"

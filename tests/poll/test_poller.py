@@ -11,6 +11,7 @@ from helpers.pageserver import Page, PageSequenceServer, Stall, Trickle, fixture
 from helpers.paths import FIXTURES
 from helpers.scrape import scrape, select
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
 from specwatch.poll import config
 from specwatch.poll.pipeline import PollResult
@@ -105,7 +106,7 @@ def test_bad_targets_do_not_affect_good_one_or_the_endpoint():
     with PageSequenceServer(replay, advance="per_request") as good, \
             PageSequenceServer([Stall(30.0)]) as slow, \
             PageSequenceServer([Page(html, content_type="text/html")]) as bad:
-        cfg = config.build_config(
+        cfg = app_settings.build_config(
             None, [f"good={good.url}", f"slow={slow.url}", f"bad={bad.url}"], "127.0.0.1:0",
             0.1)
         cfg = config.ServeConfig(**{**cfg.__dict__, "targets": tuple(
@@ -144,7 +145,7 @@ def test_broken_extension_never_breaks_metrics():
     """A hook and a family builder that raise: /metrics still answers 200 with health and
     derived series (client_python would otherwise turn the page into a 500)."""
     with PageSequenceServer([Page(PAGE)]) as server:
-        cfg = config.build_config(None, [f"t={server.url}"], "127.0.0.1:0", 1.0)
+        cfg = app_settings.build_config(None, [f"t={server.url}"], "127.0.0.1:0", 1.0)
         app = ServeApp(cfg)
 
         def bad_hook(target):
@@ -180,7 +181,7 @@ def test_hook_can_attach_model_data():
     """The extension point plug-ins use: a hook fills a typed slot of a model's snapshot."""
     seen: Slot[float] = Slot("test.seen", float)
     with PageSequenceServer([Page(PAGE)]) as server:
-        cfg = config.build_config(None, [f"t={server.url}"], "127.0.0.1:0", 1.0)
+        cfg = app_settings.build_config(None, [f"t={server.url}"], "127.0.0.1:0", 1.0)
         app = ServeApp(cfg)
 
         def attach(target):

@@ -26,8 +26,8 @@ from helpers.scrape import fetch_text, parse_exposition, scrape, select
 from prometheus_client.parser import text_string_to_metric_families
 from scipy import optimize, stats
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config
 
 FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 WINDOWS = {"1m": 60.0, "5m": 300.0, "15m": 900.0}
@@ -259,7 +259,7 @@ def test_replay_matches_independent_computation_across_restart(skip_zero_page):
     assert sum(1 for _, p in timeline if p is None) >= 15, "fixture restart gap not found"
     clock = Clock()
     with PageSequenceServer(steps) as server:
-        cfg = config.build_config(None, [f"vllm={server.url}"], "127.0.0.1:0", 2.0)
+        cfg = app_settings.build_config(None, [f"vllm={server.url}"], "127.0.0.1:0", 2.0)
         app = ServeApp(cfg, clock=clock)
         app.start(poll=False)
         try:

@@ -26,11 +26,12 @@ from helpers.pageserver import Page, PageSequenceServer
 from helpers.paths import FIXTURES
 from helpers.scrape import fetch_text, parse_exposition, select
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
 from specwatch.expose.collector import server_families
 from specwatch.model.params import params_from_mapping
 from specwatch.plugins.live.plugin import capacity_mismatch
-from specwatch.poll import config, pageplan, sources
+from specwatch.poll import pageplan, sources
 from specwatch.poll.snapshot import Snapshot, TargetSnapshot
 
 FIX = FIXTURES
@@ -157,7 +158,7 @@ def run(tmp_path: Path, params: str = PARAMS, target_extra: str = "",
             f"global:\n  poll_interval: 5\ntargets:\n  - name: a\n    url: {server.url}\n"
             f"    params: {tmp_path / 'params.yaml'}\n{target_extra}"
             f"  - name: b\n    url: {server.url}\n")
-        cfg = config.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
+        cfg = app_settings.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
         clock = Clock()
         app = ServeApp(cfg, clock=clock)
         app.start(poll=False)

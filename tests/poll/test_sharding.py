@@ -25,6 +25,7 @@ import yaml
 from helpers.pageserver import Page, PageSequenceServer, Stall
 from helpers.scrape import scrape, select
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
 from specwatch.common.errors import ConfigError
 from specwatch.plugins.pairs.settings import PairConfig, shard_keys
@@ -99,12 +100,12 @@ def test_static_targets_are_sharded_by_the_config_and_the_flags(tmp_path):
                         "targets:\n" + "".join(f"  - url: http://{n}/metrics\n" for n in FLEET))
     got = []
     for index in range(3):
-        cfg = config.build_config(str(cfg_file), [], "127.0.0.1:0", None, shard_index=index)
+        cfg = app_settings.build_config(str(cfg_file), [], "127.0.0.1:0", None, shard_index=index)
         got.append({t.name for t in cfg.targets})
         assert cfg.shard_count == 3 and cfg.shard_index == index
         assert all(shard_of(n, 3) == index for n in got[-1])
     assert set().union(*got) == set(FLEET) and sum(map(len, got)) == len(FLEET)
-    capped = config.build_config(str(cfg_file), [], "127.0.0.1:0", None, shard_index=1,
+    capped = app_settings.build_config(str(cfg_file), [], "127.0.0.1:0", None, shard_index=1,
                                  shard_count=2)
     assert {t.name for t in capped.targets} == {n for n in FLEET if shard_of(n, 2) == 1}
 
@@ -133,7 +134,7 @@ def test_both_sides_of_every_pair_are_polled_by_one_shard(tmp_path, count):
     for path in (mixed, static):
         shards = []
         for index in range(count):
-            cfg = config.build_config(str(path), [], "127.0.0.1:0", None, shard_index=index,
+            cfg = app_settings.build_config(str(path), [], "127.0.0.1:0", None, shard_index=index,
                                       shard_count=count)
             app = ServeApp(cfg)  # the serve path: config, then the target source
             shards.append({t.name for t in app.targets.targets})
@@ -151,7 +152,7 @@ def test_both_sides_of_every_pair_are_polled_by_one_shard(tmp_path, count):
 @pytest.mark.parametrize("index,count", [(3, 3), (-1, 2), (0, 0)])
 def test_bad_shard_settings_are_config_errors(index, count):
     with pytest.raises(ConfigError, match="shard"):
-        config.build_config(None, ["a=http://a:1/"], "127.0.0.1:0", None, shard_index=index,
+        app_settings.build_config(None, ["a=http://a:1/"], "127.0.0.1:0", None, shard_index=index,
                             shard_count=count)
 
 
@@ -334,9 +335,9 @@ def test_file_sd_config_keys_are_validated(tmp_path):
     cfg_file = tmp_path / "specwatch.yaml"
     cfg_file.write_text("file_sd_configs:\n  - file: [x.json]\n")
     with pytest.raises(ConfigError, match=r"file_sd_configs\[0\].file: unknown key"):
-        config.build_config(str(cfg_file), [], "127.0.0.1:0", None)
+        app_settings.build_config(str(cfg_file), [], "127.0.0.1:0", None)
     cfg_file.write_text("file_sd_configs:\n  - files: [x.json]\n    refresh_interval: 2s\n")
-    cfg = config.build_config(str(cfg_file), [], "127.0.0.1:0", None)
+    cfg = app_settings.build_config(str(cfg_file), [], "127.0.0.1:0", None)
     assert cfg.file_sd == (FileSDConfig((str(tmp_path / "x.json"),), 2.0),)
     assert cfg.targets == ()
 
@@ -373,7 +374,7 @@ def test_running_exporters_follow_file_sd_and_split_it(tmp_path):
                             "file_sd_configs:\n  - files: [fleet.json]\n"
                             "    refresh_interval: 200ms\n")
         for index in range(2):
-            cfg = config.build_config(str(cfg_file), [], "127.0.0.1:0", None,
+            cfg = app_settings.build_config(str(cfg_file), [], "127.0.0.1:0", None,
                                       shard_index=index, shard_count=2)
             app = ServeApp(cfg)
             app.start()
@@ -455,8 +456,8 @@ def test_poller_set_targets_while_running():
 def test_pipeline_set_targets_keeps_history_and_drops_removed_results():
     """A kept target keeps its snapshot and history, a new one starts down, and a result
     that arrives for a removed target is not published (no resurrected series)."""
-    from specwatch.poll import derive
     from specwatch.poll.pipeline import Pipeline, PollResult
+    from specwatch.poll.windows import derive
 
     p = Pipeline([("a", "auto"), ("b", "auto")], derive.DeriveConfig(), 5.0)
     p.apply(PollResult("a", 0.0, 1.0, 0.01, body=PAGE))

@@ -7,7 +7,8 @@ import re
 import pytest
 from helpers.paths import FIXTURES
 
-from specwatch.poll import derive, history, sources
+from specwatch.poll import sources
+from specwatch.poll.windows import derive, history
 
 FIX = FIXTURES
 

@@ -21,9 +21,9 @@ from helpers import testsecrets
 from helpers.certs import PKI, make_pki
 from helpers.scrape import parse_exposition, select
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
 from specwatch.common.errors import ConfigError
-from specwatch.poll import config
 
 PAGE = (Path(__file__).resolve().parents[1] / "fixtures/vllm-0.32-cpu-ngram/snap_1795971826019.prom"
         ).read_bytes()
@@ -72,7 +72,7 @@ def run_exporter(tmp_path: Path, target_yaml: str) -> tuple[dict, str, ServeApp]
     cfg_file = tmp_path / "specwatch.yaml"
     cfg_file.write_text("global: {listen: '127.0.0.1:0', timeout: 3}\ntargets:\n"
                         + target_yaml)
-    cfg = config.build_config(str(cfg_file), [], None, 60)
+    cfg = app_settings.build_config(str(cfg_file), [], None, 60)
     app = ServeApp(cfg)
     app.start(poll=False)
     try:
@@ -215,7 +215,7 @@ def test_bad_target_tls_config(pki, tmp_path, tls, message):
     f = tmp_path / "c.yaml"
     f.write_text(f"targets:\n  - url: https://127.0.0.1:1/metrics\n    tls: {tls}\n")
     with pytest.raises(ConfigError, match=None) as err:
-        config.build_config(str(f), [], None, None)
+        app_settings.build_config(str(f), [], None, None)
     assert message in str(err.value), str(err.value)
 
 
@@ -224,6 +224,6 @@ def test_credentials_in_the_url_are_rejected_without_echoing_them(tmp_path):
     f.write_text("targets:\n  - url: http://scraper:"
                  f"{testsecrets.TARGET_BASIC_PASSWORD}@127.0.0.1:1/metrics\n")
     with pytest.raises(ConfigError) as err:
-        config.build_config(str(f), [], None, None)
+        app_settings.build_config(str(f), [], None, None)
     assert "targets[0].url: credentials in the URL are not allowed" in str(err.value)
     assert testsecrets.TARGET_BASIC_PASSWORD not in str(err.value)

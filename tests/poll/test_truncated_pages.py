@@ -18,8 +18,10 @@ from helpers.faultserver import FaultServer, Serve
 from helpers.paths import FIXTURES
 from helpers.scrape import parse_exposition, select
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config, fetch, pageplan, sources
+from specwatch.poll import pageplan, sources
+from specwatch.poll.fetch import client as fetch
 
 FIXTURES = FIXTURES / "vllm-0.32-cpu-ngram"
 PAGES = sorted(FIXTURES.glob("*.prom"))
@@ -159,7 +161,7 @@ def test_half_page_cut_mid_line_is_a_failed_poll(tmp_path, parser: str):
         cfg_file.write_text(
             f"global:\n  listen: 127.0.0.1:0\n  parser: {parser}\n"
             f"targets:\n  - {{name: t, url: '{server.url}'}}\n")
-        cfg = config.build_config(str(cfg_file), [], None, 5.0)
+        cfg = app_settings.build_config(str(cfg_file), [], None, 5.0)
         app = ServeApp(cfg, clock=lambda: 1_800_000_000.0)
         app.start(poll=False)
         try:

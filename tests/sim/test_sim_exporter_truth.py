@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from specwatch.poll import bimodality, derive
 from specwatch.poll.pipeline import Pipeline, PollResult
 from specwatch.poll.snapshot import WindowSignals
+from specwatch.poll.windows import bimodality, derive
 from specwatch.sim.scenario import Scenario, load_scenario
 from specwatch.sim.server import render_page
 from specwatch.sim.simulation import Simulation

@@ -9,8 +9,8 @@ import http.client
 
 import pytest
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.server import render_page
 from specwatch.sim.simulation import Simulation
@@ -66,7 +66,7 @@ def _get(port: int, path: str, headers: dict[str, str]) -> tuple[int, dict[str, 
 
 @pytest.fixture
 def exporter_port():
-    cfg = config.build_config(None, ["http://127.0.0.1:9/metrics"], "127.0.0.1:0", 60)
+    cfg = app_settings.build_config(None, ["http://127.0.0.1:9/metrics"], "127.0.0.1:0", 60)
     app = ServeApp(cfg)
     app.start(poll=False)
     try:

@@ -30,8 +30,8 @@ from helpers.certs import PKI, make_pki
 from helpers.faultserver import FaultServer, Serve
 from helpers.scrape import parse_exposition
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config
 from specwatch.web.limits import ServerLimits
 from specwatch.web.routing import Request, Response
 from specwatch.web.server import WebServer
@@ -115,7 +115,7 @@ def tls_config(pki: PKI, extra: str = "") -> str:
 
 
 def _exporter_app(tmp_path: Path, good: FaultServer) -> ServeApp:
-    cfg = config.build_config(None, [f"vllm={good.url}"], "127.0.0.1:0", 5.0)
+    cfg = app_settings.build_config(None, [f"vllm={good.url}"], "127.0.0.1:0", 5.0)
     app = ServeApp(cfg)
     app.start(poll=False)
     app.poller.poll_now("vllm")
@@ -597,7 +597,7 @@ def test_web_config_flag_with_bad_file_exits_2(tmp_path, capsys):
 
 def test_exporter_exposes_http_rejections(tmp_path):
     """specwatch_http_requests_rejected_total{reason} is on /metrics with every reason."""
-    cfg = config.build_config(None, ["http://127.0.0.1:9/metrics"], "127.0.0.1:0", 60)
+    cfg = app_settings.build_config(None, ["http://127.0.0.1:9/metrics"], "127.0.0.1:0", 60)
     app = ServeApp(cfg)
     app.start(poll=False)
     try:
@@ -616,7 +616,7 @@ def test_exporter_exposes_http_rejections(tmp_path):
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 def test_exporter_page_with_new_series_passes_promtool(tmp_path):
     """The page with the HTTP and limit series passes `promtool check metrics`."""
-    cfg = config.build_config(None, ["http://127.0.0.1:9/metrics"], "127.0.0.1:0", 60)
+    cfg = app_settings.build_config(None, ["http://127.0.0.1:9/metrics"], "127.0.0.1:0", 60)
     app = ServeApp(cfg)
     app.start(poll=False)
     try:

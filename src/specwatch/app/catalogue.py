@@ -5,8 +5,6 @@ controller's Alertmanager receiver's.
 Why here: only the application knows every plug-in; each plug-in's ``metrics`` module
 registers its definitions with :mod:`specwatch.expose.metricdefs` on import, and this module
 fixes their order for scripts/generate_docs.py and the tests.
-
-May import: ``specwatch.expose`` and the plug-ins' ``metrics`` modules.
 """
 
 from __future__ import annotations

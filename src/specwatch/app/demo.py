@@ -39,6 +39,7 @@ from specwatch.app.demo_time import scaled_alert_durations, scaled_rules, wall_t
 from specwatch.common import boundedfile
 from specwatch.common.bundle import ALERTS_DIR, bundle_dir
 from specwatch.common.errors import ConfigError, SpecwatchError
+from specwatch.engines import registry
 from specwatch.sim.scenario import Scenario, load_scenario
 from specwatch.web.server import parse_listen
 
@@ -243,8 +244,8 @@ class Demo:
         return max(self.options.poll_interval / self.options.speed, MIN_WALL_POLL_INTERVAL)
 
     def start_exporter(self) -> None:
+        from specwatch.app import settings
         from specwatch.app.serve import ServeApp
-        from specwatch.poll import config
         from specwatch.web.server import parse_listen
 
         parse_listen(self.options.exporter_listen, "--exporter-listen")
@@ -253,7 +254,7 @@ class Demo:
         # The exporter runs on the simulated clock and the page is in simulated seconds,
         # so the scenario's own parameters apply at any --speed (no scaling).
         params = scaled_params_file(self.scenario, 0, 1.0, self.tmp)
-        if params is not None and "params" in config.TARGET_SCHEMA:
+        if params is not None:
             target["params"] = str(params)
         # The controller in recommend mode (it decides and shows its state, switches
         # nothing), with its default timers (300 s stabilization, 600 s between switches),
@@ -273,7 +274,7 @@ class Demo:
             doc["pair_options"] = {"arrival_rate_bins": [0, 1, 2, 4, 6, 8, 10, 16]}
         path = self.tmp / "specwatch.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        cfg = config.build_config(str(path), [], None, None)
+        cfg = settings.build_config(str(path), [], None, None)
         self.exporter = ServeApp(cfg, clock=self.simulator.simulated_now,
                                  listen_option="--exporter-listen")
         if self.options.speed != 1.0:
@@ -318,6 +319,8 @@ class Demo:
         port = self.options.prometheus_port or free_port()
         interval = max(1, min(15, round(self.exporter_poll_interval())))
         sim_host, exp_host = _scrape_address(self.sim_listen), _scrape_address(self.exp_listen)
+        prefix = registry.get("vllm").prefix  # the simulator writes vLLM's page
+        underscored = prefix.replace(":", "_")
         prom_cfg = {
             "global": {"scrape_interval": f"{interval}s", "evaluation_interval": f"{interval}s"},
             "rule_files": [str(r) for r in rules],
@@ -330,8 +333,8 @@ class Demo:
                  # with vllm_* sample names (client_python#1177); vLLM pages do too.
                  # Restore the documented vllm:* names (a no-op where they are intact).
                  "metric_relabel_configs": [
-                     {"source_labels": ["__name__"], "regex": "vllm_(.*)",
-                      "target_label": "__name__", "replacement": "vllm:$1"}]},
+                     {"source_labels": ["__name__"], "regex": f"{underscored}(.*)",
+                      "target_label": "__name__", "replacement": f"{prefix}$1"}]},
             ],
         }
         cfg_path = self.tmp / "prometheus.yml"

@@ -4,8 +4,8 @@
 and installs the plug-ins (live model, pairs, controller) through a typed
 :class:`specwatch.plugins.host.PluginHost`, in that order: hooks run and families render in
 install order, and the controller is handed the live model's parameters explicitly.
-Importing this module imports the plug-ins, which registers their config sections (so
-``build_config`` accepts their keys) and their metric definitions. Tests
+Importing this module imports the plug-ins, which registers their metric definitions; their
+config sections are composed in :mod:`specwatch.app.settings`. Tests
 build on the same parts: ``app.pipeline.add_target_hook(...)``,
 ``app.collector.add_family_builder(...)``, ``app.web.routes["/path"] = handler`` (before
 ``start()``). The command's options and signal handling: :mod:`specwatch.cli.serve`.
@@ -37,12 +37,13 @@ from specwatch.plugins.control import controller
 from specwatch.plugins.live import plugin as model_live
 from specwatch.plugins.pairs import plugin as pairs
 from specwatch.plugins.pairs import settings as pair_config
-from specwatch.poll import config, derive, sources
+from specwatch.poll import config
 from specwatch.poll.discovery import TargetSource
 from specwatch.poll.pipeline import DEFAULT_MAX_MODELS, ForgetHook, Pipeline, PollResult, TargetHook
 from specwatch.poll.poller import Poller, PollTarget
 from specwatch.poll.snapshot import Snapshot, TargetSnapshot
-from specwatch.web.limits import REJECT_REASONS, ServerLimits
+from specwatch.poll.windows import derive
+from specwatch.web.limits import REJECT_REASONS
 from specwatch.web.negotiate import accepts_gzip, by_preference
 from specwatch.web.routing import Handler, Request, Response, only_get
 from specwatch.web.server import WebServer
@@ -70,14 +71,11 @@ class ServeApp:
                                     shard_keys=cfg.shard_keys)
         self.targets.refresh(strict=True)  # a bad file_sd file at start-up is exit 2
         targets = self.targets.targets
-        g = cfg.raw.get("global", {})
         self.pipeline = Pipeline([(t.name, t.engine) for t in targets], dcfg,
                                  cfg.poll_interval,
                                  max_series={t.name: t.max_series for t in targets},
                                  parser=cfg.parser, max_models=self._max_models(targets),
-                                 max_label_value_bytes=g.get(
-                                     "max_label_value_bytes",
-                                     sources.DEFAULT_MAX_LABEL_VALUE_BYTES))
+                                 max_label_value_bytes=cfg.max_label_value_bytes)
         # Windows on a monotonic clock (a wall-clock jump must not bend them); an injected
         # clock (tests, the demo's simulated time) drives both.
         self.history_clock = time.monotonic if clock is time.time else clock
@@ -101,7 +99,7 @@ class ServeApp:
             "/metrics": only_get(self.metrics_handler),
             "/healthz": only_get(lambda _req: Response(200, b"ok\n")),
             "/": only_get(self.landing_handler),
-        }, web_config_file=cfg.web_config, limits=server_limits(cfg),
+        }, web_config_file=cfg.web_config, limits=cfg.http_server,
             listen_option=listen_option)
         self._host = _Host(self.pipeline, self.collector, self.web)
         self.model = model_live.install(self._host, model_live.from_config(cfg))
@@ -115,7 +113,7 @@ class ServeApp:
             # built without them.
             self.pipeline.derive_config = dataclasses.replace(dcfg, histograms=False)
         self.collector.add_family_builder(self.exporter_families)
-        seqs = {t.name: t.raw["max_num_seqs"] for t in cfg.targets if "max_num_seqs" in t.raw}
+        seqs = {t.name: t.max_num_seqs for t in cfg.targets if t.max_num_seqs is not None}
         self.collector.add_family_builder(
             lambda snap: server_families(snap, seqs), per_snapshot=True)
 
@@ -127,8 +125,8 @@ class ServeApp:
         self.pipeline.apply(result)
 
     def _max_models(self, targets: tuple[config.TargetConfig, ...]) -> dict[str, int]:
-        default = self.cfg.raw.get("global", {}).get("max_models", DEFAULT_MAX_MODELS)
-        return {t.name: t.raw.get("max_models", default) for t in targets}
+        return {t.name: t.max_models if t.max_models is not None else DEFAULT_MAX_MODELS
+                for t in targets}
 
     def exporter_families(self, _snap: Snapshot) -> list[Metric]:
         """The exporter's own limits and HTTP server: what it refused and dropped."""
@@ -251,23 +249,6 @@ def _poll_target(t: config.TargetConfig) -> PollTarget:
     return PollTarget(t.name, t.url, t.timeout, t.max_body_bytes, t.headers, t.basic_auth,
                       verify=t.tls_verify, cert=t.tls_client_cert,
                       follow_redirects=t.follow_redirects)
-
-
-def server_limits(cfg: config.ServeConfig) -> ServerLimits:
-    """ServerLimits from ``global.http_server`` (defaults for what is not set)."""
-    h = cfg.http_server
-    d = ServerLimits()
-    return ServerLimits(
-        max_requests_in_flight=h.get("max_requests_in_flight", d.max_requests_in_flight),
-        max_connections=h.get("max_connections", d.max_connections),
-        max_connections_per_client=h.get("max_connections_per_client",
-                                         d.max_connections_per_client),
-        failed_logins_per_client=h.get("failed_logins_per_client",
-                                       d.failed_logins_per_client),
-        failed_login_interval=h.get("failed_login_interval", d.failed_login_interval),
-        request_timeout=h.get("request_timeout", d.request_timeout),
-        idle_timeout=h.get("idle_timeout", d.idle_timeout),
-        handshake_timeout=h.get("tls_handshake_timeout", d.handshake_timeout))
 
 
 def _target_state(t: TargetSnapshot) -> str:

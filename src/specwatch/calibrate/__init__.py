@@ -8,7 +8,4 @@ form's least squares), ``fit`` (the linear fit per system), ``saturation`` and
 ``summaries`` (what a fit produces and says), ``evidence`` (what the runs vouch for),
 ``report`` with ``reportfmt``, ``markdown`` and ``plots`` (JSON, tables, parameters file,
 drift, summary.md, PNGs), ``command`` (``specwatch calibrate``).
-
-May import: ``specwatch.model`` and ``specwatch.common`` (scipy and matplotlib lazily, from the
-``analysis`` extra). Never the exporter, the controller or the simulator.
 """

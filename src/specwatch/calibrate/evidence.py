@@ -131,6 +131,18 @@ def _rising(runs: Sequence[Point], top: Point) -> bool:
     return elasticity >= RISING_ELASTICITY
 
 
+def rising_top_runs(points: Sequence[Point]) -> list[Point]:
+    """The top run of each curve that was still on its rising branch (`curve_tops`): the
+    server was not at a ceiling up to the requests in flight it held."""
+    out = []
+    for runs in _curves(points).values():
+        if len(runs) >= 2:
+            top = max(runs, key=lambda q: q.arrival_rate)
+            if _rising(runs, top):
+                out.append(top)
+    return out
+
+
 _Rate = TypeVar("_Rate", MeasuredCeiling, CurveTop)
 
 

@@ -1,13 +1,12 @@
 """Fitting the linear latency model to measurement points (model.md, "Fitting";
 `--model linear`).
 
-`fit_system` decides which points are excluded and why (past the utilisation ceiling,
-queueing at the server, above a concurrency cap), fits the six coefficients by least
-squares (`calibrate.leastsq`), checks that the data can separate all six (variance
-inflation), and measures how well the fit predicts a draft length it has not seen
-(leave-one-k-out). When the six cannot be separated, each configuration gets its own
-(C1, C2) so speedup and break-even are still measured-backed. May import `specwatch.model`
-and the calibrate inputs, leastsq, results, summaries and evidence modules.
+`fit_system` decides which points are excluded and why (past the utilisation ceiling, queueing
+at the server, above a concurrency cap), fits the six coefficients by least squares
+(`calibrate.leastsq`), checks that the data can separate all six (variance inflation), and
+measures how well the fit predicts a draft length it has not seen (leave-one-k-out). When the
+six cannot be separated, each configuration gets its own (C1, C2) so speedup and break-even are
+still measured-backed.
 """
 
 from __future__ import annotations

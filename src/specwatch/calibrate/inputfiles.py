@@ -2,10 +2,10 @@
 and number fields.
 
 Formats are detected by content, not by extension, because operators rename files freely
-(`run-3.txt`, `out.log`): a plain calibration CSV, the public sweep CSV layout, or `vllm
-bench serve` JSON (one document, a list, or JSON lines). Every failure raises
-`ConfigError` naming the file, the row or entry, and what was expected; numbers are finite
-and bounded. Builds no points (that is `calibrate.inputs`); may import `specwatch.common`.
+(`run-3.txt`, `out.log`): a plain calibration CSV, the public sweep CSV layout, or `vllm bench
+serve` JSON (one document, a list, or JSON lines). Every failure raises `ConfigError` naming the
+file, the row or entry, and what was expected; numbers are finite and bounded. Builds no points
+(that is `calibrate.inputs`).
 """
 
 from __future__ import annotations

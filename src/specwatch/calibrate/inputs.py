@@ -7,7 +7,6 @@ applies `validate_point`, so each format is held to the same checks in the same 
 
 Bad input never becomes a silent gap in the fit: every reader raises
 :class:`specwatch.common.errors.ConfigError` naming the file, the row and what was expected.
-May import `specwatch.common` and `calibrate.inputfiles`.
 """
 
 from __future__ import annotations

@@ -4,11 +4,10 @@ With B = λ·L known from each measurement, the model is linear in its six coeff
 
     L = a_p + (g/E)·a_v + (g·k/E)·a_d + B·b_p + (B·g/E)·b_v + (B·g·k/E)·b_d
 
-so non-negative least squares (scipy.optimize.nnls) fits it. This module owns that design
-matrix (`COEFFICIENTS` order), the fit, the variance inflation of its columns, R² and MAPE,
-and how points are grouped by draft length and workload. Predictions go through
-`specwatch.model`; nothing here re-implements the closed form. May import `specwatch.model`
-and `calibrate.inputs`.
+so non-negative least squares (scipy.optimize.nnls) fits it. This module owns that design matrix
+(`COEFFICIENTS` order), the fit, the variance inflation of its columns, R² and MAPE, and how
+points are grouped by draft length and workload. Predictions go through `specwatch.model`;
+nothing here re-implements the closed form.
 """
 
 from __future__ import annotations

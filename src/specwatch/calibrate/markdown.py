@@ -1,10 +1,9 @@
 """The Markdown summary (`summary.md`) of `specwatch calibrate --report DIR`.
 
-One section per system: fit quality, coefficients, per-draft-length and measured-speedup
-tables, the user-path runs that were declined or off by more than 5%, excluded points by
-reason, and for the saturation form the whole-range section (knees, capacities,
-per-concurrency errors, break-even). Returns lines; writes nothing. May import the
-calibrate results and reportfmt modules.
+One section per system: fit quality, coefficients, per-draft-length and measured-speedup tables,
+the user-path runs that were declined or off by more than 5%, excluded points by reason, and for
+the saturation form the whole-range section (knees, capacities, per-concurrency errors,
+break-even). Returns lines; writes nothing.
 """
 
 from __future__ import annotations

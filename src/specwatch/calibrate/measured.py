@@ -64,6 +64,10 @@ PRESENCE_GAP_STEPS = 5
 MIN_VISIT_SAMPLES = 3
 #: A draft length this close to an integer is that integer; further off, the sample mixes.
 DRAFT_LENGTH_TOLERANCE = 0.05
+#: A drafter may propose fewer tokens than its k (an n-gram lookup without a full match), so
+#: its mean proposed tokens per draft lies just below k: up to this far below an integer, the
+#: draft length is that integer (a real vLLM n-gram pair at k = 2 proposes 1.84-1.95).
+SHORT_PROPOSALS = 0.2
 
 Series = dict[tuple[str, ...], dict[str, dict[float, float]]]
 
@@ -89,6 +93,8 @@ def _integral_k(k: float | None) -> float | None:
         return 0.0
     if abs(k - round(k)) <= DRAFT_LENGTH_TOLERANCE:
         return float(round(k))
+    if math.ceil(k) - k <= SHORT_PROPOSALS:
+        return float(math.ceil(k))
     return None
 
 

@@ -2,8 +2,7 @@
 against arrival rate per workload and draft length, and the relative residuals.
 
 matplotlib is imported inside each function (Agg backend), so importing this module costs
-nothing when no report is asked for. May import `specwatch.model` and the calibrate
-leastsq, results and reportfmt modules.
+nothing when no report is asked for.
 """
 
 from __future__ import annotations

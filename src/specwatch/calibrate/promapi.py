@@ -2,15 +2,13 @@
 
 Why here: ``calibrate --prometheus`` (history windows, measured pairs) and ``advise
 --prometheus`` (the deployment's load) ask the same API with the same rules. Every request
-goes through the one outbound client (:func:`specwatch.poll.fetchrequests.send`): a total
+goes through the one outbound client (:func:`specwatch.poll.fetch.proxied.send`): a total
 deadline per query from connect to the last byte (``--timeout``), a cap on the answer
 (:data:`MAX_ANSWER_BYTES`), no redirect followed. The answer is checked against the shape
 the API documents before anything reads it (an object with ``status`` and ``data``; ``data``
 an object whose ``resultType`` is the one asked for and whose ``result`` is a list of
 series, each a ``metric`` object of strings and ``[time, "value"]`` samples). Whatever a
 server sends, the caller gets rows of numbers or one :class:`PrometheusError` line (exit 2).
-
-May import: :mod:`specwatch.poll.fetchrequests`, ``fetchrules``, :mod:`specwatch.common.errors`.
 """
 
 from __future__ import annotations
@@ -22,8 +20,8 @@ from collections.abc import Mapping
 import requests
 
 from specwatch.common.errors import SpecwatchError
-from specwatch.poll.fetchrequests import RequestsSession, send
-from specwatch.poll.fetchrules import PollError
+from specwatch.poll.fetch.proxied import RequestsSession, send
+from specwatch.poll.fetch.rules import PollError
 
 #: Largest answer read: a query_range chunk holds at most 10,000 points per series (about
 #: 40 bytes each as JSON), so this is over 150 series per query; more is not a calibration

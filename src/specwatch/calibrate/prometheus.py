@@ -9,7 +9,8 @@ mean form one steady window; each window long enough becomes one measurement poi
 sums, so a quiet step weighs less than a busy one). The first step of each window is dropped:
 requests finishing in it started under the previous load.
 
-Series used (vllm-metrics.md §1, §2.3), summed by model_name:
+Series used (vLLM v1's, named by :mod:`specwatch.engines.vllm_v1`; vllm-metrics.md §1, §2.3),
+summed by model_name:
 - λ: vllm:e2e_request_latency_seconds_count; L: its _sum over its _count
 - p, g: vllm:request_prompt_tokens_{sum,count}, vllm:request_generation_tokens_{sum,count}
 - TTFT (queueing test): vllm:time_to_first_token_seconds_{sum,count}
@@ -39,7 +40,7 @@ import requests
 from specwatch.calibrate.inputs import Point, validate_point
 from specwatch.calibrate.promapi import PrometheusError, Row, new_session, query
 from specwatch.common.errors import ConfigError
-from specwatch.common.kvcache import engine_kv_cache
+from specwatch.engines import base, registry
 
 #: Prometheus refuses range queries with more than 11,000 points per series; stay below.
 MAX_POINTS_PER_QUERY = 10_000
@@ -50,24 +51,30 @@ LENGTH_TOLERANCE = 0.10
 #: A window's draft length (tokens per draft) must stay within this of its first step.
 DRAFT_LENGTH_TOLERANCE = 0.05
 
+#: The engine whose history is read: calibration needs drafts, draft and accepted tokens
+#: and accepted tokens per position, which vLLM's v1 engine counts.
+ENGINE = registry.get("vllm")
+#: The ``--point-sources`` name of the steady windows read here: the engine's family.
+SOURCE = ENGINE.family
 #: name -> metric whose per-second rate is pulled (the selector is inserted into each).
-SERIES: dict[str, str] = {
-    "requests": "vllm:e2e_request_latency_seconds_count",
-    "latency_sum": "vllm:e2e_request_latency_seconds_sum",
-    "prompt_sum": "vllm:request_prompt_tokens_sum",
-    "prompt_count": "vllm:request_prompt_tokens_count",
-    "gen_sum": "vllm:request_generation_tokens_sum",
-    "gen_count": "vllm:request_generation_tokens_count",
-    "ttft_sum": "vllm:time_to_first_token_seconds_sum",
-    "ttft_count": "vllm:time_to_first_token_seconds_count",
-    "drafts": "vllm:spec_decode_num_drafts_total",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
-}
-PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-CACHE_CONFIG = "vllm:cache_config_info"
-#: The labels of CACHE_CONFIG that state a KV-cache size, and what identifies one engine.
-_CACHE_LABELS = ("kv_cache_size_tokens", "num_gpu_blocks", "block_size")
+SERIES: dict[str, str] = {name: ENGINE.metric(signal) for name, signal in (
+    ("requests", base.E2E_LATENCY_COUNT),
+    ("latency_sum", base.E2E_LATENCY_SUM),
+    ("prompt_sum", base.PROMPT_LEN_SUM),
+    ("prompt_count", base.PROMPT_LEN_COUNT),
+    ("gen_sum", base.GENERATION_LEN_SUM),
+    ("gen_count", base.GENERATION_LEN_COUNT),
+    ("ttft_sum", base.TTFT_SUM),
+    ("ttft_count", base.TTFT_COUNT),
+    ("drafts", base.DRAFTS),
+    ("draft_tokens", base.DRAFT_TOKENS),
+    ("accepted", base.ACCEPTED_TOKENS),
+)}
+PER_POSITION = ENGINE.metric(base.ACCEPTED_PER_POSITION)
+CACHE_CONFIG = ENGINE.metric(base.CACHE_CONFIG)
+_CACHE_INFO = ENGINE.infos[CACHE_CONFIG]
+#: The labels of CACHE_CONFIG that state a KV-cache size ("engine" identifies one engine).
+_CACHE_LABELS = tuple(label for label in _CACHE_INFO.labels if label != "engine")
 _MATCHER_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*(=|!=|=~|!~)\s*("(?:[^"\\]|\\.)*")')
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -231,7 +238,7 @@ def query_range(session: requests.Session, q: PrometheusQuery, expr: str, start:
 
 def _engine_tokens(labels: dict[str, str]) -> float:
     """One engine's stated KV cache in tokens (NaN: not stated)."""
-    tokens = engine_kv_cache(labels)[0]
+    tokens = _CACHE_INFO.state(labels)[0]
     return math.nan if tokens is None else tokens
 
 

@@ -2,10 +2,9 @@
 drift against an earlier fit, the terminal tables, and the report directory.
 
 Kept apart from the fit so the fit stays pure numbers. The Markdown sections are in
-`calibrate.markdown`, the plots in `calibrate.plots` (matplotlib imported only when
-`--report` asks for them), the shared text forms in `calibrate.reportfmt`. JSON is strict:
-NaN and infinity become null. May import `specwatch.model` and the calibrate modules below
-the command.
+`calibrate.markdown`, the plots in `calibrate.plots` (matplotlib imported only when `--report`
+asks for them), the shared text forms in `calibrate.reportfmt`. JSON is strict: NaN and infinity
+become null.
 """
 
 from __future__ import annotations

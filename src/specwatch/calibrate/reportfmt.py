@@ -1,8 +1,7 @@
 """Text forms of a fit's figures shared by the terminal tables and the Markdown report.
 
-Coefficient order, draft-length and rate labels, exclusion reasons grouped by kind, short
-and compacted point sources, and the one-line user-path summary. Pure string formatting;
-may import nothing from specwatch.
+Coefficient order, draft-length and rate labels, exclusion reasons grouped by kind, short and
+compacted point sources, and the one-line user-path summary. Pure string formatting.
 """
 
 from __future__ import annotations

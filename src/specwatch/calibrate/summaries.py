@@ -1,10 +1,9 @@
 """What a fit says about speculative decoding, per draft length and against measurement.
 
-Zero-load speedup and break-even per draft length (from the six coefficients, or from
-paired per-configuration (C1, C2)), the speedup measured at the lowest concurrency both
-sides ran against the predicted one, and the mean per-position acceptance profile. Each
-`summarize_*` fills a `SystemFit`'s draft_lengths and measured_speedups. May import
-`specwatch.model` and the calibrate evidence, leastsq and results modules.
+Zero-load speedup and break-even per draft length (from the six coefficients, or from paired
+per-configuration (C1, C2)), the speedup measured at the lowest concurrency both sides ran
+against the predicted one, and the mean per-position acceptance profile. Each `summarize_*`
+fills a `SystemFit`'s draft_lengths and measured_speedups.
 """
 
 from __future__ import annotations

@@ -13,7 +13,10 @@ instant queries at the end of the range:
   their P95 (``histogram_quantile`` over the range's bucket increases);
 * the acceptance profile per position: accepted tokens at position i per draft, i.e.
   P(the first i+1 drafts are accepted), summed over the range;
-* the peak batch: the largest ``vllm:num_requests_running`` sample of any engine.
+* the peak batch: the largest requests-running sample of any engine.
+
+The metric names are vLLM v1's (:mod:`specwatch.engines.vllm_v1`), the engine calibration
+reads.
 
 Missing data is an error (exit 2) naming what was missing; nothing is made up.
 """
@@ -29,18 +32,21 @@ import requests
 
 from specwatch.calibrate.promapi import PrometheusError, Row, new_session, query
 from specwatch.calibrate.prometheus import (
+    ENGINE,
     SELECTOR_RE,
     parse_duration,
     promql_duration,
 )
 from specwatch.common.errors import ConfigError
+from specwatch.engines import base
 
-REQUESTS = "vllm:e2e_request_latency_seconds_count"
-PROMPT = "vllm:request_prompt_tokens"
-GENERATION = "vllm:request_generation_tokens"
-DRAFTS = "vllm:spec_decode_num_drafts_total"
-PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-RUNNING = "vllm:num_requests_running"
+REQUESTS = ENGINE.metric(base.E2E_LATENCY_COUNT)
+#: Histogram families (their _sum, _count and _bucket series are read).
+PROMPT = ENGINE.metric(base.PROMPT_LEN_SUM).removesuffix("_sum")
+GENERATION = ENGINE.metric(base.GENERATION_LEN_SUM).removesuffix("_sum")
+DRAFTS = ENGINE.metric(base.DRAFTS)
+PER_POSITION = ENGINE.metric(base.ACCEPTED_PER_POSITION)
+RUNNING = ENGINE.metric(base.RUNNING)
 QUANTILES = {"p50": 0.5, "p95": 0.95, "p99": 0.99}
 
 

@@ -55,6 +55,7 @@ class CalibrateRequest:
     timeout: float = 30.0
     compare: str | None = None
     tolerance: float = 0.10
+    reference: str | None = None
 
 
 def _bench_options(req: CalibrateRequest) -> dict[str, BenchOptions]:
@@ -103,9 +104,23 @@ def calibrate(req: CalibrateRequest) -> int:
         else:
             report.print_drift(drift)
         return 1 if drift.drifted else 0
+    if req.reference and req.compare:
+        raise ConfigError("--reference and --compare: give one (compare the file --reference"
+                          " writes in a second run)")
+    if req.reference and req.report:
+        raise ConfigError("--reference writes no --report directory; --json prints its whole"
+                          " report")
+    if req.reference:
+        ignored = _full_fit_options(req)
+        if ignored:
+            raise ConfigError(f"--reference keeps the reference's load range and form; "
+                              f"{', '.join(ignored)} only shape a full fit: drop "
+                              f"{'it' if len(ignored) == 1 else 'them'}")
     old = load_params(req.compare) if req.compare else None
 
     points = _gather(req)
+    if req.reference:
+        return _calibrate_from_reference(req, points)
     fits = _fit_all(req, points)
     written: dict[str, str] = {}
     pending_error: ConfigError | None = None
@@ -136,6 +151,39 @@ def calibrate(req: CalibrateRequest) -> int:
     return 0
 
 
+def _calibrate_from_reference(req: CalibrateRequest, points: list[Point]) -> int:
+    """`--reference`: the reference's form scaled to the points (`calibrate.reference`)."""
+    from specwatch.calibrate import reference
+    from specwatch.calibrate.report import slug
+    from specwatch.model.params import dump_params, load_params
+
+    ref = load_params(req.reference)
+    systems = _select_systems(req, points)
+    if len(systems) > 1:
+        names = ", ".join(repr(n) for n in systems)
+        raise ConfigError(f"--reference: the inputs hold {len(systems)} systems ({names});"
+                          " choose one with --system")
+    (system, pts), = systems.items()
+    rf = reference.fit_from_reference(system, pts, ref, req.reference, _data_sources(req))
+    written: str | None = None
+    if req.out:
+        path = Path(req.out.replace("{system}", slug(system)))
+        if path.parent and not path.parent.exists():
+            raise ConfigError(f"--out {req.out}: directory {path.parent} does not exist")
+        try:
+            dump_params(rf.params, path)
+        except OSError as exc:
+            raise ConfigError(f"--out {path}: cannot write: {exc.strerror or exc}") from None
+        written = str(path)
+    doc = {"systems": {system: rf.to_json()}, "point_sources": point_sources(pts),
+           "written": {system: written} if written else {}}
+    if req.as_json:
+        print(json.dumps(doc, indent=2, allow_nan=False))
+    else:
+        print("\n".join(reference.report_lines(rf, written)))
+    return 0
+
+
 def point_sources(points: list[Point]) -> dict[str, dict[str, int]]:
     """How many points of each system came from where: ``files`` (bench JSON, CSV),
     ``vllm`` (steady windows of vLLM's Prometheus history), ``pairs`` (the exporter's
@@ -153,7 +201,7 @@ def _gather(req: CalibrateRequest) -> list[Point]:
             paths.append(path)
     points = read_inputs(paths, default_system=req.system, bench_options=options)
     if req.prometheus:
-        from specwatch.calibrate.prometheus import PrometheusQuery, read_prometheus
+        from specwatch.calibrate.prometheus import SOURCE, PrometheusQuery, read_prometheus
 
         if not req.start:
             raise ConfigError("--prometheus needs --start (and optionally --end)")
@@ -167,11 +215,11 @@ def _gather(req: CalibrateRequest) -> list[Point]:
             timeout=req.timeout,
         )
         sources = [x.strip() for x in req.point_sources.split(",") if x.strip()]
-        unknown = sorted(set(sources) - {"vllm", "pairs", "switches"})
+        unknown = sorted(set(sources) - {SOURCE, "pairs", "switches"})
         if unknown or not sources:
             raise ConfigError(f"--point-sources: expected a comma-separated list of vllm,"
                               f" pairs, switches; got {req.point_sources!r}")
-        if "vllm" in sources:
+        if SOURCE in sources:
             points.extend(read_prometheus(query, progress=not req.as_json))
         if "pairs" in sources:
             from specwatch.calibrate.measured import read_pair_points
@@ -222,6 +270,16 @@ def _select_systems(req: CalibrateRequest, points: list[Point]) -> dict[str, lis
     raise ConfigError(
         f"--system {req.system!r} matches none of the systems in the inputs: {listed}"
     )
+
+
+def _full_fit_options(req: CalibrateRequest) -> list[str]:
+    """The full fit's filters the user changed from their defaults (a reference fit reads none)."""
+    defaults = CalibrateRequest(inputs=[])
+    names = {"max_utilization": "--max-utilization", "max_concurrency": "--max-concurrency",
+             "max_ttft_ratio": "--max-ttft-ratio", "vif_limit": "--vif-limit",
+             "model": "--model"}
+    return [flag for attr, flag in names.items()
+            if getattr(req, attr) != getattr(defaults, attr)]
 
 
 def _fit_all(req: CalibrateRequest, points: list[Point]) -> list[Any]:

@@ -5,7 +5,7 @@ as a typed :class:`~specwatch.calibrate.workflow.CalibrateRequest`.
                         [--max-concurrency N] [--max-ttft-ratio R|off] [--report DIR] [--json]
                         [--draft-length K FILE]... [--no-sd FILE]...
                         [--prometheus URL --start T --end T [--step S] [--selector SEL]]
-                        [--compare OLD.yaml [--tolerance 0.1]]
+                        [--compare OLD.yaml [--tolerance 0.1]] [--reference PARAMS]
     specwatch calibrate --compare OLD.yaml NEW.yaml
 """
 
@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="FILE",
         help="bench JSON FILE ran without SD; repeatable",
+    )
+    parser.add_argument(
+        "--reference",
+        metavar="PARAMS",
+        help="fit from a few points: keep this parameters file's shapes and fit only the time"
+        " scales the points identify (model.md, Calibrating from a reference)",
     )
     _add_capacity_arguments(parser)
     _add_prometheus_arguments(parser)
@@ -195,7 +201,7 @@ def request(args: argparse.Namespace) -> CalibrateRequest:
         max_num_seqs=args.max_num_seqs, prometheus=args.prometheus, start=args.start,
         end=args.end, step=args.step, selector=args.selector, min_window=args.min_window,
         point_sources=args.point_sources, timeout=args.timeout, compare=args.compare,
-        tolerance=args.tolerance)
+        tolerance=args.tolerance, reference=args.reference)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ import signal
 import threading
 
 from specwatch import __version__
+from specwatch.app import settings
 from specwatch.app.serve import ServeApp
 from specwatch.cli import logs, numbers
 from specwatch.common import redact
@@ -49,9 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     logs.configure(args.log_level)
     redact.install()
-    cfg = config.build_config(args.config, args.target, args.listen, args.poll_interval,
-                              web_config=args.web_config, shard_index=args.shard_index,
-                              shard_count=args.shard_count)
+    cfg = settings.build_config(args.config, args.target, args.listen, args.poll_interval,
+                                web_config=args.web_config, shard_index=args.shard_index,
+                                shard_count=args.shard_count)
     if cfg.dropped_targets:
         log.error("global.max_targets is %d: not polling %d target(s): %s", cfg.max_targets,
                   len(cfg.dropped_targets), ", ".join(cfg.dropped_targets[:20]))

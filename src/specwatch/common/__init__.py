@@ -7,7 +7,4 @@ typed keys, point at the file and key on error), ``bundle`` (where the mixin sou
 rules and dashboards and the examples are: the copy packaged in the wheel, or the checkout),
 ``acceptance`` (E(α, k) of the i.i.d. acceptance model and its inverse, shared by the poll
 path and the latency model).
-
-May import: the standard library, PyYAML and numpy only. Everything else in specwatch may
-import it.
 """

@@ -24,8 +24,6 @@ digits to cancellation (the exporter's published α is computed this way; the mo
 uses expm1/log). Each inverse is the fast form for its caller: the scalar bisection is
 exact in binary and takes 50 steps, the vectorised one takes 64 halvings of every element
 at once.
-
-May import: the standard library and numpy.
 """
 
 from __future__ import annotations

@@ -3,8 +3,5 @@ snapshot as Prometheus text.
 
 Owns: ``metricdefs`` (name, type, labels and HELP of each series; the metrics reference is
 generated from it), ``collector`` (the snapshot as cached exposition bytes, plus the family
-builders plug-ins register).
-
-May import: ``specwatch.poll`` (the snapshot it renders), ``specwatch.common``. Never the
-plug-ins, the model, the simulator or calibration.
+builders plug-ins register), ``gzipstream`` (gzip bodies from a cached deflate stream).
 """

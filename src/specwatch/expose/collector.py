@@ -34,10 +34,8 @@ import functools
 import itertools
 import logging
 import math
-import struct
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import Metric
@@ -46,7 +44,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from specwatch.expose import metricdefs
-from specwatch.poll import derive
+from specwatch.expose.gzipstream import deflate_parts
+from specwatch.expose.gzipstream import gzip_join as gzip_join  # serve imports it from here
 from specwatch.poll.snapshot import (
     MODEL_DROP_REASONS,
     POLL_ERROR_REASONS,
@@ -54,6 +53,7 @@ from specwatch.poll.snapshot import (
     Snapshot,
     TargetSnapshot,
 )
+from specwatch.poll.windows import derive
 
 log = logging.getLogger(__name__)
 
@@ -230,8 +230,14 @@ class SpecwatchCollector(Collector):
     def _exposition(self, snap: Snapshot | None, openmetrics: bool, keep: bool) -> bytes:
         """``keep``: cache the bytes with the snapshot (a gzip scrape keeps only their
         deflate stream: the megabytes of text are not held between scrapes)."""
+        parts = self._exposition_parts(snap, openmetrics, keep)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _exposition_parts(self, snap: Snapshot | None, openmetrics: bool, keep: bool
+                          ) -> list[bytes]:
+        """:meth:`_exposition` as pieces to be joined (the cached bytes as one piece)."""
         if snap is None:
-            return b""
+            return []
         key = "om" if openmetrics else "text"
         self._scraped = True
         with self._page_lock:
@@ -241,15 +247,18 @@ class SpecwatchCollector(Collector):
                 self._page = (snap, cache)
                 self._scrapes.append(self._clock())
             body = cache.get(key)
-            if body is None:
-                body = self._render_page(snap, openmetrics)
-                if keep:
-                    cache[key] = body
-                for name in [n for n in self._targets.keys() | self._published.keys()
-                             if n not in snap.targets]:  # a target gone from the set
-                    self._targets.pop(name, None)
-                    self._published.pop(name, None)
-        return body  # type: ignore[return-value]
+            if body is not None:
+                return [body]  # type: ignore[list-item]
+            parts = self._render_page(snap, openmetrics)
+            if keep:
+                body = b"".join(parts)
+                cache[key] = body
+                parts = [body]
+            for name in [n for n in self._targets.keys() | self._published.keys()
+                         if n not in snap.targets]:  # a target gone from the set
+                self._targets.pop(name, None)
+                self._published.pop(name, None)
+        return parts
 
     def exposition_deflate(self, snap: Snapshot | None, openmetrics: bool
                            ) -> tuple[bytes, int, int]:
@@ -260,16 +269,15 @@ class SpecwatchCollector(Collector):
             page_snap, cache = self._page
             got = cache.get(key) if page_snap is snap else None
             if got is None:
-                body = self._exposition(snap, openmetrics, keep=False)
+                got = deflate_parts(self._exposition_parts(snap, openmetrics, keep=False))
                 page_snap, cache = self._page
-                c = zlib.compressobj(1, zlib.DEFLATED, -15)
-                got = (c.compress(body) + c.flush(zlib.Z_SYNC_FLUSH), zlib.crc32(body),
-                       len(body))
                 if page_snap is snap:
                     cache[key] = got
         return got  # type: ignore[return-value]
 
-    def _render_page(self, snap: Snapshot, openmetrics: bool) -> bytes:
+    def _render_page(self, snap: Snapshot, openmetrics: bool) -> list[bytes]:
+        """The page's pieces in order (family headers and each target's lines of the
+        family), to be joined or compressed piece by piece."""
         out: list[bytes] = []
         try:
             out.append(_header("specwatch_build_info", openmetrics))
@@ -291,7 +299,7 @@ class SpecwatchCollector(Collector):
             fams = list(_build(self._snapshot_builders, snap))
             encoded = _encode(fams, openmetrics)
             out.append(encoded[:-len(_EOF)] if openmetrics else encoded)
-        return b"".join(out)
+        return out
 
 
 _EOF = b"# EOF\n"
@@ -331,20 +339,6 @@ def _build(parts: Iterable[Callable[[Snapshot], Iterable[Metric]]], snap: Snapsh
             log.exception("building metric families with %r failed", part)
             continue
         yield from families
-
-
-def gzip_join(head: tuple[bytes, int, int], tail: bytes) -> bytes:
-    """One gzip member: a cached deflate stream (``head``: sync-flushed deflate bytes, CRC-32
-    and length of its data, from :meth:`SpecwatchCollector.exposition_deflate`) followed by
-    ``tail`` compressed now. Deflate blocks of two independent compressors concatenate into
-    one valid stream (pigz does the same), so the 5 MB head is compressed once per snapshot.
-    """
-    deflated, crc, size = head
-    c = zlib.compressobj(1, zlib.DEFLATED, -15)
-    rest = c.compress(tail) + c.flush()
-    return b"".join((b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff", deflated, rest,
-                     struct.pack("<II", zlib.crc32(tail, crc) & 0xFFFFFFFF,
-                                 (size + len(tail)) & 0xFFFFFFFF)))
 
 
 #: The health families, in exposition order (after specwatch_build_info).

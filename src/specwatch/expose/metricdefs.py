@@ -14,7 +14,7 @@ Adding a series: add a :class:`MetricDef` here, or in the plug-in's ``metrics`` 
 
 Names only: nothing here knows how a value is computed. ``name`` is the family name as
 prometheus_client takes it: a counter's exposed name adds ``_total``
-(:attr:`MetricDef.exposed_name`). May import: prometheus_client only.
+(:attr:`MetricDef.exposed_name`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,5 @@ Prometheus rule files and Grafana dashboards, with the user's overrides.
 Owns: ``render`` (evaluate the mixin with the jsonnet library, write and check generated files),
 ``command`` (`specwatch mixin render --out DIR --set KEY=VALUE`, for users of the wheel).
 
-May import: ``specwatch.common`` only. The mixin's queries name the exporter's series by
-string; nothing here imports the exporter.
+The mixin's queries name the exporter's series by string; nothing here imports the exporter.
 """

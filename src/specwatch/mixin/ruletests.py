@@ -39,13 +39,15 @@ from typing import Any
 import yaml
 
 from specwatch.common.errors import ConfigError
+from specwatch.engines import registry
 from specwatch.mixin import render, validate
 
 TESTS_DIR = "alerts/tests"
 _SERIES = re.compile(r"\s*([^{\s]*)\s*(?:\{(.*)\})?\s*", re.S)
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 _ACTION = re.compile(r"(\{\{.*?\}\})", re.S)
-_SELECTORS = ("exporterSelector", "vllmSelector")
+#: The configured selectors: the exporter's and one per engine family (`<family>Selector`).
+_SELECTORS = ("exporterSelector", *(f"{family}Selector" for family in registry.families()))
 
 
 def _unquote(quoted: str) -> str:
@@ -160,15 +162,16 @@ class _Carry:
             if m and f"{new_t:g}" in self.user_rules.get(alert, {}).get("expr", ""):
                 self.scale[m.group(1)] = new_t / old_t
 
-    def series(self, text: str, expr: str | None = None) -> str:
+    def series(self, text: str, expr: str | None = None, query: str = "") -> str:
         """An input series (``expr`` None: every label kept) or an expected sample of the
-        rule ``expr``, for the user's selectors."""
+        rule ``expr``, for the user's selectors. A sample without a name (the test's
+        ``query`` wraps the recorded series in a function) keeps what ``query`` keeps."""
         parsed = _parse_series(text)
         if parsed is None:
             return self.name(text)
         metric, labels = parsed
         if expr is None:
-            expr = self.records.get(self.name(metric), "")
+            expr = self.records.get(self.name(metric), "") if metric else query
         return _format_series(self.name(metric), self.labels(labels, expr))
 
     def name(self, text: str) -> str:
@@ -349,7 +352,7 @@ def _carry_test(test: dict[str, Any], carry: _Carry) -> dict[str, Any] | None:
     for case in test.get("promql_expr_test", []):
         case["expr"] = carry.name(case["expr"])
         for sample in case.get("exp_samples") or []:
-            sample["labels"] = carry.series(sample["labels"], None)
+            sample["labels"] = carry.series(sample["labels"], None, case["expr"])
     if not kept and not test.get("promql_expr_test"):
         return None
     return test

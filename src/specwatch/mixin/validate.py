@@ -8,7 +8,8 @@ fire. Each check here names the key, the value and what it expects, in one line.
 
 What is checked, by key:
 
-- ``vllmSelector``, ``exporterSelector``: a PromQL label-matcher list, one or more
+- ``vllmSelector``, ``exporterSelector`` and the other engines' ``sglangSelector``,
+  ``trtllmSelector``, ``llamacppSelector``: a PromQL label-matcher list, one or more
   ``name op "value"`` items separated by commas (op one of ``= != =~ !~``; value a double-,
   single- or back-quoted string), the text Jsonnet puts between ``{`` and ``}``.
 - durations (``for``, ``keepFiringFor``, ``rateWindow`` ...): a Prometheus duration
@@ -40,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specwatch.common.errors import ConfigError
+from specwatch.engines import registry
 
 # PromQL label matchers, as the Prometheus parser reads them: a label name (or a quoted
 # UTF-8 name, Prometheus 3), an operator, and a string literal in one of the three quotings.
@@ -222,7 +224,8 @@ def _grafana_uid(key: str, value: Any) -> None:
 _INF = math.inf
 # Dotted key (``*`` for any alert) -> check. The first pattern that matches wins.
 CHECKS: tuple[tuple[str, Callable[[str, Any], None]], ...] = (
-    ("vllmSelector", _selector),
+    # One selector per engine family (the config's `<family>Selector`), and the exporter's.
+    *((f"{family}Selector", _selector) for family in registry.families()),
     ("exporterSelector", _selector),
     ("rateWindow", _duration(optional=False)),
     ("exporterWindow", _window),

@@ -10,10 +10,6 @@ scalar reference the tests and benchmarks compare against), ``schedule`` (the ba
 schedule), ``whatif`` (what ``specwatch predict | sweep | advise`` compute and print; their
 options are in ``specwatch.cli``).
 
-May import: ``specwatch.common``, numpy and PyYAML. Never the poll path, the plug-ins, the
-simulator or calibration: they use the model, the model knows none of them (checked by the
-import-linter contracts in pyproject.toml and by tests/test_layout.py).
-
 The model's public names are re-exported here from their modules, so ``from specwatch.model
 import predict`` is the way other subpackages call the model.
 """

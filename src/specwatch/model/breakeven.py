@@ -3,10 +3,9 @@
 Owns the kinds of break-even (`BreakEvenKind`: on which side of λ* SD pays), the closed form
 from both systems' cost terms (`breakeven_from_costs`, also calibration's per-configuration
 fallback) and the exact piecewise form of the saturation regime (`saturation_breakeven`,
-docs/model.md "Break-even, best k, batch-size schedule"). One rule maps a kind and a crossing
-to the reported rate (`breakeven_of`) for every solver. The entry point that dispatches per
-model is `closed_form.breakeven`. Pure, vectorised numpy. May import: the model's
-coefficients, costs and saturation modules, numpy.
+docs/model.md "Break-even, best k, batch-size schedule"). One rule maps a kind and a crossing to
+the reported rate (`breakeven_of`) for every solver. The entry point that dispatches per model
+is `closed_form.breakeven`. Pure, vectorised numpy.
 """
 
 from __future__ import annotations

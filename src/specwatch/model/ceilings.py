@@ -13,9 +13,6 @@ up to SD's measured ceiling and no-SD still serves there, there is no break-even
 ceiling (`PAYS_TO_CEILING`), not a break-even at it. Without measured ceilings (a file
 without a calibrated range, or curves that never stopped rising) λ* is the model's,
 unchanged. Pure numpy.
-
-May import: the model's closed form, break-even, coefficients, costs, params, observed and
-uncertainty modules.
 """
 
 from __future__ import annotations

@@ -19,9 +19,8 @@ infinite: past saturation they are NaN with `Reason.SATURATED`.
 
 Owns the input checks (`Reason`), one system's latency at its fixed point (dispatching to the
 linear closed form, the saturation regime's fixed point or the MoE solver), both systems and
-their speedup, the break-even entry point (closed forms in `breakeven`, the numeric scan for
-MoE here) and the best draft length. May import: the model's coefficients, acceptance, costs,
-breakeven, moe and saturation modules, numpy.
+their speedup, the break-even entry point (closed forms in `breakeven`, the numeric scan for MoE
+here) and the best draft length.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Only the validated numbers, in seconds (knees in tokens per step, capacities in requests and
 tokens), with the one-line meaning of each; the formulas that use them are in `costs` and
-`closed_form`. May import: numpy.
+`closed_form`.
 """
 
 from __future__ import annotations

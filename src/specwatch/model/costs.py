@@ -1,11 +1,10 @@
 """Cost terms of one dense system and what follows from them without a fixed-point solve.
 
-Owns (C1, C2) of the linear form L(B) = C1 + C2·B (`cost_terms`, and the dense/expert split
-of an MoE model), the latency at a given batch in flight L(B) (`batch_latency`, what a
-closed-loop benchmark measures), the throughput ceiling λ_max, and L = C1 / (1 − λ·C2) from
-cost terms alone (calibration's per-configuration fallback). Pure, vectorised numpy: every
-function broadcasts over its numeric arguments. May import: the model's coefficients and
-saturation modules, numpy.
+Owns (C1, C2) of the linear form L(B) = C1 + C2·B (`cost_terms`, and the dense/expert split of
+an MoE model), the latency at a given batch in flight L(B) (`batch_latency`, what a closed-loop
+benchmark measures), the throughput ceiling λ_max, and L = C1 / (1 − λ·C2) from cost terms alone
+(calibration's per-configuration fallback). Pure, vectorised numpy: every function broadcasts
+over its numeric arguments.
 """
 
 from __future__ import annotations

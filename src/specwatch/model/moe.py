@@ -1,9 +1,8 @@
 """The mixture-of-experts fixed point: L = G(L) with the share of experts φ(T) (pure numpy).
 
-G is increasing in L, so the smallest fixed point is bracketed from below by G^n(0) and
-found by a grid scan and a fixed number of bisections: the solver always terminates, and says
-when it did not converge or when no stable operating point exists (saturation). May import:
-`specwatch.model.coefficients`, numpy.
+G is increasing in L, so the smallest fixed point is bracketed from below by G^n(0) and found by
+a grid scan and a fixed number of bisections: the solver always terminates, and says when it did
+not converge or when no stable operating point exists (saturation).
 """
 
 from __future__ import annotations

@@ -3,8 +3,7 @@ servers stated (the `calibrated_range` and `server_capacity` blocks of the param
 
 Owns `CalibratedRange` (with its `MeasuredCeiling`s) and `ServerCapacity`, their readers from
 the YAML document and their inverse (`to_mapping`). These are facts and bounds, not fitted
-coefficients: `model.validity` compares predictions against them (docs/model.md,
-"Uncertainty"). May import: `specwatch.model.paramcheck`, `specwatch.common`.
+coefficients: `model.validity` compares predictions against them (docs/model.md, "Uncertainty").
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Strict field checks for the parameters file: each failure names file, line and field.
 
-Owns the YAML location context (`Ctx`: a dotted field path to a line number) and the typed
-field readers the parameters file's blocks are built from (numbers, seconds with units,
-mappings with known keys, bounded integers, non-negative counts); duplicate keys are refused
-by the reader (`specwatch.common.boundedfile`). Every reader returns the value or raises
-`ConfigError`; none has a default. May import: `specwatch.common`, PyYAML.
+Owns the YAML location context (`Ctx`: a dotted field path to a line number) and the typed field
+readers the parameters file's blocks are built from (numbers, seconds with units, mappings with
+known keys, bounded integers, non-negative counts); duplicate keys are refused by the reader
+(`specwatch.common.boundedfile`). Every reader returns the value or raises `ConfigError`; none
+has a default.
 """
 
 from __future__ import annotations

@@ -7,12 +7,11 @@ the file, line and field and says what was expected (`ConfigError`, exit 2). The
 by block, is in docs/whatif.md ("Parameters file").
 
 Owns `Params` (and its `moe` block), the document's top level and its readers, loading,
-`to_mapping` and the atomic dump; the inverse of loading is exact (`load(dump(p)) == p`).
-The `calibrated_range` and `server_capacity` blocks live in `specwatch.model.observed`, the
-field checks in `specwatch.model.paramcheck`. Numbers are seconds; a string with a unit
-("25ms", "40us") is accepted and converted, because humans copy step times from profilers in
-milliseconds. May import: the model's coefficient, uncertainty and observed modules,
-`specwatch.common`, PyYAML.
+`to_mapping` and the atomic dump; the inverse of loading is exact (`load(dump(p)) == p`). The
+`calibrated_range` and `server_capacity` blocks live in `specwatch.model.observed`, the field
+checks in `specwatch.model.paramcheck`. Numbers are seconds; a string with a unit ("25ms",
+"40us") is accepted and converted, because humans copy step times from profilers in
+milliseconds.
 """
 
 from __future__ import annotations

@@ -13,8 +13,6 @@ ceiling; at or above the ceiling the system is saturated, never a number), the b
 closed form along the pieces of L (`pieces`, `first_crossing`), the capacity bound B <= N and
 the closed-loop latency past it (`closed_loop_latency`). Why each holds, and the derivations:
 docs/model.md, "Saturation regime".
-
-May import: numpy only.
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """The batch-size → k schedule: which draft length to run at each number of requests in flight.
 
 vLLM's ``num_speculative_tokens_per_batch_size`` takes ranges ``[[start_bs, end_bs, K], ...]``
-(K = 0: no drafts at that batch size). The schedule follows the model's best k as load rises:
-the mean number of requests in flight is B = λ·L along the best-k path (Little's law), and L is
-continuous where the best k switches (the two candidates tie there), so B grows continuously
-with λ and each batch size maps to one best k. Used by ``specwatch advise`` and the controller.
+(K = 0: no drafts at that batch size); :func:`sglang_adaptive_config` and
+:func:`trtllm_draft_len_schedule` write the same schedule in the forms SGLang and TensorRT-LLM
+read (docs/whatif.md, "Configs the engines read"). The schedule follows the model's best k as
+load rises: the mean number of requests in flight is B = λ·L along the best-k path (Little's
+law), and L is continuous where the best k switches (the two candidates tie there), so B grows
+continuously with λ and each batch size maps to one best k. Used by ``specwatch advise`` and
+the controller.
 
 Pure numpy over :mod:`specwatch.model.closed_form`; imports nothing above the model.
 """
@@ -100,3 +103,26 @@ def schedule_k(ranges: list[list[int]], batch: float) -> int:
         if start <= b <= end:
             return k
     return ranges[-1][2]
+
+
+def sglang_adaptive_config(ranges: list[list[int]]) -> dict[str, dict[str, list[int]]]:
+    """The schedule as SGLang's ``--speculative-adaptive-config`` JSON: each key a batch size
+    (a string of digits) that is the lower bound of its slot, each slot's ``candidate_steps``
+    the one k of that range (one candidate: the slot keeps it; 0: no drafts). SGLang routes a
+    batch to the largest key at or below its size, so the ranges' starts are the keys."""
+    return {str(start): {"candidate_steps": [k]} for start, _end, k in ranges}
+
+
+def trtllm_draft_len_schedule(ranges: list[list[int]]) -> dict[int, int] | None:
+    """The schedule as TensorRT-LLM's ``draft_len_schedule``: each key a batch size that is
+    the upper bound of its range, its value the draft length up to it; past the last key
+    speculation is off, so trailing K = 0 ranges are left out. TensorRT-LLM requires the
+    smallest key's length to be ``max_draft_len`` and none above it: None when the
+    schedule's first k is not its largest (or SD is off throughout), which that form cannot
+    express."""
+    kept = list(ranges)
+    while kept and kept[-1][2] == 0:
+        kept.pop()
+    if not kept or any(k > kept[0][2] for _start, _end, k in kept):
+        return None
+    return {end: k for _start, end, k in kept}

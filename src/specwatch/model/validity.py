@@ -31,9 +31,6 @@ outputs (`validity_reasons`) and the exporter's `sd_model_valid{reason}` series 
   max_num_seqs) than the one the parameters file was calibrated with (`server_capacity`),
   so it is another configuration than the one the coefficients describe;
 - ``invalid_input`` and ``not_converged`` for the rest of the model's codes.
-
-May import: the model's ceilings, closed form, coefficients, params, observed and uncertainty
-modules.
 """
 
 from __future__ import annotations

@@ -4,7 +4,4 @@ slots and series, and knows nothing of the others.
 Owns: ``host`` (the typed interface the application hands each plug-in's ``install``),
 ``live`` (live model predictions), ``pairs`` (measured A/B pairs), ``control`` (the SD
 controller). Each plug-in owns its config section and its metric definitions.
-
-May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.model``, ``specwatch.web`` and
-``specwatch.common``. A plug-in never imports another plug-in or the application.
 """

@@ -7,8 +7,6 @@ collector, routes on the web server, a start/stop lifecycle. What one plug-in ne
 another arrives as an explicit typed argument the application passes, or through the snapshot
 slots
 (:class:`specwatch.poll.snapshot.Slot`); plug-ins never import each other.
-
-May import: ``specwatch.poll``, ``specwatch.expose`` and ``specwatch.web`` (types only).
 """
 
 from __future__ import annotations

@@ -3,13 +3,9 @@ keep reset-corrected history, derive the SD signals over windows and publish an 
 snapshot. Nothing here renders metrics or knows what plugs in above it.
 
 Owns, in the order a poll flows: ``config`` (targets and ``global``), ``discovery`` (file_sd,
-sharding), ``poller`` (scheduling), ``fetch``, ``httpfast`` and ``httpheaders`` (one poll's
-HTTP GET with deadlines and caps), ``fastparse`` and ``sources`` (the selective parser and
-every vLLM/SGLang metric name), ``limits`` (series caps), ``history``, ``derive``,
-``lazywindow`` and ``bimodality`` (windows and signals, computed when first read),
-``pipeline`` (one poll's result into a new snapshot, with hooks), ``snapshot`` (the immutable
-state).
-
-May import: ``specwatch.common`` and ``specwatch.web``. Never the exposition, the plug-ins,
-the model, the simulator or calibration.
+sharding), ``poller`` (scheduling), the ``fetch`` subpackage (one poll's HTTP GET with
+deadlines and caps), ``fastparse`` and ``sources`` (the selective parser; every engine's names
+come from ``specwatch.engines``), ``limits`` (series caps), the ``windows`` subpackage
+(history, and the windowed signals computed when first read), ``pipeline`` (one poll's result
+into a new snapshot, with hooks), ``snapshot`` (the immutable state).
 """

@@ -1,12 +1,11 @@
-"""What a server says about its own capacity: vLLM's ``cache_config_info`` series, summed
-over the page's engines.
+"""What a server says about its own capacity: its engine's KV-cache info series (vLLM's
+``cache_config_info``), summed over the page's engine instances.
 
-Owns the canonical name of that info series and the labels read from it, and the rule that a
+What each instance states is its engine module's reading (:class:`specwatch.engines.base.
+CacheInfo`); owned here is the rule that a
 value one engine does not state (or two series of one engine that disagree) is unknown for
 the server: a sum missing a term would understate the capacity. A total that is not finite
 (stated sizes near the float range, summed or multiplied) is unknown too, and counted.
-
-May import: :mod:`specwatch.common.kvcache`.
 """
 
 from __future__ import annotations
@@ -15,18 +14,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specwatch.common.kvcache import engine_kv_cache
-
-#: ``vllm:cache_config_info``: the engine's CacheConfig as labels, value 1, no ``model_name``.
-CACHE_CONFIG = "cache_config"
-#: The labels of it read here (the rest are settings specwatch does not use): each engine's
-#: KV-cache size in tokens (vLLM >= 0.32 writes it; before, blocks x block size gives it).
-CACHE_CONFIG_LABELS = ("engine", "kv_cache_size_tokens", "num_gpu_blocks", "block_size")
+from specwatch.engines import registry
 
 
 @dataclass(frozen=True)
 class ServerCapacity:
-    """What a vLLM server says about its own capacity (``vllm:cache_config_info``).
+    """What a server says about its own capacity (its KV-cache info series).
 
     Summed over the page's engines (each data-parallel engine has its own KV cache, and
     the requests a server runs at once are spread over them). A value one engine does not
@@ -45,18 +38,32 @@ class ServerCapacity:
     overflowed: int = 0
 
 
+def gauge_capacity(stated: tuple[float | None, float | None, float | None] | None
+                   ) -> ServerCapacity | None:
+    """The capacity an engine states through its gauges (one instance); None: not stated.
+    A total that is not finite is unknown and counted, as for the info series."""
+    if stated is None:
+        return None
+    tokens, blocks, size = stated
+    if tokens is not None and not math.isfinite(tokens):
+        return ServerCapacity(None, blocks, size, engines=1, overflowed=1)
+    return ServerCapacity(tokens, blocks, size, engines=1)
+
+
 def server_capacity(infos: Mapping[tuple[str, str, tuple[tuple[str, str], ...]], float]
                     ) -> ServerCapacity | None:
-    """The server's capacity from its ``vllm:cache_config_info`` series, keyed as the
-    parsed page's series (:data:`specwatch.poll.sources.SeriesKey`; None: none on the
-    page). Two series of one engine that disagree make every value unknown."""
+    """The server's capacity from its KV-cache info series, keyed as the parsed page's
+    series (:data:`specwatch.poll.sources.SeriesKey`; None: none on the page). Two series
+    of one engine instance that disagree make every value unknown."""
     engines: dict[str, tuple[float | None, float | None, float | None]] = {}
     conflict = False
+    readers = registry.cache_infos() if infos else {}
     for (_, sig, identity) in infos:
-        if sig != CACHE_CONFIG:
+        reader = readers.get(sig)
+        if reader is None:
             continue
         labels = dict(identity)
-        found = engine_kv_cache(labels)
+        found = reader.state(labels)
         engine = labels.get("engine", "")
         conflict = conflict or engines.setdefault(engine, found) != found
     if not engines:

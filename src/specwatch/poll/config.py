@@ -2,14 +2,16 @@
 
 Owns the poll path's keys: validation is driven by schema tables (:data:`TOP_SCHEMA`,
 :data:`GLOBAL_SCHEMA`, :data:`TARGET_SCHEMA`, :data:`AUTH_SCHEMA`) of :class:`Key` entries, not
-by ad-hoc checks. A plug-in adds its keys as a :class:`ConfigSection` it registers
-(:func:`register_section`), reads their validated values from ``TargetConfig.raw`` /
-``ServeConfig.raw``, and its cross-key checks' value from :meth:`ServeConfig.section`. Every
+by ad-hoc checks. The file is parsed once into typed objects: :class:`ServeConfig` (the file and
+``global``), :class:`TargetConfig` (each target) and each plug-in's own value.
+
+A plug-in declares its part of the file as a :class:`ConfigSection` (its keys, where they sit,
+the parsers of its typed values, the files it names). Nothing registers on import: the
+application composes the sections it runs with (:func:`compose`) and passes them to
+:func:`build_config`, so what validates never depends on what was imported first. A plug-in
+reads its values with :meth:`ServeConfig.section` and :meth:`TargetConfig.section`. Every
 error names the file and the key path, e.g.
 ``specwatch.yaml: targets[1].url: expected an http(s) URL, got 'foo'``.
-
-May import: ``specwatch.poll`` (discovery, sources, configpaths) and ``specwatch.common``;
-never a plug-in.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from __future__ import annotations
 import os
 import re
 import ssl
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar, cast
 from urllib.parse import urlsplit
 
@@ -41,7 +43,8 @@ from specwatch.common.schema import (
 from specwatch.common.secretfile import read_secret_file
 from specwatch.poll import configpaths
 from specwatch.poll.discovery import DEFAULT_REFRESH_INTERVAL, FileSDConfig, shard_of
-from specwatch.poll.sources import ENGINE_KINDS, PARSERS
+from specwatch.poll.sources import DEFAULT_MAX_LABEL_VALUE_BYTES, ENGINE_KINDS, PARSERS
+from specwatch.web.limits import ServerLimits
 
 DEFAULT_LISTEN = "0.0.0.0:10440"
 DEFAULT_POLL_INTERVAL = 5.0
@@ -97,12 +100,12 @@ HTTP_SERVER_LIMITS_SCHEMA: dict[str, Key] = {
 }
 
 
-#: The poll path's keys of a target, of ``global`` and of the file; :func:`register_section`
-#: inserts each plug-in's keys into these tables.
+#: The poll path's keys of a target, of ``global`` and of the file; :func:`compose` puts each
+#: plug-in's keys into copies of these tables.
 TARGET_SCHEMA: dict[str, Key] = {
     "name": Key(str, check=check_name, doc="label value of `target` (default: host:port)"),
     "url": Key(str, required=True, check=check_url, doc="the /metrics URL"),
-    "engine": Key(str, check=one_of(*ENGINE_KINDS), doc="vllm | sglang | auto"),
+    "engine": Key(str, check=one_of(*ENGINE_KINDS), doc=" | ".join(ENGINE_KINDS)),
     "timeout": Key((*NUM, str), check=parse_duration, doc="total deadline of one poll"),
     "max_body_bytes": Key(int, check=positive_int(1024), doc="largest page accepted"),
     "headers": Key(dict, values=Key(str), doc="extra request headers"),
@@ -166,13 +169,23 @@ class SectionContext:
     windows: tuple[str, ...]
 
 
+#: Turns a file name the config gives into the name to open (relative to the config file).
+Resolve = Callable[[str], str]
+
+
 @dataclass(frozen=True)
 class ConfigSection(Generic[T]):
     """A plug-in's part of the file: keys at the top level, in each target and in ``global``,
     each group placed after a key of the tables above (the order the errors list them in; at
-    the end when that key is not there yet). ``build`` checks across keys once the targets are
-    known, and its value is :meth:`ServeConfig.section`; ``shard_keys`` names targets that
-    must be sharded together (target name -> the name it is sharded by)."""
+    the end when that key is not there yet).
+
+    ``build`` parses the file's validated mapping into the section's value once the targets
+    are known (:meth:`ServeConfig.section`); ``target_build`` parses one target's validated
+    mapping, with its key path and file (:meth:`TargetConfig.section`). Both are given an
+    empty mapping when the file could not hold the section's keys. ``shard_keys`` names
+    targets that must be sharded together (target name -> the name it is sharded by).
+    ``resolve_top`` and ``resolve_target`` return the file's (or one target's) mapping with
+    the files the section's keys name made relative to the config file."""
 
     name: str
     top: Mapping[str, Key] = field(default_factory=dict)
@@ -182,29 +195,57 @@ class ConfigSection(Generic[T]):
     global_keys: Mapping[str, Key] = field(default_factory=dict)
     global_after: str = ""
     build: Callable[[Mapping[str, Any], SectionContext], T] | None = None
+    target_build: Callable[[Mapping[str, Any], str, str], Any] | None = None
     shard_keys: Callable[[Mapping[str, Any]], Mapping[str, str]] | None = None
+    resolve_top: Callable[[Mapping[str, Any], Resolve], Mapping[str, Any]] | None = None
+    resolve_target: Callable[[Mapping[str, Any], Resolve], Mapping[str, Any]] | None = None
 
 
-#: The registered sections, by name.
-SECTIONS: dict[str, ConfigSection[Any]] = {}
-
-
-def _insert_after(table: dict[str, Key], after: str, keys: Mapping[str, Key]) -> None:
+def _inserted_after(table: Mapping[str, Key], after: str,
+                    keys: Mapping[str, Key]) -> dict[str, Key]:
     items = list(table.items())
     at = next((i + 1 for i, (k, _) in enumerate(items) if k == after), len(items))
     items[at:at] = keys.items()
-    table.clear()
-    table.update(items)
+    return dict(items)
 
 
-def register_section(section: ConfigSection[Any]) -> None:
-    """Add a plug-in's keys to the tables (once per name; plug-ins register on import)."""
-    if section.name in SECTIONS:
-        return
-    SECTIONS[section.name] = section
-    _insert_after(TOP_SCHEMA, section.top_after, section.top)
-    _insert_after(TARGET_SCHEMA, section.target_after, section.target)
-    _insert_after(GLOBAL_SCHEMA, section.global_after, section.global_keys)
+@dataclass(frozen=True)
+class Schema:
+    """The poll path's tables with the given sections' keys in place, in the sections' order;
+    the tables of the poll path alone are left as they are."""
+
+    sections: tuple[ConfigSection[Any], ...]
+    top: Mapping[str, Key]
+    global_keys: Mapping[str, Key]
+    target: Mapping[str, Key]
+
+    def file_key(self) -> Key:
+        return Key(dict, children=self.top)
+
+    def target_key(self) -> Key:
+        return Key(dict, children=self.target)
+
+
+def compose(sections: Sequence[ConfigSection[Any]] = ()) -> Schema:
+    """The schema of a file holding the poll path's keys and these sections' (each name once;
+    the first of a name wins)."""
+    unique: dict[str, ConfigSection[Any]] = {}
+    for section in sections:
+        unique.setdefault(section.name, section)
+    top: Mapping[str, Key] = TOP_SCHEMA
+    global_keys: Mapping[str, Key] = GLOBAL_SCHEMA
+    target: Mapping[str, Key] = TARGET_SCHEMA
+    for section in unique.values():
+        top = _inserted_after(top, section.top_after, section.top)
+        target = _inserted_after(target, section.target_after, section.target)
+        global_keys = _inserted_after(global_keys, section.global_after, section.global_keys)
+    top = {**top, "global": replace(top["global"], children=global_keys),
+           "targets": replace(top["targets"], items=Key(dict, children=target))}
+    return Schema(tuple(unique.values()), top, global_keys, target)
+
+
+#: The poll path's keys alone (no plug-in).
+POLL_SCHEMA = compose()
 
 
 @dataclass(frozen=True)
@@ -216,13 +257,27 @@ class TargetConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     basic_auth: tuple[str, str] | None = field(default=None, repr=False)
-    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
     #: requests' ``verify``: True (system CAs), a CA bundle path, or False (skip verify).
     tls_verify: bool | str = True
     #: (certificate, key) paths of a client certificate, or None.
     tls_client_cert: tuple[str, str] | None = None
     max_series: int = DEFAULT_MAX_SERIES
     follow_redirects: str = "same_host"
+    #: Models followed at once (None: the pipeline's default).
+    max_models: int | None = None
+    #: The server's --max-num-seqs (no page states it), or None.
+    max_num_seqs: int | None = None
+    #: Each section's value for this target, by section name (:meth:`section`).
+    sections: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def section(self, section: ConfigSection[Any]) -> Any:
+        """This target's value of a section (parsed from no keys when the target was built
+        without that section)."""
+        if section.name in self.sections:
+            return self.sections[section.name]
+        if section.target_build is None:
+            raise KeyError(f"config section {section.name!r} has no per-target value")
+        return section.target_build({}, "", "")
 
 
 @dataclass(frozen=True)
@@ -236,13 +291,12 @@ class ServeConfig:
     min_drafts_per_sample: float = DEFAULT_MIN_DRAFTS
     min_bimodality_samples: int = DEFAULT_MIN_BIMODALITY_SAMPLES
     parser: str = "fast"
-    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
     web_config: str | None = None
     max_targets: int = DEFAULT_MAX_TARGETS
     #: Names of configured targets beyond ``max_targets`` (not polled; counted and logged).
     dropped_targets: tuple[str, ...] = ()
-    #: Validated ``global.http_server`` mapping (limits of the HTTP server).
-    http_server: Mapping[str, Any] = field(default_factory=dict)
+    #: ``global.http_server``: the limits of the HTTP server (defaults for what is not set).
+    http_server: ServerLimits = field(default_factory=ServerLimits)
     #: Sharding: this exporter polls the targets whose shard is shard_index.
     shard_index: int = 0
     shard_count: int = 1
@@ -251,9 +305,14 @@ class ServeConfig:
     max_concurrent_polls: int | None = None
     #: Poll each target on its own phase of the interval (False: all together).
     poll_spread: bool = True
-    #: Defaults a discovered (file_sd) target gets: timeout, max_body_bytes, max_series.
-    target_defaults: tuple[float, int, int] = (DEFAULT_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
-                                               DEFAULT_MAX_SERIES)
+    #: Defaults a discovered (file_sd) target gets: timeout, max_body_bytes, max_series,
+    #: max_models.
+    target_defaults: TargetDefaults = (DEFAULT_TIMEOUT, DEFAULT_MAX_BODY_BYTES,
+                                       DEFAULT_MAX_SERIES, None)
+    #: Longer label values from targets are cut (``global.max_label_value_bytes``).
+    max_label_value_bytes: int = DEFAULT_MAX_LABEL_VALUE_BYTES
+    #: The keys this configuration was validated against (the poll path's and the sections').
+    schema: Schema = POLL_SCHEMA
 
     #: Target name -> the name it is sharded by (the registered sections' groups).
     shard_keys: Mapping[str, str] = field(default_factory=dict)
@@ -264,8 +323,9 @@ class ServeConfig:
     source: str = "command line"
 
     def section(self, section: ConfigSection[T]) -> T:
-        """The value ``section.build`` gave for this configuration (built now for a section
-        registered after it was loaded, whose keys the file therefore cannot hold)."""
+        """The value ``section.build`` gave for this configuration (built now from no keys for
+        a section the configuration was not built with, whose keys it therefore cannot
+        hold)."""
         if section.name in self.sections:
             return cast(T, self.sections[section.name])
         if section.build is None:
@@ -273,13 +333,13 @@ class ServeConfig:
         context = SectionContext(self.source, tuple(t.name for t in self.targets),
                                  bool(self.file_sd) or self.shard_count > 1,
                                  tuple(w for w, _ in self.windows))
-        return section.build(self.raw, context)
+        return section.build({}, context)
 
     def discovered_target(self, raw: Mapping[str, Any], where: str) -> TargetConfig:
         """A file_sd target (``{"url": ...}``) validated like a configured one."""
-        checked = validate(dict(raw), Key(dict, children=TARGET_SCHEMA), "", where)
-        timeout, max_body, max_series = self.target_defaults
-        return build_target(checked, "", where, timeout, max_body, max_series)
+        checked = validate(dict(raw), self.schema.target_key(), "", where)
+        return build_target(checked, "", where, *self.target_defaults,
+                            sections=self.schema.sections)
 
 
 def _read_secret(auth: Mapping[str, str], file_key: str, env_key: str, path: str,
@@ -345,10 +405,17 @@ def default_target_name(url: str) -> str:
     return parts.netloc.rsplit("@", 1)[-1] or url
 
 
+#: What a target takes from ``global`` unless it sets its own: timeout, max_body_bytes,
+#: max_series, max_models (None: the pipeline's default).
+TargetDefaults = tuple[float, int, int, int | None]
+
+
 def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout: float,
-                 default_max_body: int, default_max_series: int = DEFAULT_MAX_SERIES
-                 ) -> TargetConfig:
-    """Turn one validated target mapping into a TargetConfig (reads auth secrets)."""
+                 default_max_body: int, default_max_series: int = DEFAULT_MAX_SERIES,
+                 default_max_models: int | None = None,
+                 sections: Sequence[ConfigSection[Any]] = ()) -> TargetConfig:
+    """Turn one validated target mapping into a TargetConfig (reads auth secrets), with each
+    section's value for it."""
     headers = dict(raw.get("headers", {}))
     for hname, hvalue in headers.items():
         # Any configured header may carry a credential (X-Api-Key, X-Auth-Token, a
@@ -376,16 +443,20 @@ def build_target(raw: Mapping[str, Any], path: str, where: str, default_timeout:
         name=raw.get("name") or default_target_name(url), url=url,
         engine=raw.get("engine", "auto"), timeout=raw.get("timeout", default_timeout),
         max_body_bytes=raw.get("max_body_bytes", default_max_body), headers=headers,
-        basic_auth=basic, raw=raw, tls_verify=verify, tls_client_cert=cert,
+        basic_auth=basic, tls_verify=verify, tls_client_cert=cert,
         max_series=raw.get("max_series", default_max_series),
-        follow_redirects=raw.get("follow_redirects", "same_host"))
+        follow_redirects=raw.get("follow_redirects", "same_host"),
+        max_models=raw.get("max_models", default_max_models),
+        max_num_seqs=raw.get("max_num_seqs"),
+        sections={s.name: s.target_build(raw, path, where) for s in sections
+                  if s.target_build is not None})
 
 
-def load_file(path: str) -> Mapping[str, Any]:
-    """Read and validate a YAML config file; return the validated mapping, its relative
-    file paths made relative to the file's folder (`configpaths.resolve_paths`)."""
-    raw = validate(read_yaml(path), Key(dict, children=TOP_SCHEMA), "", path)
-    return configpaths.resolve_paths(raw, path)
+def load_file(path: str, schema: Schema = POLL_SCHEMA) -> Mapping[str, Any]:
+    """Read and validate a YAML config file against ``schema``; return the validated mapping,
+    its relative file paths made relative to the file's folder (`configpaths.resolve_paths`)."""
+    raw = validate(read_yaml(path), schema.file_key(), "", path)
+    return configpaths.resolve_paths(raw, path, schema.sections)
 
 
 def parse_target_flag(flag: str) -> dict[str, Any]:
@@ -403,19 +474,19 @@ def parse_target_flag(flag: str) -> dict[str, Any]:
 
 def build_config(config_file: str | None, target_flags: list[str], listen: str | None,
                  poll_interval: float | None, web_config: str | None = None,
-                 shard_index: int | None = None, shard_count: int | None = None
-                 ) -> ServeConfig:
+                 shard_index: int | None = None, shard_count: int | None = None,
+                 schema: Schema = POLL_SCHEMA) -> ServeConfig:
     """Merge the file and the flags (flags win for listen, poll interval, web config and
-    sharding)."""
-    raw = load_file(config_file) if config_file else {}
+    sharding). The file may hold the poll path's keys and those of ``schema``'s sections."""
+    raw = load_file(config_file, schema) if config_file else {}
     where = config_file or "command line"
     g = raw.get("global", {})
-    defaults = (g.get("timeout", DEFAULT_TIMEOUT),
-                g.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES),
-                g.get("max_series", DEFAULT_MAX_SERIES))
-    targets = _targets(raw, target_flags, where, defaults)
+    defaults: TargetDefaults = (g.get("timeout", DEFAULT_TIMEOUT),
+                                g.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES),
+                                g.get("max_series", DEFAULT_MAX_SERIES), g.get("max_models"))
+    targets = _targets(raw, target_flags, where, defaults, schema.sections)
     file_sd = tuple(
-        FileSDConfig(tuple(_relative_to(config_file, f) for f in c["files"]),
+        FileSDConfig(tuple(configpaths.relative_to(config_file, f) for f in c["files"]),
                      c.get("refresh_interval", DEFAULT_REFRESH_INTERVAL))
         for c in raw.get("file_sd_configs", []))
     if not targets and not file_sd:
@@ -427,7 +498,7 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
         raise ConfigError(f"{where}: shard index {shard_index} is not in 0..{shard_count - 1}"
                           f" (--shard-index/global.shard_index must be below --shard-count/"
                           f"global.shard_count)")
-    keys = {t: k for section in SECTIONS.values() if section.shard_keys is not None
+    keys = {t: k for section in schema.sections if section.shard_keys is not None
             for t, k in section.shard_keys(raw).items()}
     if shard_count > 1:
         # Targets grouped by a section (both sides of a pair) land on one exporter.
@@ -444,27 +515,29 @@ def build_config(config_file: str | None, target_flags: list[str], listen: str |
         targets=tuple(targets[:max_targets]),
         listen=listen_value, web_config=_web_config(web_config, g, config_file),
         max_targets=max_targets, dropped_targets=tuple(t.name for t in targets[max_targets:]),
-        http_server=g.get("http_server", {}),
+        http_server=_server_limits(g.get("http_server", {})),
         poll_interval=interval,
         windows=windows, count_window=g.get("count_window", DEFAULT_COUNT_WINDOW),
         min_drafts_per_sample=g.get("min_drafts_per_sample", DEFAULT_MIN_DRAFTS),
         min_bimodality_samples=g.get("min_bimodality_samples", DEFAULT_MIN_BIMODALITY_SAMPLES),
         parser=g.get("parser", "fast"), shard_index=shard_index, shard_count=shard_count,
         file_sd=file_sd, max_concurrent_polls=g.get("max_concurrent_polls"),
-        poll_spread=g.get("poll_spread", True), target_defaults=defaults, raw=raw,
-        source=where, shard_keys=keys,
-        sections={name: section.build(raw, context) for name, section in SECTIONS.items()
+        poll_spread=g.get("poll_spread", True), target_defaults=defaults,
+        max_label_value_bytes=g.get("max_label_value_bytes", DEFAULT_MAX_LABEL_VALUE_BYTES),
+        source=where, shard_keys=keys, schema=schema,
+        sections={section.name: section.build(raw, context) for section in schema.sections
                   if section.build is not None})
 
 
 def _targets(raw: Mapping[str, Any], target_flags: list[str], where: str,
-             defaults: tuple[float, int, int]) -> list[TargetConfig]:
+             defaults: TargetDefaults, sections: Sequence[ConfigSection[Any]]
+             ) -> list[TargetConfig]:
     """The file's targets, then the --target flags', each name unique."""
-    targets = [build_target(t, f"targets[{i}]", where, *defaults)
+    targets = [build_target(t, f"targets[{i}]", where, *defaults, sections=sections)
                for i, t in enumerate(raw.get("targets", []))]
     for flag in target_flags:
         targets.append(build_target(parse_target_flag(flag), "target", f"--target {flag}",
-                                    *defaults))
+                                    *defaults, sections=sections))
     seen: dict[str, int] = {}
     for i, t in enumerate(targets):
         if t.name in seen:
@@ -473,6 +546,21 @@ def _targets(raw: Mapping[str, Any], target_flags: list[str], where: str,
                               f"targets[{seen[t.name]}]); give each target a unique name")
         seen[t.name] = i
     return targets
+
+
+def _server_limits(h: Mapping[str, Any]) -> ServerLimits:
+    d = ServerLimits()
+    return ServerLimits(
+        max_requests_in_flight=h.get("max_requests_in_flight", d.max_requests_in_flight),
+        max_connections=h.get("max_connections", d.max_connections),
+        max_connections_per_client=h.get("max_connections_per_client",
+                                         d.max_connections_per_client),
+        failed_logins_per_client=h.get("failed_logins_per_client",
+                                       d.failed_logins_per_client),
+        failed_login_interval=h.get("failed_login_interval", d.failed_login_interval),
+        request_timeout=h.get("request_timeout", d.request_timeout),
+        idle_timeout=h.get("idle_timeout", d.idle_timeout),
+        handshake_timeout=h.get("tls_handshake_timeout", d.handshake_timeout))
 
 
 def _poll_interval(flag: Any) -> float:
@@ -508,13 +596,4 @@ def _web_config(flag: str | None, g: Mapping[str, Any], config_file: str | None)
     if flag is not None:
         return flag
     path = g.get("web_config")
-    if path and config_file and not os.path.isabs(path):
-        return os.path.join(os.path.dirname(os.path.abspath(config_file)), path)
-    return path
-
-
-def _relative_to(config_file: str | None, path: str) -> str:
-    """A relative file_sd path is relative to the config file's directory (like Prometheus)."""
-    if config_file is None or os.path.isabs(path):
-        return path
-    return os.path.join(os.path.dirname(os.path.abspath(config_file)), path)
+    return configpaths.relative_to(config_file, path) if path else path

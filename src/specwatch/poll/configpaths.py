@@ -1,15 +1,34 @@
 """Files named in a serve config, read relative to the config file's folder.
 
-Why its own module: every key that names a file (auth secrets, TLS files, parameters files,
-the controller's header and token files) is listed here in one place, so that a new file key
-is resolved like the others, and `specwatch.poll.config` stays about the schema.
+Why its own module: every key that names a file is resolved in one place, like Prometheus
+resolves the files its configuration names, so that the exporter reads the same files from
+whatever folder it is started in. The poll path's own file keys (a target's auth secrets and
+TLS files) are listed here; a plug-in's are resolved by its config section
+(``ConfigSection.resolve_top`` / ``resolve_target``), so this module knows no plug-in key.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+
+class PathSection(Protocol):
+    """What this module needs of a config section: how it resolves its own file keys."""
+
+    @property
+    def resolve_top(self) -> Callable[[Mapping[str, Any], Callable[[str], str]],
+                                      Mapping[str, Any]] | None: ...
+
+    @property
+    def resolve_target(self) -> Callable[[Mapping[str, Any], Callable[[str], str]],
+                                         Mapping[str, Any]] | None: ...
+
+
+#: The poll path's file keys in a target: block -> keys naming a file.
+TARGET_FILE_KEYS = (("auth", ("token_file", "password_file")),
+                    ("tls", ("ca_file", "cert_file", "key_file")))
 
 
 def relative_to(config_file: str | None, path: str) -> str:
@@ -20,46 +39,29 @@ def relative_to(config_file: str | None, path: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(config_file)), path)
 
 
-def resolve_paths(raw: Mapping[str, Any], config_file: str) -> Mapping[str, Any]:
-    """Every file a config names, relative to the config file's folder (as Prometheus does),
-    so that the exporter reads the same files from whatever folder it is started in:
-    targets' auth secrets, TLS files and parameters files, the controller's header and token
-    files, the web config and file_sd files. A ``params`` value that names no file there but
-    is the name of a shipped example (``qwen3-32b-h100-eagle3``) is that example, as
-    ``specwatch predict --params`` takes it."""
-    from specwatch.common.bundle import example_params
+def resolve_paths(raw: Mapping[str, Any], config_file: str,
+                  sections: Sequence[PathSection] = ()) -> Mapping[str, Any]:
+    """Every file a validated config names, relative to the config file's folder: targets'
+    auth secrets and TLS files here, then each section's own file keys. (The web config and
+    the file_sd files are resolved where they are read.)"""
 
     def rel(value: str) -> str:
         return relative_to(config_file, value)
 
-    examples = None
-    out = dict(raw)
+    out: Mapping[str, Any] = dict(raw)
     targets = []
     for t in raw.get("targets", []):
         t = dict(t)
-        for block, keys in (("auth", ("token_file", "password_file")),
-                            ("tls", ("ca_file", "cert_file", "key_file"))):
+        for block, keys in TARGET_FILE_KEYS:
             if block in t:
                 t[block] = {k: rel(v) if k in keys else v for k, v in t[block].items()}
-        if "params" in t:
-            value = t["params"]
-            resolved = rel(value)
-            if not os.path.exists(resolved) and os.sep not in value \
-                    and not value.endswith((".yaml", ".yml")):
-                examples = example_params() if examples is None else examples
-                if value in examples:
-                    resolved = str(examples[value])
-            t["params"] = resolved
-        webhook = (t.get("controller") or {}).get("webhook")
-        if webhook and "headers_from_file" in webhook:
-            t["controller"] = {**t["controller"], "webhook": {
-                **webhook, "headers_from_file": {
-                    h: rel(f) for h, f in webhook["headers_from_file"].items()}}}
+        for section in sections:
+            if section.resolve_target is not None:
+                t = dict(section.resolve_target(t, rel))
         targets.append(t)
     if "targets" in raw:
-        out["targets"] = targets
-    am = (raw.get("controller") or {}).get("alertmanager")
-    if am and "token_file" in am:
-        out["controller"] = {**raw["controller"],
-                             "alertmanager": {**am, "token_file": rel(am["token_file"])}}
+        out = {**out, "targets": targets}
+    for section in sections:
+        if section.resolve_top is not None:
+            out = section.resolve_top(out, rel)
     return out

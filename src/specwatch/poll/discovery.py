@@ -67,14 +67,6 @@ class FileSDConfig:
     refresh_interval: float = DEFAULT_REFRESH_INTERVAL
 
 
-def read_file_sd(path: str) -> list[dict[str, Any]]:
-    """Raw target mappings (``{"url": ...}``) of one file_sd file, in file order.
-
-    Raises FileSDError, or ConfigError when the file cannot be read.
-    """
-    return parse_file_sd(boundedfile.read_bytes(path, boundedfile.FILE_SD), path)
-
-
 def parse_file_sd(data: bytes, path: str) -> list[dict[str, Any]]:
     """Parse the bytes of a file_sd file named ``path`` (its extension picks the format)."""
     ext = os.path.splitext(path)[1].lower()

@@ -8,7 +8,6 @@ increases of counters.
 Invariants: ratios are clamped into [0, 1]; a NaN input gives NaN (or None where the
 docstring says so), never an exception.
 
-May import: the standard library only (a leaf: history, derive and the plug-ins use it).
 E(α, k) and its inverse (the α solver) live in :mod:`specwatch.common.acceptance`, the one
 definition the poll path and the latency model share.
 """
@@ -43,9 +42,10 @@ def acceptance_length(draft_tokens: float, accepted: float, drafts: float) -> fl
     return 1.0 + smaller / drafts
 
 
-def sglang_acceptance_length(d_generation: float, d_requests: float, d_verify: float
+def verify_acceptance_length(d_generation: float, d_requests: float, d_verify: float
                              ) -> float | None:
-    """Tokens committed per SGLang verify call: (generation − first tokens) / verify calls.
+    """Tokens committed per verify call (engines that count verify calls, not tokens):
+    (generation − first tokens) / verify calls.
 
     Each finished request's first token comes from prefill, not from a verify call, so one
     token per finished request is removed before dividing. Both counters move when a request
@@ -58,8 +58,9 @@ def sglang_acceptance_length(d_generation: float, d_requests: float, d_verify: f
     return max(1.0, e) if e == e else None
 
 
-def sglang_acceptance_rate(acceptance_length: float, proposed_per_verify: float) -> float:
-    """SGLang's acceptance rate: (E − 1) / draft tokens proposed per verify, in [0, 1]."""
+def verify_acceptance_rate(acceptance_length: float, proposed_per_verify: float) -> float:
+    """The acceptance rate of verify calls: (E − 1) / draft tokens proposed per verify, in
+    [0, 1]."""
     return clamp01((acceptance_length - 1.0) / proposed_per_verify)
 
 

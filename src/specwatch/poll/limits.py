@@ -8,8 +8,6 @@ published exact, and the drop is visible in ``specwatch_target_series_dropped_to
 
 Which models stay: models kept before stay kept (a new adapter cannot evict a model an
 operator is watching), then in name order, greedily while they fit.
-
-May import: :mod:`specwatch.poll.sources` (the parsed page).
 """
 
 from __future__ import annotations

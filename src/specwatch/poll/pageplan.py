@@ -4,9 +4,6 @@ their values changed).
 
 Invariant: a page parsed from the plan equals the page parsed without it
 (``tests/poll/test_page_plan.py``).
-
-May import: :mod:`specwatch.poll.sources` (the page, the sample kinds, the value rules),
-:mod:`specwatch.poll.fastparse`.
 """
 
 from __future__ import annotations

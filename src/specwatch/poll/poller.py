@@ -12,15 +12,13 @@
   waited a tick, another worker takes over the batch. Work that can wait for the end of the
   batch (the exporter's renders) is left to ``after_run`` (see the class docstring).
   Measurements: docs/performance.md, "Concurrency: slow targets cannot stretch the cycle".
-* **Every poll has a deadline guard** (:mod:`specwatch.poll.fetch`); :meth:`Poller.stop`
+* **Every poll has a deadline guard** (:mod:`specwatch.poll.fetch.client`); :meth:`Poller.stop`
   fires the guards of the polls in flight, so shutdown never waits for a target.
-* **One session per target** (:func:`~specwatch.poll.fetch.new_session`), made when the
+* **One session per target** (:func:`~specwatch.poll.fetch.client.new_session`), made when the
   target appears and replaced when it changes: its keep-alive connection is never shared,
   so a stuck target cannot hold a connection another target needs.
 * Secrets (bearer tokens, passwords) live in the target and its session only; error
   messages are redacted before they are stored.
-
-May import: :mod:`specwatch.poll.fetch`, :mod:`specwatch.poll.pipeline` (the poll result).
 """
 
 from __future__ import annotations
@@ -36,8 +34,8 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 
-from specwatch.poll import fetch as _fetch
-from specwatch.poll.fetch import (
+from specwatch.poll.fetch import client as _fetch
+from specwatch.poll.fetch.client import (
     MAX_REDIRECTS,
     FetchSession,
     Guard,

@@ -3,8 +3,6 @@
 
 Owns the spelling of each derived signal; the exposition's metric catalogue
 (:mod:`specwatch.expose.metricdefs`) and the plug-ins read the names from here.
-
-May import: nothing (a leaf).
 """
 
 from __future__ import annotations
@@ -23,5 +21,5 @@ EFFECTIVE_BATCH_SIZE = "sd_effective_batch_size"
 MEAN_PROMPT_TOKENS = "sd_mean_prompt_tokens"
 MEAN_GENERATION_TOKENS = "sd_mean_generation_tokens"
 MEAN_LATENCY_SECONDS = "sd_mean_latency_seconds"
-#: Computed on its own first read (:mod:`specwatch.poll.lazywindow`).
+#: Computed on its own first read (:mod:`specwatch.poll.windows.lazy`).
 BIMODALITY_COEFFICIENT = "sd_acceptance_bimodality_coefficient"

@@ -76,7 +76,7 @@ class WindowSignals:
     #: proposed draft tokens (older vLLM); 0 when nothing was drafted (or SD is off).
     drafts: float = 0.0
     #: Bucket increases of the latency histograms over the window, keyed by
-    #: :data:`specwatch.poll.windowplan.LATENCY_HISTOGRAMS` names: ((upper bound,
+    #: :data:`specwatch.poll.windows.plan.LATENCY_HISTOGRAMS` names: ((upper bound,
     #: cumulative count), ...) sorted by bound, +Inf last. Feeds quantiles (the controller's
     #: before/after record).
     histograms: Mapping[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
@@ -170,12 +170,6 @@ class TargetSnapshot:
         fields.update(self.__dict__)
         fields.update(changes)
         return new
-
-    def with_model(self, model_name: str, **changes: Any) -> TargetSnapshot:
-        """A copy with one model's fields replaced (for hooks): the original is unchanged."""
-        models = dict(self.models)
-        models[model_name] = dataclasses.replace(models[model_name], **changes)
-        return self.replaced(models=models)
 
     def slot(self, key: Slot[T]) -> T | None:
         """This target's value of a plug-in's slot, or None."""

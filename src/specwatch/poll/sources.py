@@ -1,38 +1,22 @@
-"""The only module that knows vLLM and SGLang metric names.
+"""One `/metrics` page read into canonical signals, through the engine modules.
 
-It turns one `/metrics` page into *canonical signals*: per-series cumulative values keyed by
-``(model_name, signal, identity)``, where ``identity`` is every label except ``model_name``
-(``engine``, ``position``, ``finished_reason``, ``is_streaming``, SGLang's ranks...). Keeping
-every series apart is what lets :mod:`specwatch.poll.history` detect a counter reset per series
-*before* summing over ``engine`` (one data-parallel rank restarting among eight is invisible
-in the sum).
+It turns one page into *canonical signals* (:mod:`specwatch.engines.base`): per-series
+cumulative values keyed by ``(model_name, signal, identity)``, where ``identity`` is every
+label except ``model_name`` (``engine``, ``position``, ``finished_reason``, ``is_streaming``,
+ranks...). Keeping every series apart is what lets :mod:`specwatch.poll.windows.history` detect a
+counter reset per series *before* summing over ``engine`` (one data-parallel rank restarting
+among eight is invisible in the sum).
 
-Engines and what each one can give (details in the README, "Exporter"):
-
-* **vLLM v1 engine (0.8.5 to 0.33)**: drafts, draft tokens, accepted tokens, accepted tokens
-  per position (so the configured k = number of ``position`` series), finished requests,
-  e2e latency / prompt / generation / TTFT histograms. Everything specwatch derives.
-* **vLLM v1 0.8.3 / 0.8.4**: draft and accepted tokens only (no drafts counter, no
-  per-position): acceptance rate only among the SD signals.
-* **vLLM v0 engine (up to 0.9.2)**: draft, accepted and emitted token counters plus two
-  interval gauges. No drafts counter and no ``engine`` label. Acceptance rate is available
-  (v0 counts every token the verifier accepted, even after a rejected prefix, so it reads a
-  little higher than v1's); acceptance length, draft length, α and per-position are absent.
-* **SGLang (0.5.x)**: no accepted/proposed counters. The cumulative
-  ``sglang:spec_verify_calls_total`` and ``sglang:generation_tokens_total`` give a windowed
-  acceptance length (:func:`specwatch.poll.formulas.sglang_acceptance_length`); the configured
-  chain length comes from the ``sglang:spec_num_steps`` gauge and the proposed tokens per
-  verify call from ``sglang:spec_num_draft_tokens`` − 1. No per-position data, so no
-  position or heterogeneity signals.
+Which sample carries which signal, how a page is recognised and what each engine can give
+are the engine modules' (:mod:`specwatch.engines`; asked through
+:mod:`specwatch.engines.registry`); none is named here.
 
 Pitfalls handled here (reference: vllm-metrics.md §7): samples are matched on the *sample*
 name (prometheus_client returns counters under the base family name), ``*_created`` samples
-are kept apart (they mark resets, they are not values), and ``vllm:iteration_tokens_total``
-is a histogram whose samples never match a counter name here.
+are kept apart (they mark resets, they are not values), and a histogram whose samples end in
+``_total_bucket`` never matches a counter name.
 
-May import: :mod:`specwatch.poll.fastparse`, :mod:`specwatch.poll.capacity`, and
-prometheus_client's parser. The page plan (:mod:`specwatch.poll.pageplan`) builds on this
-module, not the other way round.
+The page plan (:mod:`specwatch.poll.pageplan`) builds on this module, not the other way round.
 """
 
 from __future__ import annotations
@@ -43,16 +27,46 @@ import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.poll.capacity import (
+from specwatch.engines import registry
+from specwatch.engines.base import (  # noqa: F401  (the canonical names, read through here)
+    ACCEPTED_PER_POSITION,
+    ACCEPTED_TOKENS,
+    BUCKET_SIGNALS,
     CACHE_CONFIG,
-    CACHE_CONFIG_LABELS,
-    ServerCapacity,
-    server_capacity,
+    DRAFT_TOKENS,
+    DRAFTS,
+    E2E_LATENCY_BUCKET,
+    E2E_LATENCY_COUNT,
+    E2E_LATENCY_SUM,
+    EMITTED_TOKENS,
+    FIRST_POSITION,
+    GENERATION_LEN_COUNT,
+    GENERATION_LEN_SUM,
+    GENERATION_TOKENS,
+    INTERVAL_ACCEPTANCE_RATE,
+    INTERVAL_EFFICIENCY,
+    ITL_BUCKET,
+    PROMPT_LEN_COUNT,
+    PROMPT_LEN_SUM,
+    PROMPT_TOKENS,
+    REQUESTS_FINISHED,
+    RUNNING,
+    SPEC_DRAFT_TOKENS,
+    SPEC_STEPS,
+    TTFT_BUCKET,
+    TTFT_COUNT,
+    TTFT_SUM,
+    VERIFY_CALLS,
+    WAITING,
+    Engine,
+    PageView,
+    Reading,
 )
+from specwatch.poll.capacity import ServerCapacity, gauge_capacity, server_capacity
 from specwatch.poll.fastparse import (
     LABEL_CACHE_MAX_KEY,
     LABEL_CACHE_SIZE,
@@ -61,116 +75,8 @@ from specwatch.poll.fastparse import (
     before_eof,
 )
 
-EngineKind = Literal["vllm", "sglang", "auto"]
-ENGINE_KINDS: tuple[str, ...] = ("vllm", "sglang", "auto")
-
-# ---- canonical signal names (cumulative counters) -------------------------------------------
-DRAFTS = "drafts"  # verify steps with >= 1 draft token (vLLM v1 >= 0.8.5)
-DRAFT_TOKENS = "draft_tokens"  # proposed draft tokens
-ACCEPTED_TOKENS = "accepted_tokens"  # accepted draft tokens (bonus token excluded)
-ACCEPTED_PER_POSITION = "accepted_tokens_per_position"  # identity carries `position`
-FIRST_POSITION = "0"  # the `position` of the first draft token (vLLM counts from 0)
-EMITTED_TOKENS = "emitted_tokens"  # vLLM v0 only
-VERIFY_CALLS = "verify_calls"  # SGLang: verification forward passes of finished requests
-GENERATION_TOKENS = "generation_tokens"  # all output tokens
-PROMPT_TOKENS = "prompt_tokens"  # all prompt tokens
-REQUESTS_FINISHED = "requests_finished"  # finished requests (any reason)
-E2E_LATENCY_SUM = "e2e_latency_seconds_sum"
-E2E_LATENCY_COUNT = "e2e_latency_seconds_count"
-PROMPT_LEN_SUM = "request_prompt_tokens_sum"
-PROMPT_LEN_COUNT = "request_prompt_tokens_count"
-GENERATION_LEN_SUM = "request_generation_tokens_sum"
-GENERATION_LEN_COUNT = "request_generation_tokens_count"
-TTFT_SUM = "ttft_seconds_sum"
-TTFT_COUNT = "ttft_seconds_count"
-# Histogram buckets (identity carries `le`): latency quantiles before/after a controller switch.
-E2E_LATENCY_BUCKET = "e2e_latency_seconds_bucket"
-TTFT_BUCKET = "ttft_seconds_bucket"
-#: Inter-token latency (vLLM >= 0.10 ``inter_token_latency_seconds``; SGLang's namesake):
-#: the third ratio of a measured A/B pair.
-ITL_BUCKET = "inter_token_latency_seconds_bucket"
-#: Bucket signals: aggregated per `le` (as per-position counters are per `position`).
-BUCKET_SIGNALS = frozenset({E2E_LATENCY_BUCKET, TTFT_BUCKET, ITL_BUCKET})
-
-#: Counters vLLM (v0 and v1) registers only when --speculative-config is set: their presence on
-#: a page says SD is configured, whatever the traffic.
-VLLM_SD_SIGNALS = frozenset({DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POSITION,
-                             EMITTED_TOKENS})
-
-# ---- canonical gauges ---------------------------------------------------------------------
-RUNNING = "requests_running"
-WAITING = "requests_waiting"
-SGLANG_SPEC_STEPS = "sglang_spec_num_steps"
-SGLANG_SPEC_DRAFT_TOKENS = "sglang_spec_num_draft_tokens"
-V0_ACCEPTANCE_RATE = "v0_draft_acceptance_rate"
-V0_EFFICIENCY = "v0_efficiency"
-
-# ---- server facts (info series: the values are in the labels): specwatch.poll.capacity ------
-
-_VLLM_COUNTERS: dict[str, str] = {
-    "vllm:spec_decode_num_drafts_total": DRAFTS,
-    "vllm:spec_decode_num_draft_tokens_total": DRAFT_TOKENS,
-    "vllm:spec_decode_num_accepted_tokens_total": ACCEPTED_TOKENS,
-    "vllm:spec_decode_num_accepted_tokens_per_pos_total": ACCEPTED_PER_POSITION,
-    "vllm:spec_decode_num_emitted_tokens_total": EMITTED_TOKENS,
-    "vllm:request_success_total": REQUESTS_FINISHED,
-    "vllm:generation_tokens_total": GENERATION_TOKENS,
-    "vllm:prompt_tokens_total": PROMPT_TOKENS,
-    "vllm:e2e_request_latency_seconds_sum": E2E_LATENCY_SUM,
-    "vllm:e2e_request_latency_seconds_count": E2E_LATENCY_COUNT,
-    "vllm:request_prompt_tokens_sum": PROMPT_LEN_SUM,
-    "vllm:request_prompt_tokens_count": PROMPT_LEN_COUNT,
-    "vllm:request_generation_tokens_sum": GENERATION_LEN_SUM,
-    "vllm:request_generation_tokens_count": GENERATION_LEN_COUNT,
-    "vllm:time_to_first_token_seconds_sum": TTFT_SUM,
-    "vllm:time_to_first_token_seconds_count": TTFT_COUNT,
-    "vllm:e2e_request_latency_seconds_bucket": E2E_LATENCY_BUCKET,
-    "vllm:time_to_first_token_seconds_bucket": TTFT_BUCKET,
-    "vllm:inter_token_latency_seconds_bucket": ITL_BUCKET,
-}
-_VLLM_GAUGES: dict[str, str] = {
-    "vllm:num_requests_running": RUNNING,
-    "vllm:num_requests_waiting": WAITING,
-    "vllm:spec_decode_draft_acceptance_rate": V0_ACCEPTANCE_RATE,
-    "vllm:spec_decode_efficiency": V0_EFFICIENCY,
-}
-_VLLM_INFOS: dict[str, str] = {"vllm:cache_config_info": CACHE_CONFIG}
-_SGLANG_COUNTERS: dict[str, str] = {
-    "sglang:spec_verify_calls_total": VERIFY_CALLS,
-    "sglang:generation_tokens_total": GENERATION_TOKENS,
-    "sglang:prompt_tokens_total": PROMPT_TOKENS,
-    "sglang:num_requests_total": REQUESTS_FINISHED,
-    "sglang:e2e_request_latency_seconds_sum": E2E_LATENCY_SUM,
-    "sglang:e2e_request_latency_seconds_count": E2E_LATENCY_COUNT,
-    "sglang:prompt_tokens_histogram_sum": PROMPT_LEN_SUM,
-    "sglang:prompt_tokens_histogram_count": PROMPT_LEN_COUNT,
-    "sglang:generation_tokens_histogram_sum": GENERATION_LEN_SUM,
-    "sglang:generation_tokens_histogram_count": GENERATION_LEN_COUNT,
-    "sglang:time_to_first_token_seconds_sum": TTFT_SUM,
-    "sglang:time_to_first_token_seconds_count": TTFT_COUNT,
-    "sglang:e2e_request_latency_seconds_bucket": E2E_LATENCY_BUCKET,
-    "sglang:time_to_first_token_seconds_bucket": TTFT_BUCKET,
-    "sglang:inter_token_latency_seconds_bucket": ITL_BUCKET,
-}
-_SGLANG_GAUGES: dict[str, str] = {
-    "sglang:num_running_reqs": RUNNING,
-    "sglang:num_queue_reqs": WAITING,
-    "sglang:spec_num_steps": SGLANG_SPEC_STEPS,
-    "sglang:spec_num_draft_tokens": SGLANG_SPEC_DRAFT_TOKENS,
-}
-# Gauges that describe a configuration, the same on every rank: aggregate with max, not sum.
-_MAX_GAUGES = frozenset({SGLANG_SPEC_STEPS, SGLANG_SPEC_DRAFT_TOKENS, V0_ACCEPTANCE_RATE,
-                         V0_EFFICIENCY})
-
-_TABLES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
-    "vllm": (_VLLM_COUNTERS, _VLLM_GAUGES),
-    "sglang": (_SGLANG_COUNTERS, _SGLANG_GAUGES),
-}
-_COUNTER_TO_CREATED = {
-    name[: -len("_total")] + "_created": sig
-    for name, sig in {**_VLLM_COUNTERS, **_SGLANG_COUNTERS}.items()
-    if name.endswith("_total")
-}
+#: The ``engine:`` settings of the built-in engines (the families, then "auto").
+ENGINE_KINDS: tuple[str, ...] = registry.config_kinds()
 
 #: Largest counter value taken as real: 2**53, where float64 stops counting integers
 #: (thousands of years of tokens at a million a second). Beyond it deltas are noise and
@@ -193,7 +99,8 @@ class ParsedPage:
 
     ``counters`` and ``created`` are per series (never summed here); ``gauges`` are already
     aggregated per model because gauges have no reset problem. ``engine`` is the detected
-    kind: "vllm", "vllm-v0", "sglang" or "unknown" (a page with no known family).
+    kind: the ``kind`` of the engine module that recognised the page, or "unknown" (a page
+    with no known family).
     """
 
     engine: str
@@ -232,21 +139,17 @@ class ParsedPage:
             invalid_counters=frozenset(k for k in self.invalid_counters if k[0] in keep))
 
 
-def _tables_for(engine: str) -> list[tuple[dict[str, str], dict[str, str]]]:
-    if engine == "auto":
-        return list(_TABLES.values())
-    return [_TABLES[engine]]
-
-
 #: How a page is turned into samples: "fast" (only the families read here, see
 #: :mod:`specwatch.poll.fastparse`) or "full" (prometheus_client's parser over the whole page).
 PARSERS: tuple[str, ...] = ("fast", "full")
 PROCESS_START = "process_start_time_seconds"
-_PREFIXES = ("vllm:", "sglang:")
 
 
 # What a sample is to parse_page (_Series.kind).
 COUNTER_SAMPLE, CREATED_SAMPLE, GAUGE_SAMPLE, PROCESS_START_SAMPLE, INFO_SAMPLE = range(5)
+#: A sample of a family read through an engine's :class:`~specwatch.engines.base.Reading`
+#: (``sig`` holds the sample name): the parse's slower path, and no page plan.
+READINGS_SAMPLE = 5
 
 
 class _Series(NamedTuple):
@@ -265,16 +168,35 @@ class _Series(NamedTuple):
     longest: int
 
 
+class _ReadSeries(NamedTuple):
+    """One canonical series a :class:`~specwatch.engines.base.Reading` gives for a sample."""
+
+    sig: str
+    identity: Identity
+    position: str | None
+    value_label: str | None
+    gauge: bool
+
+
 @dataclass(frozen=True)
 class _Names:
     counters: dict[str, str]
     gauges: dict[str, str]
     created: dict[str, str]
     infos: dict[str, str]
+    #: Info sample name -> the labels read from it.
+    info_labels: dict[str, tuple[str, ...]]
+    #: Sample name -> its readings (see :data:`READINGS_SAMPLE`).
+    readings: dict[str, tuple[Reading, ...]]
     selector: SampleSelector
     #: sample key (see fastparse.RawSample: name and labels as written) -> what they mean.
     #: Bounded like the selector's label cache; the same series recur on every poll.
     series: dict[str, _Series] = field(default_factory=dict)
+    #: (sample name, identity) -> the series its readings give, bounded likewise.
+    read_series: dict[tuple[str, Identity], tuple[_ReadSeries, ...]] = field(
+        default_factory=dict)
+    #: Sample name -> the model of its series without ``model_name`` (Engine.unlabelled_model).
+    unlabelled: dict[str, str] = field(default_factory=dict)
 
     @property
     def wanted(self) -> frozenset[str]:
@@ -284,10 +206,10 @@ class _Names:
         """What the wanted sample ``name{labels}`` is (one of the tables, or the start time)."""
         if name in self.infos:  # server-wide: only the labels read, no model
             identity: Identity = tuple(sorted(
-                (k, labels[k]) for k in CACHE_CONFIG_LABELS if k in labels))
+                (k, labels[k]) for k in self.info_labels[name] if k in labels))
             sig = self.infos[name]
             return _Series(INFO_SAMPLE, sig, "", identity, ("", sig, identity), None, 0)
-        model = labels.get("model_name", "")
+        model = labels.get("model_name") or self.unlabelled.get(name, "")
         identity = tuple(sorted(
             (k, v) for k, v in labels.items() if k != "model_name"))
         longest = max(map(len, labels.values()), default=0)
@@ -300,9 +222,30 @@ class _Names:
             kind, sig = CREATED_SAMPLE, self.created[name]
         elif name in self.gauges:
             kind, sig = GAUGE_SAMPLE, self.gauges[name]
+        elif name in self.readings:
+            kind, sig = READINGS_SAMPLE, name
         else:
             kind, sig = PROCESS_START_SAMPLE, ""
         return _Series(kind, sig, model, identity, (model, sig, identity), position, longest)
+
+    def read(self, name: str, identity: Identity) -> tuple[_ReadSeries, ...]:
+        """The series the readings of sample ``name`` give for one identity (remembered)."""
+        found = self.read_series.get((name, identity))
+        if found is not None:
+            return found
+        labels = dict(identity)
+        out = []
+        for r in self.readings[name]:
+            if any(labels.get(k) != v for k, v in r.where):
+                continue
+            ident = tuple(sorted((r.rename.get(k, k), v) for k, v in identity))
+            position = dict(ident).get("position") if r.signal == ACCEPTED_PER_POSITION \
+                else None
+            out.append(_ReadSeries(r.signal, ident, position, r.value_label, r.gauge))
+        if len(self.read_series) >= LABEL_CACHE_SIZE:
+            self.read_series.clear()
+        found = self.read_series[(name, identity)] = tuple(out)
+        return found
 
     def cached(self, key: str, name: str, labels: Mapping[str, str]) -> _Series:
         """describe(), remembered under the sample key (bounded by :data:`LABEL_CACHE_SIZE`)."""
@@ -314,34 +257,48 @@ class _Names:
         return found
 
 
-@functools.cache
 def _names(engine: str, buckets: bool = True) -> _Names:
+    """The names a target with ``engine: engine`` reads (kept until an engine is added)."""
+    return _names_of(engine, buckets, registry.generation())
+
+
+@functools.cache
+def _names_of(engine: str, buckets: bool, generation: int) -> _Names:
     counter_names: dict[str, str] = {}
     gauge_names: dict[str, str] = {}
-    for c, g in _tables_for(engine):
-        counter_names.update(c)
-        gauge_names.update(g)
+    infos: dict[str, str] = {}
+    info_labels: dict[str, tuple[str, ...]] = {}
+    readings: dict[str, tuple[Reading, ...]] = {}
+    unlabelled: dict[str, str] = {}
+    for e in registry.for_setting(engine):
+        counter_names.update(e.counters)
+        gauge_names.update(e.gauges)
+        readings.update(e.readings)
+        if e.unlabelled_model:
+            unlabelled.update(dict.fromkeys((*e.counters, *e.gauges), e.unlabelled_model))
+        for name, info in e.infos.items():
+            infos[name] = info.signal
+            info_labels[name] = info.labels
     if not buckets:
         counter_names = {n: s for n, s in counter_names.items() if s not in BUCKET_SIGNALS}
-    created_names = {n: s for n, s in _COUNTER_TO_CREATED.items()
-                     if n.replace("_created", "_total") in counter_names}
-    info_names = dict(_VLLM_INFOS) if engine in ("vllm", "auto") else {}
-    wanted = {*counter_names, *gauge_names, *created_names, *info_names, PROCESS_START}
-    return _Names(counter_names, gauge_names, created_names, info_names,
-                  SampleSelector(wanted, prefixes=_PREFIXES))
+        readings = {n: kept for n, rs in readings.items()
+                    if (kept := tuple(r for r in rs if r.signal not in BUCKET_SIGNALS))}
+    created_names = {n[: -len("_total")] + "_created": s for n, s in counter_names.items()
+                     if n.endswith("_total")}
+    wanted = {*counter_names, *gauge_names, *created_names, *infos, *readings, PROCESS_START}
+    return _Names(counter_names, gauge_names, created_names, infos, info_labels, readings,
+                  SampleSelector(wanted, prefixes=registry.prefixes()), unlabelled=unlabelled)
 
 
 def _full_samples(text: str, wanted: frozenset[str]) -> tuple[list[RawSample], set[str]]:
     """Every wanted sample through prometheus_client's parser, and the prefixes seen."""
     samples: list[RawSample] = []
     seen: set[str] = set()
+    prefixes = registry.prefixes()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name
-            if name.startswith("vllm:"):
-                seen.add("vllm:")
-            elif name.startswith("sglang:"):
-                seen.add("sglang:")
+            seen.update(p for p in prefixes if name.startswith(p))
             if name in wanted:
                 samples.append((name, sample.labels, sample.value, None))
     return samples, seen
@@ -401,9 +358,10 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
                plan: SteadyPlan | None = None) -> ParsedPage:
     """Parse a `/metrics` body into canonical signals.
 
-    ``engine`` restricts the names considered ("vllm", "sglang") or accepts both ("auto";
-    the prefixes never collide). ``parser`` is "fast" (parse only the families read here;
-    the same result as "full" on every page prometheus_client accepts, see
+    ``engine`` restricts the names considered to one family of engines (a target's
+    ``engine:`` setting, :func:`specwatch.engines.registry.config_kinds`) or accepts every
+    engine's ("auto"; the prefixes never collide). ``parser`` is "fast" (parse only the
+    families read here; the same result as "full" on every page prometheus_client accepts, see
     :mod:`specwatch.poll.fastparse`) or "full" (prometheus_client's parser over the whole page:
     the baseline).
 
@@ -426,7 +384,7 @@ def parse_page(text: str, engine: str = "auto", parser: str = "fast",
     such a page is one a Prometheus rejects, and it is what a page cut in transit looks
     like. A page cut just after a line feed is a valid shorter page for every parser.
     """
-    if engine not in ENGINE_KINDS:
+    if engine not in registry.config_kinds():
         raise ValueError(f"unknown engine kind {engine!r}")
     if parser not in PARSERS:
         raise ValueError(f"unknown parser {parser!r}")
@@ -530,9 +488,37 @@ class _Read:
             elif what == CREATED_SAMPLE:
                 if isfinite(value):
                     created[key] = value
+            elif what == READINGS_SAMPLE:
+                rows = None  # a plan replays one key per line
+                self.read_readings(names.read(sig, identity), model, labels, value)
             elif isfinite(value):
                 gauge_series[key] = value
         self.rows = rows
+
+    def read_readings(self, found: tuple[_ReadSeries, ...], model: str,
+                      labels: Mapping[str, str], value: float) -> None:
+        """Each series a sample's readings give, with the value rules of its kind."""
+        for sig, identity, position, value_label, gauge in found:
+            key = (model, sig, identity)
+            v = value if value_label is None else _label_value(labels, value_label)
+            if gauge:
+                if math.isfinite(v):
+                    self.gauge_series[key] = v
+                continue
+            if position is not None:
+                self.positions.setdefault(model, set()).add(position)
+            if not 0 <= v <= MAX_COUNTER_VALUE or self.counters.get(key, v) != v:
+                self.invalid.add(key)
+                continue
+            self.counters[key] = v
+
+
+def _label_value(labels: Mapping[str, str], name: str) -> float:
+    """The number a label holds (NaN when it holds none)."""
+    try:
+        return float(labels.get(name, "nan"))
+    except ValueError:
+        return math.nan
 
 
 def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, float],
@@ -545,34 +531,33 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
     k, the engine kind (``saw``: is a prefix on a sample line?)."""
     if invalid:
         counters = {k: v for k, v in counters.items() if k not in invalid}
+    max_gauges, k_gauges, rank_labels, engines = _page_rules(registry.generation())
     gauges: dict[tuple[str, str], float] = {}
     for (model, sig, identity), value in gauge_series.items():
         ident = dict(identity)
-        if sig in _MAX_GAUGES:
+        if sig in max_gauges:
             gauges[(model, sig)] = max(value, gauges.get((model, sig), -math.inf))
             continue
-        # SGLang reports scheduler gauges on every tensor/pipeline rank of a replica; only
-        # rank 0 carries the replica's count. vLLM has one series per engine (sum them).
-        if ident.get("tp_rank", "0") != "0" or ident.get("pp_rank", "0") != "0":
+        # Engines that report scheduler gauges on every rank of a replica carry the
+        # replica's count on rank 0 only; one series per engine is summed.
+        if rank_labels and any(ident.get(label, "0") != "0" for label in rank_labels):
             continue
         gauges[(model, sig)] = gauges.get((model, sig), 0.0) + value
 
     configured_k: dict[str, int] = {m: len(p) for m, p in positions.items()}
     for (model, sig), value in gauges.items():
-        if sig == SGLANG_SPEC_STEPS and value >= 1 and model not in configured_k:
+        if sig in k_gauges and value >= 1 and model not in configured_k:
             configured_k[model] = int(value)
 
-    # vllm: first: with it on the page sglang:'s presence does not matter, and an absent
-    # prefix costs a scan of the whole body on the fast path.
-    if saw("vllm:"):
-        sigs = {k[1] for k in counters} | {s for _, s in gauges} | {k[1] for k in invalid}
-        v0 = ({EMITTED_TOKENS, V0_ACCEPTANCE_RATE, V0_EFFICIENCY} & sigs) and DRAFTS not in sigs
-        kind = "vllm-v0" if v0 else "vllm"
-    elif saw("sglang:"):
-        kind = "sglang"
-    else:
-        kind = "unknown"
+    def signals() -> frozenset[str]:
+        return frozenset({k[1] for k in counters} | {s for _, s in gauges}
+                         | {k[1] for k in invalid})
+
+    view = PageView(saw, signals)
+    kind = next((e.kind for e in engines if e.recognises(view)), registry.UNKNOWN)
     server = server_capacity(infos)
+    if server is None and (engine := registry.by_kind(kind)) is not None:
+        server = gauge_capacity(engine.capacity_from_gauges(gauges))
     return ParsedPage(engine=kind, counters=counters, created=created, gauges=gauges,
                       configured_k=configured_k, process_start_time=process_start,
                       invalid_series=len(invalid) + (server.overflowed if server else 0),
@@ -581,12 +566,21 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
                       invalid_counters=frozenset(invalid))
 
 
+@functools.cache
+def _page_rules(generation: int) -> tuple[frozenset[str], frozenset[str], tuple[str, ...],
+                                          tuple[Engine, ...]]:
+    """The gauges aggregated with max, those stating the configured k, the rank labels, and
+    the engines in recognition order (as :func:`specwatch.engines.registry.recognise`)."""
+    return (registry.max_gauges(), registry.k_gauges(), registry.rank_labels(),
+            registry.engines())
+
+
 def source_metric_names(engine: str = "auto") -> frozenset[str]:
     """Every source sample name specwatch reads (for docs, pre-filters and tests)."""
     names: set[str] = set()
-    for c, g in _tables_for(engine):
-        names.update(c)
-        names.update(g)
-    if engine in ("vllm", "auto"):
-        names.update(_VLLM_INFOS)
+    for e in registry.for_setting(engine):
+        names.update(e.counters)
+        names.update(e.gauges)
+        names.update(e.readings)
+        names.update(e.infos)
     return frozenset(names)

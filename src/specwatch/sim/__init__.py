@@ -6,8 +6,4 @@ Owns: ``scenario`` (scenario files and the packaged ones in ``data/scenarios``) 
 ``costs`` (coefficients to step costs), ``engine`` (one engine core's event loop),
 ``simulation`` (every engine of a scenario, restarts), ``stats`` (vLLM counters and
 histograms), ``server`` (``specwatch simulate``: the HTTP page and control endpoints).
-
-May import: ``specwatch.model`` (coefficients and parameters), ``specwatch.web`` and
-``specwatch.common``. Never the exporter's internals: the simulator is a target, not a
-client of the poll path.
 """

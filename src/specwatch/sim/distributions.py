@@ -1,11 +1,10 @@
 """The scenario's random quantities: token-length and acceptance (α) distributions.
 
-Each distribution carries a sampler and its exact (or numerically integrated) moments,
-because the tests compare what the exporter derives against the scenario's known truth;
-`acceptance_truth` gives what vLLM's SD counters converge to under an α distribution.
-Moments integrated numerically use fixed seeds: the truth is a number, not a random
-variable. Distributions are frozen (hashable) dataclasses. May import `specwatch.common`
-and the sim's validation module.
+Each distribution carries a sampler and its exact (or numerically integrated) moments, because
+the tests compare what the exporter derives against the scenario's known truth;
+`acceptance_truth` gives what vLLM's SD counters converge to under an α distribution. Moments
+integrated numerically use fixed seeds: the truth is a number, not a random variable.
+Distributions are frozen (hashable) dataclasses.
 """
 
 from __future__ import annotations

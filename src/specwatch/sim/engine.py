@@ -13,9 +13,9 @@ accepted + 1 tokens, truncated to what the request still needs. Requests join th
 and are admitted only at step boundaries, as vLLM's scheduler runs once per step.
 
 Everything runs in simulated seconds; `time_scale` multiplies every duration put into the
-histograms (`specwatch simulate --speed X` uses 1/X). The mapping from the model's
-coefficients to these mechanisms, and what the model ignores, are in docs/simulator.md
-("The simulated system"). May import the sim's costs, scenario and stats modules.
+histograms (`specwatch simulate --speed X` uses 1/X). The mapping from the model's coefficients
+to these mechanisms, and what the model ignores, are in docs/simulator.md ("The simulated
+system").
 """
 
 from __future__ import annotations

@@ -8,15 +8,13 @@ becomes a default. The packaged scenarios live in ``specwatch/sim/data/scenarios
 can be named without a path (``--scenario demo``).
 
 The objects here are plain, immutable descriptions; the distributions are in
-`specwatch.sim.distributions`, the physics in `specwatch.sim.engine`. May import
-`specwatch.common`, the sim's validation and distributions modules, and (lazily, to load
-the ground-truth coefficients) `specwatch.model.params`.
+`specwatch.sim.distributions`, the physics in `specwatch.sim.engine`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -122,9 +120,6 @@ class ModelSpec:
             t -= ph.duration_s
         last = len(self.phases) - 1
         return last, self.phases[last].duration_s + t
-
-    def phase_start(self, index: int) -> float:
-        return float(sum(p.duration_s for p in self.phases[:index]))
 
 
 @dataclass(frozen=True)
@@ -406,9 +401,3 @@ def attach_coefficients(scenario: Scenario) -> Scenario:
             raise ConfigError(f"{scenario.source}: models[{i}].params: required key is missing")
         models.append(replace(m, coefficients=load_params(m.params).model()))
     return replace(scenario, models=tuple(models))
-
-
-def with_models(scenario: Scenario, models: Sequence[ModelSpec]) -> Scenario:
-    """A copy of `scenario` with other models (tests build variants this way)."""
-    return replace(scenario, models=tuple(models))
-

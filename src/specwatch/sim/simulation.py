@@ -1,11 +1,10 @@
 """The simulated server: every engine of every model of a scenario, with scripted and
 requested restarts.
 
-`Simulation` owns the engines (one `Engine` per model and engine index, re-created on a
-restart with a fresh generation's seed), maps simulated time to wall time for ``_created``
-samples, and describes each engine's KV cache as vLLM's ``cache_config_info`` labels. For a
-fixed seed, the same scenario gives the same pages. May import the sim's engine, costs,
-scenario and stats modules.
+`Simulation` owns the engines (one `Engine` per model and engine index, re-created on a restart
+with a fresh generation's seed), maps simulated time to wall time for ``_created`` samples, and
+describes each engine's KV cache as vLLM's ``cache_config_info`` labels. For a fixed seed, the
+same scenario gives the same pages.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 `Node` wraps one mapping of the document; its accessors check type and range and raise
 `ConfigError` naming the file and the key path (``models[0].phases[2].arrival_rate.to``).
-`allow` rejects unknown keys before anything else is read, so a typo is reported as a typo,
-and `finish` rejects keys nobody read. May import only `specwatch.common`.
+`allow` rejects unknown keys before anything else is read, so a typo is reported as a typo, and
+`finish` rejects keys nobody read.
 """
 
 from __future__ import annotations

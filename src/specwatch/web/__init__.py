@@ -5,6 +5,5 @@ web configuration (TLS, client certificates, basic auth, reload).
 Owns: ``server`` (deadlines, in-flight cap, connection limits, routing), ``webconfig``
 (web-config.yml parsing and the TLS/auth state it produces).
 
-May import: ``specwatch.common`` and the standard library (plus bcrypt). It knows nothing of
-metrics, the model or the controller: routes are handed to it.
+It knows nothing of metrics, the model or the controller: routes are handed to it.
 """

@@ -1,10 +1,10 @@
 """The HTTP server's bounds and counters: the configured limits, what was refused and why.
 
-`ServerLimits` are the timeouts and caps of `global.http_server` (docs/security.md, "HTTP
-server limits"); `ConnectionCounters` is the live state they are checked against (requests
-in flight, open connections in all and per client address) and the refusals by reason
-(`REJECT_REASONS`, the `reason` label of `specwatch_http_requests_rejected_total`), read out
-as a `WebStats`. Every change holds the counters' lock. May import: nothing of specwatch.
+`ServerLimits` are the timeouts and caps of `global.http_server` (docs/security.md, "HTTP server
+limits"); `ConnectionCounters` is the live state they are checked against (requests in flight,
+open connections in all and per client address) and the refusals by reason (`REJECT_REASONS`,
+the `reason` label of `specwatch_http_requests_rejected_total`), read out as a `WebStats`. Every
+change holds the counters' lock.
 """
 
 from __future__ import annotations

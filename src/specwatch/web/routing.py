@@ -1,9 +1,8 @@
 """What a route sees: `Request` in, `Response` out, and the guards every handler gets.
 
-Handlers see plain data objects, not the http.server machinery, so a new route (the
-controller's Alertmanager receiver, a `POST`) is one more entry in `WebServer`'s route table
-and gets the same protection. A handler that raises gives a 500 for that request only
-(`run_handler`). May import: nothing of specwatch.
+Handlers see plain data objects, not the http.server machinery, so a new route (the controller's
+Alertmanager receiver, a `POST`) is one more entry in `WebServer`'s route table and gets the
+same protection. A handler that raises gives a 500 for that request only (`run_handler`).
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 `http.server` only has per-`recv` socket timeouts (one byte every few seconds would hold a
 thread forever), so a connection's reads and writes go through `DeadlineReader` and
-`DeadlineWriter`, which share one `Deadline`: every read and write completes before it or
-raises `TimeoutError`. `handshake` drives a server-side TLS handshake non-blocking under a
-total deadline, in the connection's own thread (never on the accept loop), and checks the
-client certificate's SANs. Parsing stays `http.server`'s. May import: `specwatch.web.webconfig`.
+`DeadlineWriter`, which share one `Deadline`: every read and write completes before it or raises
+`TimeoutError`. `handshake` drives a server-side TLS handshake non-blocking under a total
+deadline, in the connection's own thread (never on the accept loop), and checks the client
+certificate's SANs. Parsing stays `http.server`'s.
 """
 
 from __future__ import annotations

@@ -6,12 +6,12 @@ that schema (``tls_server_config``, ``http_server_config``, ``basic_auth_users``
 Python's ``ssl`` differs from Go's ``crypto/tls``, and how basic auth resists timing and
 flooding are in docs/security.md ("Protecting the exporter").
 
-Owns loading and validating the file into a `WebConfig` (a ready `ssl.SSLContext`, the
-users, the headers, the rate limit), basic-auth checking with its cache (keyed on user, hash
-and password; successes apart from failures), the per-address limit on failed logins
-(`FailureLimiter`) and the request rate limit (`RateLimiter`). Validation is strict and
-every error names the file and the key; relative paths are resolved against the file's
-directory, as the toolkit does. May import: ``specwatch.common``, bcrypt.
+Owns loading and validating the file into a `WebConfig` (a ready `ssl.SSLContext`, the users,
+the headers, the rate limit), basic-auth checking with its cache (keyed on user, hash and
+password; successes apart from failures), the per-address limit on failed logins
+(`FailureLimiter`) and the request rate limit (`RateLimiter`). Validation is strict and every
+error names the file and the key; relative paths are resolved against the file's directory, as
+the toolkit does.
 """
 
 from __future__ import annotations
@@ -436,14 +436,6 @@ class BasicAuth:
     @property
     def users(self) -> frozenset[str]:
         return frozenset(self._users)
-
-    def check_header(self, header: str | None) -> str | None:
-        """The authenticated user for an ``Authorization`` header value, else None."""
-        creds = parse_basic(header)
-        if creds is None:
-            return None
-        user, password = creds
-        return user if self.check(user, password) else None
 
     def _key(self, user: str, password: bytes) -> tuple[bool, bytes, bytes]:
         known = user in self._users

@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from specwatch.poll import config
+from specwatch.app import settings as app_settings
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples" / "controller"
@@ -201,7 +201,7 @@ def test_example_configuration_and_rbac_are_valid(tmp_path):
     """The example config passes the real schema and builds a controller once its secret
     files exist; the RBAC manifest validates against the Kubernetes API schema."""
     text = (EXAMPLES / "specwatch-controller.yaml").read_text()
-    config.load_file(str(EXAMPLES / "specwatch-controller.yaml"))  # schema only
+    app_settings.load_file(str(EXAMPLES / "specwatch-controller.yaml"))  # schema only
     for secret in ("/run/secrets/deployer-authorization",
                    "/run/secrets/specwatch-controller-token"):
         local = tmp_path / Path(secret).name
@@ -212,7 +212,7 @@ def test_example_configuration_and_rbac_are_valid(tmp_path):
     cfg_path.write_text(text)
     from specwatch.app.serve import ServeApp
 
-    app = ServeApp(config.build_config(str(cfg_path), [], "127.0.0.1:0", None))
+    app = ServeApp(app_settings.build_config(str(cfg_path), [], "127.0.0.1:0", None))
     assert app.controller is not None
     assert {t: tc.settings.mode for t, tc in app.controller.targets.items()} == {
         "vllm-a": "recommend", "vllm-b": "webhook", "vllm-c": "command"}

@@ -27,9 +27,9 @@ from helpers.controlkit import RECOMMEND, Clock, Receiver, webhook_payload
 from helpers.scrape import parse_exposition, select
 from helpers.vllmpage import VllmState
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
 from specwatch.cli import main
-from specwatch.poll import config
 from specwatch.poll.pipeline import PollResult
 
 REPO = Path(__file__).resolve().parents[3]
@@ -59,7 +59,7 @@ class Harness:
                      f"    token_file: {token}\n    alerts: [SDAcceptanceRateLow]\n")
         cfg.write_text(text)
         self.clock = Clock()
-        self.app = ServeApp(config.build_config(str(cfg), [], "127.0.0.1:0", 5.0,
+        self.app = ServeApp(app_settings.build_config(str(cfg), [], "127.0.0.1:0", 5.0,
                                                 web_config=web_config), clock=self.clock)
         self.app.start(poll=False)
         host, port = self.app.web.address
@@ -465,7 +465,7 @@ def test_controller_off_by_default(harness, tmp_path):
     """Without a controller block nothing is added: no series, no routes."""
     cfg = tmp_path / "plain.yaml"
     cfg.write_text("targets:\n  - name: x\n    url: http://127.0.0.1:1/metrics\n")
-    app = ServeApp(config.build_config(str(cfg), [], "127.0.0.1:0", 5.0))
+    app = ServeApp(app_settings.build_config(str(cfg), [], "127.0.0.1:0", 5.0))
     assert app.controller is None
     assert "/controller/alertmanager" not in app.web.routes
     assert "/controller" not in app.web.routes
@@ -556,7 +556,7 @@ def test_the_old_min_acceptance_rate_key_sets_the_alpha_guard_with_a_warning(tmp
     cfg.write_text("targets:\n  - name: a\n    url: http://127.0.0.1:1/\n    controller:\n"
                    "      min_acceptance_rate: 0.3\n")
     with caplog.at_level("WARNING"):
-        ctl = from_config(config.build_config(str(cfg), [], "127.0.0.1:0", 5.0), {}, {})
+        ctl = from_config(app_settings.build_config(str(cfg), [], "127.0.0.1:0", 5.0), {}, {})
     assert ctl is not None and ctl.targets["a"].settings.min_acceptance_alpha == 0.3
     assert "targets[0].controller.min_acceptance_rate is deprecated: it now sets " \
         "min_acceptance_alpha" in caplog.text

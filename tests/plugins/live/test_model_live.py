@@ -27,12 +27,12 @@ import pytest
 from helpers.pageserver import Page, PageSequenceServer
 from helpers.scrape import fetch_text, parse_exposition, select
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
 from specwatch.common.errors import ConfigError
 from specwatch.model import predict, speedup, throughput_ceiling
 from specwatch.model.params import load_params
 from specwatch.plugins.live.plugin import CURVE_POINTS, speedup_curve
-from specwatch.poll import config
 
 PARAMS = """\
 system: worked-example
@@ -104,7 +104,7 @@ def run_pages(tmp_path, pages, extra_target: bool = False, target_extra: str = "
         if extra_target:
             cfg_text += f"  - name: b\n    url: {server.url}\n"
         (tmp_path / "specwatch.yaml").write_text(cfg_text)
-        cfg = config.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
+        cfg = app_settings.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
         clock = Clock()
         app = ServeApp(cfg, clock=clock)
         app.start(poll=False)
@@ -206,7 +206,7 @@ def test_bad_params_file_stops_serve_naming_the_field(tmp_path):
     bad.write_text(PARAMS.replace("a_v: 0.02", "a_v: -1"))
     (tmp_path / "specwatch.yaml").write_text(
         f"targets:\n  - name: a\n    url: http://127.0.0.1:9/metrics\n    params: {bad}\n")
-    cfg = config.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
+    cfg = app_settings.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
     with pytest.raises(ConfigError, match=r"targets\[0\]\.params: .*coefficients\.a_v"):
         ServeApp(cfg)
 
@@ -216,7 +216,7 @@ def test_unknown_model_window_is_a_config_error(tmp_path):
     (tmp_path / "specwatch.yaml").write_text(
         "global:\n  model_window: 2m\ntargets:\n  - name: a\n"
         f"    url: http://127.0.0.1:9/metrics\n    params: {tmp_path / 'params.yaml'}\n")
-    cfg = config.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
+    cfg = app_settings.build_config(str(tmp_path / "specwatch.yaml"), [], "127.0.0.1:0", None)
     with pytest.raises(ConfigError, match=r"global\.model_window: window '2m' is not computed"):
         ServeApp(cfg)
 

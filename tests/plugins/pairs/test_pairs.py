@@ -15,14 +15,15 @@ import pytest
 import yaml
 from scipy import optimize
 
+from specwatch.app import settings as app_settings
 from specwatch.common.errors import ConfigError
 from specwatch.plugins.pairs.plugin import PairTracker, bin_index, bin_labels
 from specwatch.plugins.pairs.settings import SECTION as PAIRS
 from specwatch.plugins.pairs.settings import PairConfig, PairSettings, shard_keys
 from specwatch.plugins.pairs.stats import max_variance, quantile_ratio
-from specwatch.poll import config, derive
 from specwatch.poll.formulas import histogram_quantile
 from specwatch.poll.snapshot import ModelSnapshot, TargetSnapshot, WindowSignals
+from specwatch.poll.windows import derive
 
 MODEL = "llama"
 BINS = (0.0, 2.0, 4.0, 8.0)
@@ -312,7 +313,7 @@ TARGETS = [{"name": "a", "url": "http://a:8000/metrics"},
 
 
 def test_config_reads_pairs_and_per_model_bins(tmp_path):
-    cfg = config.build_config(write(tmp_path, {
+    cfg = app_settings.build_config(write(tmp_path, {
         "targets": TARGETS,
         "pairs": [{"name": "canary", "sd": "a", "baseline": "b", "model": "llama"}],
         "pair_options": {"window": "5m", "min_requests": 20, "retention": "2h",
@@ -348,7 +349,7 @@ def test_config_errors_name_the_key(tmp_path, pairs, options, message):
     if options:
         doc["pair_options"] = options
     with pytest.raises(ConfigError) as err:
-        config.build_config(write(tmp_path, doc), [], None, None)
+        app_settings.build_config(write(tmp_path, doc), [], None, None)
     assert message in str(err.value)
 
 

@@ -68,13 +68,13 @@ from helpers.steppedpair import (
 )
 from promsim import get_json, query, scrape_job, scraping_prometheus
 
+from specwatch.app import settings as app_settings
 from specwatch.app.demo import free_port
 from specwatch.app.serve import ServeApp
 from specwatch.calibrate.measured import read_pair_points
 from specwatch.calibrate.prometheus import PrometheusQuery
 from specwatch.cli import main
 from specwatch.mixin.render import dump_rules, render_rules
-from specwatch.poll import config
 from specwatch.sim.scenario import load_scenario
 from specwatch.sim.server import SimulatorServer
 
@@ -172,7 +172,7 @@ def test_measured_speedup_matches_the_simulators_truth_and_alerts(
     }
     (tmp_path / "specwatch.yaml").write_text(yaml.safe_dump(exp_cfg))
     clock = SteppedClock()
-    app = ServeApp(config.build_config(str(tmp_path / "specwatch.yaml"), [], None, None),
+    app = ServeApp(app_settings.build_config(str(tmp_path / "specwatch.yaml"), [], None, None),
                    clock=clock)
     # Speed 1 on the test's clock, no driver thread: step_pair steps them.
     sd, base = stepped_pair(scenario, sd_port, base_port, clock, record_latencies=2_000_000)

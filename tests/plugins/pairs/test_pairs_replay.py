@@ -37,8 +37,8 @@ from helpers.pairtruth import truth as pair_truth
 from helpers.paths import FIXTURES
 from helpers.scrape import scrape, select
 
+from specwatch.app import settings as app_settings
 from specwatch.app.serve import ServeApp
-from specwatch.poll import config
 
 REPO = Path(__file__).resolve().parents[3]
 FIXTURE = FIXTURES / "vllm-0.32-cpu-pair-k2"
@@ -84,7 +84,7 @@ def replay(tmp_path: Path, keep: float | None = None) -> dict:
             "pairs": [{"name": "ab", "sd": "sd", "baseline": "base"}],
             "pair_options": {"window": WINDOW, "min_requests": 50, "arrival_rate_bins": BINS,
                              "acceptance_bands": BANDS}}))
-        cfg = config.build_config(str(path), [], "127.0.0.1:0", None)
+        cfg = app_settings.build_config(str(path), [], "127.0.0.1:0", None)
         clock = Clock()
         app = ServeApp(cfg, clock=clock)
         app.start(poll=False)

@@ -7,6 +7,7 @@ Reads only the advice's JSON-ready dict, so the words and the numbers cannot dis
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from specwatch.model.whatif import common
@@ -119,6 +120,28 @@ def _peak_lines(out: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _other_engine_lines(forms: dict[str, Any] | None) -> list[str]:
+    """The same schedule for SGLang and TensorRT-LLM (docs/whatif.md, "Configs the engines
+    read")."""
+    if not forms:
+        return []
+    sg = forms["sglang"]
+    lines = [
+        "The same schedule for SGLang (EAGLE/EAGLE3, --speculative-eagle-topk 1): "
+        f"--speculative-adaptive --speculative-num-steps {sg['speculative_num_steps']} "
+        "--speculative-adaptive-config FILE, FILE holding "
+        + json.dumps(sg["speculative_adaptive_config"], separators=(",", ":"))]
+    trt = forms["tensorrt_llm"]
+    if trt is None:
+        lines.append("TensorRT-LLM's draft_len_schedule cannot express it (its smallest batch "
+                     "size must have the largest draft length).")
+    else:
+        pairs = ", ".join(f"{b}: {k}" for b, k in trt["draft_len_schedule"].items())
+        lines.append(f"For TensorRT-LLM (speculative_config, PyTorch backend): max_draft_len: "
+                     f"{trt['max_draft_len']}, draft_len_schedule: {{{pairs}}}")
+    return lines
+
+
 def _schedule_lines(out: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     if out["sd_off_above_arrival_rate"] is not None and out["sd_off_above_arrival_rate"] > 0:
@@ -133,6 +156,7 @@ def _schedule_lines(out: dict[str, Any]) -> list[str]:
             f'flight B = λ·L): "num_speculative_tokens": {out["num_speculative_tokens"]}, '
             f'"num_speculative_tokens_per_batch_size": [{sched}]'
         )
+        lines += _other_engine_lines(out.get("engine_forms"))
         b_off = out["sd_off_above_batch_size"]
         if b_off is not None and b_off > out["max_num_seqs"]:
             lines.append(

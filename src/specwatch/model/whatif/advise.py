@@ -4,7 +4,8 @@ Input: the arrival rate at the p50, p95 and p99 of the operator's load (req/s), 
 lengths. Output, in plain language: enable SD or not, with which static k, the expected gain
 at each percentile, the arrival rate above which SD should be off, and a batch-size schedule
 for vLLM's `num_speculative_tokens_per_batch_size` ([[start_bs, end_bs, K], ...], K = 0
-meaning no drafts at that batch size) that follows the best k as load rises.
+meaning no drafts at that batch size) that follows the best k as load rises, with the same
+schedule in the forms SGLang and TensorRT-LLM read (:func:`engine_forms`).
 
 The static k minimises the load-weighted relative latency L_SD/L_D, weighting each
 percentile by the share of time the load spends up to it (p50: 0.50, p95: 0.45, p99: 0.05),
@@ -42,6 +43,8 @@ from specwatch.model.schedule import (
     batch_schedule,
     best_path,
     schedule_k,
+    sglang_adaptive_config,
+    trtllm_draft_len_schedule,
 )
 from specwatch.model.whatif import common
 from specwatch.model.whatif.advice_text import advice_lines
@@ -371,6 +374,25 @@ def _load_weighted_speedup(grid: Grid, choice: Choice) -> float | None:
                                            np.inf))) ** -1
 
 
+def engine_forms(sched: Schedule) -> dict[str, Any] | None:
+    """The batch-size schedule as each engine's config reads it (None: SD off throughout):
+    vLLM's speculative config keys, SGLang's adaptive config with the ``--speculative-num-steps``
+    it starts from (one of its candidates), TensorRT-LLM's speculative_config keys (None when
+    its draft_len_schedule cannot express the schedule)."""
+    k_max = max(r[2] for r in sched.ranges)
+    if k_max == 0:
+        return None
+    trt = trtllm_draft_len_schedule(sched.ranges)
+    return {
+        "vllm": {"num_speculative_tokens": k_max,
+                 "num_speculative_tokens_per_batch_size": sched.ranges},
+        "sglang": {"speculative_num_steps": k_max,
+                   "speculative_adaptive_config": sglang_adaptive_config(sched.ranges)},
+        "tensorrt_llm": None if trt is None else {"max_draft_len": trt[min(trt)],
+                                                  "draft_len_schedule": trt},
+    }
+
+
 def _summary(st: Setup, grid: Grid, choice: Choice, sched: Schedule, per_q: dict[str, Any],
              traffic: Traffic | None) -> dict[str, Any]:
     """The JSON-ready advice (without its lines of text)."""
@@ -389,6 +411,7 @@ def _summary(st: Setup, grid: Grid, choice: Choice, sched: Schedule, per_q: dict
         "load_weighted_speedup": _load_weighted_speedup(grid, choice),
         "num_speculative_tokens": max(r[2] for r in sched.ranges),
         "schedule": sched.ranges,
+        "engine_forms": engine_forms(sched),
         "sd_off_above_batch_size": sched.sd_off_above_batch_size,
         "max_num_seqs": st.max_num_seqs,
         "percentiles": per_q,

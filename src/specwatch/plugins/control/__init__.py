@@ -7,8 +7,4 @@ model's assessment of them), ``machine`` (the per-model state machine), ``receiv
 Alertmanager webhook payload), ``controller`` (wiring to the exporter, status page,
 exposition), ``actuation`` (webhook and command actuators with retries), ``metrics`` (the
 series' definitions).
-
-May import: ``specwatch.poll`` (snapshots, derived signals, config), ``specwatch.expose``,
-``specwatch.model``, ``specwatch.web``, ``specwatch.common`` and ``specwatch.plugins.host``.
-Nothing below it imports the controller.
 """

@@ -35,8 +35,8 @@ from typing import Any
 
 from specwatch import __version__
 from specwatch.common import redact
-from specwatch.poll.fetchrequests import RequestsSession, send
-from specwatch.poll.fetchrules import PollError
+from specwatch.poll.fetch.proxied import RequestsSession, send
+from specwatch.poll.fetch.rules import PollError
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ MAX_REPLY_BYTES = 1024 * 1024
 
 class WebhookDelivery:
     """POST the decision payload as JSON through the one outbound client
-    (:func:`specwatch.poll.fetchrequests.send`): ``timeout`` is the attempt's total deadline
+    (:func:`specwatch.poll.fetch.proxied.send`): ``timeout`` is the attempt's total deadline
     (connect to the reply's last byte) and the reply is capped. Header values are never
     logged (they may be secrets)."""
 

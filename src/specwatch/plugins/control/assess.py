@@ -11,12 +11,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from specwatch.engines import registry
 from specwatch.model import extend_profile, optimal_draft_length, reason_text
 from specwatch.model.schedule import Workload, batch_schedule
 from specwatch.plugins.control.jsonview import iso_time, json_number
 from specwatch.plugins.control.settings import EPS, LATENCIES, QUANTILES
-from specwatch.poll import derive, formulas, sources
+from specwatch.poll import formulas
 from specwatch.poll.snapshot import ModelSnapshot, TargetSnapshot
+from specwatch.poll.windows import derive
 
 if TYPE_CHECKING:  # pragma: no cover
     from specwatch.model.params import Params
@@ -318,12 +320,8 @@ def observe(target: TargetSnapshot, model_name: str, window: str,
     w = m.window(window)
     drafts = w.drafts if w is not None else 0.0
     sd_on: bool | None
-    if m.engine in ("vllm", "vllm-v0"):
-        sd_on = m.sd_families_present  # SD counters exist only with --speculative-config
-    elif m.engine == "sglang" and sources.SGLANG_SPEC_STEPS in m.gauges:
-        sd_on = m.gauges[sources.SGLANG_SPEC_STEPS] >= 1
-    else:
-        sd_on = None  # SGLang without the spec_num_steps gauge: configuration not visible
+    # The engine says: SD-only counters on the page, a configuration gauge, or nothing.
+    sd_on = registry.sd_configured(m.engine, m.sd_families_present, m.gauges)
     if w is None:
         return Observation(t=t, up=True, present=True, sd_on=sd_on,
                            configured_k=m.configured_k)

@@ -60,10 +60,12 @@ from specwatch.plugins.control.settings import (
     ACTIONS,
     ALERTMANAGER_PATH,
     DEFAULT_ALERTS,
+    SECTION,
     STATES,
     STATUS_PATH,
     Settings,
-    settings_from_raw,
+    TargetController,
+    with_window,
 )
 from specwatch.plugins.host import PluginHost
 from specwatch.poll.snapshot import Slot, Snapshot, TargetSnapshot
@@ -460,14 +462,12 @@ def from_config(cfg: ServeConfig, params: Mapping[str, Params],
     if cfg.count_window > 0:
         windows[f"{cfg.count_window}req"] = None
     targets: list[_TargetControl] = []
-    n_file = len(cfg.raw.get("targets", []))
-    for i, t in enumerate(cfg.targets):
-        raw = t.raw.get("controller")
-        if raw is None:
+    for t in cfg.targets:
+        block: TargetController | None = t.section(SECTION)
+        if block is None:
             continue
-        path = f"targets[{i}].controller" if i < n_file else "--target controller"
         window = model_windows.get(t.name, "5m")
-        s = settings_from_raw(raw, where, path, windows, window)
+        s = with_window(block.settings, where, block.path, windows, window)
         p = params.get(t.name)
         targets.append(_TargetControl(
             t.name, t.url, s, model_assessor(p, s.min_acceptance_alpha) if p else None,
@@ -478,10 +478,10 @@ def from_config(cfg: ServeConfig, params: Mapping[str, Params],
                         "off on low acceptance or alerts, but never recommends switching it "
                         "on", t.name)
     receiver = None
-    am = cfg.raw.get("controller", {}).get("alertmanager")
+    am = cfg.section(SECTION)
     if am is not None:
-        token = read_secret_file(am["token_file"], f"{where}: controller.alertmanager.token_file")
-        receiver = ReceiverSettings(token, tuple(am.get("alerts", DEFAULT_ALERTS)))
+        token = read_secret_file(am.token_file, f"{where}: controller.alertmanager.token_file")
+        receiver = ReceiverSettings(token, am.alerts)
     if not targets and receiver is None:
         return None
     # The exporter's history retention (Pipeline's default): a model gone from the page

@@ -1,9 +1,9 @@
 """The controller's config section: the ``controller:`` keys (:data:`CONTROLLER_SCHEMA`, and
-the top-level receiver block), registered with the serve config on import as :data:`SECTION`,
-and one target's block validated across keys (thresholds, hysteresis band, the decision
-window, actuation secrets) by :func:`settings_from_raw`.
-
-May import: ``specwatch.poll.config`` and ``specwatch.common``.
+the top-level receiver block) as :data:`SECTION`, which the application composes into the
+serve config's schema. Each target's block is parsed once into :class:`Settings`, checked
+across keys (thresholds, hysteresis band, actuation secrets: :func:`parse_block`); the
+decision window is checked when the controller is built and knows the live model's window
+(:func:`with_window`). The receiver block is parsed into :class:`AlertmanagerSettings`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from specwatch.common.schema import (
     unit_interval,
 )
 from specwatch.common.secretfile import read_secret_file
-from specwatch.poll.config import ConfigSection, register_section
+from specwatch.poll.config import ConfigSection, Resolve, SectionContext
 
 log = logging.getLogger(__name__)
 
@@ -129,19 +129,6 @@ CONTROLLER_GLOBAL_SCHEMA: dict[str, Key] = {
     }, doc="POST /controller/alertmanager"),
 }
 
-#: The controller's keys of the serve config: ``targets[].controller`` and the top-level
-#: ``controller`` (registered on import).
-SECTION: ConfigSection[None] = ConfigSection(
-    "controller",
-    top={"controller": Key(dict, children=CONTROLLER_GLOBAL_SCHEMA)},
-    top_after="file_sd_configs",
-    target={"controller": Key(dict, children=CONTROLLER_SCHEMA,
-                              doc="SD controller (off by default)")},
-    target_after="max_models")
-register_section(SECTION)
-
-
-
 @dataclass(frozen=True)
 class Settings:
     """One target's validated ``controller:`` block (defaults: README, "Controller")."""
@@ -179,11 +166,25 @@ _SETTING_KEYS = ("disable_below_speedup", "enable_above_speedup", "min_acceptanc
 
 def settings_from_raw(raw: Mapping[str, Any], where: str, path: str,
                       windows: Mapping[str, float | None], window: str) -> Settings:
-    """Cross-key checks of one validated ``controller:`` block; reads header secrets.
+    """One validated ``controller:`` block checked across keys (:func:`parse_block`) and on
+    its decision window (:func:`with_window`)."""
+    return with_window(parse_block(raw, where, path), where, path, windows, window)
 
-    ``windows`` maps every computed window label to its length (None for the count window);
-    ``window`` is the target's model window, which the controller decides on.
-    """
+
+def with_window(s: Settings, where: str, path: str, windows: Mapping[str, float | None],
+                window: str) -> Settings:
+    """``s`` deciding on ``window``, the target's model window. ``windows`` maps every
+    computed window label to its length (None for the count window)."""
+    if window not in windows:
+        raise ConfigError(f"{where}: {path}: the controller decides on the model window "
+                          f"{window!r}, which is not computed; expected one of "
+                          f"{', '.join(windows)} (add it to global.windows)")
+    return dataclasses.replace(s, window=window, window_seconds=windows[window])
+
+
+def parse_block(raw: Mapping[str, Any], where: str, path: str) -> Settings:
+    """Cross-key checks of one validated ``controller:`` block; reads header secrets. The
+    window is the default until :func:`with_window` sets the target's."""
     def fail(key: str, msg: str) -> ConfigError:
         return ConfigError(f"{where}: {path}.{key}: {msg}" if key else f"{where}: {path}: {msg}")
 
@@ -207,10 +208,6 @@ def settings_from_raw(raw: Mapping[str, Any], where: str, path: str,
                    f"gap between them is the hysteresis band, got {s.enable_above_speedup:g}")
     if s.max_retry_backoff_seconds < s.retry_backoff_seconds:
         raise fail("max_retry_backoff_seconds", "must be >= retry_backoff_seconds")
-    if window not in windows:
-        raise ConfigError(f"{where}: {path}: the controller decides on the model window "
-                          f"{window!r}, which is not computed; expected one of "
-                          f"{', '.join(windows)} (add it to global.windows)")
     webhook = raw.get("webhook")
     command = raw.get("command")
     if mode == "webhook" and webhook is None:
@@ -235,8 +232,7 @@ def settings_from_raw(raw: Mapping[str, Any], where: str, path: str,
             redact.register_header(name, value)
         redact.register_url(webhook["url"])
     return dataclasses.replace(
-        s, models=tuple(raw["models"]) if "models" in raw else None, window=window,
-        window_seconds=windows[window],
+        s, models=tuple(raw["models"]) if "models" in raw else None,
         webhook_url=webhook["url"] if webhook else None,
         webhook_timeout=webhook.get("timeout", 10.0) if webhook else 10.0,
         webhook_headers=headers,
@@ -244,3 +240,68 @@ def settings_from_raw(raw: Mapping[str, Any], where: str, path: str,
         command_timeout=command.get("timeout", 120.0) if command else 120.0)
 
 
+@dataclass(frozen=True)
+class TargetController:
+    """One target's parsed ``controller:`` block and its key path (for later messages)."""
+
+    path: str
+    settings: Settings
+
+
+@dataclass(frozen=True)
+class AlertmanagerSettings:
+    """``controller.alertmanager``: the bearer token's file and the alerts that mean
+    'switch SD off'."""
+
+    token_file: str
+    alerts: tuple[str, ...] = DEFAULT_ALERTS
+
+
+def target_settings(raw: Mapping[str, Any], path: str, where: str) -> TargetController | None:
+    """A target's ``controller:`` block parsed (None: the target has none)."""
+    block = raw.get("controller")
+    if block is None:
+        return None
+    path = f"{path}.controller" if path else "--target controller"
+    return TargetController(path, parse_block(block, where, path))
+
+
+def receiver_settings(raw: Mapping[str, Any], _ctx: SectionContext
+                      ) -> AlertmanagerSettings | None:
+    """The top-level ``controller.alertmanager`` block (None: no receiver)."""
+    am = raw.get("controller", {}).get("alertmanager")
+    if am is None:
+        return None
+    return AlertmanagerSettings(am["token_file"], tuple(am.get("alerts", DEFAULT_ALERTS)))
+
+
+def resolve_header_files(target: Mapping[str, Any], rel: Resolve) -> Mapping[str, Any]:
+    """A target's webhook ``headers_from_file`` files relative to the config file."""
+    webhook = (target.get("controller") or {}).get("webhook")
+    if not webhook or "headers_from_file" not in webhook:
+        return target
+    return {**target, "controller": {**target["controller"], "webhook": {
+        **webhook, "headers_from_file": {
+            h: rel(f) for h, f in webhook["headers_from_file"].items()}}}}
+
+
+def resolve_token_file(raw: Mapping[str, Any], rel: Resolve) -> Mapping[str, Any]:
+    """The receiver's ``token_file`` relative to the config file."""
+    am = (raw.get("controller") or {}).get("alertmanager")
+    if not am or "token_file" not in am:
+        return raw
+    return {**raw, "controller": {**raw["controller"],
+                                  "alertmanager": {**am, "token_file": rel(am["token_file"])}}}
+
+
+#: The controller's keys of the serve config: ``targets[].controller`` and the top-level
+#: ``controller``.
+SECTION: ConfigSection[AlertmanagerSettings | None] = ConfigSection(
+    "controller",
+    top={"controller": Key(dict, children=CONTROLLER_GLOBAL_SCHEMA)},
+    top_after="file_sd_configs",
+    target={"controller": Key(dict, children=CONTROLLER_SCHEMA,
+                              doc="SD controller (off by default)")},
+    target_after="max_models",
+    build=receiver_settings, target_build=target_settings,
+    resolve_top=resolve_token_file, resolve_target=resolve_header_files)

@@ -2,6 +2,4 @@
 
 Owns: ``plugin`` (its config keys, the target hook that fills each model's prediction slot,
 and the family builder), ``metrics`` (its series' definitions).
-
-May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.model``, ``specwatch.common``.
 """

@@ -3,8 +3,6 @@
 Registered into the catalogue on import (:func:`specwatch.expose.metricdefs.register`), so
 ``metricdefs.gauge(name)`` builds these families; the metrics reference lists them in the
 order of :data:`specwatch.app.catalogue.METRICS`.
-
-May import: ``specwatch.expose.metricdefs``.
 """
 
 from __future__ import annotations

@@ -9,9 +9,6 @@ model does not vouch for is absent, never a placeholder (``sd_model_valid`` 0 wi
 prediction (``capacity_mismatch``); parameters files load once, at start-up (a bad one is
 exit 2). The rules, the speedup curve and the capacity check are specified in
 docs/exporter.md, "Live model predictions".
-
-May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.model``, ``specwatch.common``
-and :mod:`specwatch.plugins.host`.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ from prometheus_client.core import Metric
 
 from specwatch.common.bundle import missing_params_hint
 from specwatch.common.errors import ConfigError
-from specwatch.common.schema import Key
 from specwatch.expose import metricdefs
 from specwatch.model import (
     BreakEvenKind,
@@ -65,26 +61,13 @@ from specwatch.plugins.live.metrics import (
     PREDICTED_SPEEDUP_UPPER,
     SD_CEILING_ARRIVAL_RATE,
 )
-from specwatch.poll import derive, sources
-from specwatch.poll.config import ConfigSection, ServeConfig, register_section
+from specwatch.plugins.live.settings import SECTION, LiveTarget
+from specwatch.poll import sources
+from specwatch.poll.config import ServeConfig
 from specwatch.poll.snapshot import ModelSnapshot, Slot, Snapshot, TargetSnapshot
+from specwatch.poll.windows import derive
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MODEL_WINDOW = "5m"
-
-#: The live model's keys of the serve config (registered on import).
-SECTION: ConfigSection[None] = ConfigSection(
-    "live_model",
-    target={"params": Key(str, doc="latency-model parameters file (YAML) for the "
-                                   "sd_predicted_* series"),
-            "model_window": Key(str, doc="window whose signals feed the model (default "
-                                         "global's, 5m)")},
-    target_after="auth",
-    global_keys={"model_window": Key(str, doc="window whose signals feed the latency model "
-                                              "(default 5m)")},
-    global_after="min_bimodality_samples")
-register_section(SECTION)
 
 #: Relative difference between the KV cache a live server states and the calibrated one past
 #: which they are two configurations: vLLM sizes its cache from a memory profile at start-up,
@@ -511,20 +494,21 @@ def from_config(cfg: ServeConfig) -> LiveModel:
     labels = [w for w, _ in cfg.windows]
     if cfg.count_window > 0:
         labels.append(f"{cfg.count_window}req")
-    default = cfg.raw.get("global", {}).get("model_window", DEFAULT_MODEL_WINDOW)
+    default = cfg.section(SECTION).model_window
     params: dict[str, Params] = {}
     windows: dict[str, str] = {}
     seqs: dict[str, int] = {}
     for i, t in enumerate(cfg.targets):
-        path = t.raw.get("params")
-        label = t.raw.get("model_window", default)
+        own: LiveTarget = t.section(SECTION)
+        path = own.params
+        label = own.model_window or default
         windows[t.name] = label
-        if "max_num_seqs" in t.raw:
-            seqs[t.name] = t.raw["max_num_seqs"]
+        if t.max_num_seqs is not None:
+            seqs[t.name] = t.max_num_seqs
         if path is None:
             continue
         if label not in labels:
-            where = (f"targets[{i}].model_window" if "model_window" in t.raw
+            where = (f"targets[{i}].model_window" if own.model_window is not None
                      else "global.model_window")
             raise ConfigError(
                 f"{cfg.source}: {where}: window {label!r} is not computed; expected one of "

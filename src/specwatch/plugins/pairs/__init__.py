@@ -4,6 +4,4 @@ arrival rate and compared.
 Owns: ``settings`` (the ``pairs:`` and ``pair_options:`` config section, sharding keys),
 ``plugin`` (binning and the pair series), ``metrics`` (the series' definitions), ``stats`` (the
 speedup ratio, its interval and the bucket checks).
-
-May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.common``.
 """

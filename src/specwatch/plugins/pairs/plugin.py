@@ -14,9 +14,6 @@ Invariants: a side whose configuration changes (engine, SD on or off, configured
 bins over; segments older than ``retention`` leave their bin; state is bounded by (sides) x
 (bins) x (bands) x (retention / window) segments. docs/exporter.md, "Measured A/B pairs",
 specifies the segments, bands and statistics.
-
-May import: ``specwatch.poll``, ``specwatch.expose``, ``specwatch.common`` and
-:mod:`specwatch.plugins.host`.
 """
 
 from __future__ import annotations
@@ -37,8 +34,8 @@ from specwatch.plugins.host import PluginHost
 from specwatch.plugins.pairs import metrics  # noqa: F401  (registers the definitions)
 from specwatch.plugins.pairs import stats as pairstats
 from specwatch.plugins.pairs.settings import PairConfig, Pairs, PairSettings
-from specwatch.poll import derive
 from specwatch.poll.snapshot import ModelSnapshot, Snapshot, TargetSnapshot
+from specwatch.poll.windows import derive
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,8 @@
 """The ``pairs:`` and ``pair_options:`` sections of the serve config: their schema, the checks
 across keys, and the sharding groups that keep both sides of a pair on one exporter.
 
-Registers :data:`SECTION` with the serve config on import (:func:`specwatch.poll.config.
-register_section`), so the poll path validates and shards by pairs without importing this
-plug-in.
-
-May import: ``specwatch.poll.config`` and ``specwatch.common``.
+:data:`SECTION` declares them; the application composes it into the serve config's schema,
+so the poll path validates and shards by pairs without importing this plug-in.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from specwatch.common.schema import (
     non_negative,
     parse_duration,
 )
-from specwatch.poll.config import ConfigSection, SectionContext, check_name, register_section
+from specwatch.poll.config import ConfigSection, SectionContext, check_name
 
 #: Default arrival-rate bin edges (requests per second): [0, 0.5), [0.5, 1), ... [32, +Inf).
 DEFAULT_BINS: tuple[float, ...] = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -196,6 +193,3 @@ SECTION: ConfigSection[Pairs] = ConfigSection(
          "pair_options": Key(dict, children=PAIR_OPTIONS_SCHEMA,
                              doc="windows and bins of pairs")},
     top_after="controller", build=build_pairs, shard_keys=raw_shard_keys)
-register_section(SECTION)
-
-
