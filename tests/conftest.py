@@ -6,7 +6,9 @@ up, exception tracebacks included) is checked for the suite's known secrets
 for every secret specwatch registered for redaction so far (whatever a test configured:
 a token file, an environment variable, a header, a URL query); a test that logs one fails.
 The check reads the record as code formatted it, before any redacting filter: code must
-never format a secret into a message in the first place.
+never format a secret into a message in the first place. Under pytest-xdist (`make test`)
+each worker is a process of its own: "registered so far" means so far in that worker, and
+the suite's known secrets are checked in every worker.
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ def _run_item(item: DocItem, cwd: Path, env: dict[str, str], url: str) -> tuple[
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    bindir, _, env = wheel_venv(tmp_path_factory.mktemp("docs-wheel"))
+    bindir, _, env = wheel_venv(tmp_path_factory)
     env = {**env, "PATH": f"{bindir}{os.pathsep}{env.get('PATH', '')}", "VLLM_B_PASSWORD": "x"}
     return bindir, env
 

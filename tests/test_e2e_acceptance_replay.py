@@ -39,8 +39,12 @@ FOR = "5s"  # wall time (Prometheus' clock): 10 s of recorded time
 LOW = (120.0, 150.0)  # the temperature-1 phase, seconds after the first page (README)
 ALERT = "SDAcceptanceRateLow"
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
-                                reason="needs Debian's prometheus (make setup installs it)")
+# Slow (a live stack on the wall clock for tens of seconds): `make test-all` and CI.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("prometheus") is None,
+                       reason="needs Debian's prometheus (make setup installs it)"),
+]
 
 
 class Clock:

@@ -43,8 +43,12 @@ RATE_WINDOW = "20s"
 FOR = "10s"
 ALERT = "SDAcceptanceRateLow"
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
-                                reason="needs Debian's prometheus (make setup installs it)")
+# Slow (a live stack on the wall clock for tens of seconds): `make test-all` and CI.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("prometheus") is None,
+                       reason="needs Debian's prometheus (make setup installs it)"),
+]
 
 
 def get_json(url: str) -> Any:

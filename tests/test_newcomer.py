@@ -15,7 +15,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from helpers.readme import readme_command
+from helpers.wheelvenv import wheel_venv
 
 pytestmark = [
     pytest.mark.slow,
@@ -51,23 +51,7 @@ def _free_port() -> int:
 def newcomer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
     """(virtualenv bin folder, an empty working folder, environment) after a plain
     `pip install specwatch-*.whl`."""
-    base = tmp_path_factory.mktemp("newcomer")
-    dist = base / "dist"
-    built = _run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", dist,
-                  ROOT], cwd=base, env=dict(os.environ))
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
-    (wheel,) = dist.glob("specwatch-*.whl")
-    venv = base / "venv"
-    assert _run([sys.executable, "-m", "venv", venv], cwd=base,
-                env=dict(os.environ)).returncode == 0
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "VIRTUAL_ENV") and not k.startswith("SPECWATCH_")}
-    pip = _run([venv / "bin" / "python", "-m", "pip", "install", "-q", wheel], cwd=base,
-               env=env)
-    assert pip.returncode == 0, pip.stdout[-3000:] + pip.stderr[-3000:]
-    empty = base / "empty"
-    empty.mkdir()
-    return venv / "bin", empty, env
+    return wheel_venv(tmp_path_factory, extras="")
 
 
 def test_readme_mixin_command_and_its_rule_tests_from_the_wheel(newcomer) -> None:

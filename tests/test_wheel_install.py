@@ -56,7 +56,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
     """(venv bin folder, an empty working folder, environment) after `pip install wheel`."""
-    return wheel_venv(tmp_path_factory.mktemp("wheel-install"))
+    return wheel_venv(tmp_path_factory)
 
 
 def test_serve_from_the_wheel_derives_sd_series_from_a_recorded_page(installed) -> None:
@@ -173,13 +173,17 @@ def test_calibrate_from_the_wheel_refits_the_shipped_example(installed) -> None:
     where = _run([bindir / "python", "-m", "specwatch.common.bundle"], cwd=cwd, env=env)
     bundle = Path(where.stdout.strip())
     (data,) = (bundle / "examples" / "calibration").glob("*.csv")
-    # The same command as `make calibrate-examples` (the whole load range).
+    shipped_doc = yaml.safe_load(
+        (bundle / "examples" / "params" / "qwen3-32b-h100-qwen3-4b.yaml").read_text())
+    # The same command as `make calibrate-examples` (the whole load range, the KV caches the
+    # servers stated, which the shipped file records).
+    kv = shipped_doc["capacity"]
     result = _run([bindir / "specwatch", "calibrate", data, "--system", "Qwen3-32B+Qwen3-4B",
+                   "--kv-cache-tokens", f"{kv['kv_cache_tokens']:g}",
+                   "--kv-cache-tokens-sd", f"{kv['kv_cache_tokens_sd']:g}",
                    "--out", "fitted.yaml"], cwd=cwd, env=env)
     assert result.returncode == 0, result.stderr
     fitted_doc = yaml.safe_load((cwd / "fitted.yaml").read_text())
-    shipped_doc = yaml.safe_load(
-        (bundle / "examples" / "params" / "qwen3-32b-h100-qwen3-4b.yaml").read_text())
     for section in ("coefficients", "capacity"):
         fitted, shipped = fitted_doc.get(section) or {}, shipped_doc.get(section) or {}
         assert fitted.keys() == shipped.keys(), section

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.wheelvenv import built_dist
 from mixin_helpers import promtool
 
 from specwatch import cli
@@ -193,13 +194,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel as `make dist` builds it: sdist first, then the wheel from the unpacked sdist
     (so MANIFEST.in is checked too, and no stale build/ folder of the checkout leaks in);
     offline, without build isolation (setuptools and wheel come from the dev extra)."""
-    out = tmp_path_factory.mktemp("dist")
-    result = subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = built_dist(tmp_path_factory)
+    log = (out / "build.log").read_text(encoding="utf-8")
     # No deprecation notice from the build backend (the license as a TOML table gave one).
-    assert "deprecated" not in (result.stdout + result.stderr).lower(), result.stderr[-3000:]
+    assert "deprecated" not in log.lower(), log[-3000:]
     assert len(list(out.glob("specwatch-*.tar.gz"))) == 1
     wheels = list(out.glob("specwatch-*.whl"))
     assert len(wheels) == 1, wheels

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.shared import run_lock
 from mixin_helpers import REPO, load_dashboards
 
 from specwatch.mixin import render as mixin
@@ -50,17 +51,19 @@ SCHEMAS = {
 
 
 @pytest.fixture(scope="module")
-def node_modules() -> Path:
-    """Install the pinned packages once (npm ci from the lockfile)."""
+def node_modules(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Install the pinned packages once (npm ci from the lockfile; one worker at a time, as
+    npm ci empties node_modules first)."""
     modules = SCHEMA_DIR / "node_modules"
     stamp = modules / ".package-lock.json"
     lock = SCHEMA_DIR / "package-lock.json"
-    if not stamp.is_file() or stamp.stat().st_mtime < lock.stat().st_mtime:
-        npm = shutil.which("npm")
-        assert npm, "npm not found: `make setup` installs Debian's npm package"
-        proc = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=SCHEMA_DIR,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+    with run_lock(tmp_path_factory, "npm-ci"):
+        if not stamp.is_file() or stamp.stat().st_mtime < lock.stat().st_mtime:
+            npm = shutil.which("npm")
+            assert npm, "npm not found: `make setup` installs Debian's npm package"
+            proc = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=SCHEMA_DIR,
+                                  capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
     assert shutil.which("node"), "node not found: `make setup` installs Debian's nodejs"
     return modules
 

@@ -84,8 +84,12 @@ SEGMENT_S = 100.0  # the pair window (simulated seconds)
 STEP_S = 600.0  # simulated seconds per load step (six segments)
 POLL_S = 25.0  # simulated seconds between polls (four per segment)
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None,
-                                reason="needs Debian's prometheus (make setup installs it)")
+# Slow (a live stack on the wall clock for tens of seconds): `make test-all` and CI.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("prometheus") is None,
+                       reason="needs Debian's prometheus (make setup installs it)"),
+]
 
 
 def truth(server: SimulatorServer, start_s: float, end_s: float) -> float:
