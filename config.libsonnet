@@ -103,6 +103,13 @@
         // (Prometheus >= 2.42). Set to '' to omit the field for older Prometheus.
         keepFiringFor: '2m',
         minArrivalRate: 0.05,  // finished requests per second
+        // The guard where an engine counts no finished requests (the llama.cpp server), with
+        // source 'vllm': its verification steps (drafts) per second must reach this instead,
+        // so that the alert can fire for it. 1/s is minArrivalRate at the 21 drafts per
+        // finished request of the recorded vLLM 0.32 pair (tests/fixtures/
+        // vllm-0.32-cpu-pair-k2: 74250 drafts, 3550 requests); where an engine records an
+        // arrival rate, that decides alone.
+        minDraftRate: 1,  // verification steps per second
         // Exporter window the alert reads (source 'exporter'). 1m, not the 5m of the
         // dashboards: the `for` clock starts when the window crosses the threshold, and a
         // 5m window of a drop that follows heavy traffic crosses it up to 5 minutes late
@@ -118,8 +125,8 @@
         // measure 'rate'; labels target, model_name); 'vllm': the recording rules computed
         // from the engines' counters, for Prometheus setups without the exporter (labels job,
         // model_name; measure 'alpha' needs per-position counters: vLLM v1, TensorRT-LLM,
-        // llama.cpp; with minArrivalRate above 0 it needs finished requests, which llama.cpp
-        // does not count, so llama.cpp servers never fire it from this source).
+        // llama.cpp; with minArrivalRate above 0, an engine that counts no finished requests,
+        // llama.cpp, is guarded by minDraftRate instead).
         source: 'exporter',
       },
       // The latency model predicts that SD buys less than `threshold` x speedup at the

@@ -88,10 +88,22 @@
         threshold: low.threshold,
       }
       + (
+        // The arrival rate where the engine records one; the drafts rate where it does not
+        // (llama.cpp counts no finished requests), or the alert could never fire for it.
         if low.minArrivalRate > 0 then |||
           and on (%(on)s)
-          %(arrival)s >= %(min)g
-        ||| % { on: vllmOn, arrival: graced(rec.arrivalRate), min: low.minArrivalRate }
+          (
+            %(arrival)s >= %(min)g
+            or on (%(on)s)
+            (%(drafts)s >= %(minDrafts)g unless on (%(on)s) %(arrival)s)
+          )
+        ||| % {
+          on: vllmOn,
+          arrival: graced(rec.arrivalRate),
+          min: low.minArrivalRate,
+          drafts: graced(rec.drafts),
+          minDrafts: low.minDraftRate,
+        }
         else ''
       )
     else error "alerts.SDAcceptanceRateLow.source must be 'exporter' or 'vllm', got %s" % low.source,

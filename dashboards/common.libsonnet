@@ -13,7 +13,8 @@ local ds = '${datasource}';
 
     // Label filters (without braces). `exporter` matches one exporter job and target;
     // `sd` adds the model; `sdWindow` adds the exporter window chosen on the dashboard;
-    // `vllm` matches the vLLM job and model.
+    // `vllm` matches the vLLM job and model; `recorded` the recording rules' series of every
+    // engine of the fleet (their names are specwatch's own, so no job needs scoping them).
     //
     // Every filter starts with the configured selector (exporterSelector, vllmSelector)
     // and only then narrows it with the variable: whatever "All" expands to, a panel
@@ -28,6 +29,7 @@ local ds = '${datasource}';
       // vLLM series narrowed to the chosen server instances and engines (the per-engine
       // panels, as vLLM's own speculative-decoding dashboard filters them).
       vllmEngine: self.vllm + ', instance=~"$vllm_instance", engine=~"$engine"',
+      recorded: '%smodel_name=~"$model_name"' % clusterFilter,
     },
 
     local datasourceVar =

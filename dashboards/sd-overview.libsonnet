@@ -15,8 +15,9 @@ local row = g.panel.row;
     local a = c.alerts;
     local who = '{{target}} · {{model_name}}';
     local ms = measured.new(c, m);
-    // The recording rules on vLLM's counters (alerts/rules.libsonnet), filtered like
-    // every vLLM query.
+    // The recording rules on the engines' counters (alerts/rules.libsonnet): every engine of
+    // the fleet records into the same names, so their lines are fleet-wide, one per job
+    // and model (the legend names the job).
     local n = c.recordedNames;
     // One window per decision: a panel that shows the signal an alert acts on reads it over
     // the rule's window, whatever $window says, so it crosses the threshold when the alert
@@ -25,7 +26,8 @@ local row = g.panel.row;
     local low = a.SDAcceptanceRateLow;
     local lowFilter = if low.source == 'exporter' then '%s, window="%s"' % [f.sd, low.window] else f.sdWindow;
     local lowWindowWords = if low.source == 'exporter' then 'the %s window SDAcceptanceRateLow reads' % low.window else 'the exporter window selected above';
-    local rec(name) = '%s{%s}' % [name, f.vllm];
+    local rec(name) = '%s{%s}' % [name, f.recorded];
+    local counters = '{{job}} counters, %s' % c.rateWindow;
     // Names that changed between vLLM versions: the current one (0.11+, as in the 0.32 and
     // 0.33 pages of tests/fixtures) or the one before.
     local vllmNames = {
@@ -131,13 +133,13 @@ local row = g.panel.row;
     local acceptanceRate =
       m.timeSeries(
         'Acceptance α and rate',
-        "The acceptance α (share of drafts whose first token was accepted, or the per-token α where the engine has no per-position counters: label method) beside vLLM's acceptance rate (accepted / proposed draft tokens), over %s. The rate falls with the draft length k by construction, because later positions are accepted less often; the α does not, and equals the rate at k = 1. The dashed line is the SDAcceptanceRateLow threshold on the %s (%g; the alert fires after %s below it). Lines marked \"vLLM counters\" are the same from the recording rules on vLLM's counters (%s window). A gap means no drafts were verified in the window (an idle server), not an acceptance of 0." % [lowWindowWords, if low.measure == 'alpha' then 'α' else 'rate', low.threshold, low['for'], c.rateWindow],
+        "The acceptance α (share of drafts whose first token was accepted, or the per-token α where the engine has no per-position counters: label method) beside vLLM's acceptance rate (accepted / proposed draft tokens), over %s. The rate falls with the draft length k by construction, because later positions are accepted less often; the α does not, and equals the rate at k = 1. The dashed line is the SDAcceptanceRateLow threshold on the %s (%g; the alert fires after %s below it). Lines marked \"engine counters\" are the same from the recording rules on the serving engines' counters (%s window), one per job and model: every engine of the fleet (vLLM, SGLang, TensorRT-LLM, llama.cpp) records into them. A gap means no drafts were verified in the window (an idle server), not an acceptance of 0." % [lowWindowWords, if low.measure == 'alpha' then 'α' else 'rate', low.threshold, low['for'], c.rateWindow],
         'percentunit',
         [
           t('sd_acceptance_alpha{%s}' % lowFilter, who + ' α ({{method}})'),
-          t(rec(n.acceptanceAlpha), '{{model_name}} α (vLLM counters, %s)' % c.rateWindow),
+          t(rec(n.acceptanceAlpha), '{{model_name}} α (engine counters, %s)' % counters),
           t('sd_acceptance_rate{%s}' % lowFilter, who + ' rate'),
-          t(rec(n.acceptanceRate), '{{model_name}} rate (vLLM counters, %s)' % c.rateWindow),
+          t(rec(n.acceptanceRate), '{{model_name}} rate (engine counters, %s)' % counters),
         ],
       )
       + ts.standardOptions.withMin(0)
@@ -151,7 +153,7 @@ local row = g.panel.row;
         'short',
         [
           t('sd_acceptance_length{%s}' % f.sdWindow, who),
-          t(rec(n.acceptanceLength), '{{model_name}} (vLLM counters, %s)' % c.rateWindow),
+          t(rec(n.acceptanceLength), '{{model_name}} (engine counters, %s)' % counters),
         ],
       )
       + ts.fieldConfig.defaults.custom.withAxisLabel('tokens / step')
@@ -165,8 +167,8 @@ local row = g.panel.row;
         [
           t('sd_draft_length_configured{%s}' % f.sd, who + ' configured'),
           t('sd_draft_length{%s}' % f.sdWindow, who + ' effective'),
-          t(rec(n.draftLengthConfigured), '{{model_name}} configured (vLLM counters)'),
-          t(rec(n.draftLength), '{{model_name}} effective (vLLM counters, %s)' % c.rateWindow),
+          t(rec(n.draftLengthConfigured), '{{model_name}} configured (engine counters, {{job}})'),
+          t(rec(n.draftLength), '{{model_name}} effective (engine counters, %s)' % counters),
         ],
       )
       + ts.fieldConfig.defaults.custom.withAxisLabel('tokens')
@@ -175,13 +177,13 @@ local row = g.panel.row;
     local positionAcceptance =
       m.timeSeries(
         'Acceptance by draft position',
-        "Share of verification steps whose draft token at each position was accepted (acceptance is a prefix, so it falls with position; position 0 is the α). A steep fall after position 0 says the later draft positions are mostly wasted: a shorter k costs less verification. One line per target, model and position, from the exporter over the window selected above; a model no exporter polls is drawn from the recording rule on vLLM's counters instead (%s window, target \"vLLM counters\"), never both." % c.rateWindow,
+        "Share of verification steps whose draft token at each position was accepted (acceptance is a prefix, so it falls with position; position 0 is the α). A steep fall after position 0 says the later draft positions are mostly wasted: a shorter k costs less verification. One line per target, model and position, from the exporter over the window selected above; a model no exporter polls is drawn from the recording rule on its engine's counters instead (%s window, target \"<job> counters\"; every engine with per-position counters), never both." % c.rateWindow,
         'percentunit',
         [
           t(|||
             sd_position_acceptance_rate{%(f)s}
             or on (model_name, position)
-            label_replace(%(rec)s, "target", "vLLM counters", "", "")
+            label_replace(%(rec)s, "target", "$1 counters", "job", "(.*)")
           ||| % { f: f.sdWindow, rec: rec(n.positionAcceptanceRate) }, who + ' · position {{position}}'),
         ],
       )
@@ -411,13 +413,13 @@ local row = g.panel.row;
     local breakeven =
       m.timeSeries(
         'Break-even and SD throughput ceiling vs current arrival rate',
-        "Two model figures against the measured arrival rate (finished requests per second over the exporter window) and vLLM's completion rate (recording rule). Break-even (red, solid): the arrival rate where the predicted speedup crosses 1; +Inf (no crossing: SD pays up to its ceiling) is off the chart, 0 means SD never pays; arrival above it fires SDArrivalRateAboveBreakeven. SD throughput ceiling (purple, dashed): the arrival rate past which SD no longer keeps up, measured or modelled; the speedup may still be well above 1 just below it, so it is not a break-even.",
+        "Two model figures against the measured arrival rate (finished requests per second over the exporter window) and the engines' completion rate (recording rule, per job and model; llama.cpp counts no finished requests). Break-even (red, solid): the arrival rate where the predicted speedup crosses 1; +Inf (no crossing: SD pays up to its ceiling) is off the chart, 0 means SD never pays; arrival above it fires SDArrivalRateAboveBreakeven. SD throughput ceiling (purple, dashed): the arrival rate past which SD no longer keeps up, measured or modelled; the speedup may still be well above 1 just below it, so it is not a break-even.",
         'reqps',
         [
           t('sd_breakeven_arrival_rate{%s}' % f.sd, who + ' break-even'),
           t('sd_throughput_ceiling_arrival_rate{%s}' % f.sd, who + ' SD throughput ceiling'),
           t('sd_arrival_rate{%s}' % f.sdWindow, who + ' arrival'),
-          t(rec(n.arrivalRate), '{{model_name}} completions (vLLM counters, %s)' % c.rateWindow),
+          t(rec(n.arrivalRate), '{{model_name}} completions (engine counters, %s)' % counters),
         ],
       )
       // Break-even red and solid, the ceiling purple and dashed: two figures, two lines.
@@ -658,11 +660,11 @@ local row = g.panel.row;
     local draftTokens =
       m.timeSeries(
         'Draft tokens accepted and wasted per second',
-        "Draft tokens the verifier accepted per second, and those it rejected (proposed - accepted): the wasted verification work, per model, from the recording rules on vLLM's counters (%s window)." % c.rateWindow,
+        "Draft tokens the verifier accepted per second, and those it rejected (proposed - accepted): the wasted verification work, per job and model, from the recording rules on the serving engines' counters (%s window)." % c.rateWindow,
         'short',
         [
-          t(rec(n.acceptedTokens), '{{model_name}} accepted'),
-          t('%s\n- on (%s, job, model_name)\n%s' % [rec(n.draftTokens), c.clusterLabel, rec(n.acceptedTokens)], '{{model_name}} wasted'),
+          t(rec(n.acceptedTokens), '{{model_name}} accepted ({{job}})'),
+          t('%s\n- on (%s, job, model_name)\n%s' % [rec(n.draftTokens), c.clusterLabel, rec(n.acceptedTokens)], '{{model_name}} wasted ({{job}})'),
         ],
       )
       + ts.fieldConfig.defaults.custom.withAxisLabel('tokens / s');

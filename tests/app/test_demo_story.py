@@ -325,10 +325,10 @@ def steady_points(run: Run, values: list[tuple[float, float]], margin: float = 4
 
 
 @pytest.mark.parametrize(("title", "exporter", "vllm"), [
-    ("Acceptance α and rate", "sd_acceptance_alpha{", "α (vLLM counters"),
-    ("Acceptance α and rate", "sd_acceptance_rate{", "rate (vLLM counters"),
+    ("Acceptance α and rate", "sd_acceptance_alpha{", "α (engine counters"),
+    ("Acceptance α and rate", "sd_acceptance_rate{", "rate (engine counters"),
     ("Break-even and SD throughput ceiling vs current arrival rate", "sd_arrival_rate{",
-     "vLLM counters"),
+     "engine counters"),
 ])
 def test_vllm_counter_lines_agree_with_the_exporter(run: Run, title: str, exporter: str,
                                                     vllm: str) -> None:

@@ -182,6 +182,30 @@ def test_a_restart_is_a_reset_and_the_next_minute_is_read_alone(engine):
         accepted / _delta(pages[2], pages[3], tokens_name))
 
 
+@pytest.mark.parametrize("restart_page", ["as served", "with the request counter at 0"])
+def test_the_minute_after_a_trtllm_restart_reads_its_own_arrival_rate(restart_page):
+    """TensorRT-LLM creates its request counter on the first finished request, so the
+    restarted server's page has none: absent reads as 0, and the minute after the restart
+    is that minute's own finished requests over 60 s (120 / 60 = 2.0/s in the pages), the
+    same as a page that lists the counter at 0 — not the minute before folded in."""
+    pages = _sequence("trtllm")
+    name = "trtllm_request_success_total"
+    assert name not in pages[2]
+    if restart_page != "as served":
+        model = MODEL["trtllm"]
+        pages[2] += (f"# TYPE {name} counter\n" + "".join(
+            f'{name}{{engine_type="pytorch",finished_reason="{r}",model_name="{model}"}} 0.0\n'
+            for r in ("length", "stop")))
+    pipeline = _pipeline("trtllm", "auto")
+    for i, text in enumerate(pages):
+        pipeline.apply(PollResult("trtllm", 1000.0 + 60 * i, 1000.0 + 60 * i, 0.01, body=text))
+    w = _model(pipeline, "trtllm").window("1m")
+    assert w is not None
+    finished = _delta(pages[2], pages[3], name)
+    assert finished > 0
+    assert w.values[derive.ARRIVAL_RATE] == pytest.approx(finished / 60)
+
+
 # ---- through specwatch serve into a real Prometheus: the dashboard's queries ------------------
 
 STEP = 15.0  # poll interval of the backfilled run, seconds

@@ -148,7 +148,9 @@ def test_panels_select_only_the_configured_jobs_whatever_all_expands_to(name):
     Prometheus scrapes (6 where there were 3 exporters) and the scrape duration panel drew
     the vLLM jobs. Every selector of an exporter series (and of `up`,
     `scrape_duration_seconds`) carries the exporterSelector's matchers, every vLLM series
-    the vllmSelector's, whatever the variable holds; and `$job`'s All is not `.+`."""
+    the vllmSelector's, whatever the variable holds; and `$job`'s All is not `.+`. The
+    recorded series are the whole fleet's (every engine records into them), so they do not
+    carry the vllmSelector's."""
     config = mixin.default_config()
     exporter_sel = _equal_matchers(config["exporterSelector"])
     vllm_sel = _equal_matchers(config["vllmSelector"])
@@ -162,8 +164,11 @@ def test_panels_select_only_the_configured_jobs_whatever_all_expands_to(name):
             eq = {(m.name, m.value) for m in sel.matchers.matchers if str(m.op) == "MatchOp.Equal"}
             if sel.name in exporter_names:
                 assert exporter_sel <= eq, f"{where}: {sel.name} not scoped to the exporter job"
-            elif sel.name.startswith("vllm:") or sel.name in recorded_metrics():
+            elif sel.name.startswith("vllm:"):
                 assert vllm_sel <= eq, f"{where}: {sel.name} not scoped to the vLLM job"
+            elif sel.name in recorded_metrics():
+                # Fleet-wide: every engine's recording rules record into these names.
+                assert not eq & vllm_sel, f"{where}: {sel.name} scoped to the vLLM job"
     for v in d["templating"]["list"]:
         if v["name"] in ("job", "vllm_job"):
             assert v["includeAll"] and v.get("allValue") in (None, ""), v["name"]

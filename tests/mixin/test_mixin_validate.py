@@ -197,3 +197,10 @@ def test_the_bundle_label_cannot_be_emptied(tmp_path: Path, capsys) -> None:
     alerts would fall to the root route unseen."""
     err = _render_error(tmp_path, capsys, "alertLabels.component=")
     assert "alertLabels.component" in err and "Alertmanager" in err
+
+
+def test_the_drafts_rate_guard_is_a_number_at_least_0(tmp_path: Path, capsys) -> None:
+    """minDraftRate (the low-acceptance guard for engines without finished requests) is
+    checked like minArrivalRate: a negative rate is one line naming the key."""
+    err = _render_error(tmp_path, capsys, "alerts.SDAcceptanceRateLow.minDraftRate=-1")
+    assert "minDraftRate" in err

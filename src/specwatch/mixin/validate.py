@@ -238,6 +238,7 @@ CHECKS: tuple[tuple[str, Callable[[str, Any], None]], ...] = (
     ("alerts.*.statistic", _one_of(STATISTICS)),
     ("alerts.*.measure", _one_of(MEASURES)),
     ("alerts.*.minArrivalRate", _number(0, _INF)),
+    ("alerts.*.minDraftRate", _number(0, _INF)),
     ("alerts.*.minSamples", _number(1, _INF, integer=True)),
     ("alerts.SDAcceptanceRateLow.threshold", _number(0, 1)),
     ("alerts.SDAcceptanceBimodal.threshold", _number(0, 1)),
