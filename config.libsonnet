@@ -110,6 +110,13 @@
         // vllm-0.32-cpu-pair-k2: 74250 drafts, 3550 requests); where an engine records an
         // arrival rate, that decides alone.
         minDraftRate: 1,  // verification steps per second
+        // The same guard with source 'exporter', which derives no arrival rate for such an
+        // engine: at least minDraftedPolls poll intervals with enough drafts for an
+        // acceptance sample (global.min_drafts_per_sample) within draftedPollsWindow, so a
+        // lone burst does not decide; where the exporter derives an arrival rate, that
+        // decides alone. 3 in 5m holds for poll intervals up to 100 s.
+        minDraftedPolls: 3,
+        draftedPollsWindow: '5m',
         // Exporter window the alert reads (source 'exporter'). 1m, not the 5m of the
         // dashboards: the `for` clock starts when the window crosses the threshold, and a
         // 5m window of a drop that follows heavy traffic crosses it up to 5 minutes late

@@ -74,10 +74,27 @@
         threshold: low.threshold,
       }
       + (
+        // The arrival rate where the exporter derives one; where it cannot (an engine that
+        // counts no finished requests: llama.cpp), the poll intervals with enough drafts
+        // for an acceptance sample, or the alert could never fire for that engine.
         if low.minArrivalRate > 0 then |||
           and on (%(on)s)
-          %(arrival)s >= %(min)g
-        ||| % { on: exporterOn, arrival: graced(exp('sd_arrival_rate', low.window)), min: low.minArrivalRate }
+          (
+            %(arrival)s >= %(min)g
+            or on (%(on)s)
+            (
+              increase(%(samples)s[%(pw)s]) >= %(minPolls)g
+              unless on (%(on)s) %(arrival)s
+            )
+          )
+        ||| % {
+          on: exporterOn,
+          arrival: graced(exp('sd_arrival_rate', low.window)),
+          min: low.minArrivalRate,
+          samples: exp('sd_acceptance_rate_samples_count'),
+          pw: low.draftedPollsWindow,
+          minPolls: low.minDraftedPolls,
+        }
         else ''
       )
     else if low.source == 'vllm' then

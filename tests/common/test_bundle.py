@@ -24,6 +24,7 @@ from helpers.wheelvenv import built_dist
 from mixin_helpers import promtool
 
 from specwatch import cli
+from specwatch.engines import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,10 +49,13 @@ def _rule_exprs(path: Path) -> list[tuple[str, str]]:
 
 def test_mixin_render_with_both_selectors_writes_rules_promtool_accepts(tmp_path: Path,
                                                                         capsys) -> None:
-    """Every selector in the rules becomes the user's when both are set."""
+    """Every selector in the rules becomes the user's when the exporter's and each engine
+    family's are set (the engines' families from the registry: vLLM, SGLang, ...)."""
     out = tmp_path / "out"
+    families = [f for f in registry.families() if f != "vllm"]
+    others = [a for f in families for a in ("--set", f'{f}Selector=job="llm-{f}"')]
     rc = cli.main(["mixin", "render", "--out", str(out), "--set", 'vllmSelector=job="llm"',
-                   "--set", 'exporterSelector=job="llm-sw"'])
+                   "--set", 'exporterSelector=job="llm-sw"', *others])
     assert rc == 0
     printed = capsys.readouterr().out.split()
     rules = sorted((out / "alerts").glob("*.yaml"))
@@ -69,10 +73,11 @@ def test_mixin_render_with_both_selectors_writes_rules_promtool_accepts(tmp_path
     # recorded series, which carry it already).
     selecting = [(n, e) for n, e in exprs if "{" in e]
     assert len(selecting) >= len(exprs) // 2, exprs
+    users = ('job="llm"', 'job="llm-sw"', *(f'job="llm-{f}"' for f in families))
+    defaults = ('job="vllm"', 'job="specwatch"', *(f'job="{f}"' for f in families))
     for name, expr in selecting:
-        assert 'job="llm"' in expr or 'job="llm-sw"' in expr, \
-            f"{name}: selector not applied: {expr}"
-        assert 'job="vllm"' not in expr and 'job="specwatch"' not in expr, name
+        assert any(u in expr for u in users), f"{name}: selector not applied: {expr}"
+        assert not any(d in expr for d in defaults), name
     # The dashboards carry it too.
     dashboards = "".join(p.read_text() for p in (out / "dashboards").glob("*.json"))
     assert 'job=\\"llm\\"' in dashboards and 'job=\\"vllm\\"' not in dashboards

@@ -209,7 +209,7 @@ def test_low_acceptance_alert_reads_the_draft_length_independent_alpha():
     assert low["labels"]["severity"] == "warning"
     assert low["for"] == "10m"
     assert re.search(r"sd_acceptance_alpha\{[^}]*\}\[2m\]\) < 0.4\n", low["expr"])
-    assert "sd_acceptance_rate" not in low["expr"]
+    assert "sd_acceptance_rate{" not in low["expr"]
     assert "$labels.method" in low["annotations"]["description"]
     rate = _alert(mixin.render_rules({"alerts": {"SDAcceptanceRateLow": {"measure": "rate"}}}),
                   "SDAcceptanceRateLow")

@@ -204,3 +204,13 @@ def test_the_drafts_rate_guard_is_a_number_at_least_0(tmp_path: Path, capsys) ->
     checked like minArrivalRate: a negative rate is one line naming the key."""
     err = _render_error(tmp_path, capsys, "alerts.SDAcceptanceRateLow.minDraftRate=-1")
     assert "minDraftRate" in err
+
+
+@pytest.mark.parametrize("setting", ["alerts.SDAcceptanceRateLow.minDraftedPolls=-1",
+                                     "alerts.SDAcceptanceRateLow.draftedPollsWindow=five"])
+def test_the_drafted_polls_guard_is_checked(tmp_path: Path, capsys, setting: str) -> None:
+    """The exporter-source guard for engines without finished requests (a count of drafted
+    polls within a duration): a negative count or a window that is no duration is one line
+    naming the key."""
+    err = _render_error(tmp_path, capsys, setting)
+    assert setting.split("=")[0].split(".")[-1] in err

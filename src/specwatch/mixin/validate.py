@@ -239,6 +239,8 @@ CHECKS: tuple[tuple[str, Callable[[str, Any], None]], ...] = (
     ("alerts.*.measure", _one_of(MEASURES)),
     ("alerts.*.minArrivalRate", _number(0, _INF)),
     ("alerts.*.minDraftRate", _number(0, _INF)),
+    ("alerts.*.minDraftedPolls", _number(0, _INF)),
+    ("alerts.*.draftedPollsWindow", _duration(optional=False)),
     ("alerts.*.minSamples", _number(1, _INF, integer=True)),
     ("alerts.SDAcceptanceRateLow.threshold", _number(0, 1)),
     ("alerts.SDAcceptanceBimodal.threshold", _number(0, 1)),
