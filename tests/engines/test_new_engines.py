@@ -2,8 +2,9 @@
 
 Protected behaviour: the constructed page sequences of tests/fixtures/engines-constructed/
 (built from each engine's own source) go through the real pipeline (parse, history, derive)
-and collector, and through `specwatch serve` into a real Prometheus, where the SD dashboard's
-own queries return data for each engine's target. Expected values are computed here from
+and collector, and from that pipeline's exposition (backfilled) into a real Prometheus, where
+the SD dashboard's own queries return data for each engine's target (a running `specwatch
+serve` over HTTP: test_new_engines_serve.py). Expected values are computed here from
 the pages' own numbers (prometheus_client's parser), never written down: acceptance rate and
 length, draft length, α, per-position rates, configured k, and for TensorRT-LLM the arrival
 rate, mean latency and KV capacity. What an engine cannot give is absent, not 0: llama.cpp's
@@ -206,7 +207,7 @@ def test_the_minute_after_a_trtllm_restart_reads_its_own_arrival_rate(restart_pa
     assert w.values[derive.ARRIVAL_RATE] == pytest.approx(finished / 60)
 
 
-# ---- through specwatch serve into a real Prometheus: the dashboard's queries ------------------
+# ---- the pipeline's exposition, backfilled into a real Prometheus: the dashboard's queries ----
 
 STEP = 15.0  # poll interval of the backfilled run, seconds
 RUN = 420.0  # length of the run: past the 5m window
