@@ -170,6 +170,19 @@ def substitute_grafana_vars(expr: str) -> str:
     return _GRAFANA_VARS.sub(repl, expr)
 
 
+def substitute_target_vars(expr: str, target: str, window: str) -> str:
+    """A dashboard query as Grafana sends it with one exporter target selected: every model,
+    engine and vLLM instance, the mean statistic, `window` as both the exporter window and
+    `$__rate_interval` (longest variable names first, so `$window` never eats a prefix)."""
+    values = {"datasource": "prometheus", "job": "specwatch", "vllm_job": "vllm",
+              "target": target, "model_name": ".+", "vllm_instance": ".+", "engine": ".+",
+              "window": window, "statistic": "mean", "quantile_bounds": "1",
+              "__rate_interval": window}
+    for name in sorted(values, key=len, reverse=True):
+        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
+    return expr
+
+
 def promtool() -> str:
     path = shutil.which("promtool")
     assert path, "promtool not found: `make setup` installs Debian's prometheus package"

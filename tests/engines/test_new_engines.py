@@ -26,7 +26,13 @@ import urllib.request
 
 import pytest
 from helpers.paths import FIXTURES
-from mixin_helpers import dashboard_exprs, load_dashboards, metric_names, promtool
+from mixin_helpers import (
+    dashboard_exprs,
+    load_dashboards,
+    metric_names,
+    promtool,
+    substitute_target_vars,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.app.serve import ServeApp
@@ -305,15 +311,6 @@ def _query(base: str, expr: str, start: float, end: float) -> list:
     return body["data"]["result"]
 
 
-def _substitute(expr: str, target: str) -> str:
-    values = {"datasource": "prometheus", "job": "specwatch", "vllm_job": "vllm",
-              "target": target, "model_name": ".+", "vllm_instance": ".+", "engine": ".+",
-              "window": "1m", "statistic": "mean", "quantile_bounds": "1",
-              "__rate_interval": "1m"}
-    for name in sorted(values, key=len, reverse=True):
-        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
-    return expr
-
 
 SD = "specwatch-sd-overview.json"
 
@@ -343,7 +340,7 @@ def test_the_sd_dashboard_queries_return_data_for_the_engine(prometheus, target,
         sd_names = {n for n in names if n.startswith("sd_")}
         if not sd_names or names - sd_names:
             continue  # reads engine or Prometheus series, or no exporter series
-        result = _query(base, _substitute(expr, target), start, end)
+        result = _query(base, substitute_target_vars(expr, target, "1m"), start, end)
         if sd_names <= produced:
             checked += 1
             if not result:

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from helpers.pageserver import Page, PageSequenceServer
 from helpers.paths import FIXTURES
-from mixin_helpers import dashboard_exprs, load_dashboards, metric_names
+from mixin_helpers import dashboard_exprs, load_dashboards, metric_names, substitute_target_vars
 from promsim import get_json, scrape_job, scraping_prometheus, wait_for_scrape_after
 
 from specwatch.app.demo import free_port
@@ -49,15 +49,6 @@ TARGETS = {"trt": ("trtllm", ALLOWED | ENGINE_ONLY, CANNOT),
 def _sequence(engine: str) -> list[Page]:
     return [Page(p.read_text()) for p in sorted((PAGES / engine).glob("snap_*.txt"))]
 
-
-def _substitute(expr: str, target: str) -> str:
-    values = {"datasource": "prometheus", "job": "specwatch", "vllm_job": "vllm",
-              "target": target, "model_name": ".+", "vllm_instance": ".+", "engine": ".+",
-              "window": WINDOW, "statistic": "mean", "quantile_bounds": "1",
-              "__rate_interval": "10s"}
-    for name in sorted(values, key=len, reverse=True):
-        expr = expr.replace("${" + name + "}", values[name]).replace("$" + name, values[name])
-    return expr
 
 
 def _wait_polls(servers: list[PageSequenceServer], polls: int) -> None:
@@ -128,7 +119,7 @@ def test_the_sd_dashboard_shows_what_the_engine_gives_live(live, target):
         sd_names = {n for n in names if n.startswith("sd_")}
         if "panel" not in where or not sd_names or names - sd_names:
             continue  # not a panel, or reads engine or Prometheus series
-        result = _query_range(prom, _substitute(expr, target), start, end)
+        result = _query_range(prom, substitute_target_vars(expr, target, WINDOW), start, end)
         if sd_names <= allowed:
             checked += 1
             if not result:
