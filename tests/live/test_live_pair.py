@@ -45,7 +45,15 @@ from helpers.pairhistory import EAGLE3, predicted_speedup
 from helpers.pairtruth import counters, median_bucket
 from helpers.pairtruth import truth as pair_truth
 from helpers.scrape import parse_exposition, select
-from test_live_vllm import HERE, VENV, VLLM_READY_TIMEOUT, Stack, get, query, wait_for
+from test_live_vllm import (
+    HERE,
+    VENV,
+    VLLM_READY_TIMEOUT,
+    AlertSampler,
+    Stack,
+    get,
+    wait_for,
+)
 
 from specwatch.app.demo import free_port
 from specwatch.calibrate.measured import read_pair_points
@@ -177,16 +185,18 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Any:
                               stack.base, MODEL, str(out), json.dumps(PHASES)], "load")
         states: list[set[str]] = [set() for _ in PHASES]
         firing_at = None
+        sampler = AlertSampler(stack.prom, ALERT, tmp / "prometheus.log")
         while driver.poll() is None:
             done = json.loads((out / "phases.json").read_text()) \
                 if (out / "phases.json").exists() else []
             phase = min(len(done), len(PHASES) - 1)
-            for r in query(stack.prom, f'ALERTS{{alertname="{ALERT}"}}'):
-                states[phase].add(r["metric"]["alertstate"])
-                if r["metric"]["alertstate"] == "firing" and firing_at is None:
+            for state in sampler.states(time.time() - start) or []:
+                states[phase].add(state)
+                if state == "firing" and firing_at is None:
                     firing_at = time.time()
             time.sleep(1.0)
         assert driver.returncode == 0, (tmp / "load.log").read_text(errors="replace")[-3000:]
+        sampler.check()
         time.sleep(3.0)  # the exporter's polls of the last pages
         page = get(f"{stack.exporter}/metrics")
         times = json.loads((out / "phases.json").read_text())
