@@ -42,7 +42,7 @@ __all__ = ["BEST_VOUCHED", "MODEL_OPTIMUM", "BestDraft", "best_draft_length"]
 
 #: The model's optimum, its own prediction vouched for.
 MODEL_OPTIMUM = "model_optimum"
-#: The best vouched k, the unvouched optimum's gain over it inside its 90% interval.
+#: The best vouched k, the unvouched optimum's gain over it inside the two 90% intervals.
 BEST_VOUCHED = "best_vouched"
 
 
