@@ -5,10 +5,10 @@ Owns: ``closed_form`` (per-system fixed points, speedup, break-even entry point,
 length; pure, vectorised numpy) with the modules it is built from (``coefficients``,
 ``acceptance``, ``costs``, ``breakeven``, ``moe``, ``saturation``), ``params`` (parameters
 files: load, validate, dump; with ``observed`` and ``paramcheck``), ``uncertainty`` and
-``validity`` (intervals and the reasons a prediction is not vouched for), ``naive`` (the
-scalar reference the tests and benchmarks compare against), ``schedule`` (the batch-size → k
-schedule), ``whatif`` (what ``specwatch predict | sweep | advise`` compute and print; their
-options are in ``specwatch.cli``).
+``validity`` (intervals and the reasons a prediction is not vouched for), ``bestk`` (the
+best k a command shows), ``naive`` (the scalar reference the tests and benchmarks compare
+against), ``schedule`` (the batch-size → k schedule), ``whatif`` (what ``specwatch predict |
+sweep | advise`` compute and print; their options are in ``specwatch.cli``).
 
 The model's public names are re-exported here from their modules, so ``from specwatch.model
 import predict`` is the way other subpackages call the model.

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
+from specwatch.model import acceptance_length_from_profile, extend_profile, validity
 from specwatch.model.closed_form import optimal_draft_length
 from specwatch.model.params import load_params, params_from_mapping
 from specwatch.plugins.control.actuation import Outcome
@@ -482,27 +483,63 @@ def test_reason_follows_what_holds_the_state():
                     ("enabled", "agrees")]
 
 
-@pytest.mark.parametrize(("limit", "ok_rate", "rate", "reason"), [
-    # The shipped file: past 9.5 req/s the fastest k's own prediction is declined (at 12
-    # req/s k = 4 is `saturated`) though the optimiser still finds it the fastest.
-    (None, 8.0, 12.0, "saturated"),
-    # A file whose interval limit is ±6%: at 9 req/s the fastest k is `sensitive`, at 7 not.
-    (0.06, 7.0, 9.0, "sensitive"),
-], ids=["saturated", "sensitive"])
-def test_the_model_assessor_never_offers_a_best_k_it_cannot_vouch_for(limit, ok_rate, rate,
-                                                                      reason):
-    """Near the EAGLE-3 ceiling the model's fastest k has a declined prediction: the
-    assessment is not valid (the controller waits) and says which k and why."""
-    params = load_params(PARAMS)
-    if limit is not None:
-        params = dataclasses.replace(params, uncertainty=dataclasses.replace(
-            params.uncertainty, max_relative_halfwidth=limit))
-    assess = model_assessor(params)
-    ok = assess(obs(0.0, lam=ok_rate), AcceptanceProfile("live", GOOD))
+def test_the_model_assessor_never_offers_a_best_k_it_cannot_vouch_for():
+    """Near the EAGLE-3 ceiling the model's fastest k has a declined prediction: past 9.5
+    req/s (at 12 req/s k = 4 is `saturated`, though the optimiser still finds it the
+    fastest) and no other k is vouched for either: the assessment is not valid (the
+    controller waits) and says which k and why."""
+    assess = model_assessor(load_params(PARAMS))
+    ok = assess(obs(0.0, lam=8.0), AcceptanceProfile("live", GOOD))
     assert ok.valid and ok.best_draft_length
-    a = assess(obs(0.0, lam=rate), AcceptanceProfile("live", GOOD))
+    a = assess(obs(0.0, lam=12.0), AcceptanceProfile("live", GOOD))
     assert not a.valid and a.best_draft_length is None
-    assert a.reason.startswith("best k = ") and reason in a.reason
+    assert a.reason.startswith("best k = 4 not vouched for: ") and "saturated" in a.reason
+
+
+def _sensitive_at_6_percent():
+    params = load_params(PARAMS)
+    return dataclasses.replace(params, uncertainty=dataclasses.replace(
+        params.uncertainty, max_relative_halfwidth=0.06))
+
+
+def test_the_controller_moves_only_to_a_vouched_k():
+    """A file whose interval limit is ±6%: at 9 req/s the model's fastest k = 5 is
+    `sensitive`, k = 4 is vouched for and predicted 3.4% slower, inside the two 90% latency
+    intervals (`model.bestk`). The assessment offers k = 4, never k = 5, and a controller
+    fed that load for an hour recommends k = 4 throughout: every k it recommends has a
+    vouched prediction of its own."""
+    params = _sensitive_at_6_percent()
+    assess = model_assessor(params)
+    profile = tuple(extend_profile(GOOD, params.k_max))
+    fastest = optimal_draft_length(params.model(), 9.0, p=500.0, g=200.0, k_max=params.k_max,
+                                   max_utilization=params.max_utilization, profile=profile)
+    a = assess(obs(0.0, lam=9.0), AcceptanceProfile("live", GOOD))
+    assert int(fastest.k) == 5 and a.valid and a.best_draft_length == 4
+
+    def is_vouched(k: int) -> bool:
+        e = float(acceptance_length_from_profile(profile, k))
+        return bool(validity.vouched(params, 9.0, k, e, 500.0, 200.0))
+
+    assert is_vouched(4) and not is_vouched(5)
+    lo, hi = a.best_speedup_interval
+    assert lo < a.best_speedup < hi
+    mc = ModelController("t", "m", RECOMMEND, assessor=assess)
+    recommended = set()
+    for t in range(0, 3600, 5):
+        mc.step(obs(t, lam=9.0))
+        recommended.add(mc.status().recommended_draft_length)
+    assert recommended - {None} == {4}
+    assert all(is_vouched(k) for k in recommended - {None})
+
+
+def test_the_controller_holds_where_no_vouched_k_is_as_good_as_the_fastest():
+    """With a ±1% interval limit every k at 9 req/s is `sensitive`: no k is vouched for, no
+    decision, and the reason says which k and why."""
+    params = dataclasses.replace(_sensitive_at_6_percent(), uncertainty=dataclasses.replace(
+        load_params(PARAMS).uncertainty, max_relative_halfwidth=0.01))
+    a = model_assessor(params)(obs(0.0, lam=9.0), AcceptanceProfile("live", GOOD))
+    assert not a.valid and a.best_draft_length is None
+    assert a.reason.startswith("best k = 5 not vouched for: sensitive")
 
 
 # ----------------------------------------------------------------- the k-independent guard

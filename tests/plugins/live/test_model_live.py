@@ -472,3 +472,19 @@ def test_the_best_k_is_withheld_where_its_own_prediction_is_declined(tmp_path):
     params = UNCERTAIN.replace("max_relative_halfwidth: 0.15", "max_relative_halfwidth: 0.01")
     series = run_pages(tmp_path, [ZERO, STEADY], params=params)
     assert not select(series, "sd_optimal_draft_length", **key)
+
+
+def test_the_best_k_is_the_best_vouched_one_where_the_fastest_cannot_be_told_from_it(tmp_path):
+    """A file that measured k = 3 only: the model's fastest k at this load, 2, is
+    `extrapolated_k`. With σ = 2% it is predicted 3.3% faster than k = 3, inside the two 90%
+    latency intervals, so sd_optimal_draft_length is 3 (the best k `predict` shows,
+    model.bestk); with σ = 0.1% the intervals cannot hold that gain and there is none."""
+    key = {"target": "a", "window": "5m"}
+    ranged = PARAMS + ("calibrated_range:\n  max_arrival_rate: 5.0\n  max_in_flight: 10.0\n"
+                       "  draft_lengths: [0, 3]\n")
+    band = ("uncertainty:\n  level: 0.9\n  max_relative_halfwidth: 0.15\n"
+            "  bands:\n    - {utilization_below: .inf, sigma: SIGMA, runs: 20}\n")
+    series = run_pages(tmp_path, [ZERO, STEADY], params=ranged + band.replace("SIGMA", "0.02"))
+    assert one(series, "sd_optimal_draft_length", **key) == 3.0
+    series = run_pages(tmp_path, [ZERO, STEADY], params=ranged + band.replace("SIGMA", "0.001"))
+    assert not select(series, "sd_optimal_draft_length", **key)

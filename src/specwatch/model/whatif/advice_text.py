@@ -103,10 +103,12 @@ def _peak_lines(out: dict[str, Any]) -> list[str]:
     peak = out.get("peak")
     if peak is not None:
         if peak["valid"]:
+            stand_in = peak.get("optimal_basis") == "best_vouched"
             lines.append(
                 f"At the peak batch ({peak['batch']:g} requests in flight, ≈ "
                 f"{peak['arrival_rate']:.3g} req/s): best k = {peak['optimal_draft_length']}, "
-                f"{peak['optimal_speedup']:.2f}x predicted."
+                f"{peak['optimal_speedup']:.2f}x predicted"
+                + (f" ({peak['optimal_note']})." if stand_in else ".")
             )
         else:
             lines.append(f"At the peak batch: no valid prediction ({peak['reason']}).")
@@ -175,7 +177,8 @@ def render(out: dict[str, Any]) -> None:
         rows.append([q, f(item["arrival_rate"], ".4g"), f(item["latency_nosd_s"], ".3f"),
                      f(item["latency_sd_s"], ".3f"), f(item["speedup"], ".3f"),
                      "—" if item["optimal_draft_length"] is None
-                     else str(item["optimal_draft_length"]),
+                     else str(item["optimal_draft_length"])
+                     + ("*" if item.get("optimal_basis") == "best_vouched" else ""),
                      f(item["optimal_speedup"], ".3f")])
     k = out["draft_length"]
     title = (f"specwatch advise · {out['system']} · p = {f(out['prompt_tokens'])}, "
@@ -185,5 +188,11 @@ def render(out: dict[str, Any]) -> None:
         ["load", "λ (req/s)", "L no SD (s)", f"L k={k} (s)" if k else "L SD (s)",
          "speedup", "best k here", "best S here"],
         rows,
-        ["", *out["advice"]],
+        ["", *out["advice"], *_best_notes(out)],
     )
+
+
+def _best_notes(out: dict[str, Any]) -> list[str]:
+    """A footnote per percentile whose best k is the best vouched one (marked *)."""
+    return [f"* {q}: {item['optimal_note']}" for q, item in out["percentiles"].items()
+            if item.get("optimal_basis") == "best_vouched"]

@@ -28,13 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.model import ceilings, uncertainty, validity
-from specwatch.model.closed_form import (
-    OptimalDraft,
-    Reason,
-    latency,
-    optimal_draft_length,
-)
+from specwatch.model import bestk, ceilings, uncertainty, validity
+from specwatch.model.closed_form import Reason, latency, optimal_draft_length, reason_text
 from specwatch.model.params import Params
 from specwatch.model.schedule import (
     SCHEDULE_GRID,
@@ -123,8 +118,7 @@ class Grid:
     ks: np.ndarray  # 1..k_max
     es: np.ndarray  # E(k)
     judged: validity.Assessment
-    best: OptimalDraft
-    best_ok: np.ndarray  # the best k's own prediction is vouched for
+    best: bestk.BestDraft  # the best k at each percentile (model.bestk), -1 where none
 
     @property
     def valid(self) -> np.ndarray:
@@ -214,21 +208,18 @@ def judge_grid(st: Setup) -> Grid:
     declined (sensitive, beyond the calibrated load, at a measured ceiling) is not advised.
     A percentile with no valid operating point at all, with or without SD, is a capacity
     problem (InputError); one whose fastest choice lies past the validity ceiling has no best
-    k (`best_ok` false) but still has the valid ones."""
+    k (`best.shown` false) but still has the valid ones."""
     params, p, g, ceiling = st.params, st.p, st.g, st.ceiling
     lam = np.array([st.rates[q] for q in PERCENTILES])
     ks = np.arange(1, st.k_max + 1, dtype=float)
     es = st.acc.length(ks)
     judged = validity.assess(params, lam[:, None], ks[None, :], es[None, :], p, g,
                              max_utilization=ceiling, max_halfwidth=st.limit)
-    best = optimal_draft_length(params.model(), lam, p=p, g=g, k_max=st.k_max,
-                                max_utilization=ceiling, **st.acc.optimal_kwargs())
-    best_ok = best.valid & validity.vouched(
-        params, lam, best.k, st.acc.length(np.maximum(best.k, 0).astype(float)), p, g,
-        max_utilization=ceiling, max_halfwidth=st.limit)
+    best = bestk.best_draft_length(params, lam, p, g, k_max=st.k_max, max_utilization=ceiling,
+                                   max_halfwidth=st.limit, **st.acc.optimal_kwargs())
     nosd = judged.prediction.nosd
     for i, q in enumerate(PERCENTILES):
-        if not bool(best.valid[i]) and not bool(nosd.valid[i, 0]) \
+        if not bool(best.optimum.valid[i]) and not bool(nosd.valid[i, 0]) \
                 and not bool(np.any(judged.prediction.sd.valid[i])):
             util = float(nosd.utilization[i, 0])
             raise common.InputError(
@@ -236,7 +227,7 @@ def judge_grid(st: Setup) -> Grid:
                 f"with or without SD (no-SD utilisation λ·C2 = {util:.3g}, ceiling "
                 f"{ceiling:g}): this is a capacity problem SD cannot fix; add replicas"
             )
-    return Grid(lam, ks, es, judged, best, best_ok)
+    return Grid(lam, ks, es, judged, best)
 
 
 def choose_static_k(st: Setup, grid: Grid) -> Choice:
@@ -288,7 +279,7 @@ def percentile_rows(st: Setup, grid: Grid, static_k: int,
     """At each percentile: the advised configuration's latency, speedup and utilisation, the
     best k there, the requests in flight (Little's law) and the schedule's k for them."""
     pred, s, valid, best, best_ok = (grid.judged.prediction, grid.speedup, grid.valid,
-                                     grid.best, grid.best_ok)
+                                     grid.best, grid.best.shown)
     nosd = pred.nosd
     per_q: dict[str, Any] = {}
     j = static_k - 1
@@ -301,6 +292,8 @@ def percentile_rows(st: Setup, grid: Grid, static_k: int,
             "speedup": float(s[i, j]) if static_k else 1.0,
             "optimal_draft_length": int(best.k[i]) if bool(best_ok[i]) else None,
             "optimal_speedup": float(best.speedup[i]) if bool(best_ok[i]) else None,
+            "optimal_basis": str(best.basis[i]) if bool(best_ok[i]) else None,
+            "optimal_note": best.note(i),
             "utilization": float(pred.sd.utilization[i, j]) if static_k
             else float(nosd.utilization[i, 0]),
             "valid": bool(valid[i, j]) if static_k else bool(nosd.valid[i, 0]),
@@ -449,18 +442,25 @@ def _peak(st: Setup, peak_batch: float) -> dict[str, Any]:
     path = best_path(st.params.model(), st.workload)
     batch = path.batch
     out: dict[str, Any] = {"batch": peak_batch, "arrival_rate": None, "valid": False,
-                           "optimal_draft_length": None, "optimal_speedup": None}
+                           "optimal_draft_length": None, "optimal_speedup": None,
+                           "optimal_basis": None, "optimal_note": None}
     if not batch.size or peak_batch > float(batch.max()):
         out["reason"] = (f"a batch of {peak_batch:g} requests in flight is past the model's "
                          f"validity ceiling {st.ceiling:g} (largest valid batch "
                          f"{float(batch.max()) if batch.size else 0:.3g})")
         return out
     lam = float(np.interp(peak_batch, batch, path.arrival_rates))
-    best = optimal_draft_length(st.params.model(), np.array([lam]), p=st.p, g=st.g,
-                                k_max=st.k_max, max_utilization=st.ceiling,
-                                **st.acc.optimal_kwargs())
-    out.update(arrival_rate=lam, valid=bool(best.valid[0]),
-               optimal_draft_length=int(best.k[0]), optimal_speedup=float(best.speedup[0]))
+    best = bestk.best_draft_length(st.params, np.array([lam]), st.p, st.g, k_max=st.k_max,
+                                   max_utilization=st.ceiling, max_halfwidth=st.limit,
+                                   **st.acc.optimal_kwargs())
+    shown = bool(best.shown[0])
+    out.update(arrival_rate=lam, valid=shown,
+               optimal_draft_length=int(best.k[0]) if shown else None,
+               optimal_speedup=float(best.speedup[0]) if shown else None,
+               optimal_basis=str(best.basis[0]) if shown else None,
+               optimal_note=best.note(0))
+    if not shown:
+        out["reason"] = best.note(0) or reason_text(int(best.optimum.reason[0]))
     return out
 
 

@@ -15,12 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from specwatch.model import ceilings, uncertainty, validity
-from specwatch.model.closed_form import (
-    BreakEvenKind,
-    Reason,
-    optimal_draft_length,
-)
+from specwatch.model import bestk, ceilings, uncertainty, validity
+from specwatch.model.closed_form import BreakEvenKind, Reason
 from specwatch.model.params import Params
 from specwatch.model.whatif import common
 
@@ -58,6 +54,8 @@ EMPTY: dict[str, Any] = {
     "sd_ceiling_interval": None,
     "sd_ceiling_reasons": [],
     "optimal_draft_length": None,
+    "optimal_basis": None,
+    "optimal_note": None,
 }
 
 
@@ -259,17 +257,27 @@ def _prediction(params: Params, judged: validity.Assessment, lam: float, k: floa
 
 def _optimal(params: Params, acc: common.Acceptance | None, lam: float, p: float, g: float,
              k_max: int, ceiling: float, limit: float) -> dict[str, Any]:
-    """The best k at this load, shown only where its own prediction is vouched for
-    (validity.vouched); none with SD off."""
+    """The best k at this load and its basis (`model.bestk`: the model's optimum where its
+    own prediction is vouched for, else the best vouched k where the optimum's gain over it
+    lies inside its 90% latency interval); none with SD off."""
+    none: dict[str, Any] = {"optimal_draft_length": None, "optimal_speedup": None,
+                            "optimal_basis": None, "optimal_note": None,
+                            "model_optimal_draft_length": None, "optimal_gain": None,
+                            "optimal_gain_allowance": None}
     if acc is None:
-        return {"optimal_draft_length": None, "optimal_speedup": None}
-    opt = optimal_draft_length(params.model(), lam, p=p, g=g, k_max=k_max,
-                               max_utilization=ceiling, **acc.optimal_kwargs())
-    ok = bool(opt.valid) and bool(validity.vouched(
-        params, lam, opt.k, acc.length(max(int(opt.k), 0)), p, g,
-        max_utilization=ceiling, max_halfwidth=limit))
-    return {"optimal_draft_length": int(opt.k) if ok else None,
-            "optimal_speedup": float(opt.speedup) if ok else None}
+        return none
+    best = bestk.best_draft_length(params, lam, p, g, k_max=k_max, max_utilization=ceiling,
+                                   max_halfwidth=limit, **acc.optimal_kwargs())
+    shown = bool(best.shown)
+    k_opt = int(best.optimum.k)
+    return {**none,
+            "optimal_draft_length": int(best.k) if shown else None,
+            "optimal_speedup": float(best.speedup) if shown else None,
+            "optimal_basis": str(best.basis) if shown else None,
+            "optimal_note": best.note(),
+            "model_optimal_draft_length": k_opt if k_opt >= 0 else None,
+            "optimal_gain": float(best.gain),
+            "optimal_gain_allowance": float(best.allowance)}
 
 
 def _reason(params: Params, judged: validity.Assessment, k: float, ceiling: float, limit: float,
@@ -370,7 +378,10 @@ def render(out: dict[str, Any]) -> None:
         notes.append(
             "optimal draft length at this load: "
             + ("0 (SD off)" if k_opt == 0 else f"{k_opt} ({out['optimal_speedup']:.3f}x)")
+            + (f" ({out['optimal_note']})" if out.get("optimal_note") else "")
         )
+    elif out.get("optimal_note"):
+        notes.append(f"optimal draft length at this load: {out['optimal_note']}")
     notes.append("valid: yes" if out["valid"] else f"valid: NO: {out['reason']}")
     if out["valid"] and not out["speedup_valid"]:
         notes.append(f"speedup: not vouched for: {out['speedup_reason']}")

@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from specwatch.model import validity
+from specwatch.model import bestk, validity
 from specwatch.model.closed_form import (
     MAX_DRAFT_LENGTH,
     Reason,
-    optimal_draft_length,
     reason_text,
     speedup,
 )
@@ -115,13 +114,13 @@ def compute(inputs: SweepInputs) -> dict[str, Any]:
     limit = common.halfwidth_of(inputs.model, params)
     judged = validity.assess(params, lams[:, None], k_arr[None, :], e_arr[None, :], p, g,
                              max_utilization=ceiling, max_halfwidth=limit)
-    best = optimal_draft_length(params.model(), lams, p=p, g=g, draft_lengths=ks,
-                                max_utilization=ceiling, **acc.optimal_kwargs())
-    # The best k is the model's fastest; it is shown only where its own prediction is
-    # vouched for (the same judgement as its column), never next to a blank column.
-    best_ok = best.valid & validity.vouched(
-        params, lams, best.k, acc.length(np.maximum(best.k, 0).astype(float)), p, g,
-        max_utilization=ceiling, max_halfwidth=limit)
+    # The best k is the model's fastest where its own prediction is vouched for (the same
+    # judgement as its column), else the best vouched k where the two cannot be told apart
+    # (model.bestk); never next to a blank column.
+    best = bestk.best_draft_length(params, lams, p, g, draft_lengths=ks,
+                                   max_utilization=ceiling, max_halfwidth=limit,
+                                   **acc.optimal_kwargs())
+    best_ok = best.shown
     pred = judged.prediction
     nosd_valid = pred.nosd.valid[:, 0]
     cal = params.calibrated_range
@@ -138,8 +137,10 @@ def compute(inputs: SweepInputs) -> dict[str, Any]:
         "latency_nosd_s": np.where(nosd_valid, pred.nosd.latency[:, 0], np.nan),
         "utilization_nosd": pred.nosd.utilization[:, 0],
         "curves": _curves(params, judged, lams.size, ks, e_arr, p, g),
-        "best_draft_length": np.where(best_ok, best.k, -1),
-        "best_speedup": np.where(best_ok, best.speedup, np.nan),
+        "best_draft_length": best.k,
+        "best_speedup": best.speedup,
+        "best_basis": [b or None for b in best.basis.tolist()],
+        "best_notes": [best.note(i) for i in range(lams.size)],
         "sd_off_above_arrival_rate": (off := common.sd_off_above(lams, best.k, best_ok)),
         "sd_off_above_reasons": (validity.range_reasons(cal, off, None, 0) if off else []),
         "valid": True,
@@ -324,8 +325,9 @@ def render(out: dict[str, Any]) -> None:
     rows = []
     for i, lam in enumerate(out["arrival_rates"]):
         b = int(out["best_draft_length"][i])
+        mark = "*" if out["best_basis"][i] == bestk.BEST_VOUCHED else ""
         rows.append([f(lam, ".4g"), *[f(c["speedup"][i], ".3f") for c in out["curves"]],
-                     "—" if b < 0 else ("0 (off)" if b == 0 else str(b)),
+                     "—" if b < 0 else ("0 (off)" if b == 0 else str(b)) + mark,
                      f(out["best_speedup"][i], ".3f")])
     acc = (f"α = {out['alpha']:.4g}" if out["alpha"] is not None
            else "acceptance profile " + ", ".join(f"{x:g}" for x in out["acceptance_profile"]))
@@ -346,6 +348,11 @@ def render(out: dict[str, Any]) -> None:
         notes.append(f"  k = {c['draft_length']} (E = {c['acceptance_length']:.3f}, isolated "
                      f"speedup {c['isolated_speedup']:.3f}x): break-even {text}"
                      + (f"; SD ceiling {ceiling}" if ceiling else ""))
+    stand_ins = [i for i, b in enumerate(out["best_basis"]) if b == bestk.BEST_VOUCHED]
+    if stand_ins:
+        i = stand_ins[0]
+        notes.append(f"* at {f(out['arrival_rates'][i], '.4g')} req/s (the first so "
+                     f"marked): {out['best_notes'][i]}")
     if out["sd_off_above_arrival_rate"] is not None:
         notes.append(f"best choice is SD off from {out['sd_off_above_arrival_rate']:.4g} req/s "
                      "on (within the swept range)"

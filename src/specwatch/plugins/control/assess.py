@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from specwatch.engines import registry
-from specwatch.model import extend_profile, optimal_draft_length, reason_text
+from specwatch.model import bestk, extend_profile, reason_text
 from specwatch.model.schedule import Workload, batch_schedule
 from specwatch.plugins.control.jsonview import iso_time, json_number
 from specwatch.plugins.control.settings import EPS, LATENCIES, QUANTILES
@@ -201,12 +201,12 @@ def model_assessor(params: Params, min_acceptance_alpha: float = 0.0) -> Assesso
     """The latency model at the live load (λ, p, g of the window) with a given profile.
 
     The profile is extended to k_max as the live model series do (model.extend_profile), so
-    the best k here is the one ``sd_optimal_draft_length`` shows when SD is on. The guard
+    the best k here (model.bestk: the model's optimum where its own prediction is vouched
+    for, else the best vouched k it cannot be told from, else none and no decision) is the
+    one ``sd_optimal_draft_length`` shows when SD is on. The guard
     (:func:`admissible_k_max`) does not change it; it sets ``k_limit`` to 0 when the
     profile's α is below ``min_acceptance_alpha``.
     """
-    coef = params.model()
-
     def assess(obs: Observation, profile: AcceptanceProfile) -> Assessment:
         lam, p, g = obs.arrival_rate, obs.prompt_tokens, obs.generation_tokens
         missing = [n for n, x in (("arrival rate", lam), ("prompt length", p),
@@ -218,18 +218,23 @@ def model_assessor(params: Params, min_acceptance_alpha: float = 0.0) -> Assesso
         kwargs = _profile_kwargs(profile, k_max)
         if kwargs is None:
             return Assessment(False, "no usable acceptance profile")
-        opt = optimal_draft_length(coef, lam, p=p, g=g, k_max=k_max,
-                                   max_utilization=params.max_utilization, **kwargs)
-        if not bool(opt.valid):
-            return Assessment(False, reason_text(int(opt.reason)))
-        k = int(opt.k)
-        speedup = float(opt.speedup) if k > 0 else 1.0
+        # The best k by the rule every command shows (model.bestk): never a switch to a k
+        # whose own prediction is not vouched for.
+        best = bestk.best_draft_length(params, lam, p, g, k_max=k_max, **kwargs)
+        opt = best.optimum
+        if not bool(best.shown):
+            if not bool(opt.valid):
+                return Assessment(False, reason_text(int(opt.reason)))
+            kv = int(best.vouched_k)
+            return Assessment(False, f"best k = {int(opt.k)} not vouched for: "
+                              + ", ".join(best.optimum_reasons[()])
+                              + (f"; it is predicted {float(best.gain):.2%} faster than the "
+                                 f"best vouched k = {kv}, more than the two 90% latency "
+                                 "intervals admit" if kv >= 0 else ""))
+        k = int(best.k)
+        speedup = float(best.speedup) if k > 0 else 1.0
         current = obs.live_speedup if profile.source == "live" else None
         judged = _judged(params, lam, k, p, g, kwargs)
-        if judged is not None and not bool(judged.valid):
-            # Never a switch on a best k whose own prediction is declined (as sweep's best k).
-            return Assessment(False, f"best k = {k} not vouched for: "
-                              + ", ".join(judged.names()))
         return Assessment(True, "ok", k, speedup, current, _speedup_interval(judged),
                           k_limit=limit if limit < k_max else None)
 
@@ -238,8 +243,8 @@ def model_assessor(params: Params, min_acceptance_alpha: float = 0.0) -> Assesso
 
 def _judged(params: Params, lam: float, k: int, p: float, g: float,
             kwargs: Mapping[str, Any]) -> Any:
-    """model.validity.assess of the prediction at k (None for k = 0: SD off is judged by the
-    optimiser's own validity)."""
+    """model.validity.assess of the prediction at k, for its speedup interval (None for
+    k = 0: SD off is speedup 1)."""
     if k <= 0:
         return None
     from specwatch.model import acceptance_length_from_alpha, acceptance_length_from_profile

@@ -89,8 +89,11 @@ METRICS: tuple[MetricDef, ...] = (
         doc="k in 0 … `k_max` with the lowest predicted latency at the live load, 0 = SD off; "
             "acceptance from the live per-position rates (extended geometrically past the "
             "running k), or from α when there are none; present even when the running "
-            "configuration is saturated, absent where that k's own prediction is not valid "
-            "(sensitive, beyond the calibrated load: as `sweep`'s best k)"),
+            "configuration is saturated; where that k's own prediction is not valid "
+            "(sensitive, beyond the calibrated load) the best vouched k when the fastest "
+            "one's predicted gain over it lies inside the two 90% latency intervals, else "
+            "absent (the best k of `predict` and `sweep`: "
+            "[model.md](model.md#best-k))"),
     MetricDef(
         MODEL_UTILIZATION, "gauge", ("target", "model_name", "window"),
         help="Load of the running SD configuration as a share of its capacity; 1 is saturation.",

@@ -29,12 +29,10 @@ from specwatch.model import (
     BreakEvenKind,
     MoECoefficients,
     Reason,
-    acceptance_length_from_alpha,
-    acceptance_length_from_profile,
     alpha_from_acceptance_length,
+    bestk,
     ceilings,
     extend_profile,
-    optimal_draft_length,
     reason_text,
     throughput_ceiling,
     validity,
@@ -266,30 +264,19 @@ def _inputs(v: Mapping[str, float], configured_k: int | None
 def _best_draft_length(params: Params, model: ModelSnapshot, window_label: str, lam: float,
                        k: float, e: float, p: float, g: float) -> int | None:
     """The best k at the live load from the measured acceptance profile (else the i.i.d.
-    α), shown only where its own prediction is vouched for (as in sweep)."""
-    coef = params.model()
-    ceiling = params.max_utilization
+    α), by the rule every command shows (model.bestk: the model's optimum where its own
+    prediction is vouched for, else the best vouched k it cannot be told from)."""
     profile = _live_profile(model, window_label)
     extended = extend_profile(profile, params.k_max) if profile else None
-    alpha = math.nan
-    opt = None
     if extended is not None:
-        opt = optimal_draft_length(coef, lam, p=p, g=g, k_max=params.k_max,
-                                   profile=extended, max_utilization=ceiling)
+        acceptance = {"profile": extended}
     else:
         alpha = float(alpha_from_acceptance_length(e, k)) if k > 0 else math.nan
-        if math.isfinite(alpha) and alpha < 1.0:
-            opt = optimal_draft_length(coef, lam, alpha=alpha, p=p, g=g, k_max=params.k_max,
-                                       max_utilization=ceiling)
-    best = int(opt.k) if opt is not None and bool(opt.valid) else None
-    if best is None:
-        return None
-    e_best = 1.0 if best == 0 else float(
-        acceptance_length_from_profile(extended, best) if extended is not None
-        else acceptance_length_from_alpha(alpha, best))
-    if not bool(validity.vouched(params, lam, best, e_best, p, g)):
-        return None
-    return best
+        if not (math.isfinite(alpha) and alpha < 1.0):
+            return None
+        acceptance = {"alpha": alpha}
+    best = bestk.best_draft_length(params, lam, p, g, **acceptance)
+    return int(best.k) if bool(best.shown) else None
 
 
 def _intervals(judged: validity.Assessment) -> dict[str, tuple[float, float] | None]:
