@@ -36,6 +36,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import Metric
@@ -85,8 +86,13 @@ class SpecwatchCollector(Collector):
         self._published: dict[str, float] = {}  # target -> when it was last published
         self._builders: list[FamilyBuilder] = []
         self._snapshot_builders: list[FamilyBuilder] = []
-        self._targets: dict[str, tuple[TargetSnapshot, Mapping[str, bytes]]] = {}
-        self._page: tuple[Snapshot | None, dict[str, bytes | tuple]] = (None, {})
+        # What a target's lines were rendered from; a target published again lets go of its
+        # entry (see _render_ahead).
+        self._targets: dict[str, tuple[TargetSnapshot | None, Mapping[str, bytes]]] = {}
+        # The page cache names its snapshot by a weak reference: a snapshot the pipeline has
+        # replaced is freed at once (with the target snapshots it alone holds: their
+        # windows and their models' frozen history arrays), not held until the next scrape.
+        self._page: tuple[weakref.ref[Snapshot] | None, dict[str, bytes | tuple]] = (None, {})
         self._page_lock = threading.RLock()  # held by exposition_deflate around a render
         self._scraped = False  # prerender only once someone reads the exposition
         #: Targets published and left for :meth:`render_queued` (the newest of each).
@@ -174,7 +180,13 @@ class SpecwatchCollector(Collector):
 
     def _render_ahead(self, target: TargetSnapshot) -> bool:
         """Should ``target``, published now, be rendered before a scrape asks for it (see
-        :meth:`prerender`)? Records when it was published."""
+        :meth:`prerender`)? Records when it was published, and lets go of the lines
+        rendered for an earlier snapshot of the target (a scrape of the new one renders it
+        again anyway), so that snapshot and its lines are freed now, not at the next scrape.
+        The entry's value is replaced, never removed: a scrape may be iterating over them."""
+        cached = self._targets.get(target.name)
+        if cached is not None and cached[0] is not target:
+            self._targets[target.name] = _RELEASED
         if not self._scraped:
             return False
         now = self._clock()
@@ -242,9 +254,9 @@ class SpecwatchCollector(Collector):
         self._scraped = True
         with self._page_lock:
             page_snap, cache = self._page
-            if page_snap is not snap:
+            if page_snap is None or page_snap() is not snap:
                 cache = {}
-                self._page = (snap, cache)
+                self._page = (weakref.ref(snap), cache)
                 self._scrapes.append(self._clock())
             body = cache.get(key)
             if body is not None:
@@ -267,11 +279,11 @@ class SpecwatchCollector(Collector):
         key = "om.z" if openmetrics else "text.z"
         with self._page_lock:  # concurrent scrapes of one snapshot render it once
             page_snap, cache = self._page
-            got = cache.get(key) if page_snap is snap else None
+            got = cache.get(key) if page_snap is not None and page_snap() is snap else None
             if got is None:
                 got = deflate_parts(self._exposition_parts(snap, openmetrics, keep=False))
                 page_snap, cache = self._page
-                if page_snap is snap:
+                if page_snap is not None and page_snap() is snap:
                     cache[key] = got
         return got  # type: ignore[return-value]
 
@@ -303,6 +315,8 @@ class SpecwatchCollector(Collector):
 
 
 _EOF = b"# EOF\n"
+#: A target's cache entry once a newer snapshot of it was published (see _render_ahead).
+_RELEASED: tuple[None, Mapping[str, bytes]] = (None, {})
 
 
 class _PerScrape(Collector):

@@ -10,6 +10,7 @@ the server: a sum missing a term would understate the capacity. A total that is 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,15 +51,34 @@ def gauge_capacity(stated: tuple[float | None, float | None, float | None] | Non
     return ServerCapacity(tokens, blocks, size, engines=1)
 
 
+#: Most info series whose capacity is remembered (a page states one per engine instance).
+CACHED_INFO_SERIES = 16
+
+
 def server_capacity(infos: Mapping[tuple[str, str, tuple[tuple[str, str], ...]], float]
                     ) -> ServerCapacity | None:
     """The server's capacity from its KV-cache info series, keyed as the parsed page's
     series (:data:`specwatch.poll.sources.SeriesKey`; None: none on the page). Two series
-    of one engine instance that disagree make every value unknown."""
+    of one engine instance that disagree make every value unknown.
+
+    It reads the series' keys only (their labels), which a server repeats on every poll:
+    the answer for a few series is remembered per key set and registry generation."""
+    if not infos:
+        return None
+    keys = tuple(infos)
+    if len(keys) > CACHED_INFO_SERIES:
+        return _capacity(keys, registry.generation())
+    return _capacity_cached(keys, registry.generation())
+
+
+def _capacity(keys: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...],
+              generation: int) -> ServerCapacity | None:
+    """:func:`server_capacity` of the series ``keys`` (``generation``: the registry's, part
+    of the cache key)."""
     engines: dict[str, tuple[float | None, float | None, float | None]] = {}
     conflict = False
-    readers = registry.cache_infos() if infos else {}
-    for (_, sig, identity) in infos:
+    readers = registry.cache_infos()
+    for (_, sig, identity) in keys:
         reader = readers.get(sig)
         if reader is None:
             continue
@@ -89,3 +109,6 @@ def server_capacity(infos: Mapping[tuple[str, str, tuple[tuple[str, str], ...]],
     return ServerCapacity(kv_cache_tokens=tokens, num_gpu_blocks=blocks,
                           block_size=None if None in sizes else max(sizes),  # type: ignore[type-var]
                           engines=len(engines), overflowed=overflowed)
+
+
+_capacity_cached = functools.lru_cache(maxsize=256)(_capacity)

@@ -534,13 +534,12 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
     max_gauges, k_gauges, rank_labels, engines = _page_rules(registry.generation())
     gauges: dict[tuple[str, str], float] = {}
     for (model, sig, identity), value in gauge_series.items():
-        ident = dict(identity)
         if sig in max_gauges:
             gauges[(model, sig)] = max(value, gauges.get((model, sig), -math.inf))
             continue
         # Engines that report scheduler gauges on every rank of a replica carry the
         # replica's count on rank 0 only; one series per engine is summed.
-        if rank_labels and any(ident.get(label, "0") != "0" for label in rank_labels):
+        if rank_labels and identity and _off_rank_zero(identity, rank_labels):
             continue
         gauges[(model, sig)] = gauges.get((model, sig), 0.0) + value
 
@@ -564,6 +563,13 @@ def assemble_page(counters: dict[SeriesKey, float], created: dict[SeriesKey, flo
                       invalid_models=tuple(sorted({k[0] for k in invalid})),
                       truncated_label_values=truncated, server=server,
                       invalid_counters=frozenset(invalid))
+
+
+def _off_rank_zero(identity: tuple[tuple[str, str], ...], rank_labels: tuple[str, ...]
+                   ) -> bool:
+    """Does a series with these labels come from a rank other than 0?"""
+    ident = dict(identity)
+    return any(ident.get(label, "0") != "0" for label in rank_labels)
 
 
 @functools.cache
