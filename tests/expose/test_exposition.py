@@ -119,17 +119,10 @@ def test_gzip_scrape_keeps_only_the_deflate_stream(monkeypatch):
     assert zlib.decompressobj(-15).decompress(first[0]) == col.exposition(p.snapshot, False)
 
 
-def test_a_snapshot_is_rendered_once_and_only_changed_targets_again(monkeypatch):
+def test_a_snapshot_is_rendered_once_and_only_changed_targets_again(rendered_targets):
     p = pipeline_with_data()
     col = SpecwatchCollector(lambda: p.snapshot)
-    rendered: list[str] = []
-    real = collector_mod.render_target
-
-    def counting(t):
-        rendered.append(t.name)
-        return real(t)
-
-    monkeypatch.setattr(collector_mod, "render_target", counting)
+    rendered = rendered_targets
     p.add_publish_listener(col.prerender)
     p.apply(PollResult("down", 1500.0, 1500.0, 3.0, error_reason="timeout"))
     assert rendered == []  # nobody scraped yet: nothing rendered ahead

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import weakref
 
-import pytest
 from helpers.paths import FIXTURES
 
-from specwatch.expose import collector as collector_mod
 from specwatch.expose.collector import SpecwatchCollector
 from specwatch.poll.pipeline import Pipeline, PollResult
 from specwatch.poll.windows import derive
@@ -22,15 +20,8 @@ PAGES = sorted((FIXTURES / "vllm-0.32-cpu-ngram").glob("snap_*.prom"),
 
 
 def test_a_replaced_target_snapshot_is_freed_when_the_next_one_is_published(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    rendered: list[str] = []
-    real = collector_mod.render_target
-
-    def counting(t):
-        rendered.append(t.name)
-        return real(t)
-
-    monkeypatch.setattr(collector_mod, "render_target", counting)
+        rendered_targets: list[str]) -> None:
+    rendered = rendered_targets
     p = Pipeline([("a", "vllm"), ("b", "vllm")], derive.DeriveConfig(), 5.0)
     col = SpecwatchCollector(lambda: p.snapshot)
     p.add_publish_listener(col.prerender)
