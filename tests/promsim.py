@@ -222,11 +222,12 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_prometheus(tsdb: Path, workdir: Path) -> Iterator[str]:
-    """Start the real prometheus binary on a free port over `tsdb`; yield its base URL."""
+def running_prometheus(tsdb: Path, workdir: Path, args: Sequence[str] = ()) -> Iterator[str]:
+    """Start the real prometheus binary on a free port over `tsdb` (with `args` added to its
+    flags); yield its base URL."""
     config = workdir / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 15s\nscrape_configs: []\n", encoding="utf-8")
-    with _prometheus(config, tsdb, workdir, ["--storage.tsdb.retention.time=30d"]) as url:
+    with _prometheus(config, tsdb, workdir, ["--storage.tsdb.retention.time=30d", *args]) as url:
         yield url
 
 
@@ -254,15 +255,24 @@ def scraping_prometheus(workdir: Path, scrape_configs: Sequence[dict[str, Any]],
         yield url
 
 
-def get_json(url: str) -> Any:
+def get_json(url: str, timeout: float = 5.0) -> Any:
     """GET ``url`` and decode its JSON body."""
-    with urllib.request.urlopen(url, timeout=5) as resp:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
         return json.loads(resp.read().decode())
 
 
 def query(prom: str, expr: str) -> list[dict[str, Any]]:
     """An instant query of Prometheus at ``prom``: its result rows."""
     data = get_json(f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    assert data["status"] == "success", data
+    return data["data"]["result"]
+
+
+def query_range(prom: str, expr: str, start: float, end: float, step: str,
+                timeout: float = 5.0) -> list[dict[str, Any]]:
+    """A range query of Prometheus at ``prom``: its result rows."""
+    q = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": step})
+    data = get_json(f"{prom}/api/v1/query_range?{q}", timeout)
     assert data["status"] == "success", data
     return data["data"]["result"]
 

@@ -14,26 +14,20 @@ on the page); both engines' mean prompt and generated lengths (no length histogr
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
 import shutil
-import socket
-import subprocess
 import time
-import urllib.parse
-import urllib.request
 
 import pytest
-from helpers.paths import FIXTURES
+from helpers.enginepages import builder, sequence
 from mixin_helpers import (
     dashboard_exprs,
     load_dashboards,
     metric_names,
-    promtool,
     substitute_target_vars,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from promsim import backfill, query_range, running_prometheus
 
 from specwatch.app.serve import ServeApp
 from specwatch.engines import registry
@@ -42,7 +36,6 @@ from specwatch.poll import config, sources
 from specwatch.poll.pipeline import Pipeline, PollResult
 from specwatch.poll.windows import derive
 
-PAGES = FIXTURES / "engines-constructed"
 ENGINES = ("trtllm", "llamacpp")
 MODEL = {"trtllm": "meta-llama/Llama-3.1-8B-Instruct", "llamacpp": "default"}
 #: Each engine's sample names: drafts (and the label that selects them), draft tokens,
@@ -57,21 +50,6 @@ NAMES = {
                  "llamacpp:spec_decode_num_accepted_tokens_total",
                  "llamacpp:spec_decode_num_accepted_tokens_per_pos_total", "position"),
 }
-
-
-def _sequence(engine: str) -> list[str]:
-    return [p.read_text() for p in sorted((PAGES / engine).glob("snap_*.txt"))]
-
-
-def _builder():
-    """The fixtures' page builder (loaded under its own name: the constructed/ folder has a
-    build_pages module too)."""
-    spec = importlib.util.spec_from_file_location(
-        "build_engine_pages", PAGES / "build_engine_pages.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _values(text: str) -> dict[tuple[str, frozenset], float]:
@@ -99,7 +77,7 @@ def _model(pipeline: Pipeline, engine: str):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_pages_are_recognised_under_the_engine_and_auto_settings(engine):
-    for text in _sequence(engine)[:2]:
+    for text in sequence(engine)[:2]:
         for setting in (engine, "auto"):
             assert sources.parse_page(text, setting).engine == engine
         # The other engines' settings read none of its samples.
@@ -112,7 +90,7 @@ def test_pages_are_recognised_under_the_engine_and_auto_settings(engine):
 def test_every_signal_the_engine_allows_is_derived(engine, setting):
     """Between scrapes 1 and 2 (one minute): each derived signal equals the ratio of the
     pages' own increases."""
-    first, second = _sequence(engine)[:2]
+    first, second = sequence(engine)[:2]
     pipeline = _pipeline(engine, engine if setting == "own" else "auto")
     pipeline.apply(PollResult(engine, 1000.0, 1000.0, 0.01, body=first))
     pipeline.apply(PollResult(engine, 1060.0, 1060.0, 0.01, body=second))
@@ -175,7 +153,7 @@ def test_every_signal_the_engine_allows_is_derived(engine, setting):
 def test_a_restart_is_a_reset_and_the_next_minute_is_read_alone(engine):
     """Scrape 3 is a restarted server (counters back to 0 or not yet created); between 3 and
     4 the acceptance is that minute's own, the same as before the restart."""
-    pages = _sequence(engine)
+    pages = sequence(engine)
     pipeline = _pipeline(engine, "auto")
     for i, text in enumerate(pages):
         pipeline.apply(PollResult(engine, 1000.0 + 60 * i, 1000.0 + 60 * i, 0.01, body=text))
@@ -195,7 +173,7 @@ def test_the_minute_after_a_trtllm_restart_reads_its_own_arrival_rate(restart_pa
     restarted server's page has none: absent reads as 0, and the minute after the restart
     is that minute's own finished requests over 60 s (120 / 60 = 2.0/s in the pages), the
     same as a page that lists the counter at 0 — not the minute before folded in."""
-    pages = _sequence("trtllm")
+    pages = sequence("trtllm")
     name = "trtllm_request_success_total"
     assert name not in pages[2]
     if restart_page != "as served":
@@ -220,17 +198,6 @@ RUN = 420.0  # length of the run: past the 5m window
 EXPORTER_LABELS = {"job": "specwatch", "instance": "specwatch:10440"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        return json.loads(resp.read())
-
-
 def _om_value(v: float) -> str:
     return "NaN" if math.isnan(v) else ("+Inf" if v == math.inf else repr(float(v)))
 
@@ -240,10 +207,10 @@ def prometheus(tmp_path_factory):
     """specwatch serve's pipeline and collector fed both engines' pages every 15 s for 7
     minutes (traffic as in the fixtures' README), its exposition backfilled into a real
     Prometheus; yields (base URL, start, end, the exporter's last series per target)."""
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus not found: `make setup` installs Debian's prometheus package"
+    assert shutil.which("prometheus"), \
+        "prometheus not found: `make setup` installs Debian's prometheus package"
     tmp = tmp_path_factory.mktemp("engines")
-    build = _builder()
+    build = builder()
     cfg_file = tmp / "specwatch.yaml"
     cfg_file.write_text(
         "global:\n  poll_interval: 15s\n  windows: [1m, 5m]\n"
@@ -271,44 +238,10 @@ def prometheus(tmp_path_factory):
                     last.setdefault(s.labels["target"], set()).add(s.name)
         t += STEP
     om = [line for name in sorted(rows) for line in (f"# TYPE {name} unknown", *rows[name])]
-    (tmp / "data.om").write_text("\n".join([*om, "# EOF"]) + "\n")
     tsdb = tmp / "tsdb"
-    proc = subprocess.run([promtool(), "tsdb", "create-blocks-from", "openmetrics",
-                           str(tmp / "data.om"), str(tsdb)], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    (tmp / "prometheus.yml").write_text("global:\n  evaluation_interval: 15s\n")
-    port = _free_port()
-    log = (tmp / "prometheus.log").open("w")
-    server = subprocess.Popen(
-        [binary, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tsdb}",
-         f"--web.listen-address=127.0.0.1:{port}", "--query.lookback-delta=30s"],
-        stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(base + "/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert server.poll() is None, (tmp / "prometheus.log").read_text()
-            assert time.monotonic() < deadline, "prometheus did not become ready"
-            time.sleep(0.2)
+    backfill("\n".join([*om, "# EOF"]) + "\n", tsdb)
+    with running_prometheus(tsdb, tmp, ["--query.lookback-delta=30s"]) as base:
         yield base, start, start + RUN, last
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
-
-
-def _query(base: str, expr: str, start: float, end: float) -> list:
-    q = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": "15s"})
-    body = _get(f"{base}/api/v1/query_range?{q}")
-    assert body["status"] == "success", body
-    return body["data"]["result"]
 
 
 
@@ -340,7 +273,8 @@ def test_the_sd_dashboard_queries_return_data_for_the_engine(prometheus, target,
         sd_names = {n for n in names if n.startswith("sd_")}
         if not sd_names or names - sd_names:
             continue  # reads engine or Prometheus series, or no exporter series
-        result = _query(base, substitute_target_vars(expr, target, "1m"), start, end)
+        result = query_range(base, substitute_target_vars(expr, target, "1m"), start, end, "15s",
+                             timeout=30)
         if sd_names <= produced:
             checked += 1
             if not result:

@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ import yaml
 from helpers.pageserver import Page, PageSequenceServer
 from helpers.paths import FIXTURES
 from mixin_helpers import dashboard_exprs, load_dashboards, metric_names, substitute_target_vars
-from promsim import get_json, scrape_job, scraping_prometheus, wait_for_scrape_after
+from promsim import query_range, scrape_job, scraping_prometheus, wait_for_scrape_after
 
 from specwatch.app.demo import free_port
 
@@ -94,13 +93,6 @@ def live(tmp_path_factory):
             log.close()
 
 
-def _query_range(prom: str, expr: str, start: float, end: float) -> list:
-    q = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": "1s"})
-    body = get_json(f"{prom}/api/v1/query_range?{q}")
-    assert body["status"] == "success", body
-    return body["data"]["result"]
-
-
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_the_sd_dashboard_shows_what_the_engine_gives_live(live, target):
     """Each exporter-only query of the SD dashboard returns data for the target where the
@@ -108,10 +100,10 @@ def test_the_sd_dashboard_shows_what_the_engine_gives_live(live, target):
     prom, start, end = live
     engine, allowed, cannot = TARGETS[target]
     missing = sorted(n for n in allowed
-                     if not _query_range(prom, f'{n}{{target="{target}"}}', start, end))
+                     if not query_range(prom, f'{n}{{target="{target}"}}', start, end, "1s"))
     assert missing == [], f"{engine}: signals it gives have no data: {missing}"
     present = sorted(n for n in cannot
-                     if _query_range(prom, f'{n}{{target="{target}"}}', start, end))
+                     if query_range(prom, f'{n}{{target="{target}"}}', start, end, "1s"))
     assert present == [], f"{engine}: signals it cannot give have data: {present}"
     checked, empty, silent = 0, [], []
     for where, expr in dashboard_exprs(SD, load_dashboards()[SD]):
@@ -119,7 +111,7 @@ def test_the_sd_dashboard_shows_what_the_engine_gives_live(live, target):
         sd_names = {n for n in names if n.startswith("sd_")}
         if "panel" not in where or not sd_names or names - sd_names:
             continue  # not a panel, or reads engine or Prometheus series
-        result = _query_range(prom, substitute_target_vars(expr, target, WINDOW), start, end)
+        result = query_range(prom, substitute_target_vars(expr, target, WINDOW), start, end, "1s")
         if sd_names <= allowed:
             checked += 1
             if not result:

@@ -4,31 +4,14 @@ them, and they carry the traffic their README states (counters advancing, a rest
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 
 import pytest
-from helpers.paths import FIXTURES
+from helpers.enginepages import PAGES, builder, sequence
 from prometheus_client.parser import text_string_to_metric_families
 
-PAGES = FIXTURES / "engines-constructed"
 ENGINES = ("trtllm", "llamacpp")
-
-
-def _build_pages() -> dict[str, str]:
-    """What the builder makes (loaded under its own name: the constructed/ folder has a
-    build_pages module too)."""
-    spec = importlib.util.spec_from_file_location(
-        "build_engine_pages", PAGES / "build_engine_pages.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.pages()
-
-
-def _sequence(engine: str) -> list[str]:
-    return [p.read_text() for p in sorted((PAGES / engine).glob("snap_*.txt"))]
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -49,7 +32,7 @@ def _sum(samples: dict, name: str, **labels: str) -> float | None:
 
 
 def test_committed_pages_are_what_the_builder_makes():
-    built = _build_pages()
+    built = builder().pages()
     committed = {p.relative_to(PAGES).as_posix(): p.read_text()
                  for p in PAGES.rglob("snap_*.txt")}
     assert committed.keys() == built.keys()
@@ -62,7 +45,7 @@ def test_committed_pages_are_what_the_builder_makes():
 def test_promtool_parses_every_page(engine):
     """promtool reports only naming lint (llama.cpp's `llamacpp:` names carry a colon and
     its n_tokens_max is a counter without _total); no page has a format error."""
-    for text in _sequence(engine):
+    for text in sequence(engine):
         proc = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
                               capture_output=True, check=False)
         problems = [line for line in (proc.stdout + proc.stderr).splitlines() if line]
@@ -107,7 +90,7 @@ def _minute(engine: str, before: dict, after: dict) -> tuple[float, float, tuple
 def test_a_minute_of_traffic_before_and_after_the_restart(engine):
     """Scrapes 1 -> 2 and 3 -> 4 each hold one minute of the README's traffic; the restart
     between 2 and 3 takes every counter back (below its value before, or off the page)."""
-    s1, s2, s3, s4 = (_samples(t) for t in _sequence(engine))
+    s1, s2, s3, s4 = (_samples(t) for t in sequence(engine))
     rate, length, per_pos = EXPECTED[engine]
     for before, after in ((s1, s2), (s3, s4)):
         got = _minute(engine, before, after)
@@ -122,7 +105,7 @@ def test_a_minute_of_traffic_before_and_after_the_restart(engine):
 
 
 def test_trtllm_states_its_draft_length_and_requests():
-    s = _samples(_sequence("trtllm")[1])
+    s = _samples(sequence("trtllm")[1])
     info = [lab for (n, lab) in s if n == "trtllm_speculative_config_info"]
     assert [dict(lab)["spec_num_tokens"] for lab in info] == ["3"]
     finished = _sum(s, "trtllm_request_success_total")
@@ -131,7 +114,7 @@ def test_trtllm_states_its_draft_length_and_requests():
 
 def test_llamacpp_has_no_request_counter_histogram_or_labels():
     """What llama-server cannot give: no finished requests, no histogram, no model label."""
-    for text in _sequence("llamacpp"):
+    for text in sequence("llamacpp"):
         families = list(text_string_to_metric_families(text))
         assert {f.type for f in families} <= {"counter", "gauge"}
         assert not any("request" in f.name and f.type == "counter" for f in families)
