@@ -27,6 +27,7 @@ _discovered = False
 _generation = 0
 _ordered: tuple[Engine, ...] | None = None  # engines(), kept until the registry changes
 _cache_infos: dict[str, CacheInfo] | None = None  # cache_infos(), likewise
+_sd_counters: frozenset[str] | None = None  # sd_counters() (read for every model of a poll)
 
 
 def _discover() -> None:
@@ -67,9 +68,9 @@ def unregister(kind: str) -> None:
 
 
 def _changed() -> None:
-    global _generation, _ordered, _cache_infos
+    global _generation, _ordered, _cache_infos, _sd_counters
     _generation += 1
-    _ordered = _cache_infos = None
+    _ordered = _cache_infos = _sd_counters = None
 
 
 def generation() -> int:
@@ -136,7 +137,11 @@ def prefixes() -> tuple[str, ...]:
 
 def sd_counters() -> frozenset[str]:
     """The canonical counters some engine registers only when SD is configured."""
-    return frozenset().union(*(e.sd_counters for e in engines()))
+    global _sd_counters
+    found = _sd_counters
+    if found is None:
+        found = _sd_counters = frozenset().union(*(e.sd_counters for e in engines()))
+    return found
 
 
 def max_gauges() -> frozenset[str]:

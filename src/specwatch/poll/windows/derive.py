@@ -415,14 +415,7 @@ def derive_model(hist: ModelHistory, cfg: DeriveConfig, engine: str) -> ModelSna
                          configured_k=hist.configured_k, windows=tuple(windows),
                          samples=samples_hist, gauges=gauges,
                          sd_families_present=not hist.signals.isdisjoint(
-                             _sd_counters(registry.generation())))
-
-
-@functools.cache
-def _sd_counters(generation: int) -> frozenset[str]:
-    """:func:`specwatch.engines.registry.sd_counters` of a registry generation (a union
-    over the engines, made once, not once per model and read)."""
-    return registry.sd_counters()
+                             registry.sd_counters()))
 
 
 def _bases(ring: HistoryRing, times: np.ndarray, cfg: DeriveConfig
